@@ -1,0 +1,130 @@
+package scoring
+
+import (
+	"encoding/binary"
+	"slices"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Seed is Dynamo's XXH3_SEED: the seed of every local block hash without LoRA or salt, and of every
+// sequence (chain) hash.
+const Seed uint64 = 1337
+
+// saltSeed is the XXH3 seed of the cache-namespace (salt) contribution to the block-hash seed.
+const saltSeed uint64 = 1
+
+// maxBlockBytes bounds the stack buffer used to hash one block; larger blocks fall back to the heap.
+const maxBlockBytes = 4 * 1024
+
+// DeriveSeed returns the local-block-hash seed for a LoRA adapter name and a cache namespace (salt):
+// 1337 + XXH3(lora, 0) + XXH3(namespace, 1), each term only when its string is non-empty, with wrapping
+// addition (spec/hashing.md §3).
+func DeriveSeed(loraName, cacheNamespace string) uint64 {
+	seed := Seed
+	if loraName != "" {
+		seed += xxh3.HashString(loraName)
+	}
+	if cacheNamespace != "" {
+		seed += xxh3.HashStringSeed(cacheNamespace, saltSeed)
+	}
+	return seed
+}
+
+// BlockHash is the local hash of one block: its tokens as u32le, then (legacy multimodal scheme) the
+// block's mm_hash values sorted ascending as u64le, hashed with XXH3-64 and seed. mmHashes is not
+// modified; offsets of multimodal objects never enter the hash.
+func BlockHash(tokens []uint32, mmHashes []uint64, seed uint64) uint64 {
+	n := 4*len(tokens) + 8*len(mmHashes)
+	var stack [maxBlockBytes]byte
+	var buf []byte
+	if n <= len(stack) {
+		buf = stack[:0]
+	} else {
+		buf = make([]byte, 0, n)
+	}
+	for _, t := range tokens {
+		buf = binary.LittleEndian.AppendUint32(buf, t)
+	}
+	switch len(mmHashes) {
+	case 0:
+	case 1:
+		buf = binary.LittleEndian.AppendUint64(buf, mmHashes[0])
+	default:
+		sorted := slices.Clone(mmHashes)
+		slices.Sort(sorted)
+		for _, h := range sorted {
+			buf = binary.LittleEndian.AppendUint64(buf, h)
+		}
+	}
+	return xxh3.HashSeed(buf, seed)
+}
+
+// LocalBlockHashes appends to dst the local hash of every full block of tokens (a trailing partial block
+// is dropped) and returns the extended slice. blockMM, when non-nil, gives the legacy mm_hash suffix of
+// block i as blockMM[i] (nil or empty for blocks without images); it may be shorter than the block count.
+func LocalBlockHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64, blockMM [][]uint64) []uint64 {
+	if blockSize <= 0 {
+		return dst
+	}
+	n := len(tokens) / blockSize
+	dst = slices.Grow(dst, n)
+	for i := 0; i < n; i++ {
+		var mm []uint64
+		if i < len(blockMM) {
+			mm = blockMM[i]
+		}
+		dst = append(dst, BlockHash(tokens[i*blockSize:(i+1)*blockSize], mm, seed))
+	}
+	return dst
+}
+
+// EagleBlockHashes is LocalBlockHashes for Eagle speculative decoding: each window is blockSize+1 tokens
+// advanced by blockSize, so the last token of a window is the first of the next; a block is hashed only
+// when its whole window is present.
+func EagleBlockHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64) []uint64 {
+	if blockSize <= 0 {
+		return dst
+	}
+	for start := 0; start+blockSize+1 <= len(tokens); start += blockSize {
+		dst = append(dst, BlockHash(tokens[start:start+blockSize+1], nil, seed))
+	}
+	return dst
+}
+
+// NextSequenceHash chains one local hash onto the previous sequence hash:
+// XXH3(u64le(prev) || u64le(local), 1337).
+func NextSequenceHash(prev, local uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], prev)
+	binary.LittleEndian.PutUint64(b[8:], local)
+	return xxh3.HashSeed(b[:], Seed)
+}
+
+// SequenceHashes appends the chained sequence hash of every local hash to dst: seq[0] = local[0],
+// seq[i] = NextSequenceHash(seq[i-1], local[i]).
+func SequenceHashes(dst []uint64, local []uint64) []uint64 {
+	dst = slices.Grow(dst, len(local))
+	var prev uint64
+	for i, h := range local {
+		if i == 0 {
+			prev = h
+		} else {
+			prev = NextSequenceHash(prev, h)
+		}
+		dst = append(dst, prev)
+	}
+	return dst
+}
+
+// Pad-value constants of the canonical multimodal scheme, shared with SGLang.
+const (
+	MMPadShift    = 1_000_000
+	MMPadHashMask = 1<<30 - 1
+)
+
+// PadValue maps an image's mm_hash to the token value that stands for every one of its positions in the
+// routing tokens: 1_000_000 + (mm_hash & (2^30 - 1)).
+func PadValue(mmHash uint64) uint32 {
+	return uint32(MMPadShift + (mmHash & MMPadHashMask))
+}
