@@ -1,0 +1,173 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// ErrBadSpec is the class of every worker description error.
+var ErrBadSpec = errors.New("registry: bad worker spec")
+
+// Device classes for device-aware routing.
+const (
+	DeviceGPU = "gpu"
+	DeviceCPU = "cpu"
+)
+
+// Spec describes one backend worker. Zero values mean "not given": the router falls back to its own
+// defaults or discovers the value from the worker (block size and capacity from vllm:cache_config_info).
+type Spec struct {
+	// ID is the worker id used in routing answers and the index (Dynamo's WorkerId).
+	ID uint64 `json:"id"`
+	// URL is the base URL of the worker's OpenAI-compatible API, e.g. http://127.0.0.1:8001.
+	URL string `json:"url,omitempty"`
+	// Events is the ZMQ endpoint of the worker's KV event publisher (the router connects a SUB to it).
+	Events string `json:"events,omitempty"`
+	// Replay is the worker's ZMQ replay (ROUTER) endpoint; empty disables gap recovery.
+	Replay string `json:"replay,omitempty"`
+	// Topic identifies this worker's batches on the router's --kv-events-bind socket, and filters the SUB.
+	Topic string `json:"topic,omitempty"`
+	// DPSize is the number of data-parallel ranks; rank r publishes on the events port + r.
+	DPSize int `json:"dp_size,omitempty"`
+	// BlockSize is the engine's KV block size in tokens; it must equal the router's hashing block size.
+	BlockSize int `json:"block_size,omitempty"`
+	// TotalKVBlocks is the engine's KV capacity in blocks (num_gpu_blocks).
+	TotalKVBlocks int `json:"total_kv_blocks,omitempty"`
+	// MaxNumBatchedTokens is the engine's per-step token budget (busy threshold fractions use it).
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
+	// Device is "gpu" (default) or "cpu", for device-aware-weighted routing.
+	Device string `json:"device,omitempty"`
+}
+
+// Parse reads the flag form: comma-separated key=value pairs, e.g.
+// "id=1,url=http://127.0.0.1:8001,events=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558".
+func Parse(s string) (Spec, error) {
+	var sp Spec
+	seenID := false
+	for _, field := range strings.Split(s, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(field, "=")
+		if !ok {
+			return Spec{}, fmt.Errorf("%w: %q is not key=value", ErrBadSpec, field)
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		var err error
+		switch k {
+		case "id":
+			sp.ID, err = strconv.ParseUint(v, 10, 64)
+			seenID = true
+		case "url":
+			sp.URL = v
+		case "events":
+			sp.Events = v
+		case "replay":
+			sp.Replay = v
+		case "topic":
+			sp.Topic = v
+		case "dp_size":
+			sp.DPSize, err = strconv.Atoi(v)
+		case "block_size":
+			sp.BlockSize, err = strconv.Atoi(v)
+		case "total_kv_blocks":
+			sp.TotalKVBlocks, err = strconv.Atoi(v)
+		case "max_num_batched_tokens":
+			sp.MaxNumBatchedTokens, err = strconv.Atoi(v)
+		case "device":
+			sp.Device = v
+		default:
+			return Spec{}, fmt.Errorf("%w: unknown key %q", ErrBadSpec, k)
+		}
+		if err != nil {
+			return Spec{}, fmt.Errorf("%w: %s=%q: %v", ErrBadSpec, k, v, err)
+		}
+	}
+	if !seenID {
+		return Spec{}, fmt.Errorf("%w: missing id", ErrBadSpec)
+	}
+	return sp, sp.Validate()
+}
+
+// Validate checks field ranges and endpoint syntax.
+func (s *Spec) Validate() error {
+	if s.DPSize < 0 || s.BlockSize < 0 || s.TotalKVBlocks < 0 || s.MaxNumBatchedTokens < 0 {
+		return fmt.Errorf("%w: worker %d: negative size", ErrBadSpec, s.ID)
+	}
+	if s.BlockSize > 1<<16 {
+		return fmt.Errorf("%w: worker %d: block_size %d too large", ErrBadSpec, s.ID, s.BlockSize)
+	}
+	if s.DPSize > 1024 {
+		return fmt.Errorf("%w: worker %d: dp_size %d too large", ErrBadSpec, s.ID, s.DPSize)
+	}
+	switch s.Device {
+	case "", DeviceGPU, DeviceCPU:
+	default:
+		return fmt.Errorf("%w: worker %d: device %q is not gpu or cpu", ErrBadSpec, s.ID, s.Device)
+	}
+	if s.URL != "" {
+		u, err := url.Parse(s.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%w: worker %d: url %q is not an http(s) URL", ErrBadSpec, s.ID, s.URL)
+		}
+	}
+	for _, ep := range []string{s.Events, s.Replay} {
+		if ep != "" && !validZMQEndpoint(ep) {
+			return fmt.Errorf("%w: worker %d: %q is not a ZMQ endpoint (tcp://host:port, ipc://, inproc://)", ErrBadSpec, s.ID, ep)
+		}
+	}
+	if s.Replay != "" && s.Events == "" {
+		return fmt.Errorf("%w: worker %d: replay given without events", ErrBadSpec, s.ID)
+	}
+	return nil
+}
+
+// DPRanks returns the number of data-parallel ranks, at least 1.
+func (s *Spec) DPRanks() int {
+	if s.DPSize <= 1 {
+		return 1
+	}
+	return s.DPSize
+}
+
+// RankEndpoint offsets a tcp endpoint's port by rank, as vLLM's offset_endpoint_port does; rank 0 and
+// non-tcp endpoints are returned unchanged for rank 0, and an error for rank > 0 on non-tcp endpoints
+// (inproc gets the _dp suffix).
+func RankEndpoint(ep string, rank int) (string, error) {
+	if rank == 0 || ep == "" {
+		return ep, nil
+	}
+	switch {
+	case strings.HasPrefix(ep, "tcp://"):
+		i := strings.LastIndexByte(ep, ':')
+		port, err := strconv.Atoi(ep[i+1:])
+		if i < len("tcp://") || err != nil {
+			return "", fmt.Errorf("%w: %q has no port", ErrBadSpec, ep)
+		}
+		return ep[:i+1] + strconv.Itoa(port+rank), nil
+	case strings.HasPrefix(ep, "inproc://"):
+		return fmt.Sprintf("%s_dp%d", ep, rank), nil
+	default:
+		return "", fmt.Errorf("%w: %q cannot be offset for dp rank %d", ErrBadSpec, ep, rank)
+	}
+}
+
+func validZMQEndpoint(ep string) bool {
+	switch {
+	case strings.HasPrefix(ep, "tcp://"):
+		rest := ep[len("tcp://"):]
+		i := strings.LastIndexByte(rest, ':')
+		if i <= 0 {
+			return false
+		}
+		p, err := strconv.Atoi(rest[i+1:])
+		return err == nil && p > 0 && p < 65536
+	case strings.HasPrefix(ep, "ipc://"), strings.HasPrefix(ep, "inproc://"):
+		return len(ep) > len("ipc://")
+	}
+	return false
+}

@@ -1,0 +1,70 @@
+package registry
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    Spec
+		wantErr bool
+	}{
+		{name: "full", in: "id=1,url=http://127.0.0.1:8001,events=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558,dp_size=2,block_size=16,total_kv_blocks=1000,max_num_batched_tokens=8192,device=cpu,topic=kv@a:1@m",
+			want: Spec{ID: 1, URL: "http://127.0.0.1:8001", Events: "tcp://127.0.0.1:5557", Replay: "tcp://127.0.0.1:5558", DPSize: 2, BlockSize: 16, TotalKVBlocks: 1000, MaxNumBatchedTokens: 8192, Device: "cpu", Topic: "kv@a:1@m"}},
+		{name: "id only", in: "id=7", want: Spec{ID: 7}},
+		{name: "spaces", in: " id = 3 , url = http://h:1 ", want: Spec{ID: 3, URL: "http://h:1"}},
+		{name: "missing id", in: "url=http://h:1", wantErr: true},
+		{name: "bad id", in: "id=x", wantErr: true},
+		{name: "negative id", in: "id=-1", wantErr: true},
+		{name: "unknown key", in: "id=1,colour=red", wantErr: true},
+		{name: "no equals", in: "id=1,url", wantErr: true},
+		{name: "bad url", in: "id=1,url=ftp://h", wantErr: true},
+		{name: "bad events", in: "id=1,events=http://h:1", wantErr: true},
+		{name: "events without port", in: "id=1,events=tcp://h", wantErr: true},
+		{name: "replay without events", in: "id=1,replay=tcp://h:2", wantErr: true},
+		{name: "bad device", in: "id=1,device=tpu", wantErr: true},
+		{name: "negative block", in: "id=1,block_size=-4", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(tc.in)
+			if tc.wantErr {
+				if !errors.Is(err, ErrBadSpec) {
+					t.Fatalf("err = %v, want ErrBadSpec", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRankEndpoint(t *testing.T) {
+	tests := []struct {
+		ep   string
+		rank int
+		want string
+		err  bool
+	}{
+		{"tcp://127.0.0.1:5557", 0, "tcp://127.0.0.1:5557", false},
+		{"tcp://127.0.0.1:5557", 2, "tcp://127.0.0.1:5559", false},
+		{"tcp://[::1]:5557", 1, "tcp://[::1]:5558", false},
+		{"inproc://kv", 1, "inproc://kv_dp1", false},
+		{"ipc:///tmp/kv", 1, "", true},
+		{"ipc:///tmp/kv", 0, "ipc:///tmp/kv", false},
+	}
+	for _, tc := range tests {
+		got, err := RankEndpoint(tc.ep, tc.rank)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("RankEndpoint(%q,%d) = %q,%v", tc.ep, tc.rank, got, err)
+		}
+	}
+}
