@@ -1,0 +1,434 @@
+package scoring
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// RouterMode is --router-mode (spec/router.md §5).
+type RouterMode string
+
+// Router modes. Values are Dynamo's flag spellings.
+const (
+	ModeKV                  RouterMode = "kv"
+	ModeRoundRobin          RouterMode = "round-robin"
+	ModeRandom              RouterMode = "random"
+	ModePowerOfTwo          RouterMode = "power-of-two"
+	ModeLeastLoaded         RouterMode = "least-loaded"
+	ModeDeviceAwareWeighted RouterMode = "device-aware-weighted"
+	ModeDirect              RouterMode = "direct"
+)
+
+// Modes lists every router mode, in documentation order.
+var Modes = []RouterMode{ModeRoundRobin, ModeRandom, ModePowerOfTwo, ModeLeastLoaded, ModeDeviceAwareWeighted, ModeDirect, ModeKV}
+
+// SelectionPolicy is --router-selection-policy (spec §3.1).
+type SelectionPolicy string
+
+// Selection policies. "linear" is accepted as an alias of PolicyDefault.
+const (
+	PolicyDefault SelectionPolicy = "default"
+	PolicyLMetric SelectionPolicy = "lmetric"
+)
+
+// QueuePolicy is --router-queue-policy (spec §9.2). The ordering itself lives in scoring/queue.
+type QueuePolicy string
+
+// Queue policies. LCFS is for experiments; Dynamo accepts it only in policy YAML, kvroute also on the flag.
+const (
+	QueueFCFS QueuePolicy = "fcfs"
+	QueueWSPT QueuePolicy = "wspt"
+	QueueLCFS QueuePolicy = "lcfs"
+)
+
+// SharedCacheType is --shared-cache-type.
+type SharedCacheType string
+
+// Shared cache types: the shared-tier credit applies only with hicache.
+const (
+	SharedCacheNone    SharedCacheType = "none"
+	SharedCacheHiCache SharedCacheType = "hicache"
+)
+
+// WorkerType says which role the router serves; it matters only for the decode-router special case of
+// the cost function (spec §3.1).
+type WorkerType string
+
+// Worker types.
+const (
+	WorkerAggregated WorkerType = ""
+	WorkerPrefill    WorkerType = "prefill"
+	WorkerDecode     WorkerType = "decode"
+)
+
+// OptFloat is a float parameter that may be unset (Dynamo's Option<f64>). The zero value is unset.
+type OptFloat struct {
+	V   float64
+	Set bool
+}
+
+// Some returns a set OptFloat.
+func Some(v float64) OptFloat { return OptFloat{V: v, Set: true} }
+
+// String renders the value, or "unset".
+func (o OptFloat) String() string {
+	if !o.Set {
+		return "unset"
+	}
+	return fmt.Sprint(o.V)
+}
+
+// DefaultMaxBatchedTokens stands in for a worker that does not report max_num_batched_tokens; it is large
+// enough that the queue threshold and the frac busy threshold never trigger (spec §9.1).
+const DefaultMaxBatchedTokens = 10_000_000
+
+// DefaultStaleExpiry is how long an active request may go without Free before load tracking drops it
+// (Dynamo single.rs EXPIRY_DURATION, spec §7).
+const DefaultStaleExpiry = 3600 * time.Second
+
+// Config is every router parameter of spec/router.md §3.2 and §12. The zero value is not useful; start
+// from DefaultConfig. Fields map 1:1 to flags (see Flags in flags.go).
+type Config struct {
+	// Mode is the routing mode. Default round-robin, as Dynamo's frontend; `kvroute router` sets kv.
+	Mode RouterMode
+	// LoadAware is the --load-aware preset: kv mode with credit 0, KV events off, assume_kv_reuse off,
+	// active and prefill tracking on (§8.3). Applied by Resolved.
+	LoadAware bool
+
+	// BlockSize is the KV block size in tokens. Default 16; Dynamo reads it from the model card, the
+	// standalone router defaults to 128 (--router-block-size).
+	BlockSize int
+
+	// OverlapScoreCredit (blocks of credit per device-tier overlap block) scales how much a cached prefix
+	// discounts prefill. Default 1.0; 0 disables the indexer (pure load balancing); >1 is allowed and can
+	// make the adjusted prefill negative before clipping.
+	OverlapScoreCredit float64
+	// OverlapScoreCreditDecay shrinks the credit of workers with excess prefill load: 1.0 halves it at one
+	// request-equivalent of excess. Default 0 (no decay). Needs TrackPrefillTokens.
+	OverlapScoreCreditDecay float64
+	// PrefillLoadScale multiplies the adjusted prefill blocks against decode blocks. Default 1.0.
+	PrefillLoadScale float64
+	// HostCacheHitWeight is the credit per host-pinned-tier overlap block, [0,1]. Default 0.75: a host hit
+	// still costs a transfer.
+	HostCacheHitWeight float64
+	// DiskCacheHitWeight is the credit per disk-tier overlap block, [0,1]. Default 0.25.
+	DiskCacheHitWeight float64
+	// SharedCacheMultiplier is the credit per shared-tier hit beyond the device overlap, only with
+	// SharedCacheType hicache. Default 0.5 (the CLI default; the Rust struct default is 0).
+	SharedCacheMultiplier float64
+	// SharedCacheType enables the shared-tier credit. Default none.
+	SharedCacheType SharedCacheType
+	// DecodeActiveRequestWeight is the cost per active request on a worker (issue #12300): spreads
+	// requests when block counts tie. Default 0.
+	DecodeActiveRequestWeight float64
+	// Temperature: 0 picks the argmin (random tie-break); >0 samples a softmax over min-max normalized
+	// logits, which spreads load between routers that see the same state. Default 0.
+	Temperature float64
+	// SelectionPolicy is default (linear logit) or lmetric. Default default.
+	SelectionPolicy SelectionPolicy
+	// WorkerType selects the decode-router special case when WorkerDecode. Default aggregated.
+	WorkerType WorkerType
+
+	// UseKVEvents: false is approximate mode (§8.1), where each routing decision is written into the
+	// index with TTL. Default true.
+	UseKVEvents bool
+	// TTL is the approximate-mode block lifetime (--router-ttl-secs). Default 120 s.
+	TTL time.Duration
+	// ApproxWorkerCapacity bounds the blocks one worker may hold in the approximate index, when the worker
+	// does not report total_kv_blocks. Default 1,048,576 (Dynamo's old max_tree_size).
+	ApproxWorkerCapacity int
+	// ApproxPruneTargetRatio is the fill ratio pruning brings a worker back to. Default 0.8.
+	ApproxPruneTargetRatio float64
+	// PredictedTTL enables the predict-on-route side index when set (--router-predicted-ttl-secs); 0 is
+	// unset. Default unset.
+	PredictedTTL time.Duration
+	// EventThreads is the number of indexer writer threads (--router-event-threads). Default 4.
+	EventThreads int
+
+	// TrackActiveBlocks counts decode blocks per worker. Default true; prefill-only routers turn it off.
+	TrackActiveBlocks bool
+	// TrackOutputBlocks adds a block per generated block boundary (experimental). Default false.
+	TrackOutputBlocks bool
+	// AssumeKVReuse dedupes active blocks by sequence hash on a worker. Default true.
+	AssumeKVReuse bool
+	// TrackPrefillTokens charges ISL − cached tokens until the first token. Default true.
+	TrackPrefillTokens bool
+	// ActiveSequenceStride keeps one hash per N prompt blocks in load tracking. Default 1.
+	ActiveSequenceStride int
+	// PrefillLoadModel: none (default); aic is not implemented by kvroute and fails Validate.
+	PrefillLoadModel string
+	// ReplicaSync shares active-load deltas between router replicas. Default false.
+	ReplicaSync bool
+	// StaleExpiry drops active requests never freed. Default 3600 s (Dynamo single.rs).
+	StaleExpiry time.Duration
+
+	// QueueThreshold: with it set, a request waits while every eligible worker has active prefill tokens >
+	// threshold × max_num_batched_tokens. Default unset (no queue). Must be ≥ 0.
+	QueueThreshold OptFloat
+	// QueuePolicy orders waiting requests. Default fcfs.
+	QueuePolicy QueuePolicy
+	// OverlapRefreshAfter re-queries overlap for requests that waited longer. Default 10 s; 0 disables.
+	OverlapRefreshAfter time.Duration
+
+	// ActiveDecodeBlocksThreshold: busy when kv_used_blocks > threshold × total_kv_blocks, fraction [0,1].
+	// Default unset.
+	ActiveDecodeBlocksThreshold OptFloat
+	// ActivePrefillTokensThreshold: busy when active prefill tokens > this many tokens. Default unset.
+	ActivePrefillTokensThreshold OptFloat
+	// ActivePrefillTokensThresholdFrac: busy when active prefill tokens > frac × max_num_batched_tokens.
+	// Default unset.
+	ActivePrefillTokensThresholdFrac OptFloat
+
+	// EncoderCudaToCPURatio is the non-CPU group weight of device-aware-weighted mode
+	// (DYN_ENCODER_CUDA_TO_CPU_RATIO). Default 8.
+	EncoderCudaToCPURatio float64
+	// MinInitialWorkers delays serving until that many workers are known. Default 0.
+	MinInitialWorkers int
+	// MigrationLimit retries a request on another worker before its first byte. Default 0.
+	MigrationLimit int
+
+	// OverlapScoreWeight is the deprecated --router-kv-overlap-score-weight. When set it wins: it becomes
+	// PrefillLoadScale, and 0 also zeroes the credit (§3.3). Default unset. Applied by Resolved.
+	OverlapScoreWeight OptFloat
+}
+
+// DefaultConfig returns Dynamo's defaults (spec §3.2, §12).
+func DefaultConfig() Config {
+	return Config{
+		Mode:                      ModeRoundRobin,
+		BlockSize:                 16,
+		OverlapScoreCredit:        1.0,
+		OverlapScoreCreditDecay:   0,
+		PrefillLoadScale:          1.0,
+		HostCacheHitWeight:        0.75,
+		DiskCacheHitWeight:        0.25,
+		SharedCacheMultiplier:     0.5,
+		SharedCacheType:           SharedCacheNone,
+		DecodeActiveRequestWeight: 0,
+		Temperature:               0,
+		SelectionPolicy:           PolicyDefault,
+		UseKVEvents:               true,
+		TTL:                       120 * time.Second,
+		ApproxWorkerCapacity:      1 << 20,
+		ApproxPruneTargetRatio:    0.8,
+		EventThreads:              4,
+		TrackActiveBlocks:         true,
+		AssumeKVReuse:             true,
+		TrackPrefillTokens:        true,
+		ActiveSequenceStride:      1,
+		PrefillLoadModel:          "none",
+		StaleExpiry:               DefaultStaleExpiry,
+		QueuePolicy:               QueueFCFS,
+		OverlapRefreshAfter:       10 * time.Second,
+		EncoderCudaToCPURatio:     8,
+	}
+}
+
+// ErrBadConfig is the class of every Validate error.
+var ErrBadConfig = errors.New("scoring: invalid router config")
+
+func badf(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, a...)...)
+}
+
+func finiteNonNeg(name string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return badf("%s must be finite and ≥ 0, got %v", name, v)
+	}
+	return nil
+}
+
+func unit(name string, v float64) error {
+	if math.IsNaN(v) || v < 0 || v > 1 {
+		return badf("%s must be in [0,1], got %v", name, v)
+	}
+	return nil
+}
+
+// Validate reports the first invalid field, wrapped in ErrBadConfig.
+func (c *Config) Validate() error {
+	switch c.Mode {
+	case ModeKV, ModeRoundRobin, ModeRandom, ModePowerOfTwo, ModeLeastLoaded, ModeDeviceAwareWeighted, ModeDirect:
+	default:
+		return badf("unknown router mode %q", c.Mode)
+	}
+	switch c.SelectionPolicy {
+	case PolicyDefault, PolicyLMetric:
+	default:
+		return badf("unknown selection policy %q", c.SelectionPolicy)
+	}
+	switch c.QueuePolicy {
+	case QueueFCFS, QueueWSPT, QueueLCFS:
+	default:
+		return badf("unknown queue policy %q", c.QueuePolicy)
+	}
+	switch c.SharedCacheType {
+	case SharedCacheNone, SharedCacheHiCache:
+	default:
+		return badf("unknown shared cache type %q", c.SharedCacheType)
+	}
+	switch c.WorkerType {
+	case WorkerAggregated, WorkerPrefill, WorkerDecode:
+	default:
+		return badf("unknown worker type %q", c.WorkerType)
+	}
+	if c.PrefillLoadModel != "none" && c.PrefillLoadModel != "" {
+		return badf("prefill load model %q is not supported (only none)", c.PrefillLoadModel)
+	}
+	if c.BlockSize <= 0 {
+		return badf("block size must be > 0, got %d", c.BlockSize)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"overlap_score_credit", c.OverlapScoreCredit},
+		{"overlap_score_credit_decay", c.OverlapScoreCreditDecay},
+		{"prefill_load_scale", c.PrefillLoadScale},
+		{"shared_cache_multiplier", c.SharedCacheMultiplier},
+		{"decode_active_request_weight", c.DecodeActiveRequestWeight},
+		{"router_temperature", c.Temperature},
+		{"encoder_cuda_to_cpu_ratio", c.EncoderCudaToCPURatio},
+	} {
+		if err := finiteNonNeg(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if c.EncoderCudaToCPURatio == 0 {
+		return badf("encoder_cuda_to_cpu_ratio must be > 0")
+	}
+	if err := unit("host_cache_hit_weight", c.HostCacheHitWeight); err != nil {
+		return err
+	}
+	if err := unit("disk_cache_hit_weight", c.DiskCacheHitWeight); err != nil {
+		return err
+	}
+	if c.TTL <= 0 {
+		return badf("router_ttl_secs must be > 0, got %v", c.TTL)
+	}
+	if c.PredictedTTL < 0 || c.StaleExpiry <= 0 || c.OverlapRefreshAfter < 0 {
+		return badf("durations must be ≥ 0 (predicted ttl %v, stale expiry %v, overlap refresh %v)",
+			c.PredictedTTL, c.StaleExpiry, c.OverlapRefreshAfter)
+	}
+	if c.ApproxWorkerCapacity <= 0 {
+		return badf("approximate worker capacity must be > 0, got %d", c.ApproxWorkerCapacity)
+	}
+	if !(c.ApproxPruneTargetRatio > 0 && c.ApproxPruneTargetRatio <= 1) {
+		return badf("approximate prune target ratio must be in (0,1], got %v", c.ApproxPruneTargetRatio)
+	}
+	if c.EventThreads < 1 {
+		return badf("router_event_threads must be ≥ 1, got %d", c.EventThreads)
+	}
+	if c.ActiveSequenceStride < 1 {
+		return badf("router_active_sequence_stride must be ≥ 1, got %d", c.ActiveSequenceStride)
+	}
+	if c.MinInitialWorkers < 0 || c.MigrationLimit < 0 {
+		return badf("counts must be ≥ 0")
+	}
+	if c.QueueThreshold.Set {
+		if err := finiteNonNeg("router_queue_threshold", c.QueueThreshold.V); err != nil {
+			return err
+		}
+	}
+	if c.ActiveDecodeBlocksThreshold.Set {
+		if err := unit("active_decode_blocks_threshold", c.ActiveDecodeBlocksThreshold.V); err != nil {
+			return err
+		}
+	}
+	if c.ActivePrefillTokensThreshold.Set {
+		if err := finiteNonNeg("active_prefill_tokens_threshold", c.ActivePrefillTokensThreshold.V); err != nil {
+			return err
+		}
+	}
+	if c.ActivePrefillTokensThresholdFrac.Set {
+		if err := finiteNonNeg("active_prefill_tokens_threshold_frac", c.ActivePrefillTokensThresholdFrac.V); err != nil {
+			return err
+		}
+	}
+	if c.OverlapScoreWeight.Set {
+		if err := finiteNonNeg("overlap_score_weight", c.OverlapScoreWeight.V); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Resolved returns the configuration the router runs with: the deprecated overlap_score_weight
+// migration (§3.3) and then the --load-aware preset (§8.3) applied. Call it once after flags are parsed,
+// then Validate the result.
+func (c Config) Resolved() Config {
+	if c.OverlapScoreWeight.Set {
+		c.PrefillLoadScale = c.OverlapScoreWeight.V
+		if c.OverlapScoreWeight.V == 0 {
+			c.OverlapScoreCredit = 0
+		}
+		c.OverlapScoreWeight = OptFloat{}
+	}
+	if c.LoadAware {
+		c.Mode = ModeKV
+		c.OverlapScoreCredit = 0
+		c.UseKVEvents = false
+		c.AssumeKVReuse = false
+		c.TrackActiveBlocks = true
+		c.TrackPrefillTokens = true
+		c.PredictedTTL = 0
+	}
+	return c
+}
+
+// NeedsIndexer reports whether the router keeps a prefix index: kv mode with a non-zero credit.
+func (c *Config) NeedsIndexer() bool {
+	return c.Mode == ModeKV && c.OverlapScoreCredit > 0
+}
+
+// Override is the per-request RouterConfigOverride (§3.2): nil fields keep the router's value.
+type Override struct {
+	OverlapScoreCredit    *float64 `json:"overlap_score_credit,omitempty"`
+	PrefillLoadScale      *float64 `json:"prefill_load_scale,omitempty"`
+	Temperature           *float64 `json:"router_temperature,omitempty"`
+	AssumeKVReuse         *bool    `json:"assume_kv_reuse,omitempty"`
+	TrackPrefillTokens    *bool    `json:"track_prefill_tokens,omitempty"`
+	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier,omitempty"`
+	// OverlapScoreWeight is the legacy field; it maps as in §3.3 and wins over the new fields.
+	OverlapScoreWeight *float64 `json:"overlap_score_weight,omitempty"`
+}
+
+// WithOverride returns c with o applied; o may be nil. The result is validated so a bad request value
+// cannot poison scoring; the error wraps ErrBadConfig.
+func (c Config) WithOverride(o *Override) (Config, error) {
+	if o == nil {
+		return c, nil
+	}
+	if o.OverlapScoreCredit != nil {
+		c.OverlapScoreCredit = *o.OverlapScoreCredit
+	}
+	if o.PrefillLoadScale != nil {
+		c.PrefillLoadScale = *o.PrefillLoadScale
+	}
+	if o.Temperature != nil {
+		c.Temperature = *o.Temperature
+	}
+	if o.AssumeKVReuse != nil {
+		c.AssumeKVReuse = *o.AssumeKVReuse
+	}
+	if o.TrackPrefillTokens != nil {
+		c.TrackPrefillTokens = *o.TrackPrefillTokens
+	}
+	if o.SharedCacheMultiplier != nil {
+		c.SharedCacheMultiplier = *o.SharedCacheMultiplier
+	}
+	if o.OverlapScoreWeight != nil {
+		c.OverlapScoreWeight = Some(*o.OverlapScoreWeight)
+		c.PrefillLoadScale = *o.OverlapScoreWeight
+		if *o.OverlapScoreWeight == 0 {
+			c.OverlapScoreCredit = 0
+		}
+		c.OverlapScoreWeight = OptFloat{}
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}

@@ -1,0 +1,182 @@
+package scoring
+
+import "math"
+
+// WorkerKey identifies one scheduling target: a worker instance and its data-parallel rank. Its layout
+// matches prefix.WorkerKey, so the two convert with a plain type conversion.
+type WorkerKey struct {
+	WorkerID uint64
+	DPRank   uint32
+}
+
+// Device is a worker's device class, for device-aware-weighted mode.
+type Device uint8
+
+// Device classes. The zero value is GPU because nearly every worker is one.
+const (
+	DeviceGPU Device = iota
+	DeviceCPU
+)
+
+// Overlap is a candidate's matched prefix in blocks, per storage tier (spec §2 storage tiers).
+type Overlap struct {
+	Device uint32 // device-tier overlap: the indexer score
+	Host   uint32 // host-pinned tier
+	Disk   uint32 // disk tier
+	Shared uint32 // shared (hicache) tier, counted from the first block
+}
+
+// Load is a candidate's load projection (Dynamo WorkerLoadProjection), taken from the worker's published
+// load snapshot plus the request's own projection.
+type Load struct {
+	// Known is false when the worker has no load snapshot yet; the cost then charges the ISL only.
+	Known               bool
+	ActivePrefillTokens uint64
+	// ActiveDecodeBlocks counts unique active blocks plus fractional output-block weights.
+	ActiveDecodeBlocks float64
+	// AdditionalBlocks is the request's blocks not already active on this worker (load.Tracker.Projection).
+	AdditionalBlocks uint64
+	ActiveRequests   uint32
+}
+
+// Capacity is what a worker reports about itself; zero fields are unknown.
+type Capacity struct {
+	TotalKVBlocks       uint64
+	KVUsedBlocks        uint64
+	KVUsedKnown         bool
+	MaxNumBatchedTokens uint64
+}
+
+// Candidate is one worker the request may go to, with everything the cost and the modes read.
+type Candidate struct {
+	Worker   WorkerKey
+	Overlap  Overlap
+	Load     Load
+	Capacity Capacity
+	Device   Device
+	// InFlight is the worker's in-flight request count for the non-KV modes; when zero, Load.ActiveRequests
+	// is used.
+	InFlight uint32
+}
+
+func (c *Candidate) inflight() uint32 {
+	if c.InFlight != 0 {
+		return c.InFlight
+	}
+	return c.Load.ActiveRequests
+}
+
+// CostTerms breaks a logit into the terms of spec §3.1, for logs and return_routing.
+type CostTerms struct {
+	RawPrefillBlocks      float64
+	Decay                 float64
+	OverlapCreditBlocks   float64
+	AdjustedPrefillBlocks float64
+	DecodeBlocks          float64
+	ActiveRequestCost     float64
+	Logit                 float64
+}
+
+// costInputs are the request-wide values the per-candidate cost needs.
+type costInputs struct {
+	isl            float64
+	bs             float64
+	minPrefill     uint64 // min active prefill tokens over eligible workers (credit decay)
+	requestBlocks  float64
+	trackPrefill   bool
+	credit         float64
+	decayRate      float64
+	scale          float64
+	hostW, diskW   float64
+	sharedMult     float64
+	sharedOn       bool
+	requestWeight  float64
+	lmetric        bool
+	decodeSpecial  bool
+}
+
+// newCostInputs gathers the request-wide inputs; ok(i) says whether candidate i is eligible (it feeds the
+// credit-decay minimum only).
+func newCostInputs(req *Request, cfg *Config, cands []Candidate, ok func(i int) bool) costInputs {
+	in := costInputs{
+		isl:           float64(req.ISL),
+		bs:            float64(cfg.BlockSize),
+		trackPrefill:  cfg.TrackPrefillTokens,
+		credit:        cfg.OverlapScoreCredit,
+		decayRate:     cfg.OverlapScoreCreditDecay,
+		scale:         cfg.PrefillLoadScale,
+		hostW:         cfg.HostCacheHitWeight,
+		diskW:         cfg.DiskCacheHitWeight,
+		sharedMult:    cfg.SharedCacheMultiplier,
+		sharedOn:      cfg.SharedCacheType == SharedCacheHiCache,
+		requestWeight: cfg.DecodeActiveRequestWeight,
+		lmetric:       cfg.SelectionPolicy == PolicyLMetric,
+	}
+	in.requestBlocks = in.isl / in.bs
+	in.decodeSpecial = cfg.WorkerType == WorkerDecode && !cfg.TrackPrefillTokens && cfg.OverlapScoreCredit > 0
+	if in.trackPrefill && in.decayRate > 0 {
+		in.minPrefill = math.MaxUint64
+		for i := range cands {
+			if p := cands[i].Load.ActivePrefillTokens; p < in.minPrefill && ok(i) {
+				in.minPrefill = p
+			}
+		}
+		if in.minPrefill == math.MaxUint64 {
+			in.minPrefill = 0
+		}
+	}
+	return in
+}
+
+// terms computes the logit of one candidate exactly as spec §3.1 (Dynamo worker_logit).
+func (in *costInputs) terms(c *Candidate) CostTerms {
+	var t CostTerms
+	dev := float64(c.Overlap.Device)
+	cached := math.Min(dev*in.bs, in.isl) // effective cached tokens, clipped to the ISL
+
+	if in.trackPrefill {
+		raw := in.isl
+		if c.Load.Known {
+			raw = float64(c.Load.ActivePrefillTokens) + math.Max(in.isl-cached, 0) + cached
+		}
+		t.RawPrefillBlocks = raw / in.bs
+	}
+
+	t.Decay = 1
+	if in.trackPrefill && in.decayRate > 0 && in.requestBlocks > 0 {
+		excess := math.Max(float64(c.Load.ActivePrefillTokens)-float64(in.minPrefill), 0) / in.bs
+		t.Decay = 1 / (1 + in.decayRate*excess/in.requestBlocks)
+	}
+
+	t.OverlapCreditBlocks = in.credit*t.Decay*dev +
+		in.hostW*float64(c.Overlap.Host) +
+		in.diskW*float64(c.Overlap.Disk)
+	if in.sharedOn && c.Overlap.Shared > c.Overlap.Device {
+		t.OverlapCreditBlocks += in.sharedMult * float64(c.Overlap.Shared-c.Overlap.Device)
+	}
+
+	t.AdjustedPrefillBlocks = math.Max(t.RawPrefillBlocks-t.OverlapCreditBlocks, 0)
+	t.DecodeBlocks = c.Load.ActiveDecodeBlocks + float64(c.Load.AdditionalBlocks)
+	t.ActiveRequestCost = in.requestWeight * float64(c.Load.ActiveRequests)
+
+	switch {
+	case in.decodeSpecial:
+		t.Logit = math.Max(0, t.DecodeBlocks-t.OverlapCreditBlocks) + t.ActiveRequestCost
+	case in.lmetric:
+		t.Logit = t.AdjustedPrefillBlocks * (t.DecodeBlocks + 1)
+	default:
+		t.Logit = in.scale*t.AdjustedPrefillBlocks + t.DecodeBlocks + t.ActiveRequestCost
+	}
+	return t
+}
+
+// Cost returns the cost terms of every candidate for req under cfg, without busy filtering or selection:
+// the "Formula for worker" view of spec §4, for logs and debugging.
+func Cost(req Request, cands []Candidate, cfg *Config) []CostTerms {
+	in := newCostInputs(&req, cfg, cands, func(int) bool { return true })
+	out := make([]CostTerms, len(cands))
+	for i := range cands {
+		out[i] = in.terms(&cands[i])
+	}
+	return out
+}

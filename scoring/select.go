@@ -1,0 +1,342 @@
+package scoring
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Error classes of selection. Callers use errors.Is; the HTTP edge maps ErrAllBusy to 503 and
+// ErrNoWorkers to 503 "no endpoints".
+var (
+	// ErrNoWorkers: there are no candidates at all (Dynamo NoEndpoints).
+	ErrNoWorkers = errors.New("scoring: no workers")
+	// ErrAllBusy: candidates exist but every one is over a busy threshold (AllEligibleWorkersOverloaded).
+	ErrAllBusy = errors.New("scoring: all eligible workers are busy")
+	// ErrPinnedNotFound: the pinned worker is not among the candidates. Wraps ErrNoWorkers.
+	ErrPinnedNotFound = fmt.Errorf("%w: pinned worker not found", ErrNoWorkers)
+	// ErrPinnedBusy: the pinned worker is over a busy threshold (PinnedWorkerOverloaded). Wraps ErrAllBusy.
+	ErrPinnedBusy = fmt.Errorf("%w: pinned worker is busy", ErrAllBusy)
+	// ErrNoTarget: direct mode without a worker named by the caller.
+	ErrNoTarget = errors.New("scoring: direct mode needs a target worker")
+)
+
+// RNG is the randomness Select uses: tie-breaks, softmax draws, random and power-of-two modes.
+// *math/rand/v2.Rand satisfies it; tests and benches pass a seeded one.
+type RNG interface {
+	Float64() float64
+	IntN(n int) int
+}
+
+// Request is what selection needs to know about one request.
+type Request struct {
+	// ISL is the number of input tokens (the routing tokens).
+	ISL int
+	// Pin restricts selection to one worker: direct mode's target, or a pinned request. With PinRank
+	// false any DP rank of Pin.WorkerID may be chosen.
+	Pin     WorkerKey
+	Pinned  bool
+	PinRank bool
+	// RoundRobin is the caller's request counter; round-robin picks eligible[RoundRobin % n]. Keeping the
+	// counter outside keeps Select pure.
+	RoundRobin uint64
+	// Override is the per-request router config override, or nil.
+	Override *Override
+	// ReturnCosts fills Decision.Costs (nvext return_routing), appending to CostsBuf so the caller can
+	// reuse the slice.
+	ReturnCosts bool
+	CostsBuf    []CandidateCost
+}
+
+// CandidateCost is one row of Decision.Costs.
+type CandidateCost struct {
+	Worker  WorkerKey `json:"-"`
+	Overlap uint32    `json:"overlap_blocks"`
+	Cost    float64   `json:"cost"`
+	Busy    bool      `json:"busy,omitempty"`
+}
+
+// Decision is Select's answer. The caller performs it: AddRequest on the chosen worker's load tracker,
+// approximate-mode recording, dispatch.
+type Decision struct {
+	Worker WorkerKey
+	// Index is the chosen candidate's index in the candidates slice.
+	Index int
+	// Cost is the chosen candidate's logit (computed in every mode, so /v1/route can report it).
+	Cost float64
+	// Overlap is the chosen worker's device-tier overlap in blocks.
+	Overlap uint32
+	// CachedTokens is min(Overlap × block size, ISL): the prefill charge is ISL − CachedTokens.
+	CachedTokens int
+	// Costs has one row per candidate, in candidate order, when Request.ReturnCosts.
+	Costs []CandidateCost
+}
+
+// Selector chooses a worker for a request. The router modes of this package implement it; peer baselines
+// (llm-d's weighted scorer, SGLang's cache-aware policy) plug in behind the same interface and reuse
+// Busy / Allowed for filtering.
+type Selector interface {
+	Select(req Request, cands []Candidate, rng RNG) (Decision, error)
+}
+
+// SelectorFunc adapts a function to Selector.
+type SelectorFunc func(req Request, cands []Candidate, rng RNG) (Decision, error)
+
+// Select implements Selector.
+func (f SelectorFunc) Select(req Request, cands []Candidate, rng RNG) (Decision, error) {
+	return f(req, cands, rng)
+}
+
+// NewSelector returns the Selector of cfg.Mode. cfg is copied; it must be Resolved and valid.
+func NewSelector(cfg Config) (Selector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return SelectorFunc(func(req Request, cands []Candidate, rng RNG) (Decision, error) {
+		return Select(req, cands, &cfg, rng)
+	}), nil
+}
+
+var _ Selector = SelectorFunc(nil)
+
+// Busy reports whether c is over any busy threshold of cfg (spec §9.5, OR-combined). It applies in every
+// mode.
+func Busy(c *Candidate, cfg *Config) bool {
+	if t := cfg.ActiveDecodeBlocksThreshold; t.Set && c.Capacity.TotalKVBlocks > 0 {
+		used := c.Load.ActiveDecodeBlocks
+		if c.Capacity.KVUsedKnown {
+			used = float64(c.Capacity.KVUsedBlocks)
+		}
+		if used > t.V*float64(c.Capacity.TotalKVBlocks) {
+			return true
+		}
+	}
+	if t := cfg.ActivePrefillTokensThreshold; t.Set && float64(c.Load.ActivePrefillTokens) > t.V {
+		return true
+	}
+	if t := cfg.ActivePrefillTokensThresholdFrac; t.Set &&
+		float64(c.Load.ActivePrefillTokens) > t.V*float64(maxBatched(c)) {
+		return true
+	}
+	return false
+}
+
+func maxBatched(c *Candidate) uint64 {
+	if c.Capacity.MaxNumBatchedTokens == 0 {
+		return DefaultMaxBatchedTokens
+	}
+	return c.Capacity.MaxNumBatchedTokens
+}
+
+// Allowed reports whether c may serve req (pin filter).
+func Allowed(req *Request, c *Candidate) bool {
+	if !req.Pinned {
+		return true
+	}
+	return c.Worker.WorkerID == req.Pin.WorkerID && (!req.PinRank || c.Worker.DPRank == req.Pin.DPRank)
+}
+
+// ShouldQueue reports whether req must wait (spec §9.1): a queue threshold is set and every eligible
+// candidate has active prefill tokens > threshold × max_num_batched_tokens. With no eligible candidate
+// it is false, so the request falls through to the selection error.
+func ShouldQueue(req *Request, cands []Candidate, cfg *Config) bool {
+	if !cfg.QueueThreshold.Set {
+		return false
+	}
+	any := false
+	for i := range cands {
+		c := &cands[i]
+		if !Allowed(req, c) || Busy(c, cfg) {
+			continue
+		}
+		any = true
+		if float64(c.Load.ActivePrefillTokens) <= cfg.QueueThreshold.V*float64(maxBatched(c)) {
+			return false
+		}
+	}
+	return any
+}
+
+// BestCachedTokens is the WSPT key input (spec §9.2): the largest min(overlap × block size, ISL) over the
+// eligible candidates (the pinned worker's when pinned).
+func BestCachedTokens(req *Request, cands []Candidate, cfg *Config) int {
+	best := 0
+	for i := range cands {
+		c := &cands[i]
+		if !Allowed(req, c) || Busy(c, cfg) {
+			continue
+		}
+		if t := cachedTokens(req.ISL, c.Overlap.Device, cfg.BlockSize); t > best {
+			best = t
+		}
+	}
+	return best
+}
+
+func cachedTokens(isl int, dev uint32, bs int) int {
+	return min(int(dev)*bs, isl)
+}
+
+// Select chooses a worker for req among cands under cfg.Mode: pin filter, busy filter, then the mode's
+// choice. It is pure: randomness comes from rng, round-robin state from req.RoundRobin. cfg must be
+// Resolved and valid; req.Override is applied on top.
+func Select(req Request, cands []Candidate, cfg *Config, rng RNG) (Decision, error) {
+	if req.Override != nil {
+		c, err := cfg.WithOverride(req.Override)
+		if err != nil {
+			return Decision{}, err
+		}
+		cfg = &c
+	}
+	if len(cands) == 0 {
+		return Decision{}, ErrNoWorkers
+	}
+	if cfg.Mode == ModeDirect && !req.Pinned {
+		return Decision{}, ErrNoTarget
+	}
+	allowed, eligible := 0, 0
+	for i := range cands {
+		if !Allowed(&req, &cands[i]) {
+			continue
+		}
+		allowed++
+		if !Busy(&cands[i], cfg) {
+			eligible++
+		}
+	}
+	switch {
+	case allowed == 0 && req.Pinned:
+		return Decision{}, ErrPinnedNotFound
+	case eligible == 0 && req.Pinned:
+		return Decision{}, ErrPinnedBusy
+	case eligible == 0:
+		return Decision{}, ErrAllBusy
+	}
+	ok := func(i int) bool { return Allowed(&req, &cands[i]) && !Busy(&cands[i], cfg) }
+	in := newCostInputs(&req, cfg, cands, ok)
+
+	var idx int
+	switch cfg.Mode {
+	case ModeKV:
+		idx = pickKV(&in, cands, cfg.Temperature, ok, eligible, rng)
+	case ModeRoundRobin:
+		idx = nth(cands, ok, int(req.RoundRobin%uint64(eligible)))
+	case ModeRandom:
+		idx = nth(cands, ok, rng.IntN(eligible))
+	case ModePowerOfTwo:
+		idx = pickPowerOfTwo(cands, ok, eligible, rng)
+	case ModeLeastLoaded, ModeDirect:
+		idx = pickLeastLoaded(cands, ok, rng)
+	case ModeDeviceAwareWeighted:
+		idx = pickDeviceAware(cands, ok, cfg.EncoderCudaToCPURatio, rng)
+	default:
+		return Decision{}, fmt.Errorf("%w: unknown router mode %q", ErrBadConfig, cfg.Mode)
+	}
+
+	c := &cands[idx]
+	d := Decision{
+		Worker:       c.Worker,
+		Index:        idx,
+		Cost:         in.terms(c).Logit,
+		Overlap:      c.Overlap.Device,
+		CachedTokens: cachedTokens(req.ISL, c.Overlap.Device, cfg.BlockSize),
+	}
+	if req.ReturnCosts {
+		out := req.CostsBuf[:0]
+		for i := range cands {
+			cc := &cands[i]
+			out = append(out, CandidateCost{
+				Worker:  cc.Worker,
+				Overlap: cc.Overlap.Device,
+				Cost:    in.terms(cc).Logit,
+				Busy:    !ok(i),
+			})
+		}
+		d.Costs = out
+	}
+	return d, nil
+}
+
+// nth returns the index of the k-th (0-based) eligible candidate.
+func nth(cands []Candidate, ok func(int) bool, k int) int {
+	for i := range cands {
+		if !ok(i) {
+			continue
+		}
+		if k == 0 {
+			return i
+		}
+		k--
+	}
+	panic("scoring: eligible count out of sync")
+}
+
+// softmaxStack bounds the logits kept on the stack for temperature sampling.
+const softmaxStack = 256
+
+// pickKV is spec §4: argmin with reservoir tie-break at temperature 0, softmax over min-max normalized
+// negated logits otherwise.
+func pickKV(in *costInputs, cands []Candidate, temp float64, ok func(int) bool, eligible int, rng RNG) int {
+	if temp == 0 {
+		best, ties := -1, 0
+		var bestLogit float64
+		for i := range cands {
+			if !ok(i) {
+				continue
+			}
+			l := in.terms(&cands[i]).Logit
+			switch {
+			case best < 0 || l < bestLogit:
+				best, bestLogit, ties = i, l, 1
+			case l == bestLogit:
+				ties++
+				if rng.IntN(ties) == 0 {
+					best = i
+				}
+			}
+		}
+		return best
+	}
+
+	var stackIdx [softmaxStack]int32
+	var stackL [softmaxStack]float64
+	idx, logits := stackIdx[:0], stackL[:0]
+	if eligible > softmaxStack {
+		idx, logits = make([]int32, 0, eligible), make([]float64, 0, eligible)
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i := range cands {
+		if !ok(i) {
+			continue
+		}
+		l := in.terms(&cands[i]).Logit
+		idx, logits = append(idx, int32(i)), append(logits, l)
+		lo, hi = math.Min(lo, l), math.Max(hi, l)
+	}
+	return int(idx[softmaxPick(logits, lo, hi, temp, rng)])
+}
+
+// softmaxPick samples index i with p_i ∝ exp(−(l_i − lo)/((hi − lo)·T)); uniform when lo == hi. The
+// cumulative walk picks the first entry whose running sum exceeds u; rounding falls back to the last.
+func softmaxPick(logits []float64, lo, hi, temp float64, rng RNG) int {
+	n := len(logits)
+	if lo == hi {
+		return rng.IntN(n)
+	}
+	span := (hi - lo) * temp
+	var sum float64
+	for i, l := range logits {
+		p := math.Exp(-(l - lo) / span)
+		logits[i] = p
+		sum += p
+	}
+	u := rng.Float64()
+	var cum float64
+	for i, p := range logits {
+		cum += p / sum
+		if u < cum {
+			return i
+		}
+	}
+	return n - 1
+}
