@@ -1,0 +1,419 @@
+package mocker
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Request is one generation request as the engine sees it: token ids in, a number of tokens out.
+type Request struct {
+	// ID must be unique among the engine's live requests.
+	ID string
+	// Prompt is the full prompt in token ids, image placeholders already expanded.
+	Prompt []uint32
+	// MaxTokens is the number of tokens to generate (at least 1; the filler never stops early).
+	MaxTokens int
+	// MM lists the prompt's multimodal items, sorted by Offset; they enter the extra keys of the blocks
+	// they overlap.
+	MM []MMItem
+	// LoraName enters every block's extra keys and the events' lora_name.
+	LoraName string
+	// CacheSalt enters block 0's extra keys.
+	CacheSalt string
+}
+
+// Progress is what one step did for one request: at most one new token, and whether it finished.
+type Progress struct {
+	ID string
+	// Token is the token generated this step; Output the number generated so far (Output-1 is its index).
+	Token  uint32
+	Output int
+	// First is set on the step that produced the first token (the end of prefill).
+	First bool
+	// Done is set when Output reached MaxTokens (finish reason "length") or the request was aborted.
+	Done bool
+	// PromptTokens and CachedTokens are the usage figures: CachedTokens is the prefix-cache hit measured when
+	// the request was first scheduled (vLLM's num_cached_tokens).
+	PromptTokens int
+	CachedTokens int
+}
+
+// StepResult is everything one engine step did. Its slices are reused by the next Step call.
+type StepResult struct {
+	// Idle is set when nothing was scheduled and there were no events: the caller should wait for input.
+	Idle bool
+	// Duration is the simulated length of the step, already divided by the speedup ratios.
+	Duration time.Duration
+	// Events are the step's KV cache events in call order (one vLLM batch).
+	Events []KVEvent
+	// Progress has one entry per request that produced a token or finished.
+	Progress []Progress
+	// PrefillTokens and Decodes are the timing model's inputs; Preempted counts preemptions this step.
+	PrefillTokens int
+	Decodes       int
+	Preempted     int
+}
+
+// Stats are the engine's gauges and counters, as vLLM exports them.
+type Stats struct {
+	Running, Waiting     int
+	UsedBlocks, Blocks   int
+	PrefixQueries        uint64 // prompt tokens of admitted requests
+	PrefixHits           uint64 // of which cached
+	Preemptions          uint64
+	PromptTokens         uint64
+	GenerationTokens     uint64
+	Evictions            uint64
+	FinishedRequests     uint64
+	Steps                uint64
+	BusyTime             time.Duration // sum of step durations
+}
+
+// KVUsage is vLLM's kv_cache_usage_perc: referenced blocks over all blocks, in [0,1].
+func (s Stats) KVUsage() float64 {
+	if s.Blocks == 0 {
+		return 0
+	}
+	return float64(s.UsedBlocks) / float64(s.Blocks)
+}
+
+type reqState struct {
+	Request
+	tokens       []uint32 // prompt + generated, append-only (blocks alias it)
+	numOutput    int
+	computed     int
+	blocks       []int32
+	numCached    int // leading blocks already cached (hashed)
+	hashes       []BlockHash
+	extras       []*ExtraKeys
+	prefilled    bool // caught up with its tokens since the last (re)admission
+	admitted     bool // counted in the prefix-cache stats
+	cachedTokens int
+	running      bool
+}
+
+// Engine is one simulated vLLM engine core (one dp rank): the KV block pool and the continuous-batching
+// scheduler. It is pure: no goroutines, no clock, no I/O; Step returns how long the step takes and what it
+// emitted, and the caller performs it. Not safe for concurrent use.
+type Engine struct {
+	cfg     EngineConfig
+	pool    *blockPool
+	waiting []*reqState // FIFO; preempted requests return to the front
+	running []*reqState
+	byID    map[string]*reqState
+	stats   Stats
+	res     StepResult
+	sched   []scheduled
+	hits    []int32
+}
+
+type scheduled struct {
+	r      *reqState
+	n      int
+	decode bool
+}
+
+// NewEngine validates cfg and builds an empty engine.
+func NewEngine(cfg EngineConfig) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{
+		cfg:  cfg,
+		pool: newBlockPool(cfg.NumGPUBlocks, cfg.BlockSize),
+		byID: make(map[string]*reqState),
+	}, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() EngineConfig { return e.cfg }
+
+// Add queues a request. It fails with ErrBadRequest when the request can never fit the KV cache or the
+// model length, or when its ID is already live.
+func (e *Engine) Add(req Request) error {
+	bs := e.cfg.BlockSize
+	switch {
+	case len(req.Prompt) == 0:
+		return fmt.Errorf("%w: empty prompt", ErrBadRequest)
+	case req.MaxTokens < 1:
+		return fmt.Errorf("%w: max_tokens %d must be at least 1", ErrBadRequest, req.MaxTokens)
+	case e.byID[req.ID] != nil:
+		return fmt.Errorf("%w: duplicate request id %q", ErrBadRequest, req.ID)
+	}
+	total := len(req.Prompt) + req.MaxTokens
+	if e.cfg.MaxModelLen > 0 && total > e.cfg.MaxModelLen {
+		return fmt.Errorf("%w: prompt (%d) + max_tokens (%d) exceeds max model length %d", ErrBadRequest, len(req.Prompt), req.MaxTokens, e.cfg.MaxModelLen)
+	}
+	if (total+bs-1)/bs > e.cfg.NumGPUBlocks {
+		return fmt.Errorf("%w: prompt (%d) + max_tokens (%d) needs more than the %d KV blocks of %d tokens", ErrBadRequest, len(req.Prompt), req.MaxTokens, e.cfg.NumGPUBlocks, bs)
+	}
+	for i, it := range req.MM {
+		if it.Offset < 0 || it.Length <= 0 || it.Offset+it.Length > len(req.Prompt) || (i > 0 && it.Offset < req.MM[i-1].Offset) {
+			return fmt.Errorf("%w: multimodal item %d [%d,+%d) out of order or outside the prompt", ErrBadRequest, i, it.Offset, it.Length)
+		}
+	}
+	r := &reqState{Request: req}
+	r.tokens = make([]uint32, len(req.Prompt), total)
+	copy(r.tokens, req.Prompt)
+	e.byID[req.ID] = r
+	e.waiting = append(e.waiting, r)
+	return nil
+}
+
+// Abort drops a live request (client gone), freeing its blocks. It reports whether the request was live.
+func (e *Engine) Abort(id string) bool {
+	r := e.byID[id]
+	if r == nil {
+		return false
+	}
+	delete(e.byID, id)
+	if r.running {
+		e.running = slices.DeleteFunc(e.running, func(x *reqState) bool { return x == r })
+		e.pool.release(r.blocks)
+		r.blocks = nil
+	} else {
+		e.waiting = slices.DeleteFunc(e.waiting, func(x *reqState) bool { return x == r })
+	}
+	return true
+}
+
+// ResetPrefixCache drops every cached block if none is in use (AllBlocksCleared goes out with the next
+// TakeEvents or Step); otherwise it returns ErrResetBusy.
+func (e *Engine) ResetPrefixCache() error {
+	if !e.pool.reset() {
+		return ErrResetBusy
+	}
+	return nil
+}
+
+// TakeEvents returns and clears the events not yet returned by a Step (e.g. after ResetPrefixCache).
+func (e *Engine) TakeEvents() []KVEvent {
+	ev := slices.Clone(e.pool.events)
+	e.pool.events = e.pool.events[:0]
+	return ev
+}
+
+// HasWork reports whether a Step would schedule anything.
+func (e *Engine) HasWork() bool { return len(e.running) > 0 || len(e.waiting) > 0 }
+
+// Stats returns the current gauges and counters.
+func (e *Engine) Stats() Stats {
+	s := e.stats
+	s.Running, s.Waiting = len(e.running), len(e.waiting)
+	s.UsedBlocks, s.Blocks = e.pool.usedBlocks(), len(e.pool.blocks)
+	s.Evictions = e.pool.evictions
+	return s
+}
+
+// CachedBlocks appends the cached blocks (ground truth for /debug/kv_blocks) to dst, in block-id order.
+// Token slices alias engine memory that is never mutated.
+func (e *Engine) CachedBlocks(dst []CachedBlock) []CachedBlock { return e.pool.cachedBlocks(dst) }
+
+// PrefixHitTokens is how many tokens of prompt the cache holds now (full blocks, capped one token short of
+// the prompt as vLLM does), without touching anything: the figure a router's overlap score predicts.
+func (e *Engine) PrefixHitTokens(req Request) int {
+	r := &reqState{Request: req, tokens: req.Prompt}
+	maxBlocks := (len(req.Prompt) - 1) / e.cfg.BlockSize
+	e.ensureHashes(r, maxBlocks)
+	n := 0
+	for n < maxBlocks && e.pool.lookup(r.hashes[n]) >= 0 {
+		n++
+	}
+	return n * e.cfg.BlockSize
+}
+
+func (e *Engine) ensureHashes(r *reqState, nFull int) {
+	bs := e.cfg.BlockSize
+	for i := len(r.hashes); i < nFull; i++ {
+		extra := blockExtraKeys(i, bs, r.LoraName, r.CacheSalt, r.MM)
+		var parent BlockHash
+		if i > 0 {
+			parent = r.hashes[i-1]
+		}
+		r.hashes = append(r.hashes, hashBlock(e.cfg.HashSeed, parent, i > 0, r.tokens[i*bs:(i+1)*bs], extra))
+		r.extras = append(r.extras, extra)
+	}
+}
+
+// cacheFull caches the request's blocks that are full once its first upto tokens are computed, emitting one
+// BlockStored for the consecutive new blocks (vLLM's cache_full_blocks at scheduling time).
+func (e *Engine) cacheFull(r *reqState, upto int) {
+	bs := e.cfg.BlockSize
+	nFull := upto / bs
+	if nFull <= r.numCached {
+		return
+	}
+	e.ensureHashes(r, nFull)
+	first := r.numCached
+	for i := first; i < nFull; i++ {
+		var parent BlockHash
+		if i > 0 {
+			parent = r.hashes[i-1]
+		}
+		e.pool.cacheBlock(r.blocks[i], r.hashes[i], parent, i > 0, r.tokens[i*bs:(i+1)*bs:(i+1)*bs], r.extras[i], r.LoraName)
+	}
+	ev := KVEvent{
+		Kind:      EventStored,
+		Hashes:    slices.Clone(r.hashes[first:nFull]),
+		Tokens:    r.tokens[first*bs : nFull*bs : nFull*bs],
+		BlockSize: bs,
+		Extra:     slices.Clone(r.extras[first:nFull]),
+		LoraName:  r.LoraName,
+	}
+	if first > 0 {
+		ev.Parent, ev.HasParent = r.hashes[first-1], true
+	}
+	e.pool.events = append(e.pool.events, ev)
+	r.numCached = nFull
+}
+
+// growBlocks makes room for the request's first upto tokens; false when the free queue is too short.
+func (e *Engine) growBlocks(r *reqState, upto int) bool {
+	need := (upto+e.cfg.BlockSize-1)/e.cfg.BlockSize - len(r.blocks)
+	if need > e.pool.numFree {
+		return false
+	}
+	for range need {
+		r.blocks = append(r.blocks, e.pool.allocate())
+	}
+	return true
+}
+
+func (e *Engine) preempt(r *reqState) {
+	e.pool.release(r.blocks)
+	r.blocks = r.blocks[:0]
+	r.numCached, r.computed, r.prefilled, r.running = 0, 0, false, false
+	e.waiting = slices.Insert(e.waiting, 0, r)
+	e.stats.Preemptions++
+	e.res.Preempted++
+}
+
+// Step schedules one engine step (vLLM's V1 scheduler: running requests first, then waiting ones while
+// the token budget and max_num_seqs allow, chunking long prefills and preempting the newest running
+// request when blocks run out), applies its outcome (one token per request that caught up with its
+// tokens) and returns the step's simulated duration, events and per-request progress.
+func (e *Engine) Step() *StepResult {
+	res := &e.res
+	*res = StepResult{Events: res.Events[:0], Progress: res.Progress[:0]}
+	e.sched = e.sched[:0]
+	bs := e.cfg.BlockSize
+	budget := e.cfg.MaxNumBatchedTokens
+
+	// 1. Running requests, in admission order.
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		r := e.running[i]
+		n := min(len(r.tokens)-r.computed, budget)
+		scheduledSelf := true
+		for !e.growBlocks(r, r.computed+n) {
+			victim := e.running[len(e.running)-1]
+			e.running = e.running[:len(e.running)-1]
+			e.preempt(victim)
+			if victim == r {
+				scheduledSelf = false
+				break
+			}
+		}
+		if !scheduledSelf {
+			break
+		}
+		e.cacheFull(r, r.computed+n)
+		e.sched = append(e.sched, scheduled{r: r, n: n, decode: r.prefilled})
+		budget -= n
+	}
+
+	// 2. Waiting requests, unless this step had to preempt.
+	for res.Preempted == 0 && len(e.waiting) > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
+		r := e.waiting[0]
+		// Longest cached prefix of full blocks, at most len-1 tokens so that one token is computed.
+		maxBlocks := (len(r.tokens) - 1) / bs
+		e.ensureHashes(r, maxBlocks)
+		e.hits = e.hits[:0]
+		evictable := 0
+		for len(e.hits) < maxBlocks {
+			id := e.pool.lookup(r.hashes[len(e.hits)])
+			if id < 0 {
+				break
+			}
+			if e.pool.blocks[id].ref == 0 {
+				evictable++
+			}
+			e.hits = append(e.hits, id)
+		}
+		hitTokens := len(e.hits) * bs
+		n := min(len(r.tokens)-hitTokens, budget)
+		need := (hitTokens+n+bs-1)/bs - len(e.hits)
+		if need > e.pool.numFree-evictable {
+			break
+		}
+		for _, id := range e.hits {
+			e.pool.touch(id)
+		}
+		r.blocks = append(r.blocks[:0], e.hits...)
+		r.numCached, r.computed = len(e.hits), hitTokens
+		e.growBlocks(r, hitTokens+n)
+		if !r.admitted {
+			r.admitted = true
+			r.cachedTokens = hitTokens
+			e.stats.PrefixQueries += uint64(len(r.tokens))
+			e.stats.PrefixHits += uint64(hitTokens)
+			e.stats.PromptTokens += uint64(len(r.Prompt))
+		}
+		e.waiting = e.waiting[1:]
+		r.running = true
+		e.running = append(e.running, r)
+		e.cacheFull(r, hitTokens+n)
+		e.sched = append(e.sched, scheduled{r: r, n: n})
+		budget -= n
+	}
+
+	// 3. Timing.
+	for _, s := range e.sched {
+		if s.decode {
+			res.Decodes++
+		} else {
+			res.PrefillTokens += s.n
+		}
+	}
+	occupancy := float64(e.pool.usedBlocks()) / float64(len(e.pool.blocks))
+	res.Duration = StepDuration(res.PrefillTokens, res.Decodes, occupancy, e.cfg.SpeedupRatio, e.cfg.DecodeSpeedupRatio)
+
+	// 4. Outcome: a request that caught up with its tokens samples one.
+	finished := false
+	for _, s := range e.sched {
+		r := s.r
+		r.computed += s.n
+		if r.computed < len(r.tokens) {
+			continue
+		}
+		r.prefilled = true
+		tok := e.cfg.FillerTokens[(r.numOutput+len(r.Prompt))%len(e.cfg.FillerTokens)]
+		r.tokens = append(r.tokens, tok)
+		r.numOutput++
+		e.stats.GenerationTokens++
+		p := Progress{ID: r.ID, Token: tok, Output: r.numOutput, First: r.numOutput == 1, PromptTokens: len(r.Prompt), CachedTokens: r.cachedTokens}
+		if r.numOutput >= r.MaxTokens {
+			p.Done = true
+			e.pool.release(r.blocks)
+			r.blocks = nil
+			r.running = false
+			delete(e.byID, r.ID)
+			e.stats.FinishedRequests++
+			finished = true
+		}
+		res.Progress = append(res.Progress, p)
+	}
+	if finished {
+		e.running = slices.DeleteFunc(e.running, func(r *reqState) bool { return !r.running })
+	}
+	res.Events = append(res.Events, e.pool.events...)
+	e.pool.events = e.pool.events[:0]
+	if len(e.sched) == 0 && len(res.Events) == 0 {
+		res.Idle = true
+		res.Duration = 0
+	} else {
+		e.stats.Steps++
+		e.stats.BusyTime += res.Duration
+	}
+	return res
+}

@@ -1,0 +1,105 @@
+package mocker
+
+import (
+	"encoding/binary"
+
+	"github.com/zeebo/xxh3"
+)
+
+// BlockHash is an engine block hash. Like vLLM's, it chains over (parent hash, block tokens, extra keys);
+// unlike vLLM's it is XXH3-64 with EngineConfig.HashSeed, which is allowed: the router treats engine hashes as
+// opaque and re-keys blocks from token_ids (spec/vllm-kv-events.md §7.4).
+type BlockHash uint64
+
+// MMItem places one multimodal item (an image) in a prompt: its identity (a 64-hex content hash or the
+// chat part's uuid) and the placeholder run [Offset, Offset+Length) it occupies.
+type MMItem struct {
+	ID     string
+	Offset int
+	Length int
+}
+
+// MMKey is one multimodal entry of a block's extra keys: the item's identity and its offset relative to the
+// block start (negative for continuation blocks), as current vLLM hashes it (spec/vllm-kv-events.md §7.3).
+type MMKey struct {
+	ID     string
+	Offset int
+}
+
+// ExtraKeys is the tuple vLLM hashes together with a block, in vLLM's order: LoRA name, multimodal entries,
+// cache salt (block 0 only). A nil *ExtraKeys is vLLM's None.
+type ExtraKeys struct {
+	LoraName  string
+	MM        []MMKey
+	CacheSalt string
+}
+
+// Len is the number of tuple elements on the wire.
+func (k *ExtraKeys) Len() int {
+	if k == nil {
+		return 0
+	}
+	n := len(k.MM)
+	if k.LoraName != "" {
+		n++
+	}
+	if k.CacheSalt != "" {
+		n++
+	}
+	return n
+}
+
+// blockExtraKeys computes the extra keys of block idx (tokens [idx*bs, (idx+1)*bs)) of a request, or nil.
+// mm must be sorted by offset.
+func blockExtraKeys(idx, bs int, lora, salt string, mm []MMItem) *ExtraKeys {
+	start, end := idx*bs, (idx+1)*bs
+	var k ExtraKeys
+	k.LoraName = lora
+	for _, it := range mm {
+		if it.Offset >= end {
+			break
+		}
+		if it.Offset+it.Length > start {
+			k.MM = append(k.MM, MMKey{ID: it.ID, Offset: it.Offset - start})
+		}
+	}
+	if idx == 0 {
+		k.CacheSalt = salt
+	}
+	if k.Len() == 0 {
+		return nil
+	}
+	return &k
+}
+
+// hashBlock chains one block: XXH3-64(seed) over a presence byte and the parent, the tokens as u32le and the
+// length-prefixed extra keys.
+func hashBlock(seed uint64, parent BlockHash, hasParent bool, tokens []uint32, extra *ExtraKeys) BlockHash {
+	var stack [1024]byte
+	buf := stack[:0]
+	if hasParent {
+		buf = append(buf, 1)
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(parent))
+	} else {
+		buf = append(buf, 0)
+	}
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(tokens)))
+	for _, t := range tokens {
+		buf = binary.LittleEndian.AppendUint32(buf, t)
+	}
+	if extra != nil {
+		buf = appendString(buf, extra.LoraName)
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(extra.MM)))
+		for _, m := range extra.MM {
+			buf = appendString(buf, m.ID)
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(int64(m.Offset)))
+		}
+		buf = appendString(buf, extra.CacheSalt)
+	}
+	return BlockHash(xxh3.HashSeed(buf, seed))
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s)))
+	return append(buf, s...)
+}
