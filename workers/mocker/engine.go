@@ -57,17 +57,17 @@ type StepResult struct {
 
 // Stats are the engine's gauges and counters, as vLLM exports them.
 type Stats struct {
-	Running, Waiting     int
-	UsedBlocks, Blocks   int
-	PrefixQueries        uint64 // prompt tokens of admitted requests
-	PrefixHits           uint64 // of which cached
-	Preemptions          uint64
-	PromptTokens         uint64
-	GenerationTokens     uint64
-	Evictions            uint64
-	FinishedRequests     uint64
-	Steps                uint64
-	BusyTime             time.Duration // sum of step durations
+	Running, Waiting   int
+	UsedBlocks, Blocks int
+	PrefixQueries      uint64 // prompt tokens of admitted requests
+	PrefixHits         uint64 // of which cached
+	Preemptions        uint64
+	PromptTokens       uint64
+	GenerationTokens   uint64
+	Evictions          uint64
+	FinishedRequests   uint64
+	Steps              uint64
+	BusyTime           time.Duration // sum of step durations
 }
 
 // KVUsage is vLLM's kv_cache_usage_perc: referenced blocks over all blocks, in [0,1].
