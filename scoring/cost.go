@@ -79,20 +79,20 @@ type CostTerms struct {
 
 // costInputs are the request-wide values the per-candidate cost needs.
 type costInputs struct {
-	isl            float64
-	bs             float64
-	minPrefill     uint64 // min active prefill tokens over eligible workers (credit decay)
-	requestBlocks  float64
-	trackPrefill   bool
-	credit         float64
-	decayRate      float64
-	scale          float64
-	hostW, diskW   float64
-	sharedMult     float64
-	sharedOn       bool
-	requestWeight  float64
-	lmetric        bool
-	decodeSpecial  bool
+	isl           float64
+	bs            float64
+	minPrefill    uint64 // min active prefill tokens over eligible workers (credit decay)
+	requestBlocks float64
+	trackPrefill  bool
+	credit        float64
+	decayRate     float64
+	scale         float64
+	hostW, diskW  float64
+	sharedMult    float64
+	sharedOn      bool
+	requestWeight float64
+	lmetric       bool
+	decodeSpecial bool
 }
 
 // newCostInputs gathers the request-wide inputs; ok(i) says whether candidate i is eligible (it feeds the
