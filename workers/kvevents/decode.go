@@ -699,30 +699,41 @@ func (d *decoder) tokens(dst []uint32) ([]uint32, error) {
 		return dst, err
 	}
 	if cap(dst) < n {
-		dst = make([]uint32, 0, n)
+		dst = make([]uint32, n)
+	} else {
+		dst = dst[:n]
 	}
-	for i := 0; i < n; i++ {
-		// Fast path: positive fixint and uint32 cover every real vocabulary.
-		if d.pos < len(d.buf) {
-			if c := d.buf[d.pos]; c <= 0x7f {
-				dst = append(dst, uint32(c))
-				d.pos++
+	buf, pos := d.buf, d.pos
+	for i := range dst {
+		// Fast path: positive fixint, uint8, uint16 and uint32 cover every real vocabulary.
+		if pos < len(buf) {
+			switch c := buf[pos]; {
+			case c <= 0x7f:
+				dst[i] = uint32(c)
+				pos++
 				continue
-			} else if c == 0xce && d.pos+5 <= len(d.buf) {
-				dst = append(dst, binary.BigEndian.Uint32(d.buf[d.pos+1:]))
-				d.pos += 5
+			case c == 0xcd && pos+3 <= len(buf):
+				dst[i] = uint32(buf[pos+1])<<8 | uint32(buf[pos+2])
+				pos += 3
+				continue
+			case c == 0xce && pos+5 <= len(buf):
+				dst[i] = binary.BigEndian.Uint32(buf[pos+1:])
+				pos += 5
 				continue
 			}
 		}
+		d.pos = pos
 		u, neg, err := d.integer()
 		if err != nil {
-			return dst, err
+			return dst[:i], err
 		}
 		if neg || u > math.MaxUint32 {
-			return dst, d.fail("token id out of range")
+			return dst[:i], d.fail("token id out of range")
 		}
-		dst = append(dst, uint32(u))
+		dst[i] = uint32(u)
+		pos = d.pos
 	}
+	d.pos = pos
 	return dst, nil
 }
 
@@ -771,10 +782,16 @@ func (d *decoder) extraKeys(b *Batch, e *Event) error {
 		spans = append(spans, ekSpan{start: int32(start), end: int32(len(flat))})
 	}
 	blocks := e.ekBlocks[:0]
+	if blocks == nil {
+		blocks = [][]ExtraKey{} // an empty list is not None
+	}
 	for _, s := range spans {
-		if s.end < 0 {
+		switch {
+		case s.end < 0:
 			blocks = append(blocks, nil)
-		} else {
+		case s.end == s.start:
+			blocks = append(blocks, []ExtraKey{}) // an empty tuple is not None; no allocation
+		default:
 			blocks = append(blocks, flat[s.start:s.end:s.end])
 		}
 	}
