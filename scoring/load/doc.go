@@ -1,0 +1,35 @@
+// Package load tracks the active sequences of one worker (worker, dp_rank): the load the cost function
+// reads (spec/router.md §7).
+//
+// # Overview
+//
+// A Tracker holds the requests routed to its worker and not yet freed. AddRequest (at routing time)
+// refcounts the request's prompt blocks by router sequence hash, so requests sharing a prefix count their
+// common blocks once when KV reuse is assumed, and charges ISL − cached prefill tokens.
+// MarkPrefillCompleted (first output token) drops the prefill charge and keeps the blocks; Free (end,
+// error or cancel) drops both. Requests never freed expire after StaleExpiry (3600 s), swept lazily on
+// AddRequest at most every CleanupInterval (30 s); the clock is the Now passed in. With TrackOutputBlocks
+// each generated block adds a block unique to the request, weighted by remaining progress when the
+// expected output length is known.
+//
+// Projection gives additional_active_blocks for a candidate request: its blocks not already active on
+// the worker. Because every request adds its whole sequence-hash chain, the active part of any chain is
+// a prefix of it, so Projection binary-searches instead of probing every block.
+//
+// # Concurrency model
+//
+// A Tracker is not safe for concurrent use. All writes (AddRequest, MarkPrefillCompleted, Free,
+// RecordOutput, Expire) come from one goroutine. Readers on the routing path either call Snapshot/
+// Projection under a read lock the owner takes around writes (sync.RWMutex; writes are O(blocks)), or
+// read a published Snapshot (atomic.Pointer) and accept a projection computed by the owner.
+//
+// # Ownership
+//
+// Each Tracker is owned by its worker's mirror actor (actors/worker). Request ids are the router's; a
+// request lives in exactly one tracker, the worker it was routed to.
+//
+// # Data flow
+//
+//	router: scoring.Select → worker actor: AddRequest → Snapshot published → next Select reads it
+//	stream: first token → MarkPrefillCompleted; end/error/cancel → Free
+package load

@@ -1,0 +1,375 @@
+package load
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// Errors. Unknown request ids are not errors (Free after expiry is normal); the calls report found.
+var (
+	// ErrDuplicate: AddRequest for an id that is already active on this worker.
+	ErrDuplicate = errors.New("load: request already active")
+	// ErrBadConfig wraps Validate failures.
+	ErrBadConfig = errors.New("load: invalid config")
+)
+
+// DefaultCleanupInterval is how often AddRequest sweeps stale requests (Dynamo single.rs: at most every
+// 30 s).
+const DefaultCleanupInterval = 30 * time.Second
+
+// Config of one worker's tracker. Every field mirrors a router flag; see ConfigFrom.
+type Config struct {
+	// BlockSize in tokens, for output-block boundaries. Default 16.
+	BlockSize int
+	// TrackActiveBlocks: count prompt blocks at all. Default true; prefill-only routers turn it off.
+	TrackActiveBlocks bool
+	// AssumeKVReuse: key blocks by the request's sequence hashes, so shared prefixes count once. When
+	// false every block gets a fresh hash. Default true.
+	AssumeKVReuse bool
+	// TrackPrefillTokens: charge ISL − cached tokens until MarkPrefillCompleted. Default true.
+	TrackPrefillTokens bool
+	// TrackOutputBlocks: add a block per generated block boundary. Default false.
+	TrackOutputBlocks bool
+	// Stride keeps one hash per Stride complete prompt blocks and counts it Stride times. Default 1.
+	Stride int
+	// StaleExpiry drops requests never freed after this long. Default 3600 s.
+	StaleExpiry time.Duration
+	// CleanupInterval bounds how often AddRequest sweeps for stale requests. Default 30 s.
+	CleanupInterval time.Duration
+}
+
+// DefaultConfig returns Dynamo's defaults.
+func DefaultConfig() Config {
+	return Config{
+		BlockSize:          16,
+		TrackActiveBlocks:  true,
+		AssumeKVReuse:      true,
+		TrackPrefillTokens: true,
+		Stride:             1,
+		StaleExpiry:        scoring.DefaultStaleExpiry,
+		CleanupInterval:    DefaultCleanupInterval,
+	}
+}
+
+// ConfigFrom takes the load-tracking fields of a router config.
+func ConfigFrom(c *scoring.Config) Config {
+	d := DefaultConfig()
+	d.BlockSize = c.BlockSize
+	d.TrackActiveBlocks = c.TrackActiveBlocks
+	d.AssumeKVReuse = c.AssumeKVReuse
+	d.TrackPrefillTokens = c.TrackPrefillTokens
+	d.TrackOutputBlocks = c.TrackOutputBlocks
+	d.Stride = c.ActiveSequenceStride
+	d.StaleExpiry = c.StaleExpiry
+	return d
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	switch {
+	case c.BlockSize <= 0:
+		return fmt.Errorf("%w: block size %d", ErrBadConfig, c.BlockSize)
+	case c.Stride < 1:
+		return fmt.Errorf("%w: stride %d", ErrBadConfig, c.Stride)
+	case c.StaleExpiry <= 0 || c.CleanupInterval < 0:
+		return fmt.Errorf("%w: stale expiry %v, cleanup interval %v", ErrBadConfig, c.StaleExpiry, c.CleanupInterval)
+	}
+	return nil
+}
+
+// Request is AddRequest's input.
+type Request struct {
+	ID string
+	// SeqHashes are the router sequence hashes of the prompt's full blocks (scoring.SequenceHashes).
+	SeqHashes []uint64
+	// ISL is the prompt length in tokens.
+	ISL int
+	// OverlapBlocks is this worker's device overlap at routing time; cached tokens = min(overlap ×
+	// block size, ISL).
+	OverlapBlocks uint32
+	// ExpectedOutputTokens (nvext.agent_hints.osl) weights output blocks by remaining progress; 0 unknown.
+	ExpectedOutputTokens int
+	// AssumeKVReuse and TrackPrefillTokens, when non-nil, override the config for this request
+	// (RouterConfigOverride).
+	AssumeKVReuse      *bool
+	TrackPrefillTokens *bool
+	// Now is the routing time (the injected clock).
+	Now time.Time
+}
+
+type entry struct {
+	hashes      []uint64 // tracked prompt hashes (strided), owned
+	prefill     uint64   // outstanding prefill charge in tokens
+	prefilling  bool     // charged and not yet completed
+	started     time.Time
+	expectedOut int
+	outTokens   int
+	outBlocks   int
+	outWeight   float64 // contribution of output blocks to fractional load
+}
+
+// Tracker is one worker's (worker, dp_rank) active-sequence state (spec §7). Single writer: the worker
+// actor. Projection and Snapshot are reads; see the package doc for how readers reach them.
+type Tracker struct {
+	cfg         Config
+	blocks      map[uint64]uint32 // tracked hash → refcount
+	reqs        map[string]*entry
+	prefill     uint64
+	fractional  float64
+	prefilling  int
+	nextRandom  uint64
+	lastCleanup time.Time
+}
+
+// New returns an empty tracker. cfg must be valid.
+func New(cfg Config) *Tracker {
+	return &Tracker{cfg: cfg, blocks: make(map[uint64]uint32), reqs: make(map[string]*entry)}
+}
+
+// Config returns the tracker's configuration.
+func (t *Tracker) Config() Config { return t.cfg }
+
+// randomHash returns a fresh hash for blocks that must not dedupe (no KV reuse, output blocks):
+// splitmix64 over a counter, so it is deterministic per tracker and never repeats within 2^64 calls.
+func (t *Tracker) randomHash() uint64 {
+	t.nextRandom += 0x9e3779b97f4a7c15
+	z := t.nextRandom
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// strided calls fn with the tracked hashes of a prompt: every Stride-th block, the incomplete last group
+// dropped.
+func strided(hashes []uint64, stride int, fn func(h uint64)) {
+	if stride == 1 {
+		for _, h := range hashes {
+			fn(h)
+		}
+		return
+	}
+	for i := stride - 1; i < len(hashes); i += stride {
+		fn(hashes[i])
+	}
+}
+
+// AddRequest charges a routed request to this worker: refcount every tracked prompt hash and charge
+// ISL − cached prefill tokens. It first sweeps stale requests when the cleanup interval has passed.
+func (t *Tracker) AddRequest(r Request) error {
+	if _, ok := t.reqs[r.ID]; ok {
+		return fmt.Errorf("%w: %q", ErrDuplicate, r.ID)
+	}
+	if t.cfg.CleanupInterval == 0 || r.Now.Sub(t.lastCleanup) >= t.cfg.CleanupInterval {
+		t.Expire(r.Now)
+	}
+	reuse := t.cfg.AssumeKVReuse
+	if r.AssumeKVReuse != nil {
+		reuse = *r.AssumeKVReuse
+	}
+	trackPrefill := t.cfg.TrackPrefillTokens
+	if r.TrackPrefillTokens != nil {
+		trackPrefill = *r.TrackPrefillTokens
+	}
+	e := &entry{started: r.Now, expectedOut: r.ExpectedOutputTokens}
+	if t.cfg.TrackActiveBlocks {
+		n := len(r.SeqHashes) / t.cfg.Stride
+		e.hashes = make([]uint64, 0, n)
+		if reuse {
+			strided(r.SeqHashes, t.cfg.Stride, func(h uint64) { e.hashes = append(e.hashes, h) })
+		} else {
+			for range n {
+				e.hashes = append(e.hashes, t.randomHash())
+			}
+		}
+		for _, h := range e.hashes {
+			t.blocks[h]++
+		}
+	}
+	if trackPrefill {
+		cached := min(int(r.OverlapBlocks)*t.cfg.BlockSize, r.ISL)
+		e.prefill = uint64(max(r.ISL-cached, 0))
+		e.prefilling = true
+		t.prefill += e.prefill
+		t.prefilling++
+	}
+	t.reqs[r.ID] = e
+	return nil
+}
+
+// MarkPrefillCompleted removes the request's prefill charge at its first output token; its blocks stay.
+// It reports whether the request was active.
+func (t *Tracker) MarkPrefillCompleted(id string) bool {
+	e, ok := t.reqs[id]
+	if !ok {
+		return false
+	}
+	t.clearPrefill(e)
+	return true
+}
+
+func (t *Tracker) clearPrefill(e *entry) {
+	if e.prefilling {
+		t.prefill -= e.prefill
+		e.prefill = 0
+		e.prefilling = false
+		t.prefilling--
+	}
+}
+
+// Free ends a request (completion, error or cancel): drops any prefill charge and its block refs; blocks
+// at refcount 0 leave. It reports whether the request was active.
+func (t *Tracker) Free(id string) bool {
+	e, ok := t.reqs[id]
+	if !ok {
+		return false
+	}
+	t.free(id, e)
+	return true
+}
+
+func (t *Tracker) free(id string, e *entry) {
+	t.clearPrefill(e)
+	for _, h := range e.hashes {
+		if n := t.blocks[h]; n <= 1 {
+			delete(t.blocks, h)
+		} else {
+			t.blocks[h] = n - 1
+		}
+	}
+	t.fractional -= e.outWeight
+	if len(t.reqs) == 1 {
+		t.fractional = 0 // no drift once idle
+	}
+	delete(t.reqs, id)
+}
+
+// Expire frees every request started more than StaleExpiry before now and returns their ids, so the
+// owner can count them. AddRequest calls it lazily; owners may also call it on a timer.
+func (t *Tracker) Expire(now time.Time) []string {
+	t.lastCleanup = now
+	var gone []string
+	for id, e := range t.reqs {
+		if now.Sub(e.started) > t.cfg.StaleExpiry {
+			gone = append(gone, id)
+			t.free(id, e)
+		}
+	}
+	return gone
+}
+
+// RecordOutput reports that request id has generated outputTokens tokens in total. With
+// TrackOutputBlocks each crossed block boundary adds a block unique to the request; with an expected
+// output length those blocks weigh 1 − progress (they will be freed soon), otherwise 1.
+func (t *Tracker) RecordOutput(id string, outputTokens int) bool {
+	e, ok := t.reqs[id]
+	if !ok {
+		return false
+	}
+	if !t.cfg.TrackOutputBlocks || outputTokens <= e.outTokens {
+		return true
+	}
+	e.outTokens = outputTokens
+	e.outBlocks = outputTokens / t.cfg.BlockSize
+	w := 1.0
+	if e.expectedOut > 0 {
+		w = max(0, 1-float64(outputTokens)/float64(e.expectedOut))
+	}
+	t.fractional -= e.outWeight
+	e.outWeight = float64(e.outBlocks) * w
+	t.fractional += e.outWeight
+	return true
+}
+
+// Snapshot is the load a worker publishes for the selector. Immutable once published.
+type Snapshot struct {
+	// ActivePrefillTokens is the outstanding prefill charge in tokens.
+	ActivePrefillTokens uint64
+	// ActiveDecodeBlocks is unique active blocks × stride plus fractional output blocks.
+	ActiveDecodeBlocks float64
+	// UniqueBlocks is the number of distinct tracked hashes.
+	UniqueBlocks int
+	// ActiveRequests counts requests between AddRequest and Free.
+	ActiveRequests int
+	// PrefillingRequests counts requests not yet MarkPrefillCompleted.
+	PrefillingRequests int
+}
+
+// Snapshot returns the current load.
+func (t *Tracker) Snapshot() Snapshot {
+	return Snapshot{
+		ActivePrefillTokens: t.prefill,
+		ActiveDecodeBlocks:  float64(len(t.blocks)*t.cfg.Stride) + t.fractional,
+		UniqueBlocks:        len(t.blocks),
+		ActiveRequests:      len(t.reqs),
+		PrefillingRequests:  t.prefilling,
+	}
+}
+
+// Projection returns additional_active_blocks for a candidate request: how many of its blocks (sequence
+// hashes, unstrided) are not active here.
+//
+// Sequence hashes chain, and every request adds the whole chain of its prompt, so the hashes of one chain
+// that are active on a worker always form a prefix of it. Projection therefore binary-searches the first
+// inactive position: O(log n) lookups instead of n, which keeps per-candidate projection cheap at 256+
+// workers. ProjectionLinear is the exact count, for tests.
+func (t *Tracker) Projection(seqHashes []uint64, assumeReuse bool) uint64 {
+	stride := t.cfg.Stride
+	n := len(seqHashes) / stride // tracked positions
+	if !t.cfg.TrackActiveBlocks {
+		return 0
+	}
+	if !assumeReuse || len(t.blocks) == 0 {
+		return uint64(n * stride)
+	}
+	at := func(k int) uint64 { return seqHashes[(k+1)*stride-1] }
+	lo, hi := 0, n // first inactive position lies in [lo, hi]
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if _, ok := t.blocks[at(mid)]; ok {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return uint64((n - lo) * stride)
+}
+
+// ProjectionLinear is Projection by counting every absent hash.
+func (t *Tracker) ProjectionLinear(seqHashes []uint64, assumeReuse bool) uint64 {
+	if !t.cfg.TrackActiveBlocks {
+		return 0
+	}
+	var absent uint64
+	strided(seqHashes, t.cfg.Stride, func(h uint64) {
+		if _, ok := t.blocks[h]; !ok || !assumeReuse {
+			absent++
+		}
+	})
+	return absent * uint64(t.cfg.Stride)
+}
+
+// Load returns the scoring view of this worker for a request: the snapshot plus the request's projection.
+func (t *Tracker) Load(seqHashes []uint64, assumeReuse bool) scoring.Load {
+	s := t.Snapshot()
+	return s.Load(t.Projection(seqHashes, assumeReuse))
+}
+
+// Load converts a snapshot plus a projection into the scoring view.
+func (s Snapshot) Load(additional uint64) scoring.Load {
+	return scoring.Load{
+		Known:               true,
+		ActivePrefillTokens: s.ActivePrefillTokens,
+		ActiveDecodeBlocks:  s.ActiveDecodeBlocks,
+		AdditionalBlocks:    additional,
+		ActiveRequests:      uint32(s.ActiveRequests),
+	}
+}
+
+// Active reports whether id is an active request here.
+func (t *Tracker) Active(id string) bool {
+	_, ok := t.reqs[id]
+	return ok
+}

@@ -1,0 +1,179 @@
+package load
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+)
+
+var t0 = time.Unix(1_000_000, 0)
+
+func chain(tokens ...uint32) []uint64 {
+	local := scoring.LocalBlockHashes(nil, tokens, 2, scoring.Seed, nil)
+	return scoring.SequenceHashes(nil, local)
+}
+
+func newTracker(mod func(*Config)) *Tracker {
+	c := DefaultConfig()
+	c.BlockSize = 2
+	if mod != nil {
+		mod(&c)
+	}
+	if err := c.Validate(); err != nil {
+		panic(err)
+	}
+	return New(c)
+}
+
+func TestLifecycle(t *testing.T) {
+	a := chain(1, 2, 3, 4, 5, 6, 7, 8) // 4 blocks
+	b := chain(1, 2, 3, 4, 9, 9)       // shares 2 blocks with a
+	tests := []struct {
+		name                string
+		mod                 func(*Config)
+		afterA, afterB      Snapshot
+		afterPrefill, after Snapshot
+		projB               uint64
+	}{
+		{
+			name:         "reuse dedupes shared prefix",
+			afterA:       Snapshot{ActivePrefillTokens: 6, ActiveDecodeBlocks: 4, UniqueBlocks: 4, ActiveRequests: 1, PrefillingRequests: 1},
+			afterB:       Snapshot{ActivePrefillTokens: 6 + 2, ActiveDecodeBlocks: 5, UniqueBlocks: 5, ActiveRequests: 2, PrefillingRequests: 2},
+			afterPrefill: Snapshot{ActivePrefillTokens: 2, ActiveDecodeBlocks: 5, UniqueBlocks: 5, ActiveRequests: 2, PrefillingRequests: 1},
+			after:        Snapshot{ActivePrefillTokens: 2, ActiveDecodeBlocks: 3, UniqueBlocks: 3, ActiveRequests: 1, PrefillingRequests: 1},
+			projB:        1,
+		},
+		{
+			name:         "no reuse counts every block",
+			mod:          func(c *Config) { c.AssumeKVReuse = false },
+			afterA:       Snapshot{ActivePrefillTokens: 6, ActiveDecodeBlocks: 4, UniqueBlocks: 4, ActiveRequests: 1, PrefillingRequests: 1},
+			afterB:       Snapshot{ActivePrefillTokens: 8, ActiveDecodeBlocks: 7, UniqueBlocks: 7, ActiveRequests: 2, PrefillingRequests: 2},
+			afterPrefill: Snapshot{ActivePrefillTokens: 2, ActiveDecodeBlocks: 7, UniqueBlocks: 7, ActiveRequests: 2, PrefillingRequests: 1},
+			after:        Snapshot{ActivePrefillTokens: 2, ActiveDecodeBlocks: 3, UniqueBlocks: 3, ActiveRequests: 1, PrefillingRequests: 1},
+			projB:        3,
+		},
+		{
+			name:         "no prefill tracking",
+			mod:          func(c *Config) { c.TrackPrefillTokens = false },
+			afterA:       Snapshot{ActiveDecodeBlocks: 4, UniqueBlocks: 4, ActiveRequests: 1},
+			afterB:       Snapshot{ActiveDecodeBlocks: 5, UniqueBlocks: 5, ActiveRequests: 2},
+			afterPrefill: Snapshot{ActiveDecodeBlocks: 5, UniqueBlocks: 5, ActiveRequests: 2},
+			after:        Snapshot{ActiveDecodeBlocks: 3, UniqueBlocks: 3, ActiveRequests: 1},
+			projB:        1,
+		},
+		{
+			name:         "stride 2",
+			mod:          func(c *Config) { c.Stride = 2 },
+			afterA:       Snapshot{ActivePrefillTokens: 6, ActiveDecodeBlocks: 4, UniqueBlocks: 2, ActiveRequests: 1, PrefillingRequests: 1},
+			afterB:       Snapshot{ActivePrefillTokens: 8, ActiveDecodeBlocks: 4, UniqueBlocks: 2, ActiveRequests: 2, PrefillingRequests: 2},
+			afterPrefill: Snapshot{ActivePrefillTokens: 2, ActiveDecodeBlocks: 4, UniqueBlocks: 2, ActiveRequests: 2, PrefillingRequests: 1},
+			after:        Snapshot{ActivePrefillTokens: 2, ActiveDecodeBlocks: 2, UniqueBlocks: 1, ActiveRequests: 1, PrefillingRequests: 1},
+			projB:        0, // b's one full stride group (blocks 0,1) is active; its last block is dropped
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker(tc.mod)
+			must(t, tr.AddRequest(Request{ID: "a", SeqHashes: a, ISL: 8, OverlapBlocks: 1, Now: t0}))
+			check(t, "after a", tr.Snapshot(), tc.afterA)
+			reuse := tr.Config().AssumeKVReuse
+			if got := tr.Projection(b, reuse); got != tc.projB {
+				t.Errorf("projection of b = %d, want %d", got, tc.projB)
+			}
+			if got := tr.ProjectionLinear(b, reuse); got != tc.projB {
+				t.Errorf("linear projection of b = %d, want %d", got, tc.projB)
+			}
+			must(t, tr.AddRequest(Request{ID: "b", SeqHashes: b, ISL: 6, OverlapBlocks: 2, Now: t0}))
+			check(t, "after b", tr.Snapshot(), tc.afterB)
+			if !tr.MarkPrefillCompleted("a") || !tr.MarkPrefillCompleted("a") {
+				t.Fatal("mark prefill of active request")
+			}
+			check(t, "after prefill a", tr.Snapshot(), tc.afterPrefill)
+			if !tr.Free("a") || tr.Free("a") {
+				t.Fatal("free reports presence")
+			}
+			check(t, "after free a", tr.Snapshot(), tc.after)
+			tr.Free("b")
+			check(t, "idle", tr.Snapshot(), Snapshot{})
+		})
+	}
+}
+
+func TestDuplicateAndExpiry(t *testing.T) {
+	tr := newTracker(nil)
+	must(t, tr.AddRequest(Request{ID: "a", SeqHashes: chain(1, 2), ISL: 2, Now: t0}))
+	if err := tr.AddRequest(Request{ID: "a", Now: t0}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	// A later add past the expiry sweeps "a".
+	must(t, tr.AddRequest(Request{ID: "b", ISL: 4, Now: t0.Add(scoring.DefaultStaleExpiry + time.Second)}))
+	if tr.Active("a") || !tr.Active("b") {
+		t.Fatal("stale request not swept")
+	}
+	if got := tr.Expire(t0.Add(3 * scoring.DefaultStaleExpiry)); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("expired %v", got)
+	}
+	check(t, "empty", tr.Snapshot(), Snapshot{})
+}
+
+func TestOutputBlocks(t *testing.T) {
+	tr := newTracker(func(c *Config) { c.TrackOutputBlocks = true })
+	must(t, tr.AddRequest(Request{ID: "a", SeqHashes: chain(1, 2), ISL: 2, ExpectedOutputTokens: 8, Now: t0}))
+	must(t, tr.AddRequest(Request{ID: "b", SeqHashes: chain(1, 2), ISL: 2, Now: t0}))
+	tr.RecordOutput("a", 4) // 2 blocks × (1 − 4/8)
+	tr.RecordOutput("b", 5) // 2 blocks × 1
+	if got := tr.Snapshot().ActiveDecodeBlocks; got != 1+1+2 {
+		t.Fatalf("decode blocks %v, want 4", got)
+	}
+	tr.Free("a")
+	if got := tr.Snapshot().ActiveDecodeBlocks; got != 1+2 {
+		t.Fatalf("decode blocks %v, want 3", got)
+	}
+}
+
+// TestProjectionMatchesLinear checks the prefix-closure invariant that Projection relies on, over random
+// request mixes sharing prefixes.
+func TestProjectionMatchesLinear(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tr := newTracker(nil)
+	var live []string
+	prompt := func() []uint64 {
+		toks := make([]uint32, 2*(1+rng.IntN(12)))
+		for i := range toks {
+			toks[i] = uint32(rng.IntN(2)) // tiny alphabet: many shared prefixes
+		}
+		return chain(toks...)
+	}
+	for i := range 2000 {
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			k := rng.IntN(len(live))
+			tr.Free(live[k])
+			live = append(live[:k], live[k+1:]...)
+		} else {
+			id := string(rune('a'+i%26)) + string(rune(i))
+			must(t, tr.AddRequest(Request{ID: id, SeqHashes: prompt(), Now: t0}))
+			live = append(live, id)
+		}
+		q := prompt()
+		if a, b := tr.Projection(q, true), tr.ProjectionLinear(q, true); a != b {
+			t.Fatalf("step %d: projection %d, linear %d", i, a, b)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func check(t *testing.T, what string, got, want Snapshot) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s: snapshot %+v, want %+v", what, got, want)
+	}
+}

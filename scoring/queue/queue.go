@@ -1,0 +1,181 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// ErrBadPolicy: an unknown policy name.
+var ErrBadPolicy = errors.New("queue: unknown policy")
+
+// Key is what ordering reads about a waiting request (spec §9.2–9.3).
+type Key struct {
+	// Strict is the absolute tier (x-dynamo-request-strict-priority); a higher tier always pops first.
+	Strict uint32
+	// PriorityJump is nvext.agent_hints.priority or x-dynamo-request-priority, in seconds, clamped ≥ 0
+	// (see Jump).
+	PriorityJump float64
+	// Arrival is when the request entered the router.
+	Arrival time.Time
+	// ISL and BestCachedTokens feed WSPT: new_tokens = ISL − best cached (scoring.BestCachedTokens).
+	ISL              int
+	BestCachedTokens int
+}
+
+// Jump clamps a raw priority to a valid priority_jump: negative and NaN become 0.
+func Jump(v float64) float64 {
+	if !(v > 0) || math.IsInf(v, 0) {
+		if math.IsInf(v, 1) {
+			return math.MaxFloat64
+		}
+		return 0
+	}
+	return v
+}
+
+// Score is the policy_score of spec §9.2 for a key, with arrival offsets measured from epoch:
+//
+//	fcfs: jump − offset          (earlier first; a jump of s seconds moves the arrival s earlier)
+//	lcfs: jump + offset          (later first)
+//	wspt: (1 + jump) / max(1, ISL − best cached)   (Smith's rule: short uncached work first)
+//
+// Higher pops first.
+func Score(p scoring.QueuePolicy, k Key, epoch time.Time) float64 {
+	offset := k.Arrival.Sub(epoch).Seconds()
+	switch p {
+	case scoring.QueueLCFS:
+		return k.PriorityJump + offset
+	case scoring.QueueWSPT:
+		return (1 + k.PriorityJump) / float64(max(1, k.ISL-k.BestCachedTokens))
+	default:
+		return k.PriorityJump - offset
+	}
+}
+
+type item[T any] struct {
+	strict uint32
+	score  float64
+	seq    uint64 // insertion order: equal keys pop first-in first
+	key    Key
+	v      T
+}
+
+// Queue is the pending-request queue: a binary max-heap on (strict tier, policy score), ties in insertion
+// order. Not safe for concurrent use; the scheduler actor owns it.
+type Queue[T any] struct {
+	policy scoring.QueuePolicy
+	epoch  time.Time
+	seq    uint64
+	heap   []item[T]
+}
+
+// New returns an empty queue. Arrival offsets are measured from epoch (the router's start), which keeps
+// FCFS scores small and exact.
+func New[T any](policy scoring.QueuePolicy, epoch time.Time) (*Queue[T], error) {
+	switch policy {
+	case scoring.QueueFCFS, scoring.QueueWSPT, scoring.QueueLCFS:
+	default:
+		return nil, fmt.Errorf("%w: %q", ErrBadPolicy, policy)
+	}
+	return &Queue[T]{policy: policy, epoch: epoch}, nil
+}
+
+// Policy returns the queue's policy.
+func (q *Queue[T]) Policy() scoring.QueuePolicy { return q.policy }
+
+// Len is the number of waiting requests.
+func (q *Queue[T]) Len() int { return len(q.heap) }
+
+// Push adds v with key k.
+func (q *Queue[T]) Push(k Key, v T) {
+	q.seq++
+	q.heap = append(q.heap, item[T]{strict: k.Strict, score: Score(q.policy, k, q.epoch), seq: q.seq, key: k, v: v})
+	q.up(len(q.heap) - 1)
+}
+
+// Peek returns the next request without removing it.
+func (q *Queue[T]) Peek() (T, Key, bool) {
+	if len(q.heap) == 0 {
+		var zero T
+		return zero, Key{}, false
+	}
+	return q.heap[0].v, q.heap[0].key, true
+}
+
+// Pop removes and returns the next request.
+func (q *Queue[T]) Pop() (T, Key, bool) {
+	n := len(q.heap)
+	if n == 0 {
+		var zero T
+		return zero, Key{}, false
+	}
+	top := q.heap[0]
+	q.heap[0] = q.heap[n-1]
+	q.heap[n-1] = item[T]{} // drop references for the GC
+	q.heap = q.heap[:n-1]
+	if n > 1 {
+		q.down(0)
+	}
+	return top.v, top.key, true
+}
+
+// Rekey recomputes every key with fn (for example after an overlap refresh changed BestCachedTokens)
+// and restores heap order. O(n).
+func (q *Queue[T]) Rekey(fn func(k Key, v T) Key) {
+	for i := range q.heap {
+		it := &q.heap[i]
+		it.key = fn(it.key, it.v)
+		it.strict = it.key.Strict
+		it.score = Score(q.policy, it.key, q.epoch)
+	}
+	for i := len(q.heap)/2 - 1; i >= 0; i-- {
+		q.down(i)
+	}
+}
+
+// before reports whether a pops before b.
+func before[T any](a, b *item[T]) bool {
+	if a.strict != b.strict {
+		return a.strict > b.strict
+	}
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	return a.seq < b.seq
+}
+
+func (q *Queue[T]) up(i int) {
+	h := q.heap
+	for i > 0 {
+		p := (i - 1) / 2
+		if !before(&h[i], &h[p]) {
+			return
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *Queue[T]) down(i int) {
+	h := q.heap
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && before(&h[r], &h[l]) {
+			m = r
+		}
+		if !before(&h[m], &h[i]) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
