@@ -1,0 +1,103 @@
+package prefix
+
+import "slices"
+
+// DumpEntry is one single-block store of a dump: replaying the entries in order with
+// Store(e.Worker, e.Parent, e.HasParent, []Block{e.Block}) rebuilds the index.
+type DumpEntry struct {
+	Worker    WorkerKey
+	Parent    uint64 // engine hash of the parent block, held by Worker; meaningful when HasParent
+	HasParent bool
+	Block     Block
+}
+
+// Dump emits the index as single-block stores in breadth-first order, parents before children, one entry
+// per reference (an engine hash stored twice is emitted twice), children in local-hash order so that equal
+// indexes dump equally. Replaying the entries into a fresh index gives the same matches, sizes and worker
+// blocks, with two exceptions it returns as skipped: blocks a worker holds below a block it no longer holds
+// (after a removal in the middle of a chain) cannot be expressed as stores under a parent the worker holds,
+// and are never matched anyway (Dynamo's dump drops them too); known workers without blocks emit nothing.
+// Dump allocates and is meant for snapshots and resync, not the hot path.
+func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
+	type item struct {
+		n    uint32
+		emit bitset // workers whose blocks above n were all emitted
+	}
+	var queue []item
+	enqueueKids := func(n uint32, emit bitset) {
+		nd := ix.nodes[n]
+		var kids []kid
+		if nd.kidMap != nil {
+			for h, c := range nd.kidMap {
+				kids = append(kids, kid{hash: h, node: c})
+			}
+		} else {
+			kids = append(kids, nd.kids...)
+		}
+		slices.SortFunc(kids, func(a, b kid) int {
+			if a.hash < b.hash {
+				return -1
+			}
+			if a.hash > b.hash {
+				return 1
+			}
+			return 0
+		})
+		for _, k := range kids {
+			queue = append(queue, item{n: k.node, emit: emit})
+		}
+	}
+	enqueueKids(rootNode, nil)
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		nd := ix.nodes[it.n]
+		emit := append(bitset(nil), nd.workers...)
+		if nd.parent != rootNode {
+			emit.andNot(complement(it.emit, len(emit)))
+		}
+		nd.workers.each(func(slot uint32) {
+			if emit.has(slot) {
+				return
+			}
+			for j, id := range nd.ids {
+				skipped += len(ix.handlesOf(slot, id, nd.ehs[j]))
+			}
+		})
+		emit.each(func(slot uint32) {
+			key := ix.workers[slot].key
+			for j, id := range nd.ids {
+				e := DumpEntry{Worker: key, Block: Block{LocalHash: nd.hashes[j]}}
+				switch {
+				case j > 0:
+					e.Parent, e.HasParent = ix.handlesOf(slot, nd.ids[j-1], nd.ehs[j-1])[0].eh, true
+				case nd.parent != rootNode:
+					pd := ix.nodes[nd.parent]
+					last := len(pd.ids) - 1
+					e.Parent, e.HasParent = ix.handlesOf(slot, pd.ids[last], pd.ehs[last])[0].eh, true
+				}
+				for _, h := range ix.handlesOf(slot, id, nd.ehs[j]) {
+					e.Block.EngineHash = h.eh
+					for range h.count {
+						fn(e)
+					}
+				}
+			}
+		})
+		enqueueKids(it.n, emit)
+	}
+	return skipped
+}
+
+// complement returns the slots of the first words*64 that are not in b.
+func complement(b bitset, words int) bitset {
+	out := make(bitset, words)
+	for i := range out {
+		if i < len(b) {
+			out[i] = ^b[i]
+		} else {
+			out[i] = ^uint64(0)
+		}
+	}
+	return out
+}

@@ -1,0 +1,474 @@
+package prefix
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// WorkerKey names one KV cache: a backend worker and its data-parallel rank.
+type WorkerKey struct {
+	WorkerID uint64
+	DPRank   uint32
+}
+
+// Block is one stored KV block: the engine's opaque chained hash (the worker's handle for parents and
+// removals) and the router's local hash recomputed from the block's tokens (the tree key).
+type Block struct {
+	EngineHash uint64
+	LocalHash  uint64
+}
+
+// Score is the number of consecutive prefix blocks of a query that a worker holds.
+type Score struct {
+	Worker WorkerKey
+	Blocks uint32
+}
+
+// Stats counts what the index has applied since it was created.
+type Stats struct {
+	StoredBlocks   uint64 // blocks applied by Store, duplicates of a held engine hash included
+	RemovedBlocks  uint64 // engine hashes released by Remove (one per hash found)
+	ClearedBlocks  uint64 // engine hashes dropped by ClearWorker and RemoveWorker
+	CascadedBlocks uint64 // engine hashes dropped because an ancestor block lost its last worker
+
+	RejectedParentNotFound uint64 // stores rejected whole: parent engine hash unknown
+	RejectedInvalidBlock   uint64 // stores stopped: an engine hash already names another block
+	BlockNotFound          uint64 // engine hashes in removals that the worker did not hold
+}
+
+// workerState is everything the index keeps per (worker, dp_rank).
+type workerState struct {
+	key     WorkerKey
+	handles handleTable
+	// multi counts, per block id, the distinct engine hashes beyond the first that the worker holds for that
+	// block. It is nil unless an engine names one block with two hashes, which chained engine hashes never
+	// do; the worker leaves the block only when its last handle there goes.
+	multi map[uint32]uint32
+}
+
+// Index is the prefix index. The zero value is not usable; call New.
+type Index struct {
+	nodes     []*node  // by node index; nodes[rootNode] is the root
+	freeNodes []uint32 // indices of freed nodes, reused first
+	locs      []loc    // by block id: where the block currently sits
+	freeIDs   []uint32 // freed block ids, reused first
+
+	slotOf    map[WorkerKey]uint32
+	workers   []*workerState // by slot; nil for a free slot
+	freeSlots []uint32
+	words     int // bitset words that cover every slot ever used
+
+	size  int // Σ handles over workers
+	stats Stats
+}
+
+// New returns an empty index.
+func New() *Index {
+	ix := &Index{slotOf: make(map[WorkerKey]uint32)}
+	ix.nodes = append(ix.nodes, &node{live: true})
+	return ix
+}
+
+// slotFor returns the dense slot of w, registering w when it is new.
+func (ix *Index) slotFor(w WorkerKey) uint32 {
+	if s, ok := ix.slotOf[w]; ok {
+		return s
+	}
+	var s uint32
+	if k := len(ix.freeSlots); k > 0 {
+		s = ix.freeSlots[k-1]
+		ix.freeSlots = ix.freeSlots[:k-1]
+		ix.workers[s] = &workerState{key: w}
+	} else {
+		s = uint32(len(ix.workers))
+		ix.workers = append(ix.workers, &workerState{key: w})
+	}
+	ix.slotOf[w] = s
+	ix.words = max(ix.words, int(s>>6)+1)
+	return s
+}
+
+// pending is a range of positions of one node that the storing worker is joining. Joining a range costs at
+// most two splits, so a store adds its worker range by range rather than block by block.
+type pending struct {
+	node   uint32
+	lo, hi int
+	ok     bool
+}
+
+// Store applies a stored event of worker w: blocks in chain order under the block whose engine hash is
+// parent (the root when !hasParent). An unknown parent rejects the whole store with ErrParentNotFound.
+// Storing an engine hash the worker already holds for the same block adds a reference; one that it holds
+// for another block stops the store with ErrInvalidBlockSequence, leaving the earlier blocks applied.
+func (ix *Index) Store(w WorkerKey, parent uint64, hasParent bool, blocks []Block) error {
+	cur := noBlock
+	var slot uint32
+	if hasParent {
+		s, ok := ix.slotOf[w]
+		var i int
+		if ok {
+			i, ok = ix.workers[s].handles.find(parent)
+		}
+		if !ok {
+			ix.stats.RejectedParentNotFound++
+			return fmt.Errorf("%w: worker %d rank %d parent %#x", ErrParentNotFound, w.WorkerID, w.DPRank, parent)
+		}
+		slot, cur = s, ix.workers[s].handles.slots[i].id
+	} else {
+		slot = ix.slotFor(w)
+	}
+	ws := ix.workers[slot]
+	var p pending
+	for _, b := range blocks {
+		// The child position of cur with this local hash, if it exists.
+		n, off := ix.locate(cur)
+		nd := ix.nodes[n]
+		cand := noBlock
+		if off+1 < len(nd.hashes) {
+			if nd.hashes[off+1] == b.LocalHash {
+				cand = nd.ids[off+1]
+			}
+		} else if c, ok := nd.child(b.LocalHash); ok {
+			cand = ix.nodes[c].ids[0]
+		}
+		hi, held := ws.handles.find(b.EngineHash)
+		if held && ws.handles.slots[hi].id != cand {
+			ix.flush(slot, &p)
+			ix.stats.RejectedInvalidBlock++
+			return fmt.Errorf("%w: worker %d rank %d engine hash %#x already names another block",
+				ErrInvalidBlockSequence, w.WorkerID, w.DPRank, b.EngineHash)
+		}
+		ix.stats.StoredBlocks++
+		if cand != noBlock {
+			cn, coff := ix.locate(cand)
+			present := ix.nodes[cn].workers.has(slot)
+			switch {
+			case held:
+				ws.handles.slots[hi].count++
+			case present:
+				ws.handles.insert(b.EngineHash, cand)
+				ix.size++
+				if ws.multi == nil {
+					ws.multi = make(map[uint32]uint32)
+				}
+				ws.multi[cand]++
+			default:
+				ws.handles.insert(b.EngineHash, cand)
+				ix.size++
+			}
+			if !present {
+				if p.ok && p.node == cn && p.hi+1 == coff {
+					p.hi = coff
+				} else {
+					ix.flush(slot, &p)
+					p = pending{node: cn, lo: coff, hi: coff, ok: true}
+				}
+			}
+			cur = cand
+			continue
+		}
+		// A new block: branch off cur, or extend cur's run when only this worker holds it and nothing
+		// hangs below.
+		ix.flush(slot, &p)
+		n, off = ix.locate(cur)
+		if off+1 < len(ix.nodes[n].hashes) {
+			ix.split(n, off+1)
+		}
+		nd = ix.nodes[n]
+		if n != rootNode && nd.numKids() == 0 && nd.workers.only(slot) {
+			cur = ix.appendPos(n, b.LocalHash, b.EngineHash)
+		} else {
+			c := ix.newNode(n)
+			ix.nodes[c].workers.set(slot)
+			cur = ix.appendPos(c, b.LocalHash, b.EngineHash)
+			ix.nodes[n].addKid(b.LocalHash, c)
+		}
+		ws.handles.insert(b.EngineHash, cur)
+		ix.size++
+	}
+	ix.flush(slot, &p)
+	return nil
+}
+
+// flush adds the worker to the pending range: isolate the range in its own node, then merge it with its
+// parent or child when the worker sets have become equal.
+func (ix *Index) flush(slot uint32, p *pending) {
+	if !p.ok {
+		return
+	}
+	p.ok = false
+	n := p.node
+	if p.hi+1 < len(ix.nodes[n].hashes) {
+		ix.split(n, p.hi+1)
+	}
+	m := n
+	if p.lo > 0 {
+		m = ix.split(n, p.lo)
+	}
+	ix.nodes[m].workers.set(slot)
+	ix.tryMerge(m)
+	ix.tryMerge(ix.nodes[m].parent)
+}
+
+// Remove applies a removed event of worker w. Each engine hash loses one reference; at zero the worker
+// leaves the block, and a block left with no worker is dropped with everything below it. Unknown hashes are
+// counted and skipped; the first one is returned, wrapping ErrBlockNotFound.
+func (ix *Index) Remove(w WorkerKey, engineHashes []uint64) error {
+	var first error
+	s, known := ix.slotOf[w]
+	for _, eh := range engineHashes {
+		var i int
+		ok := known
+		if ok {
+			i, ok = ix.workers[s].handles.find(eh)
+		}
+		if !ok {
+			ix.stats.BlockNotFound++
+			if first == nil {
+				first = fmt.Errorf("%w: worker %d rank %d engine hash %#x", ErrBlockNotFound, w.WorkerID, w.DPRank, eh)
+			}
+			continue
+		}
+		ix.stats.RemovedBlocks++
+		ws := ix.workers[s]
+		h := &ws.handles.slots[i]
+		if h.count > 1 {
+			h.count--
+			continue
+		}
+		id := h.id
+		ws.handles.deleteAt(i)
+		ix.size--
+		if ws.multi[id] > 0 {
+			if ws.multi[id]--; ws.multi[id] == 0 {
+				delete(ws.multi, id)
+			}
+			continue
+		}
+		ix.leave(s, id)
+	}
+	return first
+}
+
+// leave takes worker slot out of block id.
+func (ix *Index) leave(slot, id uint32) {
+	n, off := ix.locate(id)
+	if off+1 < len(ix.nodes[n].hashes) {
+		ix.split(n, off+1)
+	}
+	m := n
+	if off > 0 {
+		m = ix.split(n, off)
+	}
+	md := ix.nodes[m]
+	md.workers.unset(slot)
+	if md.workers.empty() {
+		ix.dropSubtree(m, nil)
+		return
+	}
+	ix.tryMerge(m)
+	ix.tryMerge(md.parent)
+}
+
+// dropSubtree removes node m, which no worker holds any more, and everything below it: the handles that
+// other workers still have there (only workers removed from a middle block can have them) are dropped too,
+// except for the slots in skip, whose tables the caller resets.
+func (ix *Index) dropSubtree(m uint32, skip bitset) {
+	md := ix.nodes[m]
+	p := md.parent
+	ix.nodes[p].removeKid(md.hashes[0])
+	stack := []uint32{m}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		nd := ix.nodes[n]
+		nd.eachKid(func(c uint32) { stack = append(stack, c) })
+		nd.workers.each(func(slot uint32) {
+			if skip.has(slot) {
+				return
+			}
+			for j, id := range nd.ids {
+				ix.purge(slot, id, nd.ehs[j])
+			}
+		})
+		ix.freeIDs = append(ix.freeIDs, nd.ids...)
+		ix.freeNode(n)
+	}
+	ix.tryMerge(p)
+}
+
+// purge drops every handle of slot that names block id; eh is the usual one.
+func (ix *Index) purge(slot, id uint32, eh uint64) {
+	ws := ix.workers[slot]
+	if i, ok := ws.handles.find(eh); ok && ws.handles.slots[i].id == id && ws.multi[id] == 0 {
+		ws.handles.deleteAt(i)
+		ix.size--
+		ix.stats.CascadedBlocks++
+		return
+	}
+	for _, h := range ix.handlesOf(slot, id, eh) {
+		i, _ := ws.handles.find(h.eh)
+		ws.handles.deleteAt(i)
+		ix.size--
+		ix.stats.CascadedBlocks++
+	}
+	delete(ws.multi, id)
+}
+
+// handlesOf returns the handles of slot naming block id; eh is the usual one. The fast path costs one
+// probe; the slow path (another engine hash, or several) scans the worker's table.
+func (ix *Index) handlesOf(slot, id uint32, eh uint64) []handle {
+	ws := ix.workers[slot]
+	if i, ok := ws.handles.find(eh); ok && ws.handles.slots[i].id == id && ws.multi[id] == 0 {
+		return []handle{ws.handles.slots[i]}
+	}
+	var out []handle
+	for _, h := range ws.handles.slots {
+		if h.count != 0 && h.id == id {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// ClearWorker drops the blocks of every dp_rank of workerID (Dynamo's Cleared event). The worker's ranks
+// stay known.
+func (ix *Index) ClearWorker(workerID uint64) {
+	ix.clear(workerID, false)
+}
+
+// RemoveWorker drops the blocks of every dp_rank of workerID and forgets its ranks.
+func (ix *Index) RemoveWorker(workerID uint64) {
+	ix.clear(workerID, true)
+}
+
+func (ix *Index) clear(workerID uint64, forget bool) {
+	var mask bitset
+	for s, ws := range ix.workers {
+		if ws == nil || ws.key.WorkerID != workerID {
+			continue
+		}
+		mask.set(uint32(s))
+		ix.size -= ws.handles.n
+		ix.stats.ClearedBlocks += uint64(ws.handles.n)
+		ws.handles.reset()
+		ws.multi = nil
+		if forget {
+			delete(ix.slotOf, ws.key)
+			ix.workers[s] = nil
+			ix.freeSlots = append(ix.freeSlots, uint32(s))
+		}
+	}
+	if mask == nil {
+		return
+	}
+	for n := 1; n < len(ix.nodes); n++ {
+		if nd := ix.nodes[n]; nd.live {
+			nd.workers.andNot(mask)
+		}
+	}
+	for n := 1; n < len(ix.nodes); n++ {
+		if nd := ix.nodes[n]; nd.live && nd.workers.empty() {
+			ix.dropSubtree(uint32(n), mask)
+		}
+	}
+	for n := 1; n < len(ix.nodes); n++ {
+		for ix.tryMerge(uint32(n)) {
+		}
+	}
+}
+
+// FindMatches appends to out, for every (worker, dp_rank) holding at least the first block of the query,
+// the number of consecutive query blocks from the start that it holds. localHashes are the query's local
+// block hashes. It does not modify the index and allocates nothing when out has room (for up to 2,048
+// worker slots), so concurrent calls are safe while no writer runs.
+func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
+	q := localHashes
+	if len(q) == 0 {
+		return out
+	}
+	c, ok := ix.nodes[rootNode].child(q[0])
+	if !ok {
+		return out
+	}
+	var buf [32]uint64
+	var active []uint64
+	if ix.words <= len(buf) {
+		active = buf[:ix.words]
+	} else {
+		active = make([]uint64, ix.words)
+	}
+	nd := ix.nodes[c]
+	copy(active, nd.workers)
+	depth := 0
+	for {
+		run := nd.hashes
+		rest := q[depth:]
+		k := min(len(run), len(rest))
+		run, rest = run[:k], rest[:k]
+		m := 1 // run[0] matched through the child lookup
+		for m < k && run[m] == rest[m] {
+			m++
+		}
+		depth += m
+		if m < len(nd.hashes) || depth == len(q) {
+			break
+		}
+		if c, ok = nd.child(q[depth]); !ok {
+			break
+		}
+		nd = ix.nodes[c]
+		// Workers absent from the child drop out here; a worker can also be absent from a node and present
+		// below it (removed from a middle block), so intersect rather than replace.
+		cw := nd.workers
+		alive := uint64(0)
+		for i, a := range active {
+			var x uint64
+			if i < len(cw) {
+				x = cw[i]
+			}
+			for d := a &^ x; d != 0; d &= d - 1 {
+				out = append(out, Score{Worker: ix.workers[i<<6+trailingZeros(d)].key, Blocks: uint32(depth)})
+			}
+			active[i] = a & x
+			alive |= a & x
+		}
+		if alive == 0 {
+			return out
+		}
+	}
+	for i, a := range active {
+		for ; a != 0; a &= a - 1 {
+			out = append(out, Score{Worker: ix.workers[i<<6+trailingZeros(a)].key, Blocks: uint32(depth)})
+		}
+	}
+	return out
+}
+
+// WorkerBlocks is the number of engine hashes w holds (Dynamo's tree size of a worker).
+func (ix *Index) WorkerBlocks(w WorkerKey) int {
+	s, ok := ix.slotOf[w]
+	if !ok {
+		return 0
+	}
+	return ix.workers[s].handles.n
+}
+
+// Workers returns every known (worker, dp_rank), sorted.
+func (ix *Index) Workers() []WorkerKey {
+	out := make([]WorkerKey, 0, len(ix.slotOf))
+	for w := range ix.slotOf {
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(a, b WorkerKey) int {
+		return cmp.Or(cmp.Compare(a.WorkerID, b.WorkerID), cmp.Compare(a.DPRank, b.DPRank))
+	})
+	return out
+}
+
+// Size is the number of (engine hash, worker) entries: Σ WorkerBlocks.
+func (ix *Index) Size() int { return ix.size }
+
+// Stats returns the counters.
+func (ix *Index) Stats() Stats { return ix.stats }

@@ -1,0 +1,309 @@
+package prefix
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// refIndex is the obviously-correct model the index is checked against: one map-based node per block,
+// worker sets as maps, handles as maps, every rule applied literally.
+type refIndex struct {
+	root    *refNode
+	handles map[WorkerKey]map[uint64]*refHandle
+}
+
+type refNode struct {
+	kids    map[uint64]*refNode
+	workers map[WorkerKey]bool
+	parent  *refNode
+	local   uint64
+	path    uint64 // hash of the local hashes from the root: lets tests derive engine hashes
+}
+
+type refHandle struct {
+	node  *refNode
+	count int
+}
+
+func newRef() *refIndex {
+	return &refIndex{root: newRefNode(nil, 0), handles: map[WorkerKey]map[uint64]*refHandle{}}
+}
+
+func newRefNode(parent *refNode, local uint64) *refNode {
+	n := &refNode{kids: map[uint64]*refNode{}, workers: map[WorkerKey]bool{}, parent: parent, local: local}
+	if parent != nil {
+		n.path = mix(parent.path ^ local)
+	}
+	return n
+}
+
+func mix(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+func (r *refIndex) store(w WorkerKey, parent uint64, hasParent bool, blocks []Block) error {
+	cur := r.root
+	if hasParent {
+		h, ok := r.handles[w][parent]
+		if !ok {
+			return ErrParentNotFound
+		}
+		cur = h.node
+	}
+	if r.handles[w] == nil {
+		r.handles[w] = map[uint64]*refHandle{}
+	}
+	hs := r.handles[w]
+	for _, b := range blocks {
+		child := cur.kids[b.LocalHash]
+		h, held := hs[b.EngineHash]
+		if held && h.node != child {
+			return ErrInvalidBlockSequence
+		}
+		if child == nil {
+			child = newRefNode(cur, b.LocalHash)
+			cur.kids[b.LocalHash] = child
+		}
+		if held {
+			h.count++
+		} else {
+			hs[b.EngineHash] = &refHandle{node: child, count: 1}
+		}
+		child.workers[w] = true
+		cur = child
+	}
+	return nil
+}
+
+func (r *refIndex) remove(w WorkerKey, ehs []uint64) error {
+	var first error
+	for _, eh := range ehs {
+		h, ok := r.handles[w][eh]
+		if !ok {
+			if first == nil {
+				first = ErrBlockNotFound
+			}
+			continue
+		}
+		if h.count--; h.count > 0 {
+			continue
+		}
+		delete(r.handles[w], eh)
+		if r.holds(w, h.node) {
+			continue
+		}
+		delete(h.node.workers, w)
+		if len(h.node.workers) == 0 {
+			r.drop(h.node)
+		}
+	}
+	return first
+}
+
+// holds reports whether w has any handle naming n.
+func (r *refIndex) holds(w WorkerKey, n *refNode) bool {
+	for _, h := range r.handles[w] {
+		if h.node == n {
+			return true
+		}
+	}
+	return false
+}
+
+// drop detaches n and forgets every handle naming a node of its subtree.
+func (r *refIndex) drop(n *refNode) {
+	delete(n.parent.kids, n.local)
+	var walk func(*refNode)
+	walk = func(x *refNode) {
+		for w := range x.workers {
+			for eh, h := range r.handles[w] {
+				if h.node == x {
+					delete(r.handles[w], eh)
+				}
+			}
+		}
+		for _, k := range x.kids {
+			walk(k)
+		}
+	}
+	walk(n)
+}
+
+func (r *refIndex) clear(id uint64, forget bool) {
+	for w, hs := range r.handles {
+		if w.WorkerID != id {
+			continue
+		}
+		for _, h := range hs {
+			delete(h.node.workers, w)
+		}
+		if forget {
+			delete(r.handles, w)
+		} else {
+			r.handles[w] = map[uint64]*refHandle{}
+		}
+	}
+	var walk func(*refNode)
+	walk = func(x *refNode) {
+		for _, k := range x.kids {
+			if len(k.workers) == 0 {
+				r.drop(k)
+			} else {
+				walk(k)
+			}
+		}
+	}
+	walk(r.root)
+}
+
+func (r *refIndex) findMatches(q []uint64) []Score {
+	var path []*refNode
+	for x := r.root; len(path) < len(q); {
+		if x = x.kids[q[len(path)]]; x == nil {
+			break
+		}
+		path = append(path, x)
+	}
+	var out []Score
+	if len(path) == 0 {
+		return out
+	}
+	for w := range path[0].workers {
+		d := 0
+		for d < len(path) && path[d].workers[w] {
+			d++
+		}
+		out = append(out, Score{Worker: w, Blocks: uint32(d)})
+	}
+	sortScores(out)
+	return out
+}
+
+func (r *refIndex) size() int {
+	n := 0
+	for _, hs := range r.handles {
+		n += len(hs)
+	}
+	return n
+}
+
+func (r *refIndex) workers() []WorkerKey {
+	var out []WorkerKey
+	for w := range r.handles {
+		out = append(out, w)
+	}
+	sortKeys(out)
+	return out
+}
+
+func sortKeys(ks []WorkerKey) {
+	slices.SortFunc(ks, func(a, b WorkerKey) int {
+		return cmp.Or(cmp.Compare(a.WorkerID, b.WorkerID), cmp.Compare(a.DPRank, b.DPRank))
+	})
+}
+
+func sortScores(s []Score) {
+	slices.SortFunc(s, func(a, b Score) int {
+		return cmp.Or(cmp.Compare(a.Worker.WorkerID, b.Worker.WorkerID), cmp.Compare(a.Worker.DPRank, b.Worker.DPRank))
+	})
+}
+
+// checkInvariants verifies the index's internal structure; it returns the first violation.
+func checkInvariants(ix *Index) error {
+	size := 0
+	for s, ws := range ix.workers {
+		if ws == nil {
+			continue
+		}
+		size += ws.handles.n
+		if got := ix.slotOf[ws.key]; got != uint32(s) {
+			return fmt.Errorf("slot of %v is %d, want %d", ws.key, got, s)
+		}
+		n := 0
+		for _, h := range ws.handles.slots {
+			if h.count == 0 {
+				continue
+			}
+			n++
+			if i, ok := ws.handles.find(h.eh); !ok || ws.handles.slots[i] != h {
+				return fmt.Errorf("worker %v: handle %#x unreachable", ws.key, h.eh)
+			}
+			nd, _ := ix.locate(h.id)
+			if !ix.nodes[nd].live || !ix.nodes[nd].workers.has(uint32(s)) {
+				return fmt.Errorf("worker %v: handle %#x names block %d where the worker is absent", ws.key, h.eh, h.id)
+			}
+		}
+		if n != ws.handles.n {
+			return fmt.Errorf("worker %v: %d handles, count says %d", ws.key, n, ws.handles.n)
+		}
+	}
+	if size != ix.size {
+		return fmt.Errorf("size %d, handles %d", ix.size, size)
+	}
+	reached := 0
+	var walk func(n uint32) error
+	walk = func(n uint32) error {
+		nd := ix.nodes[n]
+		if !nd.live {
+			return fmt.Errorf("node %d reachable but freed", n)
+		}
+		reached++
+		if n != rootNode {
+			if len(nd.hashes) == 0 || len(nd.ids) != len(nd.hashes) || len(nd.ehs) != len(nd.hashes) {
+				return fmt.Errorf("node %d: run lengths %d/%d/%d", n, len(nd.hashes), len(nd.ids), len(nd.ehs))
+			}
+			if nd.workers.empty() {
+				return fmt.Errorf("node %d: no workers", n)
+			}
+			for j, id := range nd.ids {
+				if ix.locs[id] != (loc{node: n, off: uint32(j)}) {
+					return fmt.Errorf("node %d: block %d located at %v", n, id, ix.locs[id])
+				}
+			}
+			var err error
+			nd.workers.each(func(slot uint32) {
+				for j, id := range nd.ids {
+					if err == nil && len(ix.handlesOf(slot, id, nd.ehs[j])) == 0 {
+						err = fmt.Errorf("node %d: worker slot %d present without a handle", n, slot)
+					}
+				}
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if nd.kidMap != nil && nd.kids != nil {
+			return fmt.Errorf("node %d: both kid forms", n)
+		}
+		var err error
+		nd.eachKid(func(c uint32) {
+			cd := ix.nodes[c]
+			if err != nil {
+				return
+			}
+			if cd.parent != n {
+				err = fmt.Errorf("node %d: parent %d, want %d", c, cd.parent, n)
+				return
+			}
+			if k, ok := nd.child(cd.hashes[0]); !ok || k != c {
+				err = fmt.Errorf("node %d: child %d not found by its first hash", n, c)
+				return
+			}
+			err = walk(c)
+		})
+		return err
+	}
+	if err := walk(rootNode); err != nil {
+		return err
+	}
+	if live := len(ix.nodes) - len(ix.freeNodes); live != reached {
+		return fmt.Errorf("%d live nodes, %d reachable", live, reached)
+	}
+	return nil
+}
