@@ -2,6 +2,9 @@ package mocker
 
 import (
 	"encoding/binary"
+	"fmt"
+
+	"github.com/goccy/go-json"
 
 	"github.com/zeebo/xxh3"
 )
@@ -102,4 +105,57 @@ func hashBlock(seed uint64, parent BlockHash, hasParent bool, tokens []uint32, e
 func appendString(buf []byte, s string) []byte {
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s)))
 	return append(buf, s...)
+}
+
+// MarshalJSON writes the tuple as vLLM's events carry it: [lora_name?, [mm_id, offset]..., cache_salt?].
+func (k *ExtraKeys) MarshalJSON() ([]byte, error) {
+	if k == nil {
+		return []byte("null"), nil
+	}
+	parts := make([]any, 0, k.Len())
+	if k.LoraName != "" {
+		parts = append(parts, k.LoraName)
+	}
+	for _, m := range k.MM {
+		parts = append(parts, []any{m.ID, m.Offset})
+	}
+	if k.CacheSalt != "" {
+		parts = append(parts, k.CacheSalt)
+	}
+	return json.Marshal(parts)
+}
+
+// UnmarshalJSON reads MarshalJSON's form back. A bare string is taken as the LoRA name when it comes
+// before any mm entry and as the cache salt otherwise (a LoRA-less salted block 0 therefore reads back as
+// a LoRA name; the router never needs to tell them apart).
+func (k *ExtraKeys) UnmarshalJSON(b []byte) error {
+	var parts []json.RawMessage
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return err
+	}
+	*k = ExtraKeys{}
+	for _, p := range parts {
+		var s string
+		if err := json.Unmarshal(p, &s); err == nil {
+			if len(k.MM) == 0 && k.LoraName == "" {
+				k.LoraName = s
+			} else {
+				k.CacheSalt = s
+			}
+			continue
+		}
+		var pair []json.RawMessage
+		if err := json.Unmarshal(p, &pair); err != nil || len(pair) != 2 {
+			return fmt.Errorf("mocker: extra key %s is neither a string nor a pair", p)
+		}
+		var m MMKey
+		if err := json.Unmarshal(pair[0], &m.ID); err != nil {
+			return err
+		}
+		if err := json.Unmarshal(pair[1], &m.Offset); err != nil {
+			return err
+		}
+		k.MM = append(k.MM, m)
+	}
+	return nil
 }

@@ -1,0 +1,110 @@
+package mocker
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/goccy/go-json"
+	"github.com/kvroute/kvroute/workers/kvevents"
+)
+
+// KVEventsConfig is vLLM's --kv-events-config (spec/vllm-kv-events.md §2.1) plus the event layout.
+type KVEventsConfig struct {
+	// Enable is enable_kv_cache_events.
+	Enable bool `json:"enable_kv_cache_events"`
+	// Publisher is "zmq" or "null" (vLLM's names); "null" disables publishing.
+	Publisher string `json:"publisher"`
+	// Endpoint is the PUB endpoint for rank 0; rank r adds r to a tcp port. It binds when it contains
+	// "*" or "::" or is ipc:// or inproc://, and connects otherwise. Default "tcp://*:5557".
+	Endpoint string `json:"endpoint"`
+	// ReplayEndpoint is the ROUTER endpoint for rank 0 (always bound); "" disables replay.
+	ReplayEndpoint string `json:"replay_endpoint"`
+	// BufferSteps is the replay ring length in batches. Default 10000.
+	BufferSteps int `json:"buffer_steps"`
+	// HWM is the PUB socket's high-water mark. Default 100000.
+	HWM int `json:"hwm"`
+	// MaxQueueSize bounds the queue between the rank loop and the publisher goroutine. Default 100000.
+	MaxQueueSize int `json:"max_queue_size"`
+	// Topic is frame 0 of every message. Default "".
+	Topic string `json:"topic"`
+	// Layout is the event shape: kvevents.LayoutMap (current vLLM, default) or LayoutArray (legacy).
+	Layout kvevents.Layout `json:"-"`
+}
+
+// DefaultKVEventsConfig is vLLM's default with events enabled.
+func DefaultKVEventsConfig() KVEventsConfig {
+	return KVEventsConfig{Enable: true, Publisher: "zmq", Endpoint: "tcp://*:5557", BufferSteps: 10000, HWM: 100000, MaxQueueSize: 100000}
+}
+
+// ParseKVEventsConfig parses vLLM's --kv-events-config JSON over DefaultKVEventsConfig, with Enable false
+// unless the JSON enables it, as in vLLM.
+func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
+	c := DefaultKVEventsConfig()
+	c.Enable = false
+	c.Publisher = ""
+	if err := json.Unmarshal([]byte(s), &c); err != nil {
+		return c, fmt.Errorf("%w: --kv-events-config: %v", ErrBadConfig, err)
+	}
+	switch c.Publisher {
+	case "":
+		c.Publisher = "zmq"
+		if !c.Enable {
+			c.Publisher = "null"
+		}
+	case "zmq", "null":
+	default:
+		return c, fmt.Errorf("%w: --kv-events-config: publisher %q (want zmq or null)", ErrBadConfig, c.Publisher)
+	}
+	if c.Publisher == "null" {
+		c.Enable = false
+	}
+	return c, nil
+}
+
+// ParseEventFormat maps --event-format map|array to a layout.
+func ParseEventFormat(s string) (kvevents.Layout, error) {
+	switch s {
+	case "map", "":
+		return kvevents.LayoutMap, nil
+	case "array", "legacy":
+		return kvevents.LayoutArray, nil
+	}
+	return 0, fmt.Errorf("%w: --event-format %q (want map or array)", ErrBadConfig, s)
+}
+
+// offsetEndpoint is vLLM's offset_endpoint_port: tcp://host:P → tcp://host:P+rank, inproc://x →
+// inproc://x_dp{rank}; rank 0 unchanged.
+func offsetEndpoint(ep string, rank int) string {
+	if rank == 0 || ep == "" {
+		return ep
+	}
+	if rest, ok := strings.CutPrefix(ep, "inproc://"); ok {
+		return "inproc://" + rest + "_dp" + strconv.Itoa(rank)
+	}
+	i := strings.LastIndexByte(ep, ':')
+	if !strings.HasPrefix(ep, "tcp://") || i < 0 {
+		return ep
+	}
+	p, err := strconv.Atoi(ep[i+1:])
+	if err != nil {
+		return ep
+	}
+	return ep[:i+1] + strconv.Itoa(p+rank)
+}
+
+// dialable turns a bind endpoint into one a local subscriber can connect to (tcp://*:P → tcp://127.0.0.1:P).
+func dialable(ep string) string {
+	if rest, ok := strings.CutPrefix(ep, "tcp://*:"); ok {
+		return "tcp://127.0.0.1:" + rest
+	}
+	if rest, ok := strings.CutPrefix(ep, "tcp://[::]:"); ok {
+		return "tcp://127.0.0.1:" + rest
+	}
+	return ep
+}
+
+// newZMQPublisher opens rank's publisher from workers/kvevents.
+func newZMQPublisher(c KVEventsConfig, rank int) (EventPublisher, error) {
+	return nil, fmt.Errorf("%w: workers/kvevents has no Publisher yet", ErrBadConfig)
+}

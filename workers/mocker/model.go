@@ -1,0 +1,165 @@
+package mocker
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Tokenizer is what the mocker needs from a tokenizer: text with special tokens in, ids out, and back.
+type Tokenizer interface {
+	Encode(text string) []uint32
+	Decode(ids []uint32) string
+}
+
+// ChatMessage is one OpenAI chat message after parsing: its role and its content parts in order.
+type ChatMessage struct {
+	Role  string
+	Parts []ChatPart
+}
+
+// ChatPart is a text part or an image part.
+type ChatPart struct {
+	Text  string
+	Image bool
+	URL   string // image URL or data URI
+	UUID  string // the part's "uuid": the image's identity when set
+}
+
+// Model is the served model as the mocker sees it: tokenizer, chat rendering and the image geometry that
+// decides how many placeholder tokens an image expands to. NewFallbackModel works without any files.
+type Model struct {
+	// Name is the served model name (/v1/models, "model" in responses).
+	Name string
+	// Root is the model path reported by /v1/models.
+	Root string
+	Tok  Tokenizer
+	// RenderChat renders messages with the chat template; each image part becomes exactly one
+	// ImagePadID token after Encode.
+	RenderChat func(msgs []ChatMessage, addGenerationPrompt bool) (string, error)
+	// ImagePadID is the placeholder token repeated once per image token (Qwen: <|image_pad|> 151655).
+	ImagePadID uint32
+	// PatchSize, MergeSize, MinPixels and MaxPixels are the Qwen-VL resize parameters
+	// (preprocessor_config.json): tokens = (h'/patch)·(w'/patch)/merge².
+	PatchSize, MergeSize int
+	MinPixels, MaxPixels int
+	// MaxModelLen is reported by /v1/models and /tokenize.
+	MaxModelLen int
+}
+
+// Qwen special tokens used by the fallback model (the real ids, so events look like Qwen3-VL's).
+const (
+	qwenImStart     = 151644
+	qwenImEnd       = 151645
+	qwenVisionStart = 151652
+	qwenVisionEnd   = 151653
+	qwenImagePad    = 151655
+)
+
+var fallbackSpecials = []struct {
+	text string
+	id   uint32
+}{
+	{"<|im_start|>", qwenImStart},
+	{"<|im_end|>", qwenImEnd},
+	{"<|vision_start|>", qwenVisionStart},
+	{"<|vision_end|>", qwenVisionEnd},
+	{"<|image_pad|>", qwenImagePad},
+}
+
+// byteTokenizer maps every UTF-8 byte to its value as a token id, except Qwen's chat and vision special
+// tokens, which keep their Qwen ids. It is exact and reversible, and needs no files.
+type byteTokenizer struct{}
+
+func (byteTokenizer) Encode(text string) []uint32 {
+	out := make([]uint32, 0, len(text))
+	for i := 0; i < len(text); {
+		matched := false
+		if text[i] == '<' {
+			for _, sp := range fallbackSpecials {
+				if strings.HasPrefix(text[i:], sp.text) {
+					out = append(out, sp.id)
+					i += len(sp.text)
+					matched = true
+					break
+				}
+			}
+		}
+		if !matched {
+			out = append(out, uint32(text[i]))
+			i++
+		}
+	}
+	return out
+}
+
+func (byteTokenizer) Decode(ids []uint32) string {
+	var b strings.Builder
+	for _, id := range ids {
+		if id < 256 {
+			b.WriteByte(byte(id))
+			continue
+		}
+		for _, sp := range fallbackSpecials {
+			if sp.id == id {
+				b.WriteString(sp.text)
+			}
+		}
+	}
+	s := b.String()
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return s
+}
+
+// renderQwenChat is Qwen3-VL's template for plain conversations (no tools): each message as
+// <|im_start|>role\ncontent<|im_end|>\n, images as <|vision_start|><|image_pad|><|vision_end|>.
+func renderQwenChat(msgs []ChatMessage, addGenerationPrompt bool) (string, error) {
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString("<|im_start|>")
+		b.WriteString(m.Role)
+		b.WriteByte('\n')
+		for _, p := range m.Parts {
+			if p.Image {
+				b.WriteString("<|vision_start|><|image_pad|><|vision_end|>")
+			} else {
+				b.WriteString(p.Text)
+			}
+		}
+		b.WriteString("<|im_end|>\n")
+	}
+	if addGenerationPrompt {
+		b.WriteString("<|im_start|>assistant\n")
+	}
+	return b.String(), nil
+}
+
+// NewFallbackModel is a file-free model: byte tokenizer, Qwen-style chat rendering and Qwen3-VL's image
+// geometry (patch 16, merge 2, 65536..16777216 pixels).
+func NewFallbackModel(name string) *Model {
+	return &Model{
+		Name:        name,
+		Root:        name,
+		Tok:         byteTokenizer{},
+		RenderChat:  renderQwenChat,
+		ImagePadID:  qwenImagePad,
+		PatchSize:   16,
+		MergeSize:   2,
+		MinPixels:   65536,
+		MaxPixels:   16777216,
+		MaxModelLen: 262144,
+	}
+}
+
+// fillerText is what the mocker "generates", cycled token by token.
+const fillerText = " The quick brown fox jumps over the lazy dog while the router keeps the cache warm."
+
+// fillerTokens encodes fillerText with the model's tokenizer.
+func (m *Model) fillerTokens() []uint32 {
+	ids := m.Tok.Encode(fillerText)
+	if len(ids) == 0 {
+		return []uint32{1}
+	}
+	return ids
+}

@@ -1,0 +1,504 @@
+package mocker
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/goccy/go-json"
+	"github.com/valyala/fasthttp"
+)
+
+// openAIRequest is the union of the completion and chat request fields the mocker reads.
+type openAIRequest struct {
+	Model               string          `json:"model"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Messages            []rawMessage    `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	N                   *int            `json:"n"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	CacheSalt           string   `json:"cache_salt"`
+	RequestID           string   `json:"request_id"`
+	DataParallelRank    *int     `json:"data_parallel_rank"`
+	AddGenerationPrompt *bool    `json:"add_generation_prompt"`
+	ReturnTokenStrs     bool     `json:"return_token_strs"`
+	Tokens              []uint32 `json:"tokens"`
+}
+
+type rawMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type rawPart struct {
+	Type     string          `json:"type"`
+	Text     string          `json:"text"`
+	ImageURL json.RawMessage `json:"image_url"`
+	UUID     *string         `json:"uuid"`
+}
+
+// prepared is a parsed request ready for the engine.
+type prepared struct {
+	req    Request
+	rank   int
+	stream bool
+	usage  bool // stream_options.include_usage
+	chat   bool
+}
+
+func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	switch {
+	case path == "/v1/completions" && ctx.IsPost():
+		w.serveGenerate(ctx, false)
+	case path == "/v1/chat/completions" && ctx.IsPost():
+		w.serveGenerate(ctx, true)
+	case path == "/v1/models" && ctx.IsGet():
+		w.serveModels(ctx)
+	case path == "/health" || path == "/ping":
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	case path == "/version":
+		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"version": "kvroute-mocker"})
+	case path == "/tokenize" && ctx.IsPost():
+		w.serveTokenize(ctx)
+	case path == "/detokenize" && ctx.IsPost():
+		w.serveDetokenize(ctx)
+	case path == "/reset_prefix_cache" && ctx.IsPost():
+		if err := w.ResetPrefixCache(); err != nil {
+			writeError(ctx, fasthttp.StatusConflict, err)
+			return
+		}
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	case path == "/metrics" && ctx.IsGet():
+		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		ctx.SetBody(w.appendMetrics(nil))
+	case path == "/debug/kv_blocks" && ctx.IsGet():
+		w.serveKVBlocks(ctx)
+	default:
+		writeError(ctx, fasthttp.StatusNotFound, fmt.Errorf("mocker: no route %s %s", ctx.Method(), path))
+	}
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		ctx.Error(err.Error(), fasthttp.StatusInternalServerError)
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+// writeError writes vLLM's error body.
+func writeError(ctx *fasthttp.RequestCtx, status int, err error) {
+	typ := "BadRequestError"
+	switch status {
+	case fasthttp.StatusNotFound:
+		typ = "NotFoundError"
+	case fasthttp.StatusConflict:
+		typ = "ConflictError"
+	case fasthttp.StatusServiceUnavailable:
+		typ = "ServiceUnavailableError"
+	}
+	writeJSON(ctx, status, map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "param": nil, "code": status}})
+}
+
+// parsePrompt accepts a string, a token-id list, or a one-element list of either.
+func (w *Worker) parsePrompt(raw json.RawMessage) ([]uint32, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("%w: prompt is required", ErrBadRequest)
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("%w: prompt: %v", ErrBadRequest, err)
+		}
+		return w.model.Tok.Encode(s), nil
+	}
+	var ids []uint32
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		return ids, nil
+	}
+	var many []json.RawMessage
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("%w: prompt must be a string or a list of token ids", ErrBadRequest)
+	}
+	if len(many) != 1 {
+		return nil, fmt.Errorf("%w: batched prompts (%d) are not supported; send one prompt per request", ErrBadRequest, len(many))
+	}
+	return w.parsePrompt(many[0])
+}
+
+// parseMessages turns OpenAI chat messages into ChatMessages.
+func parseMessages(raw []rawMessage) ([]ChatMessage, error) {
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("%w: messages is required", ErrBadRequest)
+	}
+	out := make([]ChatMessage, 0, len(raw))
+	for i, m := range raw {
+		cm := ChatMessage{Role: m.Role}
+		c := bytes.TrimSpace(m.Content)
+		switch {
+		case len(c) == 0 || string(c) == "null":
+		case c[0] == '"':
+			var s string
+			if err := json.Unmarshal(c, &s); err != nil {
+				return nil, fmt.Errorf("%w: messages[%d].content: %v", ErrBadRequest, i, err)
+			}
+			cm.Parts = []ChatPart{{Text: s}}
+		default:
+			var parts []rawPart
+			if err := json.Unmarshal(c, &parts); err != nil {
+				return nil, fmt.Errorf("%w: messages[%d].content: %v", ErrBadRequest, i, err)
+			}
+			for j, p := range parts {
+				switch p.Type {
+				case "text", "input_text":
+					cm.Parts = append(cm.Parts, ChatPart{Text: p.Text})
+				case "image_url", "image":
+					cp := ChatPart{Image: true}
+					if p.UUID != nil {
+						cp.UUID = *p.UUID
+					}
+					if u := bytes.TrimSpace(p.ImageURL); len(u) > 0 && string(u) != "null" {
+						if u[0] == '"' {
+							_ = json.Unmarshal(u, &cp.URL)
+						} else {
+							var obj struct {
+								URL string `json:"url"`
+							}
+							if err := json.Unmarshal(u, &obj); err != nil {
+								return nil, fmt.Errorf("%w: messages[%d].content[%d].image_url: %v", ErrBadRequest, i, j, err)
+							}
+							cp.URL = obj.URL
+						}
+					}
+					cm.Parts = append(cm.Parts, cp)
+				default:
+					return nil, fmt.Errorf("%w: messages[%d].content[%d]: unsupported part type %q", ErrBadRequest, i, j, p.Type)
+				}
+			}
+		}
+		out = append(out, cm)
+	}
+	return out, nil
+}
+
+// chatPrompt renders and tokenizes messages and expands each image's single placeholder to its token
+// count, recording the images' placeholder ranges for the block extra keys.
+func (w *Worker) chatPrompt(msgs []ChatMessage, addGen bool) ([]uint32, []MMItem, error) {
+	text, err := w.model.RenderChat(msgs, addGen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: chat template: %v", ErrBadRequest, err)
+	}
+	ids := w.model.Tok.Encode(text)
+	var images []ChatPart
+	for _, m := range msgs {
+		for _, p := range m.Parts {
+			if p.Image {
+				images = append(images, p)
+			}
+		}
+	}
+	if len(images) == 0 {
+		return ids, nil, nil
+	}
+	out := make([]uint32, 0, len(ids))
+	var mm []MMItem
+	next := 0
+	for _, id := range ids {
+		if id != w.model.ImagePadID || next >= len(images) {
+			out = append(out, id)
+			continue
+		}
+		ident, iw, ih, err := w.images.resolve(images[next])
+		if err != nil {
+			return nil, nil, err
+		}
+		n := w.model.ImageTokens(iw, ih)
+		mm = append(mm, MMItem{ID: ident, Offset: len(out), Length: n})
+		for range n {
+			out = append(out, w.model.ImagePadID)
+		}
+		next++
+	}
+	if next != len(images) {
+		return nil, nil, fmt.Errorf("%w: chat template rendered %d image placeholders for %d images", ErrBadRequest, next, len(images))
+	}
+	return out, mm, nil
+}
+
+func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (*prepared, error) {
+	var body openAIRequest
+	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
+		return nil, fmt.Errorf("%w: body: %v", ErrBadRequest, err)
+	}
+	if body.N != nil && *body.N != 1 {
+		return nil, fmt.Errorf("%w: n=%d is not supported", ErrBadRequest, *body.N)
+	}
+	p := &prepared{stream: body.Stream, chat: chat, rank: -1}
+	p.usage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
+	var err error
+	if chat {
+		msgs, err := parseMessages(body.Messages)
+		if err != nil {
+			return nil, err
+		}
+		addGen := body.AddGenerationPrompt == nil || *body.AddGenerationPrompt
+		p.req.Prompt, p.req.MM, err = w.chatPrompt(msgs, addGen)
+		if err != nil {
+			return nil, err
+		}
+	} else if p.req.Prompt, err = w.parsePrompt(body.Prompt); err != nil {
+		return nil, err
+	}
+	p.req.MaxTokens = w.cfg.DefaultMaxTokens
+	if body.MaxCompletionTokens != nil {
+		p.req.MaxTokens = *body.MaxCompletionTokens
+	}
+	if body.MaxTokens != nil {
+		p.req.MaxTokens = *body.MaxTokens
+	}
+	p.req.CacheSalt = body.CacheSalt
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	p.req.ID = prefix + strconv.Itoa(w.cfg.ID) + "-" + strconv.FormatUint(w.nextReq.Add(1), 10)
+	if body.RequestID != "" {
+		p.req.ID = body.RequestID
+	}
+	if body.DataParallelRank != nil {
+		p.rank = *body.DataParallelRank
+	}
+	if h := ctx.Request.Header.Peek("X-data-parallel-rank"); len(h) > 0 {
+		r, err := strconv.Atoi(string(h))
+		if err != nil {
+			return nil, fmt.Errorf("%w: X-data-parallel-rank %q", ErrBadRequest, h)
+		}
+		p.rank = r
+	}
+	return p, nil
+}
+
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func makeUsage(st StreamState, completion int) *usage {
+	u := &usage{PromptTokens: st.PromptTokens, CompletionTokens: completion, TotalTokens: st.PromptTokens + completion}
+	u.PromptTokensDetails.CachedTokens = st.CachedTokens
+	return u
+}
+
+type chatMsg struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content"`
+}
+
+type choice struct {
+	Index        int      `json:"index"`
+	Text         *string  `json:"text,omitempty"`
+	Message      *chatMsg `json:"message,omitempty"`
+	Delta        *chatMsg `json:"delta,omitempty"`
+	Logprobs     any      `json:"logprobs"`
+	FinishReason *string  `json:"finish_reason"`
+	StopReason   any      `json:"stop_reason"`
+}
+
+type completionBody struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *usage   `json:"usage"`
+}
+
+var finishLength = "length"
+
+func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
+	p, err := w.prepare(ctx, chat)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err)
+		return
+	}
+	s, err := w.Submit(p.rank, p.req)
+	if err != nil {
+		status := fasthttp.StatusBadRequest
+		if !errors.Is(err, ErrBadRequest) {
+			status = fasthttp.StatusInternalServerError
+		}
+		writeError(ctx, status, err)
+		return
+	}
+	created := time.Now().Unix()
+	object, chunkObject := "text_completion", "text_completion"
+	if chat {
+		object, chunkObject = "chat.completion", "chat.completion.chunk"
+	}
+	if !p.stream {
+		<-s.Finished()
+		st := s.Read(0, nil)
+		w.metrics.observe(s.rankIdx, st)
+		if st.Err != nil {
+			writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
+			return
+		}
+		text := w.model.Tok.Decode(st.Tokens)
+		c := choice{FinishReason: &finishLength}
+		if chat {
+			c.Message = &chatMsg{Role: "assistant", Content: text}
+		} else {
+			c.Text = &text
+		}
+		writeJSON(ctx, fasthttp.StatusOK, completionBody{ID: p.req.ID, Object: object, Created: created, Model: w.model.Name, Choices: []choice{c}, Usage: makeUsage(st, len(st.Tokens))})
+		return
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
+		var toks []uint32
+		sent := 0
+		emit := func(v any) bool {
+			b, _ := json.Marshal(v)
+			bw.WriteString("data: ")
+			bw.Write(b)
+			bw.WriteString("\n\n")
+			return bw.Flush() == nil
+		}
+		if chat && !emit(completionBody{ID: p.req.ID, Object: chunkObject, Created: created, Model: w.model.Name,
+			Choices: []choice{{Delta: &chatMsg{Role: "assistant", Content: ""}}}}) {
+			w.Abort(s)
+			return
+		}
+		for {
+			<-s.Notify()
+			st := s.Read(sent, toks[:0])
+			toks = st.Tokens
+			for i, tok := range toks {
+				text := w.model.Tok.Decode([]uint32{tok})
+				c := choice{}
+				if st.Done && st.Err == nil && i == len(toks)-1 {
+					c.FinishReason = &finishLength
+				}
+				if chat {
+					c.Delta = &chatMsg{Content: text}
+				} else {
+					c.Text = &text
+				}
+				if !emit(completionBody{ID: p.req.ID, Object: chunkObject, Created: created, Model: w.model.Name, Choices: []choice{c}}) {
+					w.Abort(s)
+					return
+				}
+			}
+			sent += len(toks)
+			if st.Done {
+				w.metrics.observe(s.rankIdx, st)
+				if st.Err != nil {
+					emit(map[string]any{"error": map[string]any{"message": st.Err.Error(), "type": "ServiceUnavailableError", "code": 503}})
+				} else if p.usage {
+					emit(completionBody{ID: p.req.ID, Object: chunkObject, Created: created, Model: w.model.Name, Choices: []choice{}, Usage: makeUsage(st, sent)})
+				}
+				bw.WriteString("data: [DONE]\n\n")
+				bw.Flush()
+				return
+			}
+		}
+	})
+}
+
+func (w *Worker) serveModels(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
+		"object": "list",
+		"data": []map[string]any{{
+			"id": w.model.Name, "object": "model", "created": time.Now().Unix(), "owned_by": "vllm",
+			"root": w.model.Root, "parent": nil, "max_model_len": w.maxModelLen(),
+		}},
+	})
+}
+
+func (w *Worker) maxModelLen() int {
+	if w.cfg.Engine.MaxModelLen > 0 {
+		return w.cfg.Engine.MaxModelLen
+	}
+	return min(w.model.MaxModelLen, w.cfg.Engine.NumGPUBlocks*w.cfg.Engine.BlockSize)
+}
+
+func (w *Worker) serveTokenize(ctx *fasthttp.RequestCtx) {
+	var body openAIRequest
+	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, fmt.Errorf("%w: body: %v", ErrBadRequest, err))
+		return
+	}
+	var ids []uint32
+	var err error
+	if len(body.Messages) > 0 {
+		var msgs []ChatMessage
+		if msgs, err = parseMessages(body.Messages); err == nil {
+			addGen := body.AddGenerationPrompt == nil || *body.AddGenerationPrompt
+			ids, _, err = w.chatPrompt(msgs, addGen)
+		}
+	} else {
+		ids, err = w.parsePrompt(body.Prompt)
+	}
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err)
+		return
+	}
+	resp := map[string]any{"count": len(ids), "max_model_len": w.maxModelLen(), "tokens": ids}
+	if body.ReturnTokenStrs {
+		strs := make([]string, len(ids))
+		for i, id := range ids {
+			strs[i] = w.model.Tok.Decode([]uint32{id})
+		}
+		resp["token_strs"] = strs
+	}
+	writeJSON(ctx, fasthttp.StatusOK, resp)
+}
+
+func (w *Worker) serveDetokenize(ctx *fasthttp.RequestCtx) {
+	var body openAIRequest
+	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, fmt.Errorf("%w: body: %v", ErrBadRequest, err))
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]string{"prompt": w.model.Tok.Decode(body.Tokens)})
+}
+
+// kvBlocksRank is one rank's ground truth in GET /debug/kv_blocks.
+type kvBlocksRank struct {
+	DPRank       int           `json:"dp_rank"`
+	NumGPUBlocks int           `json:"num_gpu_blocks"`
+	UsedBlocks   int           `json:"used_blocks"`
+	Blocks       []CachedBlock `json:"blocks"`
+}
+
+// KVBlocksResponse is the body of GET /debug/kv_blocks.
+type KVBlocksResponse struct {
+	BlockSize int            `json:"block_size"`
+	Ranks     []kvBlocksRank `json:"ranks"`
+}
+
+func (w *Worker) serveKVBlocks(ctx *fasthttp.RequestCtx) {
+	resp := KVBlocksResponse{BlockSize: w.cfg.Engine.BlockSize}
+	for i := range w.ranks {
+		st := w.Stats(i)
+		resp.Ranks = append(resp.Ranks, kvBlocksRank{DPRank: i, NumGPUBlocks: st.Blocks, UsedBlocks: st.UsedBlocks, Blocks: w.CachedBlocks(i)})
+	}
+	writeJSON(ctx, fasthttp.StatusOK, resp)
+}
