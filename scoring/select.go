@@ -249,7 +249,7 @@ func Select(req Request, cands []Candidate, cfg *Config, rng RNG) (Decision, err
 				Worker:  cc.Worker,
 				Overlap: cc.Overlap.Device,
 				Cost:    in.terms(cc).Logit,
-				Busy:    !ok(i),
+				Busy:    Busy(cc, cfg),
 			})
 		}
 		d.Costs = out
