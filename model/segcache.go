@@ -1,0 +1,153 @@
+package model
+
+import (
+	"container/list"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultSegmentCacheBytes bounds a Model's segment cache: 64 MiB holds the token ids of roughly 200 long
+// (100k-token) conversations' worth of distinct turns.
+const DefaultSegmentCacheBytes = 64 << 20
+
+// minCachedSegment is the shortest segment worth a cache lookup (bytes); shorter ones ("assistant\n") encode
+// faster than they hash.
+const minCachedSegment = 48
+
+// SegmentCache remembers the ids of text segments, the pieces between added tokens of a rendered prompt. Added
+// tokens are split out before normalization and pre-tokenization, so a segment's ids never depend on its
+// neighbors: caching per segment is exact. In a chat prompt every message body is its own segment (it sits
+// between <|im_start|>role and <|im_end|>), so a long conversation re-sends its earlier turns as cache hits and
+// only the new turn is tokenized.
+//
+// Bounded LRU by bytes (segment text plus 4 bytes per id). One mutex guards it; a lookup is a map probe, so the
+// lock is held for well under a microsecond.
+type SegmentCache struct {
+	mu    sync.Mutex
+	max   int64
+	size  int64
+	items map[string]*list.Element
+	lru   list.List // front = most recently used; values are *segEntry
+
+	hits, misses atomic.Int64
+}
+
+type segEntry struct {
+	text string
+	ids  []uint32
+}
+
+// NewSegmentCache returns a cache holding at most maxBytes.
+func NewSegmentCache(maxBytes int64) *SegmentCache {
+	return &SegmentCache{max: maxBytes, items: map[string]*list.Element{}}
+}
+
+func (e *segEntry) cost() int64 { return int64(len(e.text)) + 4*int64(len(e.ids)) + 64 }
+
+func (c *SegmentCache) get(s string) ([]uint32, bool) {
+	c.mu.Lock()
+	el, ok := c.items[s]
+	if ok {
+		c.lru.MoveToFront(el)
+	}
+	c.mu.Unlock()
+	if !ok {
+		c.misses.Add(1)
+		return nil, false
+	}
+	c.hits.Add(1)
+	return el.Value.(*segEntry).ids, true
+}
+
+func (c *SegmentCache) put(s string, ids []uint32) {
+	e := &segEntry{text: strings.Clone(s), ids: ids} // clone: s points into a whole rendered prompt
+	if e.cost() > c.max {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.items[e.text]; ok {
+		return
+	}
+	c.items[e.text] = c.lru.PushFront(e)
+	c.size += e.cost()
+	for c.size > c.max {
+		old := c.lru.Back()
+		oe := old.Value.(*segEntry)
+		c.lru.Remove(old)
+		delete(c.items, oe.text)
+		c.size -= oe.cost()
+	}
+}
+
+// SegmentStats are a cache's counters since it was made.
+type SegmentStats struct {
+	Hits, Misses int64
+	Bytes        int64
+	Entries      int
+}
+
+// Stats returns the cache's counters.
+func (c *SegmentCache) Stats() SegmentStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return SegmentStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Bytes: c.size, Entries: len(c.items)}
+}
+
+// EncodeCached is Encode with the segments of s looked up in (and added to) cache. The result always equals
+// Encode(s).
+func (t *Tokenizer) EncodeCached(s string, cache *SegmentCache) []uint32 {
+	if cache == nil {
+		return t.Encode(s)
+	}
+	dst := make([]uint32, 0, len(s)/3+16)
+	b := t.getBufs()
+	pieces := t.added.split(s, b.pieces[:0])
+	for _, p := range pieces {
+		if p.isAdded {
+			dst = append(dst, p.id)
+			continue
+		}
+		seg := s[p.start:p.end]
+		if len(seg) < minCachedSegment {
+			dst = t.encodeText(dst, seg, b)
+			continue
+		}
+		if ids, ok := cache.get(seg); ok {
+			dst = append(dst, ids...)
+			continue
+		}
+		n := len(dst)
+		dst = t.encodeText(dst, seg, b)
+		cache.put(seg, append([]uint32(nil), dst[n:]...))
+	}
+	b.pieces = pieces[:0]
+	t.bufs.Put(b)
+	return dst
+}
+
+// ErrNoTemplate is returned by EncodeChat for a model without a chat template.
+var ErrNoTemplate = errors.New("model: no chat template")
+
+// RenderChat renders messages with the model's chat template.
+func (m *Model) RenderChat(msgs []Message, opts ChatOptions) (string, error) {
+	if m.ChatTemplate == nil {
+		return "", ErrNoTemplate
+	}
+	return m.ChatTemplate.Render(msgs, opts)
+}
+
+// EncodeChat renders messages and tokenizes the prompt as the engine does for chat completions (no post-processor
+// tokens: the template writes its own), reusing the ids of segments seen before.
+func (m *Model) EncodeChat(msgs []Message, opts ChatOptions) ([]uint32, error) {
+	text, err := m.RenderChat(msgs, opts)
+	if err != nil {
+		return nil, err
+	}
+	return m.Tokenizer.EncodeCached(text, m.segments), nil
+}
+
+// Segments returns the model's segment cache (for stats).
+func (m *Model) Segments() *SegmentCache { return m.segments }

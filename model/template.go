@@ -1,0 +1,478 @@
+package model
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	json "github.com/goccy/go-json"
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+)
+
+// ErrTemplate is the class of chat-template failures: a template that does not parse, or one that raises
+// (raise_exception) or fails while rendering given messages.
+var ErrTemplate = errors.New("model: chat template")
+
+// ChatTemplate is a parsed HF chat template (Jinja), rendered with the conventions of transformers and vLLM:
+// trim_blocks and lstrip_blocks, a Python-compatible tojson, raise_exception, strftime_now, and the special-token
+// strings (bos_token, eos_token, ...) as variables. Safe for concurrent use.
+type ChatTemplate struct {
+	Source string
+	tmpl   *exec.Template
+	vars   map[string]any // bos_token, eos_token, ... from tokenizer_config.json
+}
+
+// ChatOptions are the per-request inputs of a chat template besides the messages.
+type ChatOptions struct {
+	// AddGenerationPrompt appends the assistant header (true for chat completions).
+	AddGenerationPrompt bool
+	// Tools are the OpenAI tool definitions as raw JSON objects; key order is kept, as Python's json.dumps would.
+	Tools []json.RawMessage
+	// Kwargs are extra template variables (chat_template_kwargs: enable_thinking, add_vision_id, ...).
+	Kwargs map[string]any
+}
+
+// NewChatTemplate parses a template. vars are the special-token variables (see TokenizerConfig.TemplateVars).
+func NewChatTemplate(source string, vars map[string]any) (*ChatTemplate, error) {
+	cfg := config.New()
+	cfg.TrimBlocks = true
+	cfg.LeftStripBlocks = true
+	cfg.KeepTrailingNewline = false
+	loader, err := loaders.NewFileSystemLoader("")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTemplate, err)
+	}
+	root, err := loaders.NewShiftedLoader("chat_template", strings.NewReader(source), loader)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTemplate, err)
+	}
+	tmpl, err := exec.NewTemplate("chat_template", cfg, root, templateEnvironment())
+	if err != nil {
+		return nil, fmt.Errorf("%w: parse: %v", ErrTemplate, err)
+	}
+	return &ChatTemplate{Source: source, tmpl: tmpl, vars: vars}, nil
+}
+
+func templateEnvironment() *exec.Environment {
+	filters := exec.NewFilterSet(map[string]exec.FilterFunction{})
+	filters.Update(builtins.Filters)
+	_ = filters.Replace("tojson", filterPyJSON)
+	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
+	ctx.Set("raise_exception", func(msg string) (string, error) {
+		return "", fmt.Errorf("%w: raise_exception: %s", ErrTemplate, msg)
+	})
+	ctx.Set("strftime_now", func(format string) string { return strftime(time.Now(), format) })
+	return &exec.Environment{
+		Context:           ctx,
+		Filters:           filters,
+		Tests:             builtins.Tests,
+		ControlStructures: builtins.ControlStructures,
+		Methods:           builtins.Methods,
+	}
+}
+
+// Render renders messages into the prompt text the engine will tokenize.
+func (ct *ChatTemplate) Render(msgs []Message, opts ChatOptions) (string, error) {
+	data := make(map[string]any, len(ct.vars)+len(opts.Kwargs)+3)
+	for k, v := range ct.vars {
+		data[k] = v
+	}
+	for k, v := range opts.Kwargs {
+		data[k] = v
+	}
+	tm := make([]any, len(msgs))
+	for i := range msgs {
+		tm[i] = templateMessage(&msgs[i])
+	}
+	data["messages"] = tm
+	data["add_generation_prompt"] = opts.AddGenerationPrompt
+	if len(opts.Tools) > 0 {
+		tools := make([]any, len(opts.Tools))
+		for i, raw := range opts.Tools {
+			v, err := orderedJSON(raw)
+			if err != nil {
+				return "", fmt.Errorf("%w: tools[%d]: %v", ErrTemplate, i, err)
+			}
+			tools[i] = v
+		}
+		data["tools"] = tools
+	} else {
+		data["tools"] = nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(4096)
+	if err := ct.tmpl.Execute(&buf, exec.NewContext(data)); err != nil {
+		return "", fmt.Errorf("%w: render: %v", ErrTemplate, err)
+	}
+	return buf.String(), nil
+}
+
+// templateMessage is the message as vLLM hands it to a template: ordered keys, image_url / video_url parts
+// reduced to {"type": "image"} / {"type": "video"} (the template emits placeholders, never URLs), tool-call
+// arguments parsed from their JSON string into an object.
+func templateMessage(m *Message) exec.Dict {
+	d := exec.Dict{}
+	add := func(k string, v any) { d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)}) }
+	add("role", m.Role)
+	switch {
+	case m.Content.IsParts:
+		parts := make([]any, 0, len(m.Content.Parts))
+		for _, p := range m.Content.Parts {
+			pd := exec.Dict{}
+			padd := func(k string, v any) {
+				pd.Pairs = append(pd.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
+			}
+			switch p.Type {
+			case "image_url", "image", "input_image", "image_pil", "image_embeds":
+				padd("type", "image")
+			case "video_url", "video":
+				padd("type", "video")
+			default:
+				padd("type", p.Type)
+				padd("text", p.Text)
+			}
+			parts = append(parts, pd)
+		}
+		add("content", parts)
+	case m.Content.Null:
+		add("content", nil)
+	default:
+		add("content", m.Content.Text)
+	}
+	if m.Name != "" {
+		add("name", m.Name)
+	}
+	if m.ReasoningContent != "" {
+		add("reasoning_content", m.ReasoningContent)
+	}
+	if len(m.ToolCalls) > 0 {
+		calls := make([]any, len(m.ToolCalls))
+		for i, tc := range m.ToolCalls {
+			fn := exec.Dict{}
+			fn.Pairs = append(fn.Pairs, &exec.Pair{Key: exec.AsValue("name"), Value: exec.AsValue(tc.Function.Name)})
+			var args any = tc.Function.Arguments
+			if v, err := orderedJSON([]byte(tc.Function.Arguments)); err == nil {
+				if _, isObj := v.(exec.Dict); isObj {
+					args = v
+				}
+			}
+			fn.Pairs = append(fn.Pairs, &exec.Pair{Key: exec.AsValue("arguments"), Value: exec.AsValue(args)})
+			call := exec.Dict{}
+			if tc.ID != "" {
+				call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("id"), Value: exec.AsValue(tc.ID)})
+			}
+			typ := tc.Type
+			if typ == "" {
+				typ = "function"
+			}
+			call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("type"), Value: exec.AsValue(typ)})
+			call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("function"), Value: exec.AsValue(fn)})
+			calls[i] = call
+		}
+		add("tool_calls", calls)
+	}
+	if m.ToolCallID != "" {
+		add("tool_call_id", m.ToolCallID)
+	}
+	return d
+}
+
+// orderedJSON decodes JSON into template values that keep object key order (exec.Dict), with numbers as int64
+// when integral and float64 otherwise.
+func orderedJSON(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeOrdered(dec)
+	if err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+func decodeOrdered(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			d := exec.Dict{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := kt.(string)
+				v, err := decodeOrdered(dec)
+				if err != nil {
+					return nil, err
+				}
+				d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
+			}
+			_, err := dec.Token()
+			return d, err
+		case '[':
+			list := []any{}
+			for dec.More() {
+				v, err := decodeOrdered(dec)
+				if err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			_, err := dec.Token()
+			return list, err
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return i, nil
+		}
+		f, err := t.Float64()
+		return f, err
+	default:
+		return t, nil // string, bool, nil
+	}
+}
+
+// filterPyJSON is tojson as transformers defines it: json.dumps(x, ensure_ascii=False, indent=indent,
+// separators=separators, sort_keys=sort_keys), so ", " and ": " separators, insertion order, non-ASCII unescaped.
+func filterPyJSON(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	indent := -1
+	sortKeys := false
+	if v, ok := params.KwArgs["indent"]; ok && !v.IsNil() {
+		indent = v.Integer()
+	}
+	if v, ok := params.KwArgs["sort_keys"]; ok {
+		sortKeys = v.Bool()
+	}
+	if len(params.Args) > 0 && !params.Args[0].IsNil() {
+		indent = params.Args[0].Integer()
+	}
+	var sb strings.Builder
+	if err := writePyJSON(&sb, in.Interface(), indent, 0, sortKeys); err != nil {
+		return exec.AsValue(fmt.Errorf("tojson: %w", err))
+	}
+	return exec.AsSafeValue(sb.String())
+}
+
+func writePyJSON(sb *strings.Builder, v any, indent, depth int, sortKeys bool) error {
+	newline := func(d int) {
+		if indent >= 0 {
+			sb.WriteByte('\n')
+			sb.WriteString(strings.Repeat(" ", indent*d))
+		}
+	}
+	itemSep := ", "
+	if indent >= 0 {
+		itemSep = ","
+	}
+	writePairs := func(keys []string, vals []any) error {
+		if len(keys) == 0 {
+			sb.WriteString("{}")
+			return nil
+		}
+		idx := make([]int, len(keys))
+		for i := range idx {
+			idx[i] = i
+		}
+		if sortKeys {
+			sort.SliceStable(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
+		}
+		sb.WriteByte('{')
+		for n, i := range idx {
+			if n > 0 {
+				sb.WriteString(itemSep)
+			}
+			newline(depth + 1)
+			writePyString(sb, keys[i])
+			sb.WriteString(": ")
+			if err := writePyJSON(sb, vals[i], indent, depth+1, sortKeys); err != nil {
+				return err
+			}
+		}
+		newline(depth)
+		sb.WriteByte('}')
+		return nil
+	}
+	switch x := v.(type) {
+	case nil:
+		sb.WriteString("null")
+	case *exec.Value:
+		return writePyJSON(sb, x.Interface(), indent, depth, sortKeys)
+	case exec.Dict:
+		keys := make([]string, len(x.Pairs))
+		vals := make([]any, len(x.Pairs))
+		for i, p := range x.Pairs {
+			keys[i], vals[i] = p.Key.String(), p.Value.Interface()
+		}
+		return writePairs(keys, vals)
+	case *exec.Dict:
+		return writePyJSON(sb, *x, indent, depth, sortKeys)
+	case string:
+		writePyString(sb, x)
+	case bool:
+		if x {
+			sb.WriteString("true")
+		} else {
+			sb.WriteString("false")
+		}
+	case int:
+		sb.WriteString(strconv.Itoa(x))
+	case int64:
+		sb.WriteString(strconv.FormatInt(x, 10))
+	case float64:
+		sb.WriteString(pyFloat(x))
+	case json.Number:
+		sb.WriteString(string(x))
+	case []any:
+		if len(x) == 0 {
+			sb.WriteString("[]")
+			return nil
+		}
+		sb.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				sb.WriteString(itemSep)
+			}
+			newline(depth + 1)
+			if err := writePyJSON(sb, e, indent, depth+1, sortKeys); err != nil {
+				return err
+			}
+		}
+		newline(depth)
+		sb.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys) // Go maps have no order; sorted is at least deterministic
+		vals := make([]any, len(keys))
+		for i, k := range keys {
+			vals[i] = x[k]
+		}
+		return writePairs(keys, vals)
+	default:
+		rv := reflect.ValueOf(v)
+		switch rv.Kind() {
+		case reflect.Slice, reflect.Array:
+			items := make([]any, rv.Len())
+			for i := range items {
+				items[i] = rv.Index(i).Interface()
+			}
+			return writePyJSON(sb, items, indent, depth, sortKeys)
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32:
+			sb.WriteString(strconv.FormatInt(rv.Int(), 10))
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			sb.WriteString(strconv.FormatUint(rv.Uint(), 10))
+		case reflect.Float32:
+			sb.WriteString(pyFloat(rv.Float()))
+		default:
+			return fmt.Errorf("cannot serialize %T", v)
+		}
+	}
+	return nil
+}
+
+// writePyString quotes like json.dumps(ensure_ascii=False): only ", \ and control characters are escaped.
+func writePyString(sb *strings.Builder, s string) {
+	sb.WriteByte('"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			sb.WriteByte(c)
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				sb.WriteString(`\ufffd`)
+			} else {
+				sb.WriteString(s[i : i+size])
+			}
+			i += size
+			continue
+		}
+		switch c {
+		case '"':
+			sb.WriteString(`\"`)
+		case '\\':
+			sb.WriteString(`\\`)
+		case '\n':
+			sb.WriteString(`\n`)
+		case '\r':
+			sb.WriteString(`\r`)
+		case '\t':
+			sb.WriteString(`\t`)
+		case '\b':
+			sb.WriteString(`\b`)
+		case '\f':
+			sb.WriteString(`\f`)
+		default:
+			fmt.Fprintf(sb, `\u%04x`, c)
+		}
+		i++
+	}
+	sb.WriteByte('"')
+}
+
+// pyFloat formats like Python's float repr: shortest round-trip digits, scientific below 1e-4 and from 1e16.
+func pyFloat(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	if f == 0 {
+		if math.Signbit(f) {
+			return "-0.0"
+		}
+		return "0.0"
+	}
+	exp := int(math.Floor(math.Log10(math.Abs(f))))
+	if exp < -4 || exp >= 16 {
+		s := strconv.FormatFloat(f, 'e', -1, 64) // 1e+20, 1.5e-07
+		mant, e, _ := strings.Cut(s, "e")
+		sign := e[0]
+		digits := strings.TrimLeft(e[1:], "0")
+		if len(digits) < 2 {
+			digits = strings.Repeat("0", 2-len(digits)) + digits
+		}
+		return mant + "e" + string(sign) + digits
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
+}
+
+// strftime supports the directives chat templates use for dates (Llama-3.x: "%d %b %Y").
+func strftime(t time.Time, format string) string {
+	r := strings.NewReplacer("%Y", "2006", "%m", "01", "%d", "02", "%b", "Jan", "%B", "January", "%H", "15",
+		"%M", "04", "%S", "05", "%y", "06", "%a", "Mon", "%A", "Monday", "%%", "%")
+	return t.Format(r.Replace(format))
+}
