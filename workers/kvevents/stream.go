@@ -1,0 +1,185 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// endSeq is the replay END marker: (-1).to_bytes(8, "big", signed=True), sent with an empty payload.
+const endSeq = ^uint64(0)
+
+// stream is the state of one publisher as seen by a subscriber: sequence tracking, the reused decode
+// batch, and the lazily opened DEALER replay socket. It is owned by the goroutine that reads the SUB
+// socket: every method runs there, including the replay exchange, which blocks live reading (the SUB
+// socket queues meanwhile, up to its HWM).
+type stream struct {
+	replayEndpoint string // "" disables replay
+	replayTimeout  time.Duration
+	poll           time.Duration
+
+	tr      seqTracker
+	batch   Batch
+	c       *Counters
+	onBatch func(seq uint64, b *Batch)
+	onReset func()
+
+	dealer *zmq.Socket
+	poller *zmq.Poller
+}
+
+// handle processes one live message.
+func (s *stream) handle(ctx context.Context, seq uint64, payload []byte) {
+	v, from, reset, gap := s.tr.onLive(seq)
+	if reset {
+		s.c.Resets.Add(1)
+		if s.onReset != nil {
+			s.onReset()
+		}
+	}
+	switch v {
+	case dropDuplicate:
+		s.c.Duplicates.Add(1)
+		return
+	case replayFirst:
+		if gap {
+			s.c.Gaps.Add(1)
+		}
+		s.replay(ctx, from)
+		if !s.tr.afterReplay(seq) {
+			s.c.Duplicates.Add(1)
+			return
+		}
+	}
+	s.deliver(seq, payload)
+}
+
+// deliver decodes payload and hands it to the consumer. A malformed batch still consumes its seq, or it
+// would be requested again forever.
+func (s *stream) deliver(seq uint64, payload []byte) bool {
+	lost := s.tr.commit(seq)
+	if lost > 0 {
+		s.c.Lost.Add(lost)
+	}
+	if err := Decode(payload, &s.batch); err != nil {
+		s.c.DecodeErrors.Add(1)
+		return false
+	}
+	var partial int
+	for i := range s.batch.Events {
+		partial += PartialBlocks(&s.batch.Events[i])
+	}
+	s.c.Batches.Add(1)
+	s.c.Events.Add(uint64(len(s.batch.Events)))
+	if partial > 0 {
+		s.c.PartialBlocks.Add(uint64(partial))
+	}
+	if s.batch.Skipped > 0 {
+		s.c.SkippedEvents.Add(uint64(s.batch.Skipped))
+	}
+	if s.onBatch != nil {
+		s.onBatch(seq, &s.batch)
+	}
+	return true
+}
+
+// replay asks the publisher's ROUTER for every buffered batch from seq from on, and delivers the new
+// ones in order until the END marker. It gives up when the socket stays silent for replayTimeout; the
+// DEALER is then closed so that late answers cannot be mistaken for the next replay's.
+func (s *stream) replay(ctx context.Context, from uint64) {
+	if s.replayEndpoint == "" {
+		return
+	}
+	s.c.Replays.Add(1)
+	if s.dealer == nil {
+		if err := s.openDealer(); err != nil {
+			s.c.ReplayTimeouts.Add(1)
+			return
+		}
+	}
+	var req [8]byte
+	binary.BigEndian.PutUint64(req[:], from)
+	if _, err := s.dealer.SendBytes(nil, zmq.SNDMORE); err != nil {
+		s.closeDealer()
+		return
+	}
+	if _, err := s.dealer.SendBytes(req[:], 0); err != nil {
+		s.closeDealer()
+		return
+	}
+	deadline := time.Now().Add(s.replayTimeout)
+	for {
+		if ctx.Err() != nil {
+			s.closeDealer()
+			return
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			s.c.ReplayTimeouts.Add(1)
+			s.closeDealer()
+			return
+		}
+		polled, err := s.poller.Poll(min(wait, s.poll))
+		if err != nil {
+			s.closeDealer()
+			return
+		}
+		if len(polled) == 0 {
+			continue
+		}
+		msg, err := s.dealer.RecvMessageBytes(zmq.DONTWAIT)
+		if err != nil {
+			continue
+		}
+		deadline = time.Now().Add(s.replayTimeout)
+		// ROUTER sent [identity, "", seq8, payload]; the DEALER sees [ "", seq8, payload ].
+		if len(msg) != 3 || len(msg[0]) != 0 || len(msg[1]) != 8 {
+			s.c.DecodeErrors.Add(1)
+			continue
+		}
+		seq := binary.BigEndian.Uint64(msg[1])
+		if seq == endSeq && len(msg[2]) == 0 {
+			return
+		}
+		if s.tr.wantReplayed(seq) && s.deliver(seq, msg[2]) {
+			s.c.ReplayedBatches.Add(1)
+		}
+	}
+}
+
+func (s *stream) openDealer() error {
+	d, err := zmq.NewSocket(zmq.DEALER)
+	if err != nil {
+		return err
+	}
+	if err := d.SetLinger(0); err != nil {
+		d.Close()
+		return err
+	}
+	if err := d.Connect(s.replayEndpoint); err != nil {
+		d.Close()
+		return err
+	}
+	s.dealer = d
+	s.poller = zmq.NewPoller()
+	s.poller.Add(d, zmq.POLLIN)
+	return nil
+}
+
+// closeDealer closes the replay socket; the next replay opens a fresh one.
+func (s *stream) closeDealer() {
+	if s.dealer != nil {
+		s.dealer.Close()
+		s.dealer, s.poller = nil, nil
+	}
+}
+
+// splitMessage checks the 3-frame shape [topic, seq_be8, payload].
+func splitMessage(msg [][]byte) (topic []byte, seq uint64, payload []byte, ok bool) {
+	if len(msg) != 3 || len(msg[1]) != 8 {
+		return nil, 0, nil, false
+	}
+	return msg[0], binary.BigEndian.Uint64(msg[1]), msg[2], true
+}

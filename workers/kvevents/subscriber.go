@@ -1,0 +1,212 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// Config configures a Subscriber (connect mode: the router dials each worker's PUB socket).
+type Config struct {
+	// Endpoint is the worker's PUB address, e.g. tcp://10.0.0.5:5557 (vLLM's "endpoint" with the host
+	// filled in, plus the DP port offset for rank > 0). Required.
+	Endpoint string
+	// ReplayEndpoint is the worker's ROUTER replay address, e.g. tcp://10.0.0.5:5558. Empty disables
+	// replay: gaps and the slow-joiner window are then counted as Lost.
+	ReplayEndpoint string
+	// Topic is the subscription prefix; vLLM's default topic is "", which matches everything.
+	Topic string
+	// ReconnectMin and ReconnectMax bound the exponential backoff between socket sessions after an error,
+	// and are also ZMQ's own TCP reconnect interval (ZMQ_RECONNECT_IVL / _MAX). Defaults 100ms and 5s.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// PollInterval is how long one poll blocks before the context is checked again: the worst-case stop
+	// latency. Default 100ms.
+	PollInterval time.Duration
+	// ReplayTimeout is how long a replay may stay silent before it is abandoned. Default 2s.
+	ReplayTimeout time.Duration
+	// RcvHWM is the SUB socket's receive high-water mark in messages; past it ZMQ drops (seen as gaps).
+	// Default 100_000, vLLM's publisher default.
+	RcvHWM int
+}
+
+// DefaultConfig returns a Config with every default set and no endpoint.
+func DefaultConfig() Config {
+	return Config{
+		ReconnectMin:  100 * time.Millisecond,
+		ReconnectMax:  5 * time.Second,
+		PollInterval:  100 * time.Millisecond,
+		ReplayTimeout: 2 * time.Second,
+		RcvHWM:        100_000,
+	}
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ReconnectMin <= 0 {
+		c.ReconnectMin = d.ReconnectMin
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = d.ReconnectMax
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = d.PollInterval
+	}
+	if c.ReplayTimeout <= 0 {
+		c.ReplayTimeout = d.ReplayTimeout
+	}
+	if c.RcvHWM <= 0 {
+		c.RcvHWM = d.RcvHWM
+	}
+	return c
+}
+
+// ErrConfig is the class of invalid subscriber and publisher configurations.
+var ErrConfig = errors.New("kvevents: invalid config")
+
+// Validate reports a missing endpoint or inverted backoff bounds.
+func (c Config) Validate() error {
+	if c.Endpoint == "" {
+		return fmt.Errorf("%w: Endpoint is required", ErrConfig)
+	}
+	if c.ReconnectMax > 0 && c.ReconnectMin > c.ReconnectMax {
+		return fmt.Errorf("%w: ReconnectMin %v > ReconnectMax %v", ErrConfig, c.ReconnectMin, c.ReconnectMax)
+	}
+	return nil
+}
+
+// Handler receives a subscriber's output, always on the subscriber's goroutine and in sequence order.
+type Handler struct {
+	// OnBatch gets each decoded batch once. b is reused after OnBatch returns: copy what you keep.
+	OnBatch func(seq uint64, b *Batch)
+	// OnReset is called when the engine restarted (its sequence went backwards): drop everything known
+	// about this worker. Batches of the new engine follow.
+	OnReset func()
+}
+
+// Subscriber reads one worker's KV event stream. Run owns the SUB and DEALER sockets; Stats may be called
+// from any goroutine.
+type Subscriber struct {
+	cfg Config
+	c   Counters
+	st  stream
+}
+
+// NewSubscriber validates cfg (zero durations take their defaults) and returns a Subscriber that calls h.
+func NewSubscriber(cfg Config, h Handler) (*Subscriber, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Subscriber{cfg: cfg}
+	s.st = stream{
+		replayEndpoint: cfg.ReplayEndpoint, replayTimeout: cfg.ReplayTimeout, poll: cfg.PollInterval,
+		c: &s.c, onBatch: h.OnBatch, onReset: h.OnReset,
+	}
+	return s, nil
+}
+
+// Stats returns a snapshot of the counters; safe from any goroutine.
+func (s *Subscriber) Stats() Stats { return s.c.Snapshot() }
+
+// Counters exposes the live counters (for metrics exporters); safe from any goroutine.
+func (s *Subscriber) Counters() *Counters { return &s.c }
+
+// Run connects and delivers batches until ctx is done, reopening the sockets with exponential backoff
+// after a socket error. It returns nil once ctx is done and its sockets are closed. Run must not be called
+// twice concurrently.
+func (s *Subscriber) Run(ctx context.Context) error {
+	backoff := s.cfg.ReconnectMin
+	for {
+		healthy, err := s.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		_ = err // the session ended on a socket error; counted, then retried
+		s.c.Reconnects.Add(1)
+		if healthy {
+			backoff = s.cfg.ReconnectMin
+		}
+		if !sleepCtx(ctx, backoff) {
+			return nil
+		}
+		backoff = min(2*backoff, s.cfg.ReconnectMax)
+	}
+}
+
+// session runs one SUB socket lifetime. healthy reports whether any message arrived.
+func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
+	sub, err := newSub(s.cfg.RcvHWM, s.cfg.ReconnectMin, s.cfg.ReconnectMax, s.cfg.Topic)
+	if err != nil {
+		return false, err
+	}
+	defer sub.Close()
+	defer s.st.closeDealer()
+	if err := sub.Connect(s.cfg.Endpoint); err != nil {
+		return false, err
+	}
+	poller := zmq.NewPoller()
+	poller.Add(sub, zmq.POLLIN)
+	for ctx.Err() == nil {
+		polled, err := poller.Poll(s.cfg.PollInterval)
+		if err != nil {
+			return healthy, err
+		}
+		if len(polled) == 0 {
+			continue
+		}
+		msg, err := sub.RecvMessageBytes(zmq.DONTWAIT)
+		if err != nil {
+			if errors.Is(err, zmq.Errno(syscall.EAGAIN)) { // spurious wakeup
+				continue
+			}
+			return healthy, err
+		}
+		healthy = true
+		_, seq, payload, ok := splitMessage(msg)
+		if !ok {
+			s.c.DecodeErrors.Add(1)
+			continue
+		}
+		s.st.handle(ctx, seq, payload)
+	}
+	return healthy, nil
+}
+
+// newSub opens a SUB socket with the common options.
+func newSub(hwm int, ivl, ivlMax time.Duration, topic string) (*zmq.Socket, error) {
+	sub, err := zmq.NewSocket(zmq.SUB)
+	if err != nil {
+		return nil, err
+	}
+	for _, set := range []func() error{
+		func() error { return sub.SetLinger(0) },
+		func() error { return sub.SetRcvhwm(hwm) },
+		func() error { return sub.SetReconnectIvl(ivl) },
+		func() error { return sub.SetReconnectIvlMax(ivlMax) },
+		func() error { return sub.SetSubscribe(topic) },
+	} {
+		if err := set(); err != nil {
+			sub.Close()
+			return nil, err
+		}
+	}
+	return sub, nil
+}
+
+// sleepCtx waits d or until ctx is done; it reports whether the wait completed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

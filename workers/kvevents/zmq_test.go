@@ -1,0 +1,295 @@
+package kvevents
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// testTimeout bounds every wait in the socket tests.
+const testTimeout = 10 * time.Second
+
+// waitUntil polls cond every 2ms until it holds or the deadline passes.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// collector records what a handler saw. Batches are identified by their first block hash, which the tests
+// set to seqBase+seq of the publishing side.
+type collector struct {
+	mu     sync.Mutex
+	seqs   []uint64
+	ids    []uint64
+	resets []int // len(seqs) at each reset
+}
+
+func (c *collector) onBatch(seq uint64, b *Batch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seqs = append(c.seqs, seq)
+	var id uint64
+	if len(b.Events) > 0 && len(b.Events[0].BlockHashes) > 0 {
+		id = b.Events[0].BlockHashes[0]
+	}
+	c.ids = append(c.ids, id)
+}
+
+func (c *collector) onReset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resets = append(c.resets, len(c.seqs))
+}
+
+func (c *collector) handler() Handler { return Handler{OnBatch: c.onBatch, OnReset: c.onReset} }
+
+func (c *collector) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seqs)
+}
+
+func (c *collector) snapshot() (seqs, ids []uint64, resets []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]uint64(nil), c.seqs...), append([]uint64(nil), c.ids...), append([]int(nil), c.resets...)
+}
+
+// checkContiguous asserts seqs[i] == first+i and ids[i] == base+seqs[i].
+func checkContiguous(t *testing.T, seqs, ids []uint64, first, base uint64) {
+	t.Helper()
+	for i, s := range seqs {
+		if s != first+uint64(i) {
+			t.Fatalf("delivery %d has seq %d, want %d (seqs %v)", i, s, first+uint64(i), seqs)
+		}
+		if ids[i] != base+s {
+			t.Fatalf("seq %d carried batch %d, want %d", s, ids[i], base+s)
+		}
+	}
+}
+
+// testBatch is a one-event batch whose first block hash is id.
+func testBatch(id uint64) *Batch {
+	return &Batch{TS: 1, HasDPRank: true, Events: []Event{{
+		Kind: Stored, BlockHashes: []uint64{id}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4, Medium: "GPU",
+		ExtraKeys: [][]ExtraKey{nil}, HasGroupIdx: true, SpecKind: "full_attention",
+	}}}
+}
+
+// startPublisher runs a publisher until the test ends.
+func startPublisher(t *testing.T, cfg PublisherConfig) (*Publisher, context.CancelFunc) {
+	t.Helper()
+	p, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	select {
+	case <-p.Ready():
+	case err := <-errc:
+		t.Fatalf("publisher: %v", err)
+	case <-time.After(testTimeout):
+		t.Fatal("publisher not ready")
+	}
+	stop := func() {
+		cancel()
+		select {
+		case <-p.Done():
+		case <-time.After(testTimeout):
+			t.Error("publisher did not stop")
+		}
+	}
+	t.Cleanup(stop)
+	return p, stop
+}
+
+// runUntilCleanup runs fn(ctx) in a goroutine and, at cleanup, cancels it and waits for it to return.
+func runUntilCleanup(t *testing.T, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(testTimeout):
+			t.Error("Run did not return")
+		}
+	})
+}
+
+func fastConfig(endpoint, replay string) Config {
+	return Config{
+		Endpoint: endpoint, ReplayEndpoint: replay, PollInterval: 10 * time.Millisecond,
+		ReplayTimeout: 2 * time.Second, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
+	}
+}
+
+// pump publishes batches base+next, base+next+1, ... every 2ms until cond holds; it returns the next id.
+func pump(t *testing.T, p *Publisher, next, base uint64, what string, cond func() bool) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out pumping until %s", what)
+		}
+		if err := p.Publish(context.Background(), testBatch(base+next)); err != nil {
+			t.Fatal(err)
+		}
+		next++
+		time.Sleep(2 * time.Millisecond)
+	}
+	return next
+}
+
+func TestEndToEnd(t *testing.T) {
+	for _, layout := range []Layout{LayoutMap, LayoutArray} {
+		t.Run(fmt.Sprintf("layout=%d", layout), func(t *testing.T) {
+			p, _ := startPublisher(t, PublisherConfig{
+				Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*", Layout: layout, Topic: "kv",
+			})
+			var col collector
+			cfg := fastConfig(p.Addr(), p.ReplayAddr())
+			cfg.Topic = "kv"
+			s, err := NewSubscriber(cfg, col.handler())
+			if err != nil {
+				t.Fatal(err)
+			}
+			runUntilCleanup(t, s.Run)
+			const base = 1000
+			pump(t, p, 0, base, "30 batches delivered", func() bool { return col.count() >= 30 })
+			seqs, ids, resets := col.snapshot()
+			// Whatever the slow-joiner window lost was replayed from 0.
+			checkContiguous(t, seqs, ids, 0, base)
+			st := s.Stats()
+			if len(resets) != 0 || st.DecodeErrors != 0 || st.Lost != 0 || st.Events < 30 {
+				t.Fatalf("resets %v, stats %+v", resets, st)
+			}
+		})
+	}
+}
+
+func TestGapRecoveredByReplay(t *testing.T) {
+	var skip atomic.Int64
+	skip.Store(-1)
+	p, _ := startPublisher(t, PublisherConfig{
+		Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*",
+		SkipSend: func(seq uint64) bool { return int64(seq) == skip.Load() },
+	})
+	var col collector
+	s, err := NewSubscriber(fastConfig(p.Addr(), p.ReplayAddr()), col.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	next := pump(t, p, 0, 0, "first delivery", func() bool { return col.count() > 0 })
+	dropped := next + 1
+	skip.Store(int64(dropped)) // sent never, kept in the replay ring
+	pump(t, p, next, 0, "delivery past the dropped batch", func() bool { return col.count() > int(dropped)+5 })
+	seqs, ids, _ := col.snapshot()
+	checkContiguous(t, seqs, ids, 0, 0)
+	st := s.Stats()
+	if st.Gaps != 1 || st.ReplayedBatches < 1 || st.Lost != 0 || p.Stats().Skipped != 1 {
+		t.Fatalf("stats %+v, publisher %+v", st, p.Stats())
+	}
+}
+
+func TestGapWithoutReplayIsLost(t *testing.T) {
+	var skip atomic.Int64
+	skip.Store(-1)
+	p, _ := startPublisher(t, PublisherConfig{
+		Endpoint:  "tcp://127.0.0.1:*",
+		SkipSend: func(seq uint64) bool { return int64(seq) == skip.Load() },
+	})
+	var col collector
+	s, err := NewSubscriber(fastConfig(p.Addr(), ""), col.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	next := pump(t, p, 0, 0, "first delivery", func() bool { return col.count() > 0 })
+	first, _, _ := col.snapshot()
+	skip.Store(int64(next + 1))
+	pump(t, p, next, 0, "delivery past the dropped batch", func() bool { return s.Stats().Gaps == 1 && col.count() > int(next)+3-int(first[0]) })
+	st := s.Stats()
+	if st.Replays != 0 || st.Lost != first[0]+1 {
+		t.Fatalf("stats %+v (first seq %d)", st, first[0])
+	}
+}
+
+func TestPublisherRestartResets(t *testing.T) {
+	p1, stop1 := startPublisher(t, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*"})
+	addr, replay := p1.Addr(), p1.ReplayAddr()
+	var col collector
+	s, err := NewSubscriber(fastConfig(addr, replay), col.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	next := pump(t, p1, 0, 0, "first delivery", func() bool { return col.count() > 0 })
+	// A burst so the old engine's seq is far ahead of anything the new one reaches while we reconnect.
+	for ; next < 300; next++ {
+		if err := p1.Publish(context.Background(), testBatch(next)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the burst", func() bool { return col.count() >= 300 })
+	stop1()
+
+	const base2 = 1 << 20
+	// Same port; "*" makes the heuristic bind, as vLLM's default endpoint does.
+	port := addr[strings.LastIndex(addr, ":")+1:]
+	p2, _ := startPublisher(t, PublisherConfig{Endpoint: "tcp://*:" + port, ReplayEndpoint: replay})
+	pump(t, p2, 0, base2, "reset and 10 new batches", func() bool {
+		seqs, _, resets := col.snapshot()
+		return len(resets) == 1 && len(seqs) >= resets[0]+10
+	})
+	seqs, ids, resets := col.snapshot()
+	checkContiguous(t, seqs[:resets[0]], ids[:resets[0]], 0, 0)
+	checkContiguous(t, seqs[resets[0]:], ids[resets[0]:], 0, base2)
+	if st := s.Stats(); st.Resets != 1 || st.Lost != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestMalformedPayloadSkipped(t *testing.T) {
+	p, _ := startPublisher(t, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*"})
+	var col collector
+	s, err := NewSubscriber(fastConfig(p.Addr(), p.ReplayAddr()), col.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	next := pump(t, p, 0, 0, "first delivery", func() bool { return col.count() > 0 })
+	p.queue <- []byte{0x93, 0xc1, 0xc1} // seq next: not msgpack
+	bad := next
+	next++
+	pump(t, p, next, 0, "batches after the bad one", func() bool { return col.count() >= int(bad)+5 })
+	seqs, ids, _ := col.snapshot()
+	for i, sq := range seqs {
+		if sq == bad {
+			t.Fatalf("malformed seq %d delivered", bad)
+		}
+		if ids[i] != sq {
+			t.Fatalf("seq %d carried %d", sq, ids[i])
+		}
+	}
+	if st := s.Stats(); st.DecodeErrors != 1 || st.Gaps != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
