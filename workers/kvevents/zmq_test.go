@@ -213,7 +213,7 @@ func TestGapWithoutReplayIsLost(t *testing.T) {
 	var skip atomic.Int64
 	skip.Store(-1)
 	p, _ := startPublisher(t, PublisherConfig{
-		Endpoint:  "tcp://127.0.0.1:*",
+		Endpoint: "tcp://127.0.0.1:*",
 		SkipSend: func(seq uint64) bool { return int64(seq) == skip.Load() },
 	})
 	var col collector
