@@ -1,6 +1,7 @@
 package mocker
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -30,6 +31,9 @@ type KVEventsConfig struct {
 	Topic string `json:"topic"`
 	// Layout is the event shape: kvevents.LayoutMap (current vLLM, default) or LayoutArray (legacy).
 	Layout kvevents.Layout `json:"-"`
+	// SkipSend, when set, withholds the batch with that seq from the PUB socket while keeping it in the
+	// replay ring (fault injection: a subscriber sees a gap and recovers it through replay).
+	SkipSend func(seq uint64) bool `json:"-"`
 }
 
 // DefaultKVEventsConfig is vLLM's default with events enabled.
@@ -98,13 +102,59 @@ func dialable(ep string) string {
 	if rest, ok := strings.CutPrefix(ep, "tcp://*:"); ok {
 		return "tcp://127.0.0.1:" + rest
 	}
+	if rest, ok := strings.CutPrefix(ep, "tcp://0.0.0.0:"); ok {
+		return "tcp://127.0.0.1:" + rest
+	}
 	if rest, ok := strings.CutPrefix(ep, "tcp://[::]:"); ok {
 		return "tcp://127.0.0.1:" + rest
 	}
 	return ep
 }
 
-// newZMQPublisher opens rank's publisher from workers/kvevents.
+// zmqPublisher runs one workers/kvevents Publisher (its Run goroutine owns the sockets) for a rank.
+type zmqPublisher struct {
+	p      *kvevents.Publisher
+	cancel context.CancelFunc
+	ctx    context.Context
+	runErr chan error
+}
+
+// newZMQPublisher opens rank's publisher: endpoints offset by rank as vLLM does, sockets ready on return.
 func newZMQPublisher(c KVEventsConfig, rank int) (EventPublisher, error) {
-	return nil, fmt.Errorf("%w: workers/kvevents has no Publisher yet", ErrBadConfig)
+	p, err := kvevents.NewPublisher(kvevents.PublisherConfig{
+		Endpoint:       offsetEndpoint(c.Endpoint, rank),
+		ReplayEndpoint: offsetEndpoint(c.ReplayEndpoint, rank),
+		Topic:          c.Topic,
+		Layout:         c.Layout,
+		BufferSteps:    c.BufferSteps,
+		HWM:            c.HWM,
+		QueueSize:      c.MaxQueueSize,
+		SkipSend:       c.SkipSend,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	z := &zmqPublisher{p: p, cancel: cancel, ctx: ctx, runErr: make(chan error, 1)}
+	go func() { z.runErr <- p.Run(ctx) }()
+	select {
+	case <-p.Ready():
+		return z, nil
+	case err := <-z.runErr:
+		cancel()
+		return nil, err
+	}
+}
+
+func (z *zmqPublisher) Publish(b *kvevents.Batch) error { return z.p.Publish(z.ctx, b) }
+
+func (z *zmqPublisher) Close() error {
+	z.cancel()
+	<-z.p.Done()
+	return nil
+}
+
+// endpoints reports the resolved PUB and replay addresses, dialable from this host.
+func (z *zmqPublisher) endpoints() (string, string) {
+	return dialable(z.p.Addr()), dialable(z.p.ReplayAddr())
 }

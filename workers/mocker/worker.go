@@ -182,18 +182,20 @@ func (w *Worker) Model() *Model { return w.model }
 // EventsEndpoint and ReplayEndpoint are rank's ZMQ endpoints as a subscriber dials them ("" when events
 // or replay are off, or when a custom publisher is used).
 func (w *Worker) EventsEndpoint(rank int) string {
-	if !w.cfg.KVEvents.Enable || w.cfg.NewPublisher != nil {
-		return ""
+	if z, ok := w.ranks[rank].pub.(*zmqPublisher); ok {
+		ep, _ := z.endpoints()
+		return ep
 	}
-	return dialable(offsetEndpoint(w.cfg.KVEvents.Endpoint, rank))
+	return ""
 }
 
 // ReplayEndpoint is rank's replay ROUTER endpoint, see EventsEndpoint.
 func (w *Worker) ReplayEndpoint(rank int) string {
-	if !w.cfg.KVEvents.Enable || w.cfg.NewPublisher != nil || w.cfg.KVEvents.ReplayEndpoint == "" {
-		return ""
+	if z, ok := w.ranks[rank].pub.(*zmqPublisher); ok {
+		_, ep := z.endpoints()
+		return ep
 	}
-	return dialable(offsetEndpoint(w.cfg.KVEvents.ReplayEndpoint, rank))
+	return ""
 }
 
 // Submit queues req on a rank (rank < 0: the rank with the fewest requests in flight) and returns its
