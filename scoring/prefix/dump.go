@@ -25,7 +25,7 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 	}
 	var queue []item
 	enqueueKids := func(n uint32, emit bitset) {
-		nd := ix.nodes[n]
+		nd := &ix.nodes[n]
 		var kids []kid
 		if nd.kidMap != nil {
 			for h, c := range nd.kidMap {
@@ -51,7 +51,7 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 	for len(queue) > 0 {
 		it := queue[0]
 		queue = queue[1:]
-		nd := ix.nodes[it.n]
+		nd := &ix.nodes[it.n]
 		emit := append(bitset(nil), nd.workers...)
 		if nd.parent != rootNode {
 			emit.andNot(complement(it.emit, len(emit)))
@@ -72,7 +72,7 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 				case j > 0:
 					e.Parent, e.HasParent = ix.handlesOf(slot, nd.ids[j-1], nd.ehs[j-1])[0].eh, true
 				case nd.parent != rootNode:
-					pd := ix.nodes[nd.parent]
+					pd := &ix.nodes[nd.parent]
 					last := len(pd.ids) - 1
 					e.Parent, e.HasParent = ix.handlesOf(slot, pd.ids[last], pd.ehs[last])[0].eh, true
 				}

@@ -49,24 +49,26 @@ type workerState struct {
 
 // Index is the prefix index. The zero value is not usable; call New.
 type Index struct {
-	nodes     []*node  // by node index; nodes[rootNode] is the root
+	nodes     []node   // by node index; nodes[rootNode] is the root
 	freeNodes []uint32 // indices of freed nodes, reused first
 	locs      []loc    // by block id: where the block currently sits
 	freeIDs   []uint32 // freed block ids, reused first
 
 	slotOf    map[WorkerKey]uint32
 	workers   []*workerState // by slot; nil for a free slot
+	keys      []WorkerKey    // by slot, dense so that emitting scores touches one array
 	freeSlots []uint32
 	words     int // bitset words that cover every slot ever used
 
-	size  int // Σ handles over workers
+	size  int    // Σ handles over workers
+	sink  uint32 // keeps handleTable.touch from being optimized away
 	stats Stats
 }
 
 // New returns an empty index.
 func New() *Index {
 	ix := &Index{slotOf: make(map[WorkerKey]uint32)}
-	ix.nodes = append(ix.nodes, &node{live: true})
+	ix.nodes = append(ix.nodes, node{live: true})
 	return ix
 }
 
@@ -80,9 +82,11 @@ func (ix *Index) slotFor(w WorkerKey) uint32 {
 		s = ix.freeSlots[k-1]
 		ix.freeSlots = ix.freeSlots[:k-1]
 		ix.workers[s] = &workerState{key: w}
+		ix.keys[s] = w
 	} else {
 		s = uint32(len(ix.workers))
 		ix.workers = append(ix.workers, &workerState{key: w})
+		ix.keys = append(ix.keys, w)
 	}
 	ix.slotOf[w] = s
 	ix.words = max(ix.words, int(s>>6)+1)
@@ -119,11 +123,12 @@ func (ix *Index) Store(w WorkerKey, parent uint64, hasParent bool, blocks []Bloc
 		slot = ix.slotFor(w)
 	}
 	ws := ix.workers[slot]
+	ix.sink += ws.handles.touch(blocks)
 	var p pending
 	for _, b := range blocks {
 		// The child position of cur with this local hash, if it exists.
 		n, off := ix.locate(cur)
-		nd := ix.nodes[n]
+		nd := &ix.nodes[n]
 		cand := noBlock
 		if off+1 < len(nd.hashes) {
 			if nd.hashes[off+1] == b.LocalHash {
@@ -175,7 +180,7 @@ func (ix *Index) Store(w WorkerKey, parent uint64, hasParent bool, blocks []Bloc
 		if off+1 < len(ix.nodes[n].hashes) {
 			ix.split(n, off+1)
 		}
-		nd = ix.nodes[n]
+		nd = &ix.nodes[n]
 		if n != rootNode && nd.numKids() == 0 && nd.workers.only(slot) {
 			cur = ix.appendPos(n, b.LocalHash, b.EngineHash)
 		} else {
@@ -261,7 +266,7 @@ func (ix *Index) leave(slot, id uint32) {
 	if off > 0 {
 		m = ix.split(n, off)
 	}
-	md := ix.nodes[m]
+	md := &ix.nodes[m]
 	md.workers.unset(slot)
 	if md.workers.empty() {
 		ix.dropSubtree(m, nil)
@@ -275,14 +280,14 @@ func (ix *Index) leave(slot, id uint32) {
 // other workers still have there (only workers removed from a middle block can have them) are dropped too,
 // except for the slots in skip, whose tables the caller resets.
 func (ix *Index) dropSubtree(m uint32, skip bitset) {
-	md := ix.nodes[m]
+	md := &ix.nodes[m]
 	p := md.parent
 	ix.nodes[p].removeKid(md.hashes[0])
 	stack := []uint32{m}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		nd := ix.nodes[n]
+		nd := &ix.nodes[n]
 		nd.eachKid(func(c uint32) { stack = append(stack, c) })
 		nd.workers.each(func(slot uint32) {
 			if skip.has(slot) {
@@ -364,12 +369,12 @@ func (ix *Index) clear(workerID uint64, forget bool) {
 		return
 	}
 	for n := 1; n < len(ix.nodes); n++ {
-		if nd := ix.nodes[n]; nd.live {
+		if nd := &ix.nodes[n]; nd.live {
 			nd.workers.andNot(mask)
 		}
 	}
 	for n := 1; n < len(ix.nodes); n++ {
-		if nd := ix.nodes[n]; nd.live && nd.workers.empty() {
+		if nd := &ix.nodes[n]; nd.live && nd.workers.empty() {
 			ix.dropSubtree(uint32(n), mask)
 		}
 	}
@@ -399,7 +404,8 @@ func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
 	} else {
 		active = make([]uint64, ix.words)
 	}
-	nd := ix.nodes[c]
+	nd := &ix.nodes[c]
+	keys := ix.keys
 	copy(active, nd.workers)
 	depth := 0
 	for {
@@ -418,7 +424,7 @@ func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
 		if c, ok = nd.child(q[depth]); !ok {
 			break
 		}
-		nd = ix.nodes[c]
+		nd = &ix.nodes[c]
 		// Workers absent from the child drop out here; a worker can also be absent from a node and present
 		// below it (removed from a middle block), so intersect rather than replace.
 		cw := nd.workers
@@ -429,7 +435,7 @@ func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
 				x = cw[i]
 			}
 			for d := a &^ x; d != 0; d &= d - 1 {
-				out = append(out, Score{Worker: ix.workers[i<<6+trailingZeros(d)].key, Blocks: uint32(depth)})
+				out = append(out, Score{Worker: keys[i<<6+trailingZeros(d)], Blocks: uint32(depth)})
 			}
 			active[i] = a & x
 			alive |= a & x
@@ -440,7 +446,7 @@ func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
 	}
 	for i, a := range active {
 		for ; a != 0; a &= a - 1 {
-			out = append(out, Score{Worker: ix.workers[i<<6+trailingZeros(a)].key, Blocks: uint32(depth)})
+			out = append(out, Score{Worker: keys[i<<6+trailingZeros(a)], Blocks: uint32(depth)})
 		}
 	}
 	return out

@@ -184,19 +184,19 @@ func (ix *Index) newNode(parent uint32) uint32 {
 	if k := len(ix.freeNodes); k > 0 {
 		n = ix.freeNodes[k-1]
 		ix.freeNodes = ix.freeNodes[:k-1]
-		ix.nodes[n] = &node{}
+		ix.nodes[n] = node{}
 	} else {
 		n = uint32(len(ix.nodes))
-		ix.nodes = append(ix.nodes, &node{})
+		ix.nodes = append(ix.nodes, node{})
 	}
-	nd := ix.nodes[n]
+	nd := &ix.nodes[n]
 	nd.parent = parent
 	nd.live = true
 	return n
 }
 
 func (ix *Index) freeNode(n uint32) {
-	ix.nodes[n] = &node{}
+	ix.nodes[n] = node{}
 	ix.freeNodes = append(ix.freeNodes, n)
 }
 
@@ -223,7 +223,7 @@ func (ix *Index) locate(id uint32) (uint32, int) {
 
 // appendPos adds one position at the end of node n's run.
 func (ix *Index) appendPos(n uint32, h, eh uint64) uint32 {
-	nd := ix.nodes[n]
+	nd := &ix.nodes[n]
 	id := ix.newID(n, len(nd.hashes))
 	nd.hashes = append(nd.hashes, h)
 	nd.ids = append(nd.ids, id)
@@ -236,7 +236,7 @@ func (ix *Index) appendPos(n uint32, h, eh uint64) uint32 {
 // its number of children.
 func (ix *Index) split(n uint32, at int) uint32 {
 	t := ix.newNode(n)
-	nd, td := ix.nodes[n], ix.nodes[t]
+	nd, td := &ix.nodes[n], &ix.nodes[t]
 	td.hashes = append([]uint64(nil), nd.hashes[at:]...)
 	td.ids = append([]uint32(nil), nd.ids[at:]...)
 	td.ehs = append([]uint64(nil), nd.ehs[at:]...)
@@ -263,13 +263,13 @@ func clip[T any](s []T, n int) []T {
 // tryMerge absorbs the only child of n into n when both hold the same workers, undoing splits that no
 // longer separate anything. Cost: the child's length plus its number of children.
 func (ix *Index) tryMerge(n uint32) bool {
-	nd := ix.nodes[n]
+	nd := &ix.nodes[n]
 	if n == rootNode || !nd.live || nd.numKids() != 1 {
 		return false
 	}
 	var c uint32
 	nd.eachKid(func(k uint32) { c = k })
-	cd := ix.nodes[c]
+	cd := &ix.nodes[c]
 	if !nd.workers.equal(cd.workers) {
 		return false
 	}

@@ -249,7 +249,7 @@ func checkInvariants(ix *Index) error {
 	reached := 0
 	var walk func(n uint32) error
 	walk = func(n uint32) error {
-		nd := ix.nodes[n]
+		nd := &ix.nodes[n]
 		if !nd.live {
 			return fmt.Errorf("node %d reachable but freed", n)
 		}
@@ -283,7 +283,7 @@ func checkInvariants(ix *Index) error {
 		}
 		var err error
 		nd.eachKid(func(c uint32) {
-			cd := ix.nodes[c]
+			cd := &ix.nodes[c]
 			if err != nil {
 				return
 			}

@@ -33,7 +33,7 @@ func roundTrip(ix *Index) error {
 	var paths [][]uint64
 	var walk func(n uint32, prefix []uint64)
 	walk = func(n uint32, prefix []uint64) {
-		nd := ix.nodes[n]
+		nd := &ix.nodes[n]
 		for j := range nd.hashes {
 			prefix = append(prefix, nd.hashes[j])
 			paths = append(paths, slices.Clone(prefix))
