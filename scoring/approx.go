@@ -59,8 +59,13 @@ type approxWorker struct {
 // router sent it their prompt, when each expires, and what to prune when a worker is over capacity. It
 // does not touch the prefix index; it tells the owner which Store and Remove calls to make:
 //
-//  1. after a routing decision: index.Store(w, no parent, blocks{EngineHash: seq[i], LocalHash: local[i]})
-//     then Record(w, seq, now) and index.Remove(w, evicted);
+//  1. after a routing decision: from, evicted := Record(w, seq, now); index.Store(w, seq[from-1] (no parent
+//     when from == 0), blocks{EngineHash: seq[i], LocalHash: local[i]} for i ≥ from); index.Remove(w,
+//     evicted). Blocks before from are already indexed and only get their TTL refreshed: storing them
+//     again would add a reference in an index that refcounts engine hashes.
+//
+// The blocks held for a worker stay prefix-closed along each chain (a refresh renews a block's ancestors
+// too, and expiry and pruning take the leaf side first), which is what makes the held prefix enough.
 //  2. on a timer at NextExpiry: for each Removal of Expire(now), index.Remove(r.Worker, r.Hashes).
 //
 // Pure: time is an argument. Not safe for concurrent use; the indexer actor that owns the approximate
@@ -93,10 +98,17 @@ func (a *Approx) SetCapacity(w WorkerKey, blocks int) {
 }
 
 // Record notes that the request with these sequence hashes was routed to w at now: every block's TTL
-// starts (or restarts) at now. It returns the hashes evicted to bring w back under capacity, which the
-// caller removes from the index after storing the request's blocks.
-func (a *Approx) Record(w WorkerKey, seqHashes []uint64, now time.Time) (evicted []uint64) {
+// starts (or restarts) at now. It returns from, the length of the prefix w already held (store only
+// seqHashes[from:]), and the hashes evicted to bring w back under capacity, which the caller removes from
+// the index after storing.
+func (a *Approx) Record(w WorkerKey, seqHashes []uint64, now time.Time) (from int, evicted []uint64) {
 	aw := a.worker(w)
+	for from < len(seqHashes) {
+		if _, ok := aw.blocks[seqHashes[from]]; !ok {
+			break
+		}
+		from++
+	}
 	exp := now.Add(a.cfg.TTL).UnixNano()
 	for i, h := range seqHashes {
 		aw.blocks[h] = approxBlock{expiry: exp, pos: uint32(i)}
@@ -116,7 +128,7 @@ func (a *Approx) Record(w WorkerKey, seqHashes []uint64, now time.Time) (evicted
 			evicted = append(evicted, it.hash)
 		}
 	}
-	return evicted
+	return from, evicted
 }
 
 // Expire removes every block whose TTL has passed at now and returns them per worker, in worker order.

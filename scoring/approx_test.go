@@ -39,12 +39,16 @@ func TestApproxCapacity(t *testing.T) {
 	a := NewApprox(ApproxConfig{TTL: time.Minute, Capacity: 1 << 20, TargetRatio: 0.5})
 	w := WorkerKey{WorkerID: 7}
 	a.SetCapacity(w, 6)
-	if ev := a.Record(w, []uint64{10, 11, 12, 13}, t0); len(ev) != 0 {
-		t.Fatalf("under capacity evicted %v", ev)
+	if from, ev := a.Record(w, []uint64{10, 11, 12, 13}, t0); len(ev) != 0 || from != 0 {
+		t.Fatalf("under capacity evicted %v from %d", ev, from)
 	}
-	// 4 + 3 = 7 > 6: prune to 3, oldest first, leaf side first.
-	ev := a.Record(w, []uint64{20, 21, 22}, t0.Add(time.Second))
-	if !slices.Equal(ev, []uint64{13, 12, 11, 10}) || a.Len(w) != 3 {
+	if from, _ := a.Record(w, []uint64{10, 11, 14}, t0.Add(time.Second/2)); from != 2 {
+		t.Fatalf("held prefix %d, want 2", from)
+	}
+	a.Expire(t0) // nothing due
+	// 5 + 3 = 8 > 6: prune to 3, oldest first, leaf side first.
+	_, ev := a.Record(w, []uint64{20, 21, 22}, t0.Add(time.Second))
+	if !slices.Equal(ev, []uint64{13, 12, 14, 11, 10}) || a.Len(w) != 3 {
 		t.Fatalf("evicted %v, len %d", ev, a.Len(w))
 	}
 	// Many refreshes keep the lazy heap bounded.

@@ -565,14 +565,21 @@ func (r *Runner) routeN(n string, args map[string]string) error {
 
 // recordApprox is approximate mode: index the routed prompt for the chosen worker, with TTL.
 func (r *Runner) recordApprox(k scoring.WorkerKey, rr *routeReq) {
-	blocks := make([]prefix.Block, len(rr.local))
-	for i := range rr.local {
-		blocks[i] = prefix.Block{EngineHash: rr.seq[i], LocalHash: rr.local[i]}
+	from, ev := r.approx.Record(k, rr.seq, r.now)
+	if from < len(rr.seq) {
+		blocks := make([]prefix.Block, 0, len(rr.seq)-from)
+		for i := from; i < len(rr.seq); i++ {
+			blocks = append(blocks, prefix.Block{EngineHash: rr.seq[i], LocalHash: rr.local[i]})
+		}
+		var parent uint64
+		if from > 0 {
+			parent = rr.seq[from-1]
+		}
+		if err := r.index.Store(prefix.WorkerKey(k), parent, from > 0, blocks); err != nil {
+			r.printf("   approx store: %v", err)
+		}
 	}
-	if err := r.index.Store(prefix.WorkerKey(k), 0, false, blocks); err != nil {
-		r.printf("   approx store: %v", err)
-	}
-	if ev := r.approx.Record(k, rr.seq, r.now); len(ev) > 0 {
+	if len(ev) > 0 {
 		_ = r.index.Remove(prefix.WorkerKey(k), ev)
 		r.printf("   approx evicted %d blocks from %s", len(ev), name(k))
 	}
