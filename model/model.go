@@ -202,9 +202,23 @@ func tokenString(v any) string {
 }
 
 func (m *Model) loadTokenizerConfig() error {
-	var raw map[string]any
-	if _, err := readJSON(filepath.Join(m.Dir, "tokenizer_config.json"), false, &raw); err != nil {
+	c, err := ReadTokenizerConfig(filepath.Join(m.Dir, "tokenizer_config.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	m.TokenizerConfig = c
+	return nil
+}
+
+// ReadTokenizerConfig reads a tokenizer_config.json. A missing file is an error wrapping os.ErrNotExist.
+func ReadTokenizerConfig(path string) (TokenizerConfig, error) {
+	var raw map[string]any
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return TokenizerConfig{}, fmt.Errorf("model: %w", err)
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return TokenizerConfig{}, fmt.Errorf("model: %s: %w", path, err)
 	}
 	c := TokenizerConfig{
 		BOSToken: tokenString(raw["bos_token"]),
@@ -225,8 +239,7 @@ func (m *Model) loadTokenizerConfig() error {
 			}
 		}
 	}
-	m.TokenizerConfig = c
-	return nil
+	return c, nil
 }
 
 func (m *Model) loadPreprocessor() error {

@@ -122,7 +122,9 @@ func (ct *ChatTemplate) Render(msgs []Message, opts ChatOptions) (string, error)
 // arguments parsed from their JSON string into an object.
 func templateMessage(m *Message) exec.Dict {
 	d := exec.Dict{}
-	add := func(k string, v any) { d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)}) }
+	add := func(k string, v any) {
+		d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
+	}
 	add("role", m.Role)
 	switch {
 	case m.Content.IsParts:
@@ -242,6 +244,9 @@ func decodeOrdered(dec *json.Decoder) (any, error) {
 	case json.Number:
 		if i, err := t.Int64(); err == nil {
 			return i, nil
+		}
+		if !strings.ContainsAny(string(t), ".eE") {
+			return t, nil // an integer beyond int64: Python keeps it exact, so keep the literal
 		}
 		f, err := t.Float64()
 		return f, err
