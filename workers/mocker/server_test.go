@@ -51,7 +51,13 @@ func (r *recorder) snapshot() []*kvevents.Batch {
 // wireMirror applies decoded batches: refcount per engine hash, as the router's worker actor does.
 type wireMirror map[uint64]int
 
-func (m wireMirror) apply(t *testing.T, b *kvevents.Batch) {
+// fataler is the part of testing.T that wireMirror.apply needs.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func (m wireMirror) apply(t fataler, b *kvevents.Batch) {
 	t.Helper()
 	for i := range b.Events {
 		ev := &b.Events[i]

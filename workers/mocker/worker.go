@@ -134,6 +134,7 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 		IdleTimeout:                   2 * time.Minute,
 		StreamRequestBody:             false,
 		MaxRequestBodySize:            64 << 20,
+		CloseOnShutdown:               true,
 	}
 	for _, r := range w.ranks {
 		w.goRun(func() { r.run(w.stop) })

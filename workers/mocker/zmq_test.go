@@ -1,0 +1,144 @@
+package mocker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goccy/go-json"
+	"github.com/kvroute/kvroute/workers/kvevents"
+)
+
+// zmqMirror is a kvevents Subscriber applying one rank's stream into a wireMirror.
+type zmqMirror struct {
+	mu      sync.Mutex
+	m       wireMirror
+	batches uint64
+	lastSeq uint64
+	err     error
+	sub     *kvevents.Subscriber
+}
+
+func startZMQMirror(t *testing.T, events, replay string) *zmqMirror {
+	t.Helper()
+	z := &zmqMirror{m: wireMirror{}}
+	cfg := kvevents.DefaultConfig()
+	cfg.Endpoint, cfg.ReplayEndpoint = events, replay
+	cfg.PollInterval = 5 * time.Millisecond
+	sub, err := kvevents.NewSubscriber(cfg, kvevents.Handler{
+		OnBatch: func(seq uint64, b *kvevents.Batch) {
+			z.mu.Lock()
+			defer z.mu.Unlock()
+			z.batches++
+			z.lastSeq = seq
+			ft := &fatalRecorder{}
+			z.m.apply(ft, b)
+			if ft.msg != "" && z.err == nil {
+				z.err = fmt.Errorf("seq %d: %s", seq, ft.msg)
+			}
+		},
+		OnReset: func() {
+			z.mu.Lock()
+			clear(z.m)
+			z.mu.Unlock()
+		},
+	})
+	must(t, err)
+	z.sub = sub
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return z
+}
+
+// fatalRecorder lets wireMirror.apply run off the test goroutine.
+type fatalRecorder struct{ msg string }
+
+func (f *fatalRecorder) Helper() {}
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	if f.msg == "" {
+		f.msg = fmt.Sprintf(format, args...)
+	}
+}
+
+// TestZMQSubscriberReconstructsGroundTruth runs real ZMQ sockets: the worker's kvevents Publisher, a
+// kvevents Subscriber applying the stream; with a dropped batch the subscriber must recover it by replay.
+func TestZMQSubscriberReconstructsGroundTruth(t *testing.T) {
+	tests := []struct {
+		name   string
+		layout kvevents.Layout
+		drop   map[uint64]bool
+	}{
+		{"map/no-drop", kvevents.LayoutMap, nil},
+		{"array/dropped-batches-replayed", kvevents.LayoutArray, map[uint64]bool{5: true, 17: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := DefaultKVEventsConfig()
+			kv.Endpoint, kv.ReplayEndpoint, kv.Layout = "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", tc.layout
+			kv.SkipSend = func(seq uint64) bool { return tc.drop[seq] }
+			cfg := WorkerConfig{Engine: DefaultEngineConfig(), KVEvents: kv}
+			cfg.Engine.BlockSize, cfg.Engine.NumGPUBlocks, cfg.Engine.MaxNumBatchedTokens, cfg.Engine.SpeedupRatio = 16, 48, 64, 1000
+			w, err := StartWorker(cfg)
+			must(t, err)
+			t.Cleanup(func() { w.Close() })
+			z := startZMQMirror(t, w.EventsEndpoint(0), w.ReplayEndpoint(0))
+
+			rng := rand.New(rand.NewPCG(11, 12))
+			prefixes := [][]uint32{seq(0, 70), seq(5000, 40), seq(9000, 100)}
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 6)
+			for i := range 100 {
+				p := append(append([]uint32(nil), prefixes[rng.IntN(3)]...), seq(20_000+i*13, rng.IntN(40))...)
+				b, _ := json.Marshal(map[string]any{"prompt": p, "max_tokens": 1 + rng.IntN(30)})
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					resp, err := http.Post(w.URL()+"/v1/completions", "application/json", bytes.NewReader(b))
+					if err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}()
+			}
+			wg.Wait()
+			waitFor(t, "idle", w.Idle)
+			total := w.PublishedBatches(0)
+			if total < 20 {
+				t.Fatalf("only %d batches", total)
+			}
+			waitFor(t, "subscriber caught up", func() bool {
+				z.mu.Lock()
+				defer z.mu.Unlock()
+				return z.batches > 0 && z.lastSeq == total-1
+			})
+			z.mu.Lock()
+			defer z.mu.Unlock()
+			if z.err != nil {
+				t.Fatal(z.err)
+			}
+			if z.batches != total {
+				t.Fatalf("subscriber applied %d batches, publisher sent %d", z.batches, total)
+			}
+			if got := truthOf(w.CachedBlocks(0)); !equalMirrors(got, z.m) {
+				t.Fatalf("mirror %d hashes, truth %d", len(z.m), len(got))
+			}
+			if w.Stats(0).Evictions == 0 {
+				t.Fatal("no eviction pressure")
+			}
+			st := z.sub.Stats()
+			if len(tc.drop) > 0 && st.ReplayedBatches == 0 {
+				t.Fatalf("no replay despite dropped batches: %+v", st)
+			}
+		})
+	}
+}
