@@ -33,8 +33,8 @@ func AppendBatch(dst []byte, b *Batch, layout Layout) []byte {
 	return dst
 }
 
-// AppendEvent appends one event in the given layout. Events of KindUnknown are written as
-// AllBlocksCleared's empty shape would be meaningless, so they are written as nil.
+// AppendEvent appends one event in the given layout. An event of KindUnknown has no vLLM class and is
+// written as nil.
 func AppendEvent(dst []byte, e *Event, layout Layout) []byte {
 	if e.Kind == KindUnknown {
 		return append(dst, 0xc0)

@@ -33,6 +33,8 @@ type PublisherConfig struct {
 	Topic string
 	// Layout selects map (current vLLM) or array (legacy) events.
 	Layout Layout
+	// DPRank is stamped into batches that carry none, as vLLM's publish() does with its DP rank.
+	DPRank uint32
 	// BufferSteps is the replay ring length in batches. Default 10_000, as vLLM.
 	BufferSteps int
 	// HWM is the PUB send high-water mark in messages; past it ZMQ drops. Default 100_000, as vLLM.
@@ -113,7 +115,17 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // queues it, blocking while the queue is full. It returns ErrPublisherClosed after Run has returned, or
 // ctx's error.
 func (p *Publisher) Publish(ctx context.Context, b *Batch) error {
-	payload := AppendBatch(nil, b, p.cfg.Layout)
+	if !b.HasDPRank {
+		stamped := *b
+		stamped.DPRank, stamped.HasDPRank = p.cfg.DPRank, true
+		b = &stamped
+	}
+	return p.PublishRaw(ctx, AppendBatch(nil, b, p.cfg.Layout))
+}
+
+// PublishRaw queues an already encoded payload (replayed captures, or malformed bytes for fault
+// injection). The publisher keeps payload: the caller must not modify it afterwards.
+func (p *Publisher) PublishRaw(ctx context.Context, payload []byte) error {
 	select {
 	case <-p.done:
 		return ErrPublisherClosed

@@ -150,10 +150,19 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	if err := sub.Connect(s.cfg.Endpoint); err != nil {
 		return false, err
 	}
+	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(_ []byte, seq uint64, payload []byte) {
+		s.st.handle(ctx, seq, payload)
+	})
+}
+
+// readLoop reads 3-frame messages from sub until ctx is done or the socket fails, handing each well-formed
+// one to fn. healthy reports whether any message arrived.
+func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Counters,
+	fn func(topic []byte, seq uint64, payload []byte)) (healthy bool, err error) {
 	poller := zmq.NewPoller()
 	poller.Add(sub, zmq.POLLIN)
 	for ctx.Err() == nil {
-		polled, err := poller.Poll(s.cfg.PollInterval)
+		polled, err := poller.Poll(poll)
 		if err != nil {
 			return healthy, err
 		}
@@ -168,12 +177,12 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 			return healthy, err
 		}
 		healthy = true
-		_, seq, payload, ok := splitMessage(msg)
+		topic, seq, payload, ok := splitMessage(msg)
 		if !ok {
-			s.c.DecodeErrors.Add(1)
+			c.DecodeErrors.Add(1)
 			continue
 		}
-		s.st.handle(ctx, seq, payload)
+		fn(topic, seq, payload)
 	}
 	return healthy, nil
 }

@@ -2,12 +2,16 @@ package kvevents
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	zmq "github.com/pebbe/zmq4"
 )
 
 // testTimeout bounds every wait in the socket tests.
@@ -86,33 +90,43 @@ func testBatch(id uint64) *Batch {
 	}}}
 }
 
-// startPublisher runs a publisher until the test ends.
+// startPublisher runs a publisher until the test ends. A bind that fails with EADDRINUSE is retried:
+// libzmq releases a closed socket's port asynchronously, so a restarted publisher may race its
+// predecessor's teardown.
 func startPublisher(t *testing.T, cfg PublisherConfig) (*Publisher, context.CancelFunc) {
 	t.Helper()
-	p, err := NewPublisher(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx) }()
-	select {
-	case <-p.Ready():
-	case err := <-errc:
-		t.Fatalf("publisher: %v", err)
-	case <-time.After(testTimeout):
-		t.Fatal("publisher not ready")
-	}
-	stop := func() {
-		cancel()
-		select {
-		case <-p.Done():
-		case <-time.After(testTimeout):
-			t.Error("publisher did not stop")
+	deadline := time.Now().Add(testTimeout)
+	for {
+		p, err := NewPublisher(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- p.Run(ctx) }()
+		select {
+		case <-p.Ready():
+		case err := <-errc:
+			cancel()
+			if errors.Is(err, zmq.Errno(syscall.EADDRINUSE)) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			t.Fatalf("publisher: %v", err)
+		case <-time.After(testTimeout):
+			t.Fatal("publisher not ready")
+		}
+		stop := func() {
+			cancel()
+			select {
+			case <-p.Done():
+			case <-time.After(testTimeout):
+				t.Error("publisher did not stop")
+			}
+		}
+		t.Cleanup(stop)
+		return p, stop
 	}
-	t.Cleanup(stop)
-	return p, stop
 }
 
 // runUntilCleanup runs fn(ctx) in a goroutine and, at cleanup, cancels it and waits for it to return.
@@ -276,7 +290,9 @@ func TestMalformedPayloadSkipped(t *testing.T) {
 	}
 	runUntilCleanup(t, s.Run)
 	next := pump(t, p, 0, 0, "first delivery", func() bool { return col.count() > 0 })
-	p.queue <- []byte{0x93, 0xc1, 0xc1} // seq next: not msgpack
+	if err := p.PublishRaw(context.Background(), []byte{0x93, 0xc1, 0xc1}); err != nil { // seq next: not msgpack
+		t.Fatal(err)
+	}
 	bad := next
 	next++
 	pump(t, p, next, 0, "batches after the bad one", func() bool { return col.count() >= int(bad)+5 })
@@ -291,5 +307,82 @@ func TestMalformedPayloadSkipped(t *testing.T) {
 	}
 	if st := s.Stats(); st.DecodeErrors != 1 || st.Gaps != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestBindSubscriberTopics(t *testing.T) {
+	cols := map[string]*collector{}
+	var mu sync.Mutex
+	get := func(topic string) *collector {
+		mu.Lock()
+		defer mu.Unlock()
+		if cols[topic] == nil {
+			cols[topic] = &collector{}
+		}
+		return cols[topic]
+	}
+	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*", PollInterval: 10 * time.Millisecond}, BindHandler{
+		OnBatch: func(topic string, seq uint64, b *Batch) { get(topic).onBatch(seq, b) },
+		OnReset: func(topic string) { get(topic).onReset() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	select {
+	case <-s.Ready():
+	case <-time.After(testTimeout):
+		t.Fatal("bind subscriber not ready")
+	}
+	topics := []string{VLLMTopic("10.0.0.1:8000", "Qwen/Qwen3-VL-2B-Instruct"), VLLMTopic("10.0.0.2:8000", "Qwen/Qwen3-VL-2B-Instruct")}
+	var pubs []*Publisher
+	for i, topic := range topics {
+		// The router's address has no "*": the heuristic connects, as vLLM does with a router host.
+		p, _ := startPublisher(t, PublisherConfig{
+			Endpoint: s.Addr(), ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic, Layout: Layout(i),
+		})
+		s.AddTopic(topic, p.ReplayAddr())
+		pubs = append(pubs, p)
+	}
+	stranger, _ := startPublisher(t, PublisherConfig{Endpoint: s.Addr(), Topic: "kv@10.0.0.9:8000@other"})
+
+	next := []uint64{0, 0}
+	bases := []uint64{1 << 20, 2 << 20}
+	deadline := time.Now().Add(testTimeout)
+	for get(topics[0]).count() < 20 || get(topics[1]).count() < 20 || s.Stats().UnknownTopics == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %+v", s.Stats())
+		}
+		for i, p := range pubs {
+			if err := p.Publish(context.Background(), testBatch(bases[i]+next[i])); err != nil {
+				t.Fatal(err)
+			}
+			next[i]++
+		}
+		if err := stranger.Publish(context.Background(), testBatch(7)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	for i, topic := range topics {
+		seqs, ids, resets := get(topic).snapshot()
+		checkContiguous(t, seqs, ids, 0, bases[i])
+		if len(resets) != 0 {
+			t.Fatalf("%s: resets %v", topic, resets)
+		}
+	}
+	if st := s.Stats(); st.Lost != 0 || st.DecodeErrors != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// An unregistered topic stops being delivered.
+	s.RemoveTopic(topics[1])
+	before := get(topics[1]).count()
+	unknown := s.Stats().UnknownTopics
+	pump(t, pubs[1], next[1], bases[1], "messages of the removed topic counted as unknown", func() bool {
+		return s.Stats().UnknownTopics > unknown+3
+	})
+	if got := get(topics[1]).count(); got != before {
+		t.Fatalf("removed topic still delivered: %d -> %d", before, got)
 	}
 }

@@ -1,0 +1,224 @@
+package kvevents
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// BindConfig configures a BindSubscriber: one SUB socket that binds, to which the workers' PUB sockets
+// connect (vLLM with a connect-style endpoint, llm-d's deployment, kvroute's --kv-events-bind).
+type BindConfig struct {
+	// Endpoint to bind, e.g. tcp://*:5557, or tcp://127.0.0.1:* for an ephemeral port (see Addr).
+	Endpoint string
+	// Subscribe is the SUB prefix filter; "" receives every topic (unknown ones are counted and dropped).
+	Subscribe string
+	// ReconnectMin and ReconnectMax bound the backoff between rebind attempts after a socket error.
+	// Defaults 100ms and 5s.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// PollInterval is the worst-case stop latency. Default 100ms.
+	PollInterval time.Duration
+	// ReplayTimeout is how long a topic's replay may stay silent. Default 2s.
+	ReplayTimeout time.Duration
+	// RcvHWM is the receive high-water mark, shared by all workers. Default 100_000.
+	RcvHWM int
+}
+
+// Validate reports a missing endpoint.
+func (c BindConfig) Validate() error {
+	if c.Endpoint == "" {
+		return fmt.Errorf("%w: bind Endpoint is required", ErrConfig)
+	}
+	return Config{Endpoint: c.Endpoint, ReconnectMin: c.ReconnectMin, ReconnectMax: c.ReconnectMax}.Validate()
+}
+
+// BindHandler receives a BindSubscriber's output on its goroutine, in sequence order per topic.
+type BindHandler struct {
+	// OnBatch gets each decoded batch of a registered topic once; b is reused after it returns.
+	OnBatch func(topic string, seq uint64, b *Batch)
+	// OnReset is called when topic's engine restarted: drop that worker's state.
+	OnReset func(topic string)
+}
+
+// BindSubscriber receives the event streams of many workers on one bound SUB socket and attributes each
+// message to a worker by its topic frame: llm-d's "kv@<host>:<port>@<model>", or any per-worker topic
+// registered with AddTopic. Sequence tracking, replay and reset detection are per topic.
+//
+// Run owns the SUB socket and every topic's DEALER replay socket. AddTopic, RemoveTopic, Addr and Stats
+// are safe from any goroutine: the topic registry is an immutable map swapped through an atomic pointer.
+type BindSubscriber struct {
+	cfg BindConfig
+	h   BindHandler
+	c   Counters
+
+	regMu sync.Mutex // serializes registry writers
+	reg   atomic.Pointer[map[string]string]
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	addr      atomic.Pointer[string]
+
+	// Owned by Run's goroutine.
+	streams map[string]*stream
+	seenReg *map[string]string
+}
+
+// NewBindSubscriber validates cfg and returns a BindSubscriber with no registered topics.
+func NewBindSubscriber(cfg BindConfig, h BindHandler) (*BindSubscriber, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := Config{ReconnectMin: cfg.ReconnectMin, ReconnectMax: cfg.ReconnectMax, PollInterval: cfg.PollInterval,
+		ReplayTimeout: cfg.ReplayTimeout, RcvHWM: cfg.RcvHWM}.withDefaults()
+	cfg.ReconnectMin, cfg.ReconnectMax, cfg.PollInterval = d.ReconnectMin, d.ReconnectMax, d.PollInterval
+	cfg.ReplayTimeout, cfg.RcvHWM = d.ReplayTimeout, d.RcvHWM
+	s := &BindSubscriber{cfg: cfg, h: h, ready: make(chan struct{}), streams: map[string]*stream{}}
+	empty := map[string]string{}
+	s.reg.Store(&empty)
+	return s, nil
+}
+
+// AddTopic registers a worker's topic, with its replay ROUTER address ("" for none). Re-adding a topic
+// updates its replay endpoint.
+func (s *BindSubscriber) AddTopic(topic, replayEndpoint string) {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	old := *s.reg.Load()
+	next := make(map[string]string, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[topic] = replayEndpoint
+	s.reg.Store(&next)
+}
+
+// RemoveTopic unregisters a topic; its later messages count as UnknownTopics and its state is dropped.
+func (s *BindSubscriber) RemoveTopic(topic string) {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	old := *s.reg.Load()
+	next := make(map[string]string, len(old))
+	for k, v := range old {
+		if k != topic {
+			next[k] = v
+		}
+	}
+	s.reg.Store(&next)
+}
+
+// VLLMTopic is llm-d's per-worker topic: "kv@<host>:<port>@<model>".
+func VLLMTopic(hostPort, model string) string { return "kv@" + hostPort + "@" + model }
+
+// Ready is closed after the first successful bind.
+func (s *BindSubscriber) Ready() <-chan struct{} { return s.ready }
+
+// Addr is the bound endpoint (wildcard port resolved) once Ready.
+func (s *BindSubscriber) Addr() string { return load(&s.addr) }
+
+// Stats returns a snapshot of the counters, summed over topics; safe from any goroutine.
+func (s *BindSubscriber) Stats() Stats { return s.c.Snapshot() }
+
+// Counters exposes the live counters; safe from any goroutine.
+func (s *BindSubscriber) Counters() *Counters { return &s.c }
+
+// Run binds and delivers batches until ctx is done, rebinding with backoff after a socket error (to the
+// resolved address, so connected publishers find it again). It returns nil once ctx is done and every
+// socket it opened is closed.
+func (s *BindSubscriber) Run(ctx context.Context) error {
+	defer s.closeStreams()
+	backoff := s.cfg.ReconnectMin
+	for {
+		healthy, _ := s.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.c.Reconnects.Add(1)
+		if healthy {
+			backoff = s.cfg.ReconnectMin
+		}
+		if !sleepCtx(ctx, backoff) {
+			return nil
+		}
+		backoff = min(2*backoff, s.cfg.ReconnectMax)
+	}
+}
+
+func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
+	sub, err := newSub(s.cfg.RcvHWM, s.cfg.ReconnectMin, s.cfg.ReconnectMax, s.cfg.Subscribe)
+	if err != nil {
+		return false, err
+	}
+	defer sub.Close()
+	endpoint := s.cfg.Endpoint
+	if a := s.Addr(); a != "" && strings.Contains(endpoint, ":*") {
+		endpoint = a // keep the port the workers were told
+	}
+	if err := sub.Bind(endpoint); err != nil {
+		return false, err
+	}
+	if s.Addr() == "" {
+		addr, _ := sub.GetLastEndpoint()
+		s.addr.Store(&addr)
+	}
+	s.readyOnce.Do(func() { close(s.ready) })
+	defer s.closeDealers()
+	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(topic []byte, seq uint64, payload []byte) {
+		st := s.stream(topic)
+		if st == nil {
+			s.c.UnknownTopics.Add(1)
+			return
+		}
+		st.handle(ctx, seq, payload)
+	})
+}
+
+// stream returns the state of a registered topic, creating it on first sight, or nil for an unknown
+// topic. It prunes the state of unregistered topics whenever the registry changes.
+func (s *BindSubscriber) stream(topic []byte) *stream {
+	reg := s.reg.Load()
+	if reg != s.seenReg {
+		s.seenReg = reg
+		for name, st := range s.streams {
+			if ep, ok := (*reg)[name]; !ok || ep != st.replayEndpoint {
+				st.closeDealer()
+				if !ok {
+					delete(s.streams, name)
+				} else {
+					st.replayEndpoint = ep
+				}
+			}
+		}
+	}
+	replay, ok := (*reg)[string(topic)]
+	if !ok {
+		return nil
+	}
+	if st := s.streams[string(topic)]; st != nil {
+		return st
+	}
+	name := string(topic)
+	st := &stream{replayEndpoint: replay, replayTimeout: s.cfg.ReplayTimeout, poll: s.cfg.PollInterval, c: &s.c}
+	if s.h.OnBatch != nil {
+		st.onBatch = func(seq uint64, b *Batch) { s.h.OnBatch(name, seq, b) }
+	}
+	if s.h.OnReset != nil {
+		st.onReset = func() { s.h.OnReset(name) }
+	}
+	s.streams[name] = st
+	return st
+}
+
+func (s *BindSubscriber) closeDealers() {
+	for _, st := range s.streams {
+		st.closeDealer()
+	}
+}
+
+func (s *BindSubscriber) closeStreams() {
+	s.closeDealers()
+	clear(s.streams)
+}
