@@ -81,6 +81,7 @@ type CostTerms struct {
 type costInputs struct {
 	isl           float64
 	bs            float64
+	invBs         float64
 	minPrefill    uint64 // min active prefill tokens over eligible workers (credit decay)
 	requestBlocks float64
 	trackPrefill  bool
@@ -95,9 +96,9 @@ type costInputs struct {
 	decodeSpecial bool
 }
 
-// newCostInputs gathers the request-wide inputs; ok(i) says whether candidate i is eligible (it feeds the
-// credit-decay minimum only).
-func newCostInputs(req *Request, cfg *Config, cands []Candidate, ok func(i int) bool) costInputs {
+// newCostInputs gathers the request-wide inputs; f says which candidates are eligible (it feeds the
+// credit-decay minimum only; nil means all).
+func newCostInputs(req *Request, cfg *Config, cands []Candidate, f *filter) costInputs {
 	in := costInputs{
 		isl:           float64(req.ISL),
 		bs:            float64(cfg.BlockSize),
@@ -112,12 +113,13 @@ func newCostInputs(req *Request, cfg *Config, cands []Candidate, ok func(i int) 
 		requestWeight: cfg.DecodeActiveRequestWeight,
 		lmetric:       cfg.SelectionPolicy == PolicyLMetric,
 	}
+	in.invBs = 1 / in.bs
 	in.requestBlocks = in.isl / in.bs
 	in.decodeSpecial = cfg.WorkerType == WorkerDecode && !cfg.TrackPrefillTokens && cfg.OverlapScoreCredit > 0
 	if in.trackPrefill && in.decayRate > 0 {
 		in.minPrefill = math.MaxUint64
 		for i := range cands {
-			if p := cands[i].Load.ActivePrefillTokens; p < in.minPrefill && ok(i) {
+			if p := cands[i].Load.ActivePrefillTokens; p < in.minPrefill && (f == nil || f.ok(&cands[i])) {
 				in.minPrefill = p
 			}
 		}
@@ -128,7 +130,55 @@ func newCostInputs(req *Request, cfg *Config, cands []Candidate, ok func(i int) 
 	return in
 }
 
-// terms computes the logit of one candidate exactly as spec §3.1 (Dynamo worker_logit).
+func fmin(a, b float64) float64 {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func fmax(a, b float64) float64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// logit is terms(c).Logit without the breakdown: the selection hot path (a few ns per candidate). Keep
+// the two in step; TestLogitMatchesTerms checks them against each other.
+func (in *costInputs) logit(c *Candidate) float64 {
+	dev := float64(c.Overlap.Device)
+	var raw float64
+	if in.trackPrefill {
+		raw = in.isl
+		if c.Load.Known {
+			cached := fmin(dev*in.bs, in.isl)
+			raw = float64(c.Load.ActivePrefillTokens) + fmax(in.isl-cached, 0) + cached
+		}
+		raw *= in.invBs
+	}
+	decay := 1.0
+	if in.trackPrefill && in.decayRate > 0 && in.requestBlocks > 0 {
+		excess := fmax(float64(c.Load.ActivePrefillTokens)-float64(in.minPrefill), 0) * in.invBs
+		decay = 1 / (1 + in.decayRate*excess/in.requestBlocks)
+	}
+	credit := in.credit*decay*dev + in.hostW*float64(c.Overlap.Host) + in.diskW*float64(c.Overlap.Disk)
+	if in.sharedOn && c.Overlap.Shared > c.Overlap.Device {
+		credit += in.sharedMult * float64(c.Overlap.Shared-c.Overlap.Device)
+	}
+	adjusted := fmax(raw-credit, 0)
+	decode := c.Load.ActiveDecodeBlocks + float64(c.Load.AdditionalBlocks)
+	reqCost := in.requestWeight * float64(c.Load.ActiveRequests)
+	switch {
+	case in.decodeSpecial:
+		return fmax(0, decode-credit) + reqCost
+	case in.lmetric:
+		return adjusted * (decode + 1)
+	}
+	return in.scale*adjusted + decode + reqCost
+}
+
+// terms computes the logit of one candidate exactly as spec §3.1 (Dynamo worker_logit), with every term.
 func (in *costInputs) terms(c *Candidate) CostTerms {
 	var t CostTerms
 	dev := float64(c.Overlap.Device)
@@ -173,7 +223,7 @@ func (in *costInputs) terms(c *Candidate) CostTerms {
 // Cost returns the cost terms of every candidate for req under cfg, without busy filtering or selection:
 // the "Formula for worker" view of spec §4, for logs and debugging.
 func Cost(req Request, cands []Candidate, cfg *Config) []CostTerms {
-	in := newCostInputs(&req, cfg, cands, func(int) bool { return true })
+	in := newCostInputs(&req, cfg, cands, nil)
 	out := make([]CostTerms, len(cands))
 	for i := range cands {
 		out[i] = in.terms(&cands[i])

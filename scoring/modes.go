@@ -5,33 +5,29 @@ package scoring
 
 // pickPowerOfTwo samples two distinct eligible candidates and keeps the one with fewer in-flight requests
 // (the first sampled on a tie).
-func pickPowerOfTwo(cands []Candidate, ok func(int) bool, eligible int, rng RNG) int {
+func pickPowerOfTwo(cands []Candidate, f *filter, eligible int, rng RNG) int {
 	if eligible == 1 {
-		return nth(cands, ok, 0)
+		return nth(cands, f, 0)
 	}
 	a := rng.IntN(eligible)
 	b := rng.IntN(eligible - 1)
 	if b >= a {
 		b++
 	}
-	ia, ib := nth(cands, ok, a), nth(cands, ok, b)
+	ia, ib := nth(cands, f, a), nth(cands, f, b)
 	if cands[ib].inflight() < cands[ia].inflight() {
 		return ib
 	}
 	return ia
 }
 
-// pickLeastLoaded returns the eligible candidate with the fewest in-flight requests, ties broken
-// uniformly by reservoir sampling.
-func pickLeastLoaded(cands []Candidate, ok func(int) bool, rng RNG) int {
-	return leastLoadedWhere(cands, func(i int) bool { return ok(i) }, rng)
-}
-
-func leastLoadedWhere(cands []Candidate, ok func(int) bool, rng RNG) int {
+// leastLoaded returns the eligible candidate with the fewest in-flight requests, ties broken uniformly by
+// reservoir sampling; group ≥ 0 restricts it to one device group.
+func leastLoaded(cands []Candidate, f *filter, group int, rng RNG) int {
 	best, ties := -1, 0
 	var bestLoad uint32
 	for i := range cands {
-		if !ok(i) {
+		if !f.ok(&cands[i]) || (group >= 0 && groupOf(cands[i].Device) != group) {
 			continue
 		}
 		l := cands[i].inflight()
@@ -52,10 +48,10 @@ func leastLoadedWhere(cands []Candidate, ok func(int) bool, rng RNG) int {
 // (count(group) × weight), CPU weight 1, other devices weight ratio. The lighter group wins (the GPU
 // group on a tie, being the faster one), then its least-loaded worker. With one device class present it
 // is least-loaded.
-func pickDeviceAware(cands []Candidate, ok func(int) bool, ratio float64, rng RNG) int {
+func pickDeviceAware(cands []Candidate, f *filter, ratio float64, rng RNG) int {
 	var inflight, count [2]float64
 	for i := range cands {
-		if !ok(i) {
+		if !f.ok(&cands[i]) {
 			continue
 		}
 		g := groupOf(cands[i].Device)
@@ -74,7 +70,7 @@ func pickDeviceAware(cands []Candidate, ok func(int) bool, ratio float64, rng RN
 			group = 1
 		}
 	}
-	return leastLoadedWhere(cands, func(i int) bool { return ok(i) && groupOf(cands[i].Device) == group }, rng)
+	return leastLoaded(cands, f, group, rng)
 }
 
 func groupOf(d Device) int {

@@ -102,23 +102,51 @@ var _ Selector = SelectorFunc(nil)
 // Busy reports whether c is over any busy threshold of cfg (spec §9.5, OR-combined). It applies in every
 // mode.
 func Busy(c *Candidate, cfg *Config) bool {
-	if t := cfg.ActiveDecodeBlocksThreshold; t.Set && c.Capacity.TotalKVBlocks > 0 {
+	f := newFilter(&Request{}, cfg)
+	return f.busy(c)
+}
+
+// filter is the pin and busy filter of one Select, flattened so the per-candidate check inlines.
+type filter struct {
+	pinned, pinRank bool
+	pin             WorkerKey
+	anyBusy         bool
+	dec, pf, frac   bool
+	decV, pfV, frV  float64
+}
+
+func newFilter(req *Request, cfg *Config) filter {
+	f := filter{pinned: req.Pinned, pinRank: req.PinRank, pin: req.Pin,
+		dec: cfg.ActiveDecodeBlocksThreshold.Set, decV: cfg.ActiveDecodeBlocksThreshold.V,
+		pf: cfg.ActivePrefillTokensThreshold.Set, pfV: cfg.ActivePrefillTokensThreshold.V,
+		frac: cfg.ActivePrefillTokensThresholdFrac.Set, frV: cfg.ActivePrefillTokensThresholdFrac.V}
+	f.anyBusy = f.dec || f.pf || f.frac
+	return f
+}
+
+func (f *filter) allowed(c *Candidate) bool {
+	return !f.pinned || (c.Worker.WorkerID == f.pin.WorkerID && (!f.pinRank || c.Worker.DPRank == f.pin.DPRank))
+}
+
+func (f *filter) ok(c *Candidate) bool {
+	return f.allowed(c) && (!f.anyBusy || !f.busy(c))
+}
+
+func (f *filter) busy(c *Candidate) bool {
+	if f.dec && c.Capacity.TotalKVBlocks > 0 {
 		used := c.Load.ActiveDecodeBlocks
 		if c.Capacity.KVUsedKnown {
 			used = float64(c.Capacity.KVUsedBlocks)
 		}
-		if used > t.V*float64(c.Capacity.TotalKVBlocks) {
+		if used > f.decV*float64(c.Capacity.TotalKVBlocks) {
 			return true
 		}
 	}
-	if t := cfg.ActivePrefillTokensThreshold; t.Set && float64(c.Load.ActivePrefillTokens) > t.V {
+	prefill := float64(c.Load.ActivePrefillTokens)
+	if f.pf && prefill > f.pfV {
 		return true
 	}
-	if t := cfg.ActivePrefillTokensThresholdFrac; t.Set &&
-		float64(c.Load.ActivePrefillTokens) > t.V*float64(maxBatched(c)) {
-		return true
-	}
-	return false
+	return f.frac && prefill > f.frV*float64(maxBatched(c))
 }
 
 func maxBatched(c *Candidate) uint64 {
@@ -130,10 +158,8 @@ func maxBatched(c *Candidate) uint64 {
 
 // Allowed reports whether c may serve req (pin filter).
 func Allowed(req *Request, c *Candidate) bool {
-	if !req.Pinned {
-		return true
-	}
-	return c.Worker.WorkerID == req.Pin.WorkerID && (!req.PinRank || c.Worker.DPRank == req.Pin.DPRank)
+	f := filter{pinned: req.Pinned, pinRank: req.PinRank, pin: req.Pin}
+	return f.allowed(c)
 }
 
 // ShouldQueue reports whether req must wait (spec §9.1): a queue threshold is set and every eligible
@@ -143,10 +169,11 @@ func ShouldQueue(req *Request, cands []Candidate, cfg *Config) bool {
 	if !cfg.QueueThreshold.Set {
 		return false
 	}
+	f := newFilter(req, cfg)
 	any := false
 	for i := range cands {
 		c := &cands[i]
-		if !Allowed(req, c) || Busy(c, cfg) {
+		if !f.ok(c) {
 			continue
 		}
 		any = true
@@ -160,10 +187,11 @@ func ShouldQueue(req *Request, cands []Candidate, cfg *Config) bool {
 // BestCachedTokens is the WSPT key input (spec §9.2): the largest min(overlap × block size, ISL) over the
 // eligible candidates (the pinned worker's when pinned).
 func BestCachedTokens(req *Request, cands []Candidate, cfg *Config) int {
+	f := newFilter(req, cfg)
 	best := 0
 	for i := range cands {
 		c := &cands[i]
-		if !Allowed(req, c) || Busy(c, cfg) {
+		if !f.ok(c) {
 			continue
 		}
 		if t := cachedTokens(req.ISL, c.Overlap.Device, cfg.BlockSize); t > best {
@@ -194,14 +222,19 @@ func Select(req Request, cands []Candidate, cfg *Config, rng RNG) (Decision, err
 	if cfg.Mode == ModeDirect && !req.Pinned {
 		return Decision{}, ErrNoTarget
 	}
-	allowed, eligible := 0, 0
-	for i := range cands {
-		if !Allowed(&req, &cands[i]) {
-			continue
-		}
-		allowed++
-		if !Busy(&cands[i], cfg) {
-			eligible++
+	f := newFilter(&req, cfg)
+	allowed, eligible := len(cands), len(cands)
+	if f.pinned || f.anyBusy {
+		allowed, eligible = 0, 0
+		for i := range cands {
+			c := &cands[i]
+			if !f.allowed(c) {
+				continue
+			}
+			allowed++
+			if !f.anyBusy || !f.busy(c) {
+				eligible++
+			}
 		}
 	}
 	switch {
@@ -212,23 +245,22 @@ func Select(req Request, cands []Candidate, cfg *Config, rng RNG) (Decision, err
 	case eligible == 0:
 		return Decision{}, ErrAllBusy
 	}
-	ok := func(i int) bool { return Allowed(&req, &cands[i]) && !Busy(&cands[i], cfg) }
-	in := newCostInputs(&req, cfg, cands, ok)
+	in := newCostInputs(&req, cfg, cands, &f)
 
 	var idx int
 	switch cfg.Mode {
 	case ModeKV:
-		idx = pickKV(&in, cands, cfg.Temperature, ok, eligible, rng)
+		idx = pickKV(&in, cands, cfg.Temperature, &f, eligible, rng)
 	case ModeRoundRobin:
-		idx = nth(cands, ok, int(req.RoundRobin%uint64(eligible)))
+		idx = nth(cands, &f, int(req.RoundRobin%uint64(eligible)))
 	case ModeRandom:
-		idx = nth(cands, ok, rng.IntN(eligible))
+		idx = nth(cands, &f, rng.IntN(eligible))
 	case ModePowerOfTwo:
-		idx = pickPowerOfTwo(cands, ok, eligible, rng)
+		idx = pickPowerOfTwo(cands, &f, eligible, rng)
 	case ModeLeastLoaded, ModeDirect:
-		idx = pickLeastLoaded(cands, ok, rng)
+		idx = leastLoaded(cands, &f, -1, rng)
 	case ModeDeviceAwareWeighted:
-		idx = pickDeviceAware(cands, ok, cfg.EncoderCudaToCPURatio, rng)
+		idx = pickDeviceAware(cands, &f, cfg.EncoderCudaToCPURatio, rng)
 	default:
 		return Decision{}, fmt.Errorf("%w: unknown router mode %q", ErrBadConfig, cfg.Mode)
 	}
@@ -237,7 +269,7 @@ func Select(req Request, cands []Candidate, cfg *Config, rng RNG) (Decision, err
 	d := Decision{
 		Worker:       c.Worker,
 		Index:        idx,
-		Cost:         in.terms(c).Logit,
+		Cost:         in.logit(c),
 		Overlap:      c.Overlap.Device,
 		CachedTokens: cachedTokens(req.ISL, c.Overlap.Device, cfg.BlockSize),
 	}
@@ -248,8 +280,8 @@ func Select(req Request, cands []Candidate, cfg *Config, rng RNG) (Decision, err
 			out = append(out, CandidateCost{
 				Worker:  cc.Worker,
 				Overlap: cc.Overlap.Device,
-				Cost:    in.terms(cc).Logit,
-				Busy:    Busy(cc, cfg),
+				Cost:    in.logit(cc),
+				Busy:    f.anyBusy && f.busy(cc),
 			})
 		}
 		d.Costs = out
@@ -258,9 +290,9 @@ func Select(req Request, cands []Candidate, cfg *Config, rng RNG) (Decision, err
 }
 
 // nth returns the index of the k-th (0-based) eligible candidate.
-func nth(cands []Candidate, ok func(int) bool, k int) int {
+func nth(cands []Candidate, f *filter, k int) int {
 	for i := range cands {
-		if !ok(i) {
+		if !f.ok(&cands[i]) {
 			continue
 		}
 		if k == 0 {
@@ -276,15 +308,16 @@ const softmaxStack = 256
 
 // pickKV is spec §4: argmin with reservoir tie-break at temperature 0, softmax over min-max normalized
 // negated logits otherwise.
-func pickKV(in *costInputs, cands []Candidate, temp float64, ok func(int) bool, eligible int, rng RNG) int {
+func pickKV(in *costInputs, cands []Candidate, temp float64, f *filter, eligible int, rng RNG) int {
 	if temp == 0 {
 		best, ties := -1, 0
 		var bestLogit float64
 		for i := range cands {
-			if !ok(i) {
+			c := &cands[i]
+			if !f.ok(c) {
 				continue
 			}
-			l := in.terms(&cands[i]).Logit
+			l := in.logit(c)
 			switch {
 			case best < 0 || l < bestLogit:
 				best, bestLogit, ties = i, l, 1
@@ -306,12 +339,13 @@ func pickKV(in *costInputs, cands []Candidate, temp float64, ok func(int) bool, 
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for i := range cands {
-		if !ok(i) {
+		c := &cands[i]
+		if !f.ok(c) {
 			continue
 		}
-		l := in.terms(&cands[i]).Logit
+		l := in.logit(c)
 		idx, logits = append(idx, int32(i)), append(logits, l)
-		lo, hi = math.Min(lo, l), math.Max(hi, l)
+		lo, hi = fmin(lo, l), fmax(hi, l)
 	}
 	return int(idx[softmaxPick(logits, lo, hi, temp, rng)])
 }

@@ -282,3 +282,30 @@ func TestQueueAndWSPTInputs(t *testing.T) {
 		t.Fatalf("best cached %d, want 64 (clipped)", got)
 	}
 }
+
+// TestLogitMatchesTerms keeps the hot-path logit and the reported breakdown in step.
+func TestLogitMatchesTerms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, mod := range []func(*Config){
+		func(*Config) {},
+		func(c *Config) { c.OverlapScoreCreditDecay = 0.7; c.DecodeActiveRequestWeight = 0.3 },
+		func(c *Config) { c.SelectionPolicy = PolicyLMetric },
+		func(c *Config) { c.SharedCacheType = SharedCacheHiCache; c.PrefillLoadScale = 1.7 },
+		func(c *Config) { c.WorkerType = WorkerDecode; c.TrackPrefillTokens = false },
+	} {
+		cfg := kvConfig()
+		mod(&cfg)
+		cands := benchCands(64, rng)
+		for i := range cands {
+			cands[i].Overlap.Host, cands[i].Overlap.Shared = uint32(rng.IntN(9)), uint32(rng.IntN(600))
+			cands[i].Load.Known = rng.IntN(4) != 0
+		}
+		req := Request{ISL: 1 + rng.IntN(9000)}
+		in := newCostInputs(&req, &cfg, cands, nil)
+		for i := range cands {
+			if a, b := in.logit(&cands[i]), in.terms(&cands[i]).Logit; a != b {
+				t.Fatalf("candidate %d: logit %v, terms %v", i, a, b)
+			}
+		}
+	}
+}
