@@ -2,6 +2,18 @@
 //
 // # Overview
 //
+// scoring is the decision half of the router (spec/router.md §3–5, §8–9): given a request and its
+// candidate workers, it says where the request goes, and the caller carries that out.
+//
+//   - config.go: Config, every router parameter with Dynamo's default, Validate, Resolved (the deprecated
+//     overlap_score_weight migration and the --load-aware preset), per-request Override.
+//   - flags.go: Flags, the flag/env table as data, and RegisterFlags for cmd/.
+//   - cost.go: the linear logit of spec §3.1, term by term, and the lmetric policy.
+//   - select.go: Select: pin and busy filters, then the mode's pick; argmin with reservoir tie-break or a
+//     softmax over min-max normalized costs; error classes; ShouldQueue and BestCachedTokens for the queue.
+//   - modes.go: round-robin, random, power-of-two, least-loaded, device-aware-weighted, direct.
+//   - approx.go: approximate-mode TTL and capacity bookkeeping.
+//
 // Block hashing (hash.go) reproduces NVIDIA Dynamo bit for bit (spec/hashing.md): a local block hash is
 // XXH3-64 over the block's tokens as u32le (plus the sorted legacy mm_hash suffix) with seed 1337 or the
 // LoRA/salt-derived seed; sequence hashes chain local hashes with seed 1337; pad values stand in for image
@@ -11,10 +23,22 @@
 // # Concurrency model
 //
 // Nothing here is safe for concurrent mutation; every value has one owner (an actor in actors/ or a test),
-// and functions are pure where they can be.
+// and functions are pure where they can be. Select is a pure function of its arguments: randomness comes
+// through the RNG argument, round-robin position through Request.RoundRobin, time through arguments
+// (Approx). It reads candidates and never retains them, so concurrent Selects over separately built
+// candidate slices are safe given separate RNGs. A Config is immutable once Resolved and validated.
 //
 // # Ownership
 //
 // Request hashing and event re-keying both go through LocalBlockHashes / BlockHash, so router and engine
-// views can never drift apart.
+// views can never drift apart. The router owns the Config and the round-robin counter; each worker mirror
+// actor owns its load tracker (scoring/load) and publishes snapshots that become Candidate.Load; the
+// indexer actor of the approximate index owns the Approx bookkeeping; the scheduler actor owns the queue.
+//
+// # Data flow
+//
+//	tokens → LocalBlockHashes → prefix FindMatches (Overlap) ┐
+//	       → SequenceHashes → load Projection (AdditionalBlocks) ┴→ []Candidate
+//	ShouldQueue? → queue.Push … drain → Select(req, cands, cfg, rng) → Decision
+//	Decision → worker actor AddRequest; approximate mode: Approx.Record → index Store/Remove
 package scoring
