@@ -27,13 +27,7 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 	enqueueKids := func(n uint32, emit bitset) {
 		nd := &ix.nodes[n]
 		var kids []kid
-		if nd.kidMap != nil {
-			for h, c := range nd.kidMap {
-				kids = append(kids, kid{hash: h, node: c})
-			}
-		} else {
-			kids = append(kids, nd.kids...)
-		}
+		nd.kids.each(func(k kid) { kids = append(kids, k) })
 		slices.SortFunc(kids, func(a, b kid) int {
 			if a.hash < b.hash {
 				return -1
@@ -52,9 +46,15 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 		it := queue[0]
 		queue = queue[1:]
 		nd := &ix.nodes[it.n]
-		emit := append(bitset(nil), nd.workers...)
+		emit := nd.workers.bits()
 		if nd.parent != rootNode {
-			emit.andNot(complement(it.emit, len(emit)))
+			for i := range emit {
+				if i < len(it.emit) {
+					emit[i] &= it.emit[i]
+				} else {
+					emit[i] = 0
+				}
+			}
 		}
 		nd.workers.each(func(slot uint32) {
 			if emit.has(slot) {
@@ -87,17 +87,4 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 		enqueueKids(it.n, emit)
 	}
 	return skipped
-}
-
-// complement returns the slots of the first words*64 that are not in b.
-func complement(b bitset, words int) bitset {
-	out := make(bitset, words)
-	for i := range out {
-		if i < len(b) {
-			out[i] = ^b[i]
-		} else {
-			out[i] = ^uint64(0)
-		}
-	}
-	return out
 }

@@ -406,7 +406,9 @@ func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
 	}
 	nd := &ix.nodes[c]
 	keys := ix.keys
-	copy(active, nd.workers)
+	for i := range active {
+		active[i] = nd.workers.word(i)
+	}
 	depth := 0
 	for {
 		run := nd.hashes
@@ -427,13 +429,10 @@ func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
 		nd = &ix.nodes[c]
 		// Workers absent from the child drop out here; a worker can also be absent from a node and present
 		// below it (removed from a middle block), so intersect rather than replace.
-		cw := nd.workers
+		cw := &nd.workers
 		alive := uint64(0)
 		for i, a := range active {
-			var x uint64
-			if i < len(cw) {
-				x = cw[i]
-			}
+			x := cw.word(i)
 			for d := a &^ x; d != 0; d &= d - 1 {
 				out = append(out, Score{Worker: keys[i<<6+trailingZeros(d)], Blocks: uint32(depth)})
 			}

@@ -10,16 +10,20 @@ import (
 // conversation workload (about 4,096 blocks per worker: 1 M (block, worker) entries at W=256, the whole
 // fleet in one index; 256 K at W=64, one shard of four). q=conv queries a random conversation, partly cached
 // on one or a few workers; q=chain queries the hot conversation that W/8 workers hold in full (512 blocks
-// matched). Each call is timed on its own for p50-us and p99-us.
+// matched); q=stair queries the staircase conversation (W nodes on the path, one dropout per worker). Each
+// call is timed on its own for p50-us and p99-us.
 func BenchmarkFindMatches(b *testing.B) {
 	for _, workers := range []int{256, 64} {
 		wl := getWorkload(workers)
 		ix, heap := wl.build()
-		for _, q := range []string{"conv", "chain"} {
+		for _, q := range []string{"conv", "chain", "stair"} {
 			b.Run(fmt.Sprintf("W=%d/B=512/q=%s", workers, q), func(b *testing.B) {
 				queries := wl.convQ
-				if q == "chain" {
+				switch q {
+				case "chain":
 					queries = [][]uint64{wl.chainQ}
+				case "stair":
+					queries = [][]uint64{wl.stairQ}
 				}
 				out := make([]Score, 0, workers)
 				lat := make([]time.Duration, 0, b.N)

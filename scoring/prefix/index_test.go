@@ -347,6 +347,50 @@ func TestThousandWorkers(t *testing.T) {
 	}
 }
 
+// TestWideFanOut: 50 branches under one block and 50 at the root (past the inline child slice, into the
+// map), then half of them removed.
+func TestWideFanOut(t *testing.T) {
+	ix, ref := New(), newRef()
+	apply := func(w WorkerKey, parent uint64, hasParent bool, bs []Block) {
+		t.Helper()
+		if err, want := ix.Store(w, parent, hasParent, bs), ref.store(w, parent, hasParent, bs); !sameClass(err, want) {
+			t.Fatalf("store: %v, want %v", err, want)
+		}
+	}
+	apply(wk(1), 0, false, blocks(1, 1, 4))
+	for i := range uint64(50) {
+		w := wk(1 + i%3)
+		if i%3 != 0 {
+			apply(w, 0, false, blocks(1, 1, 4))
+		}
+		apply(w, 4, true, blocks(1000+100*i, 1000+100*i, 3))
+		apply(w, 0, false, blocks(50000+100*i, 50000+100*i, 2))
+	}
+	for i := uint64(0); i < 50; i += 2 {
+		w := wk(1 + i%3)
+		for _, eh := range []uint64{1000 + 100*i, 50000 + 100*i} {
+			if err, want := ix.Remove(w, []uint64{eh}), ref.remove(w, []uint64{eh}); !sameClass(err, want) {
+				t.Fatalf("remove: %v, want %v", err, want)
+			}
+		}
+	}
+	if err := checkInvariants(ix); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(50) {
+		for _, q := range [][]uint64{append(seq(1, 4), seq(1000+100*i, 3)...), seq(50000+100*i, 2)} {
+			got := ix.FindMatches(q, nil)
+			sortScores(got)
+			if want := ref.findMatches(q); !slices.Equal(got, want) {
+				t.Fatalf("query %v: %v, want %v", q, got, want)
+			}
+		}
+	}
+	if err := roundTrip(ix); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFindMatchesAllocations: with room in out, a query allocates nothing.
 func TestFindMatchesAllocations(t *testing.T) {
 	ix := New()

@@ -86,33 +86,126 @@ func (b bitset) each(fn func(slot uint32)) {
 	}
 }
 
-// kid is an inline child reference: the first local hash of the child's run and the child's index.
+// inlineWords is how many words of a node's worker set live inside the node: slots 0..255 need no
+// pointer chase on the query path.
+const inlineWords = 4
+
+// wset is a node's worker set: the first inlineWords words inline, the rest (slots 256 and up) behind a
+// slice that stays nil for smaller fleets.
+type wset struct {
+	inl [inlineWords]uint64
+	ext bitset
+}
+
+// word returns word i of the set.
+func (s *wset) word(i int) uint64 {
+	if i < inlineWords {
+		return s.inl[i]
+	}
+	if j := i - inlineWords; j < len(s.ext) {
+		return s.ext[j]
+	}
+	return 0
+}
+
+func (s *wset) has(slot uint32) bool {
+	if i := int(slot >> 6); i < inlineWords {
+		return s.inl[i]&(1<<(slot&63)) != 0
+	}
+	return s.ext.has(slot - inlineWords*64)
+}
+
+func (s *wset) set(slot uint32) {
+	if i := int(slot >> 6); i < inlineWords {
+		s.inl[i] |= 1 << (slot & 63)
+		return
+	}
+	s.ext.set(slot - inlineWords*64)
+}
+
+func (s *wset) unset(slot uint32) {
+	if i := int(slot >> 6); i < inlineWords {
+		s.inl[i] &^= 1 << (slot & 63)
+		return
+	}
+	s.ext.unset(slot - inlineWords*64)
+}
+
+func (s *wset) empty() bool {
+	return s.inl == [inlineWords]uint64{} && s.ext.empty()
+}
+
+// only reports whether slot is the single member.
+func (s *wset) only(slot uint32) bool {
+	n := 0
+	for _, w := range s.inl {
+		n += bits.OnesCount64(w)
+	}
+	for _, w := range s.ext {
+		n += bits.OnesCount64(w)
+	}
+	return n == 1 && s.has(slot)
+}
+
+func (s *wset) equal(o *wset) bool {
+	return s.inl == o.inl && s.ext.equal(o.ext)
+}
+
+func (s *wset) clone() wset {
+	return wset{inl: s.inl, ext: append(bitset(nil), s.ext...)}
+}
+
+// andNot removes every member of mask.
+func (s *wset) andNot(mask bitset) {
+	for i := range min(inlineWords, len(mask)) {
+		s.inl[i] &^= mask[i]
+	}
+	if len(mask) > inlineWords {
+		s.ext.andNot(mask[inlineWords:])
+	}
+}
+
+// bits returns the set as a plain bitset (a copy).
+func (s *wset) bits() bitset {
+	b := make(bitset, inlineWords+len(s.ext))
+	copy(b, s.inl[:])
+	copy(b[inlineWords:], s.ext)
+	return b
+}
+
+// each calls fn for every member in increasing order.
+func (s *wset) each(fn func(slot uint32)) {
+	bitset(s.inl[:]).each(fn)
+	s.ext.each(func(slot uint32) { fn(slot + inlineWords*64) })
+}
+
+// kid is a child reference: the first local hash of the child's run and the child's index.
 type kid struct {
 	hash uint64
 	node uint32
 }
 
-// node is a run of consecutive block positions that all hold the same workers. Runs split when a store
-// branches inside them or when a worker joins or leaves part of them, and merge back with their only
-// child when both hold the same workers, so a query compares hashes sequentially and does a child lookup
-// and a worker-set intersection only where the set of workers changes or the tree branches.
-type node struct {
-	hashes  []uint64          // local hashes of the run, in chain order; empty only for the root
-	ids     []uint32          // block id of each position; ids survive splits and merges
-	ehs     []uint64          // engine hash of the store that created each position: the fast path to a handle
-	workers bitset            // worker slots present at every position of the run
-	parent  uint32            // index of the parent node
-	kids    []kid             // children while there are at most maxInlineKids
-	kidMap  map[uint64]uint32 // children by first local hash once there are more; kids is then nil
-	live    bool              // false once freed
+// children is a node's child set. The first child is inline (most nodes have at most one, and the query
+// path then touches nothing outside the node), up to maxInlineKids in a slice, more in a map.
+type children struct {
+	first kid
+	n     int               // children while m is nil
+	rest  []kid             // children 2..n while m is nil
+	m     map[uint64]uint32 // every child, once there are more than maxInlineKids
 }
 
-func (n *node) child(h uint64) (uint32, bool) {
-	if n.kidMap != nil {
-		c, ok := n.kidMap[h]
-		return c, ok
+func (c *children) get(h uint64) (uint32, bool) {
+	if c.m != nil {
+		k, ok := c.m[h]
+		return k, ok
 	}
-	for _, k := range n.kids {
+	if c.n == 0 {
+		return 0, false
+	}
+	if c.first.hash == h {
+		return c.first.node, true
+	}
+	for _, k := range c.rest {
 		if k.hash == h {
 			return k.node, true
 		}
@@ -120,57 +213,94 @@ func (n *node) child(h uint64) (uint32, bool) {
 	return 0, false
 }
 
-func (n *node) numKids() int {
-	if n.kidMap != nil {
-		return len(n.kidMap)
+func (c *children) len() int {
+	if c.m != nil {
+		return len(c.m)
 	}
-	return len(n.kids)
+	return c.n
 }
 
-func (n *node) addKid(h uint64, c uint32) {
-	if n.kidMap != nil {
-		n.kidMap[h] = c
-		return
+func (c *children) add(h uint64, k uint32) {
+	switch {
+	case c.m != nil:
+		c.m[h] = k
+	case c.n == 0:
+		c.first, c.n = kid{h, k}, 1
+	case c.n < maxInlineKids:
+		c.rest = append(c.rest, kid{h, k})
+		c.n++
+	default:
+		m := make(map[uint64]uint32, 2*maxInlineKids)
+		c.each(func(x kid) { m[x.hash] = x.node })
+		m[h] = k
+		*c = children{m: m}
 	}
-	if len(n.kids) < maxInlineKids {
-		n.kids = append(n.kids, kid{h, c})
-		return
-	}
-	n.kidMap = make(map[uint64]uint32, 2*maxInlineKids)
-	for _, k := range n.kids {
-		n.kidMap[k.hash] = k.node
-	}
-	n.kidMap[h] = c
-	n.kids = nil
 }
 
-func (n *node) removeKid(h uint64) {
-	if n.kidMap != nil {
-		delete(n.kidMap, h)
+func (c *children) remove(h uint64) {
+	if c.m != nil {
+		delete(c.m, h)
 		return
 	}
-	for i, k := range n.kids {
+	if c.n == 0 {
+		return
+	}
+	if c.first.hash == h {
+		if len(c.rest) > 0 {
+			c.first = c.rest[len(c.rest)-1]
+			c.rest = c.rest[:len(c.rest)-1]
+		}
+		c.n--
+		return
+	}
+	for i, k := range c.rest {
 		if k.hash == h {
-			last := len(n.kids) - 1
-			n.kids[i] = n.kids[last]
-			n.kids = n.kids[:last]
+			last := len(c.rest) - 1
+			c.rest[i] = c.rest[last]
+			c.rest = c.rest[:last]
+			c.n--
 			return
 		}
 	}
 }
 
-// eachKid calls fn for every child index.
-func (n *node) eachKid(fn func(c uint32)) {
-	if n.kidMap != nil {
-		for _, c := range n.kidMap {
-			fn(c)
+func (c *children) each(fn func(kid)) {
+	if c.m != nil {
+		for h, k := range c.m {
+			fn(kid{h, k})
 		}
 		return
 	}
-	for _, k := range n.kids {
-		fn(k.node)
+	if c.n > 0 {
+		fn(c.first)
+	}
+	for _, k := range c.rest {
+		fn(k)
 	}
 }
+
+// node is a run of consecutive block positions that all hold the same workers. Runs split when a store
+// branches inside them or when a worker joins or leaves part of them, and merge back with their only
+// child when both hold the same workers, so a query compares hashes sequentially and does a child lookup
+// and a worker-set intersection only where the set of workers changes or the tree branches. The fields
+// the query reads come first and, up to 256 workers, need no pointer chase except to the run.
+type node struct {
+	hashes  []uint64 // local hashes of the run, in chain order; empty only for the root
+	kids    children
+	workers wset     // worker slots present at every position of the run
+	ids     []uint32 // block id of each position; ids survive splits and merges
+	ehs     []uint64 // engine hash of the store that created each position: the fast path to a handle
+	parent  uint32   // index of the parent node
+	live    bool     // false once freed
+}
+
+func (n *node) child(h uint64) (uint32, bool) { return n.kids.get(h) }
+func (n *node) numKids() int                  { return n.kids.len() }
+func (n *node) addKid(h uint64, c uint32)     { n.kids.add(h, c) }
+func (n *node) removeKid(h uint64)            { n.kids.remove(h) }
+
+// eachKid calls fn for every child index.
+func (n *node) eachKid(fn func(c uint32)) { n.kids.each(func(k kid) { fn(k.node) }) }
 
 // loc is where a block id currently sits.
 type loc struct {
@@ -240,10 +370,10 @@ func (ix *Index) split(n uint32, at int) uint32 {
 	td.hashes = append([]uint64(nil), nd.hashes[at:]...)
 	td.ids = append([]uint32(nil), nd.ids[at:]...)
 	td.ehs = append([]uint64(nil), nd.ehs[at:]...)
-	td.workers = append(bitset(nil), nd.workers...)
-	td.kids, td.kidMap = nd.kids, nd.kidMap
-	nd.kids, nd.kidMap = make([]kid, 1, 2), nil
-	nd.kids[0] = kid{hash: td.hashes[0], node: t}
+	td.workers = nd.workers.clone()
+	td.kids = nd.kids
+	nd.kids = children{}
+	nd.kids.add(td.hashes[0], t)
 	td.eachKid(func(c uint32) { ix.nodes[c].parent = t })
 	for j, id := range td.ids {
 		ix.locs[id] = loc{node: t, off: uint32(j)}
@@ -270,7 +400,7 @@ func (ix *Index) tryMerge(n uint32) bool {
 	var c uint32
 	nd.eachKid(func(k uint32) { c = k })
 	cd := &ix.nodes[c]
-	if !nd.workers.equal(cd.workers) {
+	if !nd.workers.equal(&cd.workers) {
 		return false
 	}
 	base := len(nd.hashes)
@@ -280,7 +410,7 @@ func (ix *Index) tryMerge(n uint32) bool {
 	for j, id := range cd.ids {
 		ix.locs[id] = loc{node: n, off: uint32(base + j)}
 	}
-	nd.kids, nd.kidMap = cd.kids, cd.kidMap
+	nd.kids = cd.kids
 	nd.eachKid(func(k uint32) { ix.nodes[k].parent = n })
 	ix.freeNode(c)
 	return true

@@ -278,8 +278,11 @@ func checkInvariants(ix *Index) error {
 				return err
 			}
 		}
-		if nd.kidMap != nil && nd.kids != nil {
+		if nd.kids.m != nil && (nd.kids.n != 0 || nd.kids.rest != nil) {
 			return fmt.Errorf("node %d: both kid forms", n)
+		}
+		if nd.kids.m == nil && nd.kids.n != len(nd.kids.rest)+min(nd.kids.n, 1) {
+			return fmt.Errorf("node %d: %d kids, %d in rest", n, nd.kids.n, len(nd.kids.rest))
 		}
 		var err error
 		nd.eachKid(func(c uint32) {

@@ -18,13 +18,16 @@ type storeEvent struct {
 
 // workload is a conversation-like fleet state: system prompts shared by everybody, conversations that
 // extend turn by turn and fork (regenerations, shared few-shot prefixes), each conversation cached on one
-// worker or a few, and one long hot conversation cached in full on an eighth of the workers.
+// worker or a few, one long hot conversation cached in full on an eighth of the workers, and one
+// "staircase" conversation that worker w caches to depth 2+510w/(W-1), the worst case for a compressed
+// tree (every worker ends its run at a different node).
 type workload struct {
 	workers int
 	events  []storeEvent // store events of at most 16 blocks, interleaved across workers
 	blocks  int          // Σ blocks over events = (block, worker) entries of the built index
 	convQ   [][]uint64   // 512-block queries: a random conversation (partly cached, then new blocks)
 	chainQ  []uint64     // 512-block query that the hot conversation's holders match in full
+	stairQ  []uint64     // 512-block query that every worker matches to a different depth: W nodes, W dropouts
 }
 
 var (
@@ -104,11 +107,13 @@ func genWorkload(workers, perWorker int, seed uint64) *workload {
 			i = j
 		}
 	}
+	stair := newConv()
 	for w := range workers {
 		held[w] = map[uint64]bool{}
 		if w%8 == 0 {
 			cache(w, hot, len(hot.local))
 		}
+		cache(w, stair, 2+w*(queryLen-2)/(workers-1))
 	}
 	for w := range workers {
 		for count[w] < perWorker {
@@ -145,6 +150,7 @@ func genWorkload(workers, perWorker int, seed uint64) *workload {
 		wl.convQ = append(wl.convQ, c.local[:queryLen])
 	}
 	wl.chainQ = hot.local[:queryLen]
+	wl.stairQ = stair.local[:queryLen]
 	return wl
 }
 
@@ -157,19 +163,27 @@ func randHashes(rng *rand.Rand, dst []uint64, n int) []uint64 {
 
 // build applies every event to a fresh index and returns it with the heap bytes it holds (after GC).
 func (wl *workload) build() (*Index, uint64) {
+	ix := New()
+	heap := measureHeap(func() {
+		for _, ev := range wl.events {
+			if err := ix.Store(ev.w, ev.parent, ev.hasParent, ev.blocks); err != nil {
+				panic(err)
+			}
+		}
+	})
+	return ix, heap
+}
+
+// measureHeap returns how much more heap is live (after GC) once fn has run; fn must keep what it builds
+// reachable from outside.
+func measureHeap(fn func()) uint64 {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	ix := New()
-	for _, ev := range wl.events {
-		if err := ix.Store(ev.w, ev.parent, ev.hasParent, ev.blocks); err != nil {
-			panic(err)
-		}
-	}
+	fn()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(ix)
-	return ix, after.HeapAlloc - before.HeapAlloc
+	return after.HeapAlloc - before.HeapAlloc
 }
 
 // percentiles returns the p50 and p99 of durations in microseconds; it sorts d.
