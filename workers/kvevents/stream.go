@@ -101,11 +101,14 @@ func (s *stream) replay(ctx context.Context, from uint64) {
 	}
 	var req [8]byte
 	binary.BigEndian.PutUint64(req[:], from)
-	if _, err := s.dealer.SendBytes(nil, zmq.SNDMORE); err != nil {
+	// DONTWAIT: a DEALER with no usable peer would block the socket goroutine.
+	if _, err := s.dealer.SendBytes(nil, zmq.SNDMORE|zmq.DONTWAIT); err != nil {
+		s.c.ReplayTimeouts.Add(1)
 		s.closeDealer()
 		return
 	}
-	if _, err := s.dealer.SendBytes(req[:], 0); err != nil {
+	if _, err := s.dealer.SendBytes(req[:], zmq.DONTWAIT); err != nil {
+		s.c.ReplayTimeouts.Add(1)
 		s.closeDealer()
 		return
 	}

@@ -155,6 +155,9 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	})
 }
 
+// maxDrain bounds the messages read per poll, so the context is still checked under a flood.
+const maxDrain = 1024
+
 // readLoop reads 3-frame messages from sub until ctx is done or the socket fails, handing each well-formed
 // one to fn. healthy reports whether any message arrived.
 func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Counters,
@@ -169,20 +172,23 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 		if len(polled) == 0 {
 			continue
 		}
-		msg, err := sub.RecvMessageBytes(zmq.DONTWAIT)
-		if err != nil {
-			if errors.Is(err, zmq.Errno(syscall.EAGAIN)) { // spurious wakeup
+		// Drain what is queued before polling again: one poll per burst, not per message.
+		for i := 0; i < maxDrain && ctx.Err() == nil; i++ {
+			msg, err := sub.RecvMessageBytes(zmq.DONTWAIT)
+			if err != nil {
+				if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
+					break
+				}
+				return healthy, err
+			}
+			healthy = true
+			topic, seq, payload, ok := splitMessage(msg)
+			if !ok {
+				c.DecodeErrors.Add(1)
 				continue
 			}
-			return healthy, err
+			fn(topic, seq, payload)
 		}
-		healthy = true
-		topic, seq, payload, ok := splitMessage(msg)
-		if !ok {
-			c.DecodeErrors.Add(1)
-			continue
-		}
-		fn(topic, seq, payload)
 	}
 	return healthy, nil
 }

@@ -386,3 +386,33 @@ func TestBindSubscriberTopics(t *testing.T) {
 		t.Fatalf("removed topic still delivered: %d -> %d", before, got)
 	}
 }
+
+// TestReplayTimeout: a replay endpoint that never answers costs one ReplayTimeout; the stream goes on and
+// the missing batch is counted as lost.
+func TestReplayTimeout(t *testing.T) {
+	var skip atomic.Int64
+	skip.Store(-1)
+	p, _ := startPublisher(t, PublisherConfig{
+		Endpoint: "tcp://127.0.0.1:*", SkipSend: func(seq uint64) bool { return int64(seq) == skip.Load() },
+	})
+	// A ROUTER that receives requests and never answers.
+	silent, _ := startPublisher(t, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*", PollInterval: time.Hour})
+	var col collector
+	cfg := fastConfig(p.Addr(), silent.ReplayAddr())
+	cfg.ReplayTimeout = 100 * time.Millisecond
+	s, err := NewSubscriber(cfg, col.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	next := pump(t, p, 0, 0, "first delivery", func() bool { return col.count() > 0 })
+	skip.Store(int64(next + 1))
+	pump(t, p, next, 0, "deliveries after the timed-out replay", func() bool {
+		seqs, _, _ := col.snapshot()
+		return seqs[len(seqs)-1] > next+5
+	})
+	st := s.Stats()
+	if st.ReplayTimeouts < 1 || st.Lost < 1 || st.Gaps < 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
