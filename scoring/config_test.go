@@ -3,6 +3,8 @@ package scoring
 import (
 	"errors"
 	"flag"
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -181,6 +183,24 @@ func TestFlagTableComplete(t *testing.T) {
 				t.Errorf("duplicate flag %s", n)
 			}
 			seen[n] = true
+		}
+	}
+}
+
+// TestDocsListEveryFlag keeps docs/router.md in step with the flag table.
+func TestDocsListEveryFlag(t *testing.T) {
+	doc, err := os.ReadFile("../docs/router.md")
+	if err != nil {
+		t.Skip("docs/router.md not found")
+	}
+	for i := range Flags {
+		f := &Flags[i]
+		key := "`--" + f.Name + "`"
+		if f.Name == "" {
+			key = "`" + f.Env + "`"
+		}
+		if !strings.Contains(string(doc), key) {
+			t.Errorf("docs/router.md does not list %s", key)
 		}
 	}
 }

@@ -60,7 +60,7 @@ var Flags = []Flag{
 		Field: func(c *Config) any { return &c.SharedCacheMultiplier }},
 	{Name: "shared-cache-type", Env: "DYN_SHARED_CACHE_TYPE", Help: "shared cache type: none or hicache",
 		Field: func(c *Config) any { return &c.SharedCacheType }},
-	{Name: "router-decode-active-request-weight", Env: "DYN_ROUTER_DECODE_ACTIVE_REQUEST_WEIGHT", Help: "cost per active request on a worker (flag name unverified against Dynamo)",
+	{Name: "router-decode-active-request-weight", Env: "DYN_ROUTER_DECODE_ACTIVE_REQUEST_WEIGHT", Help: "experimental: block-equivalent cost per active request on a worker",
 		Field: func(c *Config) any { return &c.DecodeActiveRequestWeight }},
 	{Name: "router-temperature", Env: "DYN_ROUTER_TEMPERATURE", Help: "softmax temperature over normalized costs; 0 picks the cheapest",
 		Field: func(c *Config) any { return &c.Temperature }},
