@@ -115,7 +115,7 @@ type entry struct {
 // actor. Projection and Snapshot are reads; see the package doc for how readers reach them.
 type Tracker struct {
 	cfg         Config
-	blocks      map[uint64]uint32 // tracked hash → refcount
+	blocks      *refTable // tracked hash → refcount
 	reqs        map[string]*entry
 	prefill     uint64
 	fractional  float64
@@ -126,7 +126,7 @@ type Tracker struct {
 
 // New returns an empty tracker. cfg must be valid.
 func New(cfg Config) *Tracker {
-	return &Tracker{cfg: cfg, blocks: make(map[uint64]uint32), reqs: make(map[string]*entry)}
+	return &Tracker{cfg: cfg, blocks: newRefTable(), reqs: make(map[string]*entry)}
 }
 
 // Config returns the tracker's configuration.
@@ -185,7 +185,7 @@ func (t *Tracker) AddRequest(r Request) error {
 			}
 		}
 		for _, h := range e.hashes {
-			t.blocks[h]++
+			t.blocks.Inc(h)
 		}
 	}
 	if trackPrefill {
@@ -233,11 +233,7 @@ func (t *Tracker) Free(id string) bool {
 func (t *Tracker) free(id string, e *entry) {
 	t.clearPrefill(e)
 	for _, h := range e.hashes {
-		if n := t.blocks[h]; n <= 1 {
-			delete(t.blocks, h)
-		} else {
-			t.blocks[h] = n - 1
-		}
+		t.blocks.Dec(h)
 	}
 	t.fractional -= e.outWeight
 	if len(t.reqs) == 1 {
@@ -301,8 +297,8 @@ type Snapshot struct {
 func (t *Tracker) Snapshot() Snapshot {
 	return Snapshot{
 		ActivePrefillTokens: t.prefill,
-		ActiveDecodeBlocks:  float64(len(t.blocks)*t.cfg.Stride) + t.fractional,
-		UniqueBlocks:        len(t.blocks),
+		ActiveDecodeBlocks:  float64(t.blocks.Len()*t.cfg.Stride) + t.fractional,
+		UniqueBlocks:        t.blocks.Len(),
 		ActiveRequests:      len(t.reqs),
 		PrefillingRequests:  t.prefilling,
 	}
@@ -321,14 +317,14 @@ func (t *Tracker) Projection(seqHashes []uint64, assumeReuse bool) uint64 {
 	if !t.cfg.TrackActiveBlocks {
 		return 0
 	}
-	if !assumeReuse || len(t.blocks) == 0 {
+	if !assumeReuse || t.blocks.Len() == 0 {
 		return uint64(n * stride)
 	}
 	at := func(k int) uint64 { return seqHashes[(k+1)*stride-1] }
 	lo, hi := 0, n // first inactive position lies in [lo, hi]
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if _, ok := t.blocks[at(mid)]; ok {
+		if t.blocks.Has(at(mid)) {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -344,7 +340,7 @@ func (t *Tracker) ProjectionLinear(seqHashes []uint64, assumeReuse bool) uint64 
 	}
 	var absent uint64
 	strided(seqHashes, t.cfg.Stride, func(h uint64) {
-		if _, ok := t.blocks[h]; !ok || !assumeReuse {
+		if !assumeReuse || !t.blocks.Has(h) {
 			absent++
 		}
 	})
