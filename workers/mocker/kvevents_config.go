@@ -77,9 +77,9 @@ func ParseEventFormat(s string) (kvevents.Layout, error) {
 	return 0, fmt.Errorf("%w: --event-format %q (want map or array)", ErrBadConfig, s)
 }
 
-// offsetEndpoint is vLLM's offset_endpoint_port: tcp://host:P → tcp://host:P+rank, inproc://x →
+// OffsetEndpoint is vLLM's offset_endpoint_port: tcp://host:P → tcp://host:P+rank, inproc://x →
 // inproc://x_dp{rank}; rank 0 unchanged.
-func offsetEndpoint(ep string, rank int) string {
+func OffsetEndpoint(ep string, rank int) string {
 	if rank == 0 || ep == "" {
 		return ep
 	}
@@ -122,8 +122,8 @@ type zmqPublisher struct {
 // newZMQPublisher opens rank's publisher: endpoints offset by rank as vLLM does, sockets ready on return.
 func newZMQPublisher(c KVEventsConfig, rank int) (EventPublisher, error) {
 	p, err := kvevents.NewPublisher(kvevents.PublisherConfig{
-		Endpoint:       offsetEndpoint(c.Endpoint, rank),
-		ReplayEndpoint: offsetEndpoint(c.ReplayEndpoint, rank),
+		Endpoint:       OffsetEndpoint(c.Endpoint, rank),
+		ReplayEndpoint: OffsetEndpoint(c.ReplayEndpoint, rank),
 		Topic:          c.Topic,
 		Layout:         c.Layout,
 		BufferSteps:    c.BufferSteps,

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/kvroute/kvroute/workers/mocker"
+)
+
+func init() {
+	register("mocker", "simulated vLLM workers (OpenAI API, ZMQ KV events, replay) without GPUs", runMocker)
+}
+
+// mockerIgnoredFlags are vLLM serve flags a launch script may pass; the mocker accepts and ignores them.
+var mockerIgnoredFlags = map[string]bool{ // name → takes a value
+	"gpu-memory-utilization": true, "tensor-parallel-size": true, "pipeline-parallel-size": true,
+	"dtype": true, "seed": true, "prefix-caching-hash-algo": true, "uvicorn-log-level": true, "swap-space": true,
+	"kv-cache-dtype": true, "max-logprobs": true, "tokenizer": true, "trust-remote-code": false,
+	"enable-prefix-caching": false, "no-enable-prefix-caching": false, "enable-chunked-prefill": false,
+	"enforce-eager": false, "disable-log-requests": false, "disable-log-stats": false,
+	"enable-prompt-tokens-details": false, "no-enable-log-requests": false,
+}
+
+func runMocker(args []string) int {
+	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
+	def := mocker.DefaultEngineConfig()
+	numWorkers := fs.Int("num-workers", 1, "number of simulated workers in this process")
+	httpPort := fs.Int("http-port", 8000, "HTTP port of worker 0; worker i listens on http-port+i (vLLM: --port)")
+	fs.IntVar(httpPort, "port", 8000, "alias of --http-port (vLLM spelling)")
+	host := fs.String("host", "127.0.0.1", "HTTP listen host")
+	eventsBase := fs.Int("kv-events-port-base", 5557, "ZMQ PUB port of worker 0 rank 0; worker i rank r binds tcp://*:base+i*dp_size+r")
+	replayBase := fs.Int("replay-port-base", 5757, "ZMQ replay ROUTER port base, numbered like --kv-events-port-base")
+	noEvents := fs.Bool("no-kv-events", false, "publish no KV events")
+	kvCfg := fs.String("kv-events-config", "", `vLLM's JSON, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'; overrides the port bases (worker i offsets the ports by i*dp_size)`)
+	eventFormat := fs.String("event-format", "map", "KV event layout: map (current vLLM) or array (legacy vLLM / SGLang)")
+	blockSize := fs.Int("block-size", def.BlockSize, "tokens per KV block")
+	numBlocks := fs.Int("num-gpu-blocks", def.NumGPUBlocks, "KV blocks per engine (dp rank)")
+	fs.IntVar(numBlocks, "num-gpu-blocks-override", def.NumGPUBlocks, "alias of --num-gpu-blocks (vLLM / Dynamo spelling)")
+	maxSeqs := fs.Int("max-num-seqs", def.MaxNumSeqs, "max running requests per engine")
+	maxBatched := fs.Int("max-num-batched-tokens", def.MaxNumBatchedTokens, "token budget per engine step (prefill chunks + decodes)")
+	maxModelLen := fs.Int("max-model-len", 0, "max prompt + output tokens (0: what fits the KV cache)")
+	speedup := fs.Float64("speedup-ratio", def.SpeedupRatio, "divide simulated durations by this (higher = faster)")
+	decodeSpeedup := fs.Float64("decode-speedup-ratio", def.DecodeSpeedupRatio, "extra divisor for decode steps")
+	dpSize := fs.Int("dp-size", 1, "data-parallel ranks (engines) per worker")
+	fs.IntVar(dpSize, "data-parallel-size", 1, "alias of --dp-size (vLLM spelling)")
+	modelPath := fs.String("model-path", "", "HF model directory (tokenizer, chat template, image geometry); empty: built-in byte tokenizer")
+	fs.StringVar(modelPath, "model", "", "alias of --model-path (vLLM spelling; also accepted as the first positional argument)")
+	served := fs.String("served-model-name", "", "model name in the API (default: the model path, or kvroute-mocker)")
+	defaultMax := fs.Int("default-max-tokens", 16, "output length when a request sets no max_tokens")
+	hashSeed := fs.Uint64("hash-seed", 0, "seed of the engine block hashes (opaque to routers)")
+	ignored := map[string]*string{}
+	for name, takesValue := range mockerIgnoredFlags {
+		if takesValue {
+			ignored[name] = fs.String(name, "", "ignored (vLLM compatibility)")
+		} else {
+			fs.Bool(name, false, "ignored (vLLM compatibility)")
+		}
+	}
+	// vllm serve MODEL [flags]: a leading positional argument is the model.
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		*modelPath = args[0]
+		args = args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 1 && *modelPath == "" {
+		*modelPath = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "mocker: unexpected arguments %v\n", fs.Args())
+		return 2
+	}
+
+	layout, err := mocker.ParseEventFormat(*eventFormat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	eng := mocker.DefaultEngineConfig()
+	eng.BlockSize, eng.NumGPUBlocks, eng.MaxNumSeqs, eng.MaxNumBatchedTokens = *blockSize, *numBlocks, *maxSeqs, *maxBatched
+	eng.SpeedupRatio, eng.DecodeSpeedupRatio, eng.MaxModelLen, eng.HashSeed = *speedup, *decodeSpeedup, *maxModelLen, *hashSeed
+	if err := eng.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	tmpl := mocker.WorkerConfig{Engine: eng, DPSize: *dpSize, ServedModelName: *served, DefaultMaxTokens: *defaultMax}
+	if *modelPath != "" {
+		m, err := mocker.LoadModel(*modelPath, *served)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		tmpl.Model = m
+	}
+	kv := mocker.DefaultKVEventsConfig()
+	if *kvCfg != "" {
+		if kv, err = mocker.ParseKVEventsConfig(*kvCfg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	kv.Enable = kv.Enable && !*noEvents
+	kv.Layout = layout
+	tmpl.KVEvents = kv
+
+	fc := mocker.FleetConfig{NumWorkers: *numWorkers, Template: tmpl, HTTPHost: *host, HTTPPortBase: *httpPort,
+		KVEventsPortBase: *eventsBase, ReplayPortBase: *replayBase}
+	var fleet *mocker.Fleet
+	if *kvCfg != "" {
+		fleet, err = startFleetWithEndpoints(fc, kv, max(*dpSize, 1))
+	} else {
+		fleet, err = mocker.StartFleet(fc)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, w := range fleet.Workers {
+		fmt.Fprintf(os.Stderr, "mocker: worker %s\n", w.Spec())
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	<-sig
+	if err := fleet.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// startFleetWithEndpoints starts workers whose endpoints come from --kv-events-config: worker i uses the
+// configured endpoints with tcp ports offset by i*dp (ranks add their own offset on top).
+func startFleetWithEndpoints(fc mocker.FleetConfig, kv mocker.KVEventsConfig, dp int) (*mocker.Fleet, error) {
+	f := &mocker.Fleet{}
+	for i := range fc.NumWorkers {
+		wc := fc.Template
+		wc.ID = i
+		wc.HTTPAddr = fc.HTTPHost + ":" + strconv.Itoa(fc.HTTPPortBase+i)
+		wc.KVEvents = kv
+		wc.KVEvents.Endpoint = mocker.OffsetEndpoint(kv.Endpoint, i*dp)
+		wc.KVEvents.ReplayEndpoint = mocker.OffsetEndpoint(kv.ReplayEndpoint, i*dp)
+		w, err := mocker.StartWorker(wc)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.Workers = append(f.Workers, w)
+	}
+	return f, nil
+}
