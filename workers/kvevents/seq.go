@@ -81,3 +81,20 @@ func (t *seqTracker) commit(seq uint64) (lost uint64) {
 	t.last, t.have = seq, true
 	return lost
 }
+
+// next is the first seq not yet consumed: 0 on a fresh stream.
+func (t *seqTracker) next() uint64 {
+	if !t.have {
+		return 0
+	}
+	return t.last + 1
+}
+
+// afterCatchUp is called after the replay that follows a (re)connect, which asked for everything from
+// seq from on. Live messages from from up to the last replayed seq were queued meanwhile; they are
+// duplicates, not a restart.
+func (t *seqTracker) afterCatchUp(from uint64) {
+	if t.have && t.last >= from {
+		t.dupLow, t.dupWindow = from, true
+	}
+}

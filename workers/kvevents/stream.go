@@ -6,6 +6,7 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+	"github.com/zeebo/xxh3"
 )
 
 // endSeq is the replay END marker: (-1).to_bytes(8, "big", signed=True), sent with an empty payload.
@@ -28,6 +29,10 @@ type stream struct {
 
 	dealer *zmq.Socket
 	poller *zmq.Poller
+
+	// lastDigest is the xxh3 of the payload of the last consumed seq: on a reconnect it tells whether the
+	// publisher is still the engine we were following.
+	lastDigest uint64
 }
 
 // handle processes one live message.
@@ -56,9 +61,42 @@ func (s *stream) handle(ctx context.Context, seq uint64, payload []byte) {
 	s.deliver(seq, payload)
 }
 
+// catchUp runs each time the SUB socket (re)connects. Batches published while no connection existed are
+// lost to ZMQ (the slow-joiner window at start, the outage on a reconnect), and when the router starts
+// after the worker they are the whole picture so far. With a replay endpoint:
+//   - on a fresh stream it replays everything buffered from seq 0;
+//   - otherwise it replays from the last consumed seq and checks that the publisher still holds the same
+//     batch under that seq (payload digest). If it does, the outage is filled in. If not (the engine
+//     restarted while we were away, possibly already past our last seq, or its buffer moved on) the
+//     worker is reset and everything buffered is replayed from 0.
+//
+// Live messages the replay already covered are then dropped as duplicates.
+func (s *stream) catchUp(ctx context.Context) {
+	if s.replayEndpoint == "" {
+		return
+	}
+	if s.tr.have {
+		completed, verified := s.replayVerify(ctx, s.tr.last)
+		if verified || !completed {
+			// Verified: the outage is filled in. Not completed (the replay socket is unreachable): keep
+			// what we know and let the live stream's sequence checks decide.
+			s.tr.afterCatchUp(s.tr.last)
+			return
+		}
+		s.tr = seqTracker{}
+		s.c.Resets.Add(1)
+		if s.onReset != nil {
+			s.onReset()
+		}
+	}
+	s.replay(ctx, 0)
+	s.tr.afterCatchUp(0)
+}
+
 // deliver decodes payload and hands it to the consumer. A malformed batch still consumes its seq, or it
 // would be requested again forever.
 func (s *stream) deliver(seq uint64, payload []byte) bool {
+	s.lastDigest = xxh3.Hash(payload)
 	lost := s.tr.commit(seq)
 	if lost > 0 {
 		s.c.Lost.Add(lost)
@@ -89,14 +127,48 @@ func (s *stream) deliver(seq uint64, payload []byte) bool {
 // ones in order until the END marker. It gives up when the socket stays silent for replayTimeout; the
 // DEALER is then closed so that late answers cannot be mistaken for the next replay's.
 func (s *stream) replay(ctx context.Context, from uint64) {
+	s.exchange(ctx, from, func(seq uint64, payload []byte) bool {
+		if s.tr.wantReplayed(seq) && s.deliver(seq, payload) {
+			s.c.ReplayedBatches.Add(1)
+		}
+		return true
+	})
+}
+
+// replayVerify replays from seq last, which must come back first with the digest of the batch consumed
+// under it; the batches after it are delivered. completed reports that the publisher answered to the
+// END marker; verified that it still holds our last batch.
+func (s *stream) replayVerify(ctx context.Context, last uint64) (completed, verified bool) {
+	first := true
+	completed = s.exchange(ctx, last, func(seq uint64, payload []byte) bool {
+		if first {
+			first = false
+			verified = seq == last && xxh3.Hash(payload) == s.lastDigest
+			return verified
+		}
+		if s.tr.wantReplayed(seq) && s.deliver(seq, payload) {
+			s.c.ReplayedBatches.Add(1)
+		}
+		return true
+	})
+	if !verified && !first {
+		completed = true // the answer was read to its END; it just was not ours
+	}
+	return completed, verified
+}
+
+// exchange sends one replay request from seq from and hands each answer to fn until the END marker
+// (returning true), fn returning false (the rest of the answer is drained), a timeout or an error
+// (returning false).
+func (s *stream) exchange(ctx context.Context, from uint64, fn func(seq uint64, payload []byte) bool) bool {
 	if s.replayEndpoint == "" {
-		return
+		return false
 	}
 	s.c.Replays.Add(1)
 	if s.dealer == nil {
 		if err := s.openDealer(); err != nil {
 			s.c.ReplayTimeouts.Add(1)
-			return
+			return false
 		}
 	}
 	var req [8]byte
@@ -105,29 +177,30 @@ func (s *stream) replay(ctx context.Context, from uint64) {
 	if _, err := s.dealer.SendBytes(nil, zmq.SNDMORE|zmq.DONTWAIT); err != nil {
 		s.c.ReplayTimeouts.Add(1)
 		s.closeDealer()
-		return
+		return false
 	}
 	if _, err := s.dealer.SendBytes(req[:], zmq.DONTWAIT); err != nil {
 		s.c.ReplayTimeouts.Add(1)
 		s.closeDealer()
-		return
+		return false
 	}
 	deadline := time.Now().Add(s.replayTimeout)
+	wanted := true
 	for {
 		if ctx.Err() != nil {
 			s.closeDealer()
-			return
+			return false
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
 			s.c.ReplayTimeouts.Add(1)
 			s.closeDealer()
-			return
+			return false
 		}
 		polled, err := s.poller.Poll(min(wait, s.poll))
 		if err != nil {
 			s.closeDealer()
-			return
+			return false
 		}
 		if len(polled) == 0 {
 			continue
@@ -144,10 +217,10 @@ func (s *stream) replay(ctx context.Context, from uint64) {
 		}
 		seq := binary.BigEndian.Uint64(msg[1])
 		if seq == endSeq && len(msg[2]) == 0 {
-			return
+			return wanted
 		}
-		if s.tr.wantReplayed(seq) && s.deliver(seq, msg[2]) {
-			s.c.ReplayedBatches.Add(1)
+		if wanted {
+			wanted = fn(seq, msg[2])
 		}
 	}
 }

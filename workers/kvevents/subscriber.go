@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -147,12 +148,43 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	}
 	defer sub.Close()
 	defer s.st.closeDealer()
+	// Every (re)connection of the SUB socket may have lost batches: watch for it and catch up.
+	mon, err := monitorConnects(sub)
+	if err != nil {
+		return false, err
+	}
+	defer mon.Close()
 	if err := sub.Connect(s.cfg.Endpoint); err != nil {
 		return false, err
 	}
 	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(_ []byte, seq uint64, payload []byte) {
 		s.st.handle(ctx, seq, payload)
-	})
+	}, mon, func() { s.st.catchUp(ctx) })
+}
+
+// monitorSeq numbers the inproc monitor endpoints of this process.
+var monitorSeq atomic.Uint64
+
+// monitorConnects opens a PAIR socket that receives sub's handshake-succeeded events (one per
+// established connection, the first included).
+func monitorConnects(sub *zmq.Socket) (*zmq.Socket, error) {
+	addr := fmt.Sprintf("inproc://kvevents-monitor-%d", monitorSeq.Add(1))
+	if err := sub.Monitor(addr, zmq.EVENT_HANDSHAKE_SUCCEEDED); err != nil {
+		return nil, err
+	}
+	mon, err := zmq.NewSocket(zmq.PAIR)
+	if err != nil {
+		return nil, err
+	}
+	if err := mon.SetLinger(0); err != nil {
+		mon.Close()
+		return nil, err
+	}
+	if err := mon.Connect(addr); err != nil {
+		mon.Close()
+		return nil, err
+	}
+	return mon, nil
 }
 
 // maxDrain bounds the messages read per poll, so the context is still checked under a flood.
@@ -160,10 +192,16 @@ const maxDrain = 1024
 
 // readLoop reads 3-frame messages from sub until ctx is done or the socket fails, handing each well-formed
 // one to fn. healthy reports whether any message arrived.
+//
+// mon, when not nil, is a socket-monitor PAIR socket: each event read from it calls onConnect before any
+// further message is read, so a catch-up replay precedes the live messages of the new connection.
 func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Counters,
-	fn func(topic []byte, seq uint64, payload []byte)) (healthy bool, err error) {
+	fn func(topic []byte, seq uint64, payload []byte), mon *zmq.Socket, onConnect func()) (healthy bool, err error) {
 	poller := zmq.NewPoller()
 	poller.Add(sub, zmq.POLLIN)
+	if mon != nil {
+		poller.Add(mon, zmq.POLLIN)
+	}
 	for ctx.Err() == nil {
 		polled, err := poller.Poll(poll)
 		if err != nil {
@@ -171,6 +209,17 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 		}
 		if len(polled) == 0 {
 			continue
+		}
+		if mon != nil {
+			for {
+				ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+				if err != nil {
+					break
+				}
+				if ev&zmq.EVENT_HANDSHAKE_SUCCEEDED != 0 {
+					onConnect()
+				}
+			}
 		}
 		// Drain what is queued before polling again: one poll per burst, not per message.
 		for i := 0; i < maxDrain && ctx.Err() == nil; i++ {

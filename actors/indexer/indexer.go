@@ -1,0 +1,262 @@
+package indexer
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
+
+// ErrStopped is returned by calls made after Stop.
+var ErrStopped = errors.New("indexer: stopped")
+
+// Config configures the sharded indexer.
+type Config struct {
+	// Shards is the number of shard actors (Dynamo's --router-event-threads). Default 4. More shards apply
+	// events in parallel; each query reads every shard, so more shards cost query time.
+	Shards int
+	// MailboxSize bounds each shard's mailbox; senders block when it is full (back-pressure on event
+	// ingestion instead of unbounded memory). Default 4096 messages.
+	MailboxSize int
+}
+
+// DefaultConfig returns Dynamo's defaults.
+func DefaultConfig() Config { return Config{Shards: 4, MailboxSize: 4096} }
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if c.Shards < 1 || c.Shards > 256 {
+		return fmt.Errorf("indexer: shards %d out of range [1, 256]", c.Shards)
+	}
+	if c.MailboxSize < 1 {
+		return fmt.Errorf("indexer: mailbox size %d must be positive", c.MailboxSize)
+	}
+	return nil
+}
+
+// Indexer is the indexer root: it owns N shard actors, pins each worker to the shard with the fewest
+// workers on first sight, routes every write to that shard, and answers overlap queries by reading every
+// shard under its read lock and merging.
+type Indexer struct {
+	system *actor.ActorSystem
+	root   *actor.PID
+	shards []*shard
+	pids   []*actor.PID
+
+	mu      sync.Mutex // guards assign, counts and stopped (control plane only)
+	assign  map[uint64]int
+	counts  []int
+	stopped bool
+}
+
+// rootActor supervises the shard actors; it handles no messages of its own.
+type rootActor struct {
+	shards []*shard
+	pids   chan []*actor.PID
+	size   int
+}
+
+func (r *rootActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		pids := make([]*actor.PID, len(r.shards))
+		for i, s := range r.shards {
+			s := s
+			props := actor.PropsFromProducer(func() actor.Actor { return &shardActor{s: s} },
+				actor.WithMailbox(actor.Bounded(r.size)))
+			pids[i] = ctx.Spawn(props)
+		}
+		r.pids <- pids
+	}
+}
+
+// shardDecider restarts a shard whose Receive panicked: the shard's state lives outside the actor, so a
+// restart resumes with the same index; a panic here is a broken invariant worth a log line upstream.
+func shardDecider(reason interface{}) actor.Directive { return actor.RestartDirective }
+
+// New starts the indexer's actors in system.
+func New(system *actor.ActorSystem, cfg Config) (*Indexer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	x := &Indexer{
+		system: system,
+		shards: make([]*shard, cfg.Shards),
+		assign: make(map[uint64]int),
+		counts: make([]int, cfg.Shards),
+	}
+	for i := range x.shards {
+		x.shards[i] = newShard()
+	}
+	ready := make(chan []*actor.PID, 1)
+	props := actor.PropsFromProducer(func() actor.Actor {
+		return &rootActor{shards: x.shards, pids: ready, size: cfg.MailboxSize}
+	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, shardDecider)))
+	x.root = system.Root.Spawn(props)
+	x.pids = <-ready
+	return x, nil
+}
+
+// shardOf returns the shard index of a worker, assigning it on first sight.
+func (x *Indexer) shardOf(workerID uint64) (int, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.stopped {
+		return 0, false
+	}
+	if s, ok := x.assign[workerID]; ok {
+		return s, true
+	}
+	best := 0
+	for i, c := range x.counts {
+		if c < x.counts[best] {
+			best = i
+		}
+	}
+	x.assign[workerID] = best
+	x.counts[best]++
+	return best, true
+}
+
+// Send delivers a message for workerID to its shard (assigning the worker on first sight). It blocks when
+// the shard's mailbox is full.
+func (x *Indexer) Send(workerID uint64, m shardMessage) error {
+	s, ok := x.shardOf(workerID)
+	if !ok {
+		return ErrStopped
+	}
+	x.system.Root.Send(x.pids[s], m)
+	return nil
+}
+
+// Apply sends one re-keyed batch of a worker to its shard.
+func (x *Indexer) Apply(m *Apply) error { return x.Send(m.WorkerID, m) }
+
+// ClearWorker drops all of a worker's blocks and waits until it is done.
+func (x *Indexer) ClearWorker(workerID uint64) error {
+	done := make(chan struct{})
+	if err := x.Send(workerID, &ClearWorker{WorkerID: workerID, Done: done}); err != nil {
+		return err
+	}
+	<-done
+	return nil
+}
+
+// RemoveWorker drops a worker's blocks, forgets it, frees its shard slot and waits until it is done.
+func (x *Indexer) RemoveWorker(workerID uint64) error {
+	x.mu.Lock()
+	s, ok := x.assign[workerID]
+	if ok {
+		delete(x.assign, workerID)
+		x.counts[s]--
+	}
+	stopped := x.stopped
+	x.mu.Unlock()
+	if stopped {
+		return ErrStopped
+	}
+	if !ok {
+		return nil
+	}
+	done := make(chan struct{})
+	x.system.Root.Send(x.pids[s], &RemoveWorker{WorkerID: workerID, Done: done})
+	<-done
+	return nil
+}
+
+// Flush waits until every message sent to any shard before the call has been applied.
+func (x *Indexer) Flush() {
+	dones := make([]chan struct{}, len(x.pids))
+	for i, pid := range x.pids {
+		dones[i] = make(chan struct{})
+		x.system.Root.Send(pid, &Barrier{Done: dones[i]})
+	}
+	for _, d := range dones {
+		<-d
+	}
+}
+
+// FindMatches appends to out the overlap of every (worker, dp rank) that matches at least the first
+// block of local, reading each shard under its read lock. Workers are disjoint across shards, so the merge
+// is a concatenation.
+func (x *Indexer) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
+	for _, s := range x.shards {
+		s.mu.RLock()
+		out = s.idx.FindMatches(local, out)
+		s.mu.RUnlock()
+	}
+	return out
+}
+
+// Blocks returns the number of blocks indexed for one worker rank.
+func (x *Indexer) Blocks(w prefix.WorkerKey) int {
+	x.mu.Lock()
+	si, ok := x.assign[w.WorkerID]
+	x.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	s := x.shards[si]
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.idx.WorkerBlocks(w)
+}
+
+// Stats returns the index-side counters of a worker.
+func (x *Indexer) Stats(workerID uint64) WorkerStats {
+	x.mu.Lock()
+	si, ok := x.assign[workerID]
+	x.mu.Unlock()
+	if !ok {
+		return WorkerStats{}
+	}
+	s := x.shards[si]
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if st := s.stats[workerID]; st != nil {
+		return *st
+	}
+	return WorkerStats{}
+}
+
+// ShardOf reports the shard a worker is pinned to, and whether it is known.
+func (x *Indexer) ShardOf(workerID uint64) (int, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, ok := x.assign[workerID]
+	return s, ok
+}
+
+// ShardWorkers returns how many workers each shard owns.
+func (x *Indexer) ShardWorkers() []int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]int(nil), x.counts...)
+}
+
+// Size returns the number of (block, worker rank) entries in the whole index.
+func (x *Indexer) Size() int {
+	n := 0
+	for _, s := range x.shards {
+		s.mu.RLock()
+		n += s.idx.Size()
+		s.mu.RUnlock()
+	}
+	return n
+}
+
+// Stop stops the shard actors after they drain their mailboxes.
+func (x *Indexer) Stop() {
+	x.mu.Lock()
+	if x.stopped {
+		x.mu.Unlock()
+		return
+	}
+	x.stopped = true
+	x.mu.Unlock()
+	_ = x.system.Root.PoisonFuture(x.root).Wait()
+}

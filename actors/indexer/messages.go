@@ -1,0 +1,66 @@
+package indexer
+
+import "github.com/kvroute/kvroute/scoring/prefix"
+
+// shardMessage seals the messages a shard actor understands.
+type shardMessage interface{ shardMessage() }
+
+// OpKind says what one Op does to the index.
+type OpKind uint8
+
+// The three vLLM event kinds, already re-keyed.
+const (
+	OpStore OpKind = iota + 1
+	OpRemove
+	OpClear
+)
+
+// Op is one re-keyed KV event of one worker rank.
+type Op struct {
+	Kind   OpKind
+	DPRank uint32
+	// Parent and HasParent locate the first stored block under the worker's engine-hash handle.
+	Parent    uint64
+	HasParent bool
+	// Blocks are the stored blocks in chain order (OpStore).
+	Blocks []prefix.Block
+	// Hashes are the engine hashes of removed blocks (OpRemove).
+	Hashes []uint64
+}
+
+// Apply carries one event batch of one worker to the shard that owns the worker. The shard applies the
+// ops in order under its write lock. Done, when set, is closed once the ops are applied.
+type Apply struct {
+	WorkerID uint64
+	Ops      []Op
+	Done     chan struct{}
+}
+
+// ClearWorker drops every block of every dp rank of a worker (engine restart, AllBlocksCleared of all
+// ranks, resync); the worker stays assigned to its shard.
+type ClearWorker struct {
+	WorkerID uint64
+	Done     chan struct{}
+}
+
+// RemoveWorker drops a worker's blocks and forgets it.
+type RemoveWorker struct {
+	WorkerID uint64
+	Done     chan struct{}
+}
+
+// Barrier is answered (Done closed) once every message sent to the shard before it has been applied.
+type Barrier struct{ Done chan struct{} }
+
+// Query asks a shard for overlap scores through a reply channel. It exists to measure the
+// message-passing read path against the read-lock path (see doc.go); FindMatches does not use it.
+type Query struct {
+	Local []uint64
+	Reply chan []prefix.Score
+}
+
+func (*Apply) shardMessage()        {}
+func (*ClearWorker) shardMessage()  {}
+func (*RemoveWorker) shardMessage() {}
+func (*Barrier) shardMessage()      {}
+func (*Query) shardMessage()        {}

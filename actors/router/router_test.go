@@ -1,0 +1,256 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/workers/kvevents"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// goldenHex reads one of kvevents' spec byte examples (spec/vllm-kv-events.md §4).
+func goldenHex(t *testing.T, name string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "workers", "kvevents", "testdata", name+".hex"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hex.DecodeString(strings.Join(strings.Fields(string(raw)), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type pub struct {
+	p      *kvevents.Publisher
+	cancel context.CancelFunc
+}
+
+func startPublisher(t *testing.T, endpoint, replay string, layout kvevents.Layout, skip func(uint64) bool) *pub {
+	t.Helper()
+	p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: endpoint, ReplayEndpoint: replay, Layout: layout, SkipSend: skip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = p.Run(ctx) }()
+	select {
+	case <-p.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("publisher not ready")
+	}
+	return &pub{p: p, cancel: cancel}
+}
+
+func (p *pub) stop() {
+	p.cancel()
+	<-p.p.Done()
+}
+
+func (p *pub) publish(t *testing.T, b *kvevents.Batch) {
+	t.Helper()
+	if err := p.p.Publish(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func stored(parent uint64, hasParent bool, hashes []uint64, tokens []uint32) *kvevents.Batch {
+	return &kvevents.Batch{TS: 1, HasDPRank: true, Events: []kvevents.Event{{
+		Kind: kvevents.Stored, BlockHashes: hashes, ParentHash: parent, HasParent: hasParent,
+		TokenIDs: tokens, BlockSize: 4, Medium: "GPU",
+	}}}
+}
+
+func overlapOf(r *Router, tokens []uint32, id uint64) uint32 {
+	for _, s := range r.Overlap(r.HashTokens(nil, tokens, ""), nil) {
+		if s.Worker.WorkerID == id {
+			return s.Blocks
+		}
+	}
+	return 0
+}
+
+func newRouter(t *testing.T, blockSize int) *Router {
+	t.Helper()
+	system := actors.NewSystem(nil)
+	cfg := DefaultConfig(blockSize)
+	cfg.Worker.InitialBackoff = 10 * time.Millisecond
+	cfg.Worker.BackoffWindow = time.Second
+	r, err := New(system, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.Stop()
+		system.Shutdown()
+	})
+	return r
+}
+
+// decodeGolden decodes a spec byte example and checks that the encoder reproduces it, so publishing the
+// decoded batch puts exactly the spec's bytes on the wire.
+func decodeGolden(t *testing.T, name string, layout kvevents.Layout) *kvevents.Batch {
+	t.Helper()
+	raw := goldenHex(t, name)
+	var b kvevents.Batch
+	if err := kvevents.Decode(raw, &b); err != nil {
+		t.Fatal(err)
+	}
+	if got := kvevents.AppendBatch(nil, &b, layout); !bytes.Equal(got, raw) {
+		t.Fatalf("%s: re-encoded bytes differ from the spec example", name)
+	}
+	return &b
+}
+
+func TestGoldenBytesOverZMQBothLayouts(t *testing.T) {
+	r := newRouter(t, 4)
+	for i, tc := range []struct {
+		golden string
+		layout kvevents.Layout
+	}{{"stored_map", kvevents.LayoutMap}, {"stored_array", kvevents.LayoutArray}} {
+		id := uint64(i + 1)
+		p := startPublisher(t, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", tc.layout, nil)
+		defer p.stop()
+		if err := r.AddWorker(registry.Spec{ID: id, Events: p.p.Addr(), Replay: p.p.ReplayAddr()}); err != nil {
+			t.Fatal(err)
+		}
+		// The golden block: tokens 1..4 with engine hash 0xdab89baa7b5857c0, then a child 5..8.
+		p.publish(t, decodeGolden(t, tc.golden, tc.layout))
+		p.publish(t, stored(0xdab89baa7b5857c0, true, []uint64{77}, []uint32{5, 6, 7, 8}))
+		waitFor(t, tc.golden+" overlap", func() bool { return overlapOf(r, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}, id) == 2 })
+		if got := overlapOf(r, []uint32{1, 2, 3, 4, 9, 9, 9, 9}, id); got != 1 {
+			t.Fatalf("%s: diverging second block: overlap %d, want 1", tc.golden, got)
+		}
+		st, _ := r.Fleet.StatusOf(id)
+		if st.IndexedBlocks != 2 || st.State != "ready" || st.LastSequence != 1 {
+			t.Fatalf("%s: status %+v", tc.golden, st)
+		}
+	}
+}
+
+func TestDroppedBatchRecoveredThroughReplay(t *testing.T) {
+	r := newRouter(t, 4)
+	dropped := func(seq uint64) bool { return seq == 2 }
+	p := startPublisher(t, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", kvevents.LayoutMap, dropped)
+	defer p.stop()
+	if err := r.AddWorker(registry.Spec{ID: 9, Events: p.p.Addr(), Replay: p.p.ReplayAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	tokens := make([]uint32, 16)
+	for i := range tokens {
+		tokens[i] = uint32(100 + i)
+	}
+	// seq 0..3 store a 4-block chain one block at a time; seq 2 never goes out live.
+	for i := 0; i < 4; i++ {
+		p.publish(t, stored(uint64(i), i > 0, []uint64{uint64(i + 1)}, tokens[4*i:4*i+4]))
+	}
+	waitFor(t, "replayed chain", func() bool { return overlapOf(r, tokens, 9) == 4 })
+	st, _ := r.Fleet.StatusOf(9)
+	if st.Replays == 0 || st.RejectedStores != 0 {
+		t.Fatalf("status after gap: %+v", st)
+	}
+}
+
+func TestRestartedPublisherClearsWorker(t *testing.T) {
+	dir := t.TempDir()
+	ep, rep := "ipc://"+filepath.Join(dir, "ev"), "ipc://"+filepath.Join(dir, "rep")
+	r := newRouter(t, 4)
+	p := startPublisher(t, ep, rep, kvevents.LayoutMap, nil)
+	if err := r.AddWorker(registry.Spec{ID: 3, Events: ep, Replay: rep}); err != nil {
+		t.Fatal(err)
+	}
+	old := []uint32{1, 1, 1, 1, 2, 2, 2, 2}
+	p.publish(t, stored(0, false, []uint64{10}, old[:4]))
+	p.publish(t, stored(10, true, []uint64{11}, old[4:]))
+	waitFor(t, "old chain", func() bool { return overlapOf(r, old, 3) == 2 })
+	p.stop()
+
+	// The engine restarts: a new publisher counts from 0 again and knows nothing of the old blocks.
+	p2 := startPublisher(t, ep, rep, kvevents.LayoutMap, nil)
+	defer p2.stop()
+	fresh := []uint32{7, 7, 7, 7}
+	p2.publish(t, stored(0, false, []uint64{20}, fresh))
+	p2.publish(t, stored(20, true, []uint64{21}, []uint32{8, 8, 8, 8}))
+	waitFor(t, "fresh chain after restart", func() bool {
+		return overlapOf(r, []uint32{7, 7, 7, 7, 8, 8, 8, 8}, 3) == 2 && overlapOf(r, old, 3) == 0
+	})
+	st, _ := r.Fleet.StatusOf(3)
+	if st.Resets == 0 || st.IndexedBlocks != 2 {
+		t.Fatalf("status after restart: %+v", st)
+	}
+}
+
+func TestRemoveWorkerDropsBlocks(t *testing.T) {
+	r := newRouter(t, 4)
+	p := startPublisher(t, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", kvevents.LayoutArray, nil)
+	defer p.stop()
+	if err := r.AddWorker(registry.Spec{ID: 5, Events: p.p.Addr(), Replay: p.p.ReplayAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddWorker(registry.Spec{ID: 5}); err == nil {
+		t.Fatal("duplicate worker accepted")
+	}
+	toks := []uint32{4, 4, 4, 4}
+	p.publish(t, stored(0, false, []uint64{1}, toks))
+	waitFor(t, "indexed", func() bool { return overlapOf(r, toks, 5) == 1 })
+	if err := r.RemoveWorker(5); err != nil {
+		t.Fatal(err)
+	}
+	if got := overlapOf(r, toks, 5); got != 0 {
+		t.Fatalf("removed worker still scores %d", got)
+	}
+	if _, ok := r.Fleet.StatusOf(5); ok {
+		t.Fatal("removed worker still listed")
+	}
+	if r.Index.Size() != 0 {
+		t.Fatalf("index holds %d entries after removal", r.Index.Size())
+	}
+	if err := r.RemoveWorker(5); err == nil {
+		t.Fatal("second removal succeeded")
+	}
+}
+
+func TestResyncReplaysFromZero(t *testing.T) {
+	r := newRouter(t, 4)
+	p := startPublisher(t, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", kvevents.LayoutMap, nil)
+	defer p.stop()
+	if err := r.AddWorker(registry.Spec{ID: 6, Events: p.p.Addr(), Replay: p.p.ReplayAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	p.publish(t, stored(0, false, []uint64{1}, toks[:4]))
+	p.publish(t, stored(1, true, []uint64{2}, toks[4:]))
+	waitFor(t, "indexed", func() bool { return overlapOf(r, toks, 6) == 2 })
+	if err := r.Fleet.Resync(6); err != nil {
+		t.Fatal(err)
+	}
+	// The restarted subscriber replays seq 0.. from the worker's buffer: same picture, no doubled refcounts.
+	waitFor(t, "resynced", func() bool { return overlapOf(r, toks, 6) == 2 })
+	r.Index.Flush()
+	if n := r.Index.Blocks(prefix.WorkerKey{WorkerID: 6}); n != 2 {
+		t.Fatalf("%d blocks after resync, want 2", n)
+	}
+	// One removal must now drop the block (a doubled refcount would keep it).
+	p.publish(t, &kvevents.Batch{HasDPRank: true, Events: []kvevents.Event{{Kind: kvevents.Removed, BlockHashes: []uint64{2}, Medium: "GPU"}}})
+	waitFor(t, "removal", func() bool { return overlapOf(r, toks, 6) == 1 })
+}

@@ -1,0 +1,251 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// Errors of the fleet's control plane.
+var (
+	ErrDuplicate = errors.New("worker: already registered")
+	ErrUnknown   = errors.New("worker: not registered")
+	ErrStopped   = errors.New("worker: fleet stopped")
+	errResync    = errors.New("worker: resync requested")
+)
+
+// Config configures the fleet and its mirrors.
+type Config struct {
+	// BlockSize is the router's hashing block size; stored blocks are re-keyed in chunks of it.
+	BlockSize int
+	// ImageTokenID, when non-zero, turns on Dynamo's image-run normalization of stored blocks (runs of this
+	// token id become the pad value of the image named in extra_keys).
+	ImageTokenID uint32
+	// InitialBackoff and BackoffWindow drive the exponential restart of a failed subscriber
+	// (protoactor's exponential backoff strategy). Defaults 100ms and 30s.
+	InitialBackoff time.Duration
+	BackoffWindow  time.Duration
+	// ReplayTimeout bounds one replay exchange with a worker. Default 2s.
+	ReplayTimeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults for a block size.
+func DefaultConfig(blockSize int) Config {
+	return Config{BlockSize: blockSize, InitialBackoff: 100 * time.Millisecond, BackoffWindow: 30 * time.Second, ReplayTimeout: 2 * time.Second}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if c.BlockSize <= 0 {
+		return fmt.Errorf("worker: block size %d must be positive", c.BlockSize)
+	}
+	if c.InitialBackoff <= 0 || c.BackoffWindow < c.InitialBackoff {
+		return fmt.Errorf("worker: backoff %v within %v is invalid", c.InitialBackoff, c.BackoffWindow)
+	}
+	return nil
+}
+
+// deps is what every mirror of a fleet shares.
+type deps struct {
+	cfg     Config
+	index   *indexer.Indexer
+	unknown atomic.Uint64
+}
+
+func (d *deps) now() time.Time {
+	if d.cfg.Now != nil {
+		return d.cfg.Now()
+	}
+	return time.Now()
+}
+
+// Fleet supervises one mirror actor per backend worker. Adding and removing workers are control-plane
+// messages to the fleet actor; reading the current set is a lock-free load of an immutable map.
+type Fleet struct {
+	system  *actor.ActorSystem
+	pid     *actor.PID
+	deps    *deps
+	mirrors atomic.Pointer[map[uint64]*Mirror]
+	stopped atomic.Bool
+}
+
+// NewFleet starts the fleet supervisor in system. Mirrors write to index.
+func NewFleet(system *actor.ActorSystem, index *indexer.Indexer, cfg Config) (*Fleet, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := &Fleet{system: system, deps: &deps{cfg: cfg, index: index}}
+	empty := map[uint64]*Mirror{}
+	f.mirrors.Store(&empty)
+	props := actor.PropsFromProducer(func() actor.Actor { return &fleetActor{f: f, pids: map[uint64]*actor.PID{}} },
+		// A mirror that panics is restarted; its subscribers are restarted with it.
+		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective })))
+	f.pid = system.Root.Spawn(props)
+	return f, nil
+}
+
+// Add starts mirroring a worker.
+func (f *Fleet) Add(spec registry.Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if f.stopped.Load() {
+		return ErrStopped
+	}
+	reply := make(chan error, 1)
+	f.system.Root.Send(f.pid, &AddWorker{Spec: spec, Reply: reply})
+	return <-reply
+}
+
+// Remove stops mirroring a worker and drops its blocks from the index.
+func (f *Fleet) Remove(id uint64) error {
+	if f.stopped.Load() {
+		return ErrStopped
+	}
+	reply := make(chan error, 1)
+	f.system.Root.Send(f.pid, &RemoveWorker{ID: id, Reply: reply})
+	return <-reply
+}
+
+// Get returns the mirror of a worker.
+func (f *Fleet) Get(id uint64) (*Mirror, bool) {
+	m, ok := (*f.mirrors.Load())[id]
+	return m, ok
+}
+
+// Mirrors returns the current mirrors sorted by id.
+func (f *Fleet) Mirrors() []*Mirror {
+	cur := *f.mirrors.Load()
+	out := make([]*Mirror, 0, len(cur))
+	for _, m := range cur {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec.ID < out[j].Spec.ID })
+	return out
+}
+
+// Status returns every worker's status sorted by id.
+func (f *Fleet) Status() []Status {
+	ms := f.Mirrors()
+	out := make([]Status, len(ms))
+	for i, m := range ms {
+		out[i] = m.status(f.deps.index)
+	}
+	return out
+}
+
+// StatusOf returns one worker's status.
+func (f *Fleet) StatusOf(id uint64) (Status, bool) {
+	m, ok := f.Get(id)
+	if !ok {
+		return Status{}, false
+	}
+	return m.status(f.deps.index), true
+}
+
+// Resync drops a worker's blocks and restarts its subscribers, which replay the worker's buffered stream
+// from sequence 0. It returns once the blocks are dropped.
+func (f *Fleet) Resync(id uint64) error {
+	m, ok := f.Get(id)
+	if !ok {
+		return ErrUnknown
+	}
+	done := make(chan struct{})
+	f.system.Root.Send(m.pid, &resync{Done: done})
+	<-done
+	return nil
+}
+
+// UnknownMessages counts messages an actor of this fleet did not understand.
+func (f *Fleet) UnknownMessages() uint64 { return f.deps.unknown.Load() }
+
+// Stop stops every mirror and the fleet actor.
+func (f *Fleet) Stop() {
+	if f.stopped.Swap(true) {
+		return
+	}
+	_ = f.system.Root.PoisonFuture(f.pid).Wait()
+}
+
+// fleetActor owns the set of mirrors; it is the only writer of Fleet.mirrors.
+type fleetActor struct {
+	f    *Fleet
+	pids map[uint64]*actor.PID
+}
+
+func (a *fleetActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	case *AddWorker:
+		msg.Reply <- a.add(ctx, msg.Spec)
+	case *RemoveWorker:
+		msg.Reply <- a.remove(ctx, msg.ID)
+	default:
+		a.f.deps.unknown.Add(1)
+	}
+}
+
+func (a *fleetActor) publish(mod func(map[uint64]*Mirror)) {
+	cur := *a.f.mirrors.Load()
+	next := make(map[uint64]*Mirror, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	mod(next)
+	a.f.mirrors.Store(&next)
+}
+
+func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
+	if _, ok := a.pids[spec.ID]; ok {
+		return fmt.Errorf("%w: %d", ErrDuplicate, spec.ID)
+	}
+	d := a.f.deps
+	m := &Mirror{Spec: spec, c: &counters{}}
+	m.c.lastSeq.Store(-1)
+	setState(m.c, StateConnecting)
+	if spec.Events != "" {
+		for r := 0; r < spec.DPRanks(); r++ {
+			sub, err := newSubscription(spec, r, d.cfg)
+			if err != nil {
+				return err
+			}
+			m.subs = append(m.subs, sub)
+		}
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return &mirrorActor{m: m, deps: d} },
+		actor.WithSupervisor(actor.NewExponentialBackoffStrategy(d.cfg.BackoffWindow, d.cfg.InitialBackoff)))
+	m.pid = ctx.Spawn(props)
+	a.pids[spec.ID] = m.pid
+	a.publish(func(mm map[uint64]*Mirror) { mm[spec.ID] = m })
+	return nil
+}
+
+func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
+	pid, ok := a.pids[id]
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrUnknown, id)
+	}
+	// Stop the mirror (and its subscribers) first so no batch of this worker follows the removal.
+	_ = ctx.PoisonFuture(pid).Wait()
+	delete(a.pids, id)
+	if m, ok := (*a.f.mirrors.Load())[id]; ok {
+		setState(m.c, StateRemoved)
+	}
+	a.publish(func(mm map[uint64]*Mirror) { delete(mm, id) })
+	return a.f.deps.index.RemoveWorker(id)
+}
+
+// rankKey is the index key of a worker's dp rank.
+func rankKey(id uint64, rank int) prefix.WorkerKey {
+	return prefix.WorkerKey{WorkerID: id, DPRank: uint32(rank)}
+}

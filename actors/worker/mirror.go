@@ -1,0 +1,175 @@
+package worker
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// Mirror states, as /v1/workers shows them.
+const (
+	StateNoEvents   = "no-events"  // the worker publishes no KV events (approximate routing only)
+	StateConnecting = "connecting" // subscribed, no batch seen yet
+	StateReady      = "ready"      // batches are flowing
+	StateRemoved    = "removed"
+)
+
+// counters are a mirror's counters: written only by the mirror actor and its subscribers' callbacks
+// through that actor, read by anyone.
+type counters struct {
+	batches       atomic.Uint64
+	events        atomic.Uint64
+	partialBlocks atomic.Uint64
+	resets        atomic.Uint64
+	restarts      atomic.Uint64
+	lastSeq       atomic.Int64 // -1 before the first batch
+	lastBatch     atomic.Int64 // unix nanoseconds of the last batch, 0 before the first
+	state         atomic.Pointer[string]
+}
+
+// Mirror is the handle of one backend worker's mirror actor: its spec, PID and live counters.
+type Mirror struct {
+	Spec registry.Spec
+	pid  *actor.PID
+	c    *counters
+	subs []*subscription
+}
+
+// Status is a point-in-time view of a mirror for /v1/workers.
+type Status struct {
+	ID             uint64 `json:"worker_id"`
+	URL            string `json:"url,omitempty"`
+	Events         string `json:"events,omitempty"`
+	State          string `json:"state"`
+	IndexedBlocks  int    `json:"indexed_blocks"`
+	EventsApplied  uint64 `json:"events_applied"`
+	Batches        uint64 `json:"batches"`
+	LastSequence   int64  `json:"last_sequence"`
+	Gaps           uint64 `json:"gaps"`
+	Replays        uint64 `json:"replays"`
+	Resets         uint64 `json:"resets"`
+	RejectedStores uint64 `json:"rejected_stores"`
+	MissingRemoves uint64 `json:"missing_removes"`
+	PartialBlocks  uint64 `json:"partial_blocks"`
+	DecodeErrors   uint64 `json:"decode_errors"`
+	Restarts       uint64 `json:"subscriber_restarts"`
+	DPSize         int    `json:"dp_size"`
+	BlockSize      int    `json:"block_size,omitempty"`
+	TotalKVBlocks  int    `json:"total_kv_blocks,omitempty"`
+	Device         string `json:"device,omitempty"`
+}
+
+// status builds the mirror's Status, reading the index for block counts.
+func (m *Mirror) status(ix *indexer.Indexer) Status {
+	st := Status{
+		ID:            m.Spec.ID,
+		URL:           m.Spec.URL,
+		Events:        m.Spec.Events,
+		State:         *m.c.state.Load(),
+		EventsApplied: m.c.events.Load(),
+		Batches:       m.c.batches.Load(),
+		LastSequence:  m.c.lastSeq.Load(),
+		Resets:        m.c.resets.Load(),
+		PartialBlocks: m.c.partialBlocks.Load(),
+		Restarts:      m.c.restarts.Load(),
+		DPSize:        m.Spec.DPRanks(),
+		BlockSize:     m.Spec.BlockSize,
+		TotalKVBlocks: m.Spec.TotalKVBlocks,
+		Device:        m.Spec.Device,
+	}
+	for _, s := range m.subs {
+		g, r, d := s.stats()
+		st.Gaps += g
+		st.Replays += r
+		st.DecodeErrors += d
+	}
+	is := ix.Stats(m.Spec.ID)
+	st.RejectedStores = is.RejectedStores
+	st.MissingRemoves = is.MissingRemoves
+	for r := 0; r < m.Spec.DPRanks(); r++ {
+		st.IndexedBlocks += ix.Blocks(rankKey(m.Spec.ID, r))
+	}
+	return st
+}
+
+// LastBatch returns when the mirror last saw a batch (zero time before the first).
+func (m *Mirror) LastBatch() time.Time {
+	ns := m.c.lastBatch.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+func setState(c *counters, s string) { c.state.Store(&s) }
+
+// mirrorActor mirrors one backend worker: it owns the subscriber children (one per dp rank), keeps the
+// worker's counters and forwards re-keyed batches to the indexer shard that owns the worker.
+type mirrorActor struct {
+	m     *Mirror
+	deps  *deps
+	pids  []*actor.PID
+	ranks []bool // ranks that have delivered a batch
+}
+
+func (a *mirrorActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		a.start(ctx)
+	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	case *eventsArrived:
+		if msg.Rank >= len(a.m.subs) || msg.Gen != a.m.subs[msg.Rank].gen.Load() {
+			return // from a subscriber retired by a resync
+		}
+		c := a.m.c
+		c.batches.Add(1)
+		c.events.Add(uint64(msg.Events))
+		c.partialBlocks.Add(uint64(msg.Partial))
+		c.lastSeq.Store(int64(msg.Seq))
+		c.lastBatch.Store(a.deps.now().UnixNano())
+		if msg.Rank < len(a.ranks) && !a.ranks[msg.Rank] {
+			a.ranks[msg.Rank] = true
+			setState(c, StateReady)
+		}
+		if len(msg.Apply.Ops) > 0 {
+			_ = a.deps.index.Apply(msg.Apply)
+		}
+	case *engineReset:
+		a.m.c.resets.Add(1)
+		// Same mailbox order as the applies that follow, so the clear lands before the new stream.
+		_ = a.deps.index.Send(a.m.Spec.ID, &indexer.ClearWorker{WorkerID: a.m.Spec.ID})
+	case *resync:
+		for _, s := range a.m.subs {
+			s.gen.Add(1)
+		}
+		_ = a.deps.index.Send(a.m.Spec.ID, &indexer.ClearWorker{WorkerID: a.m.Spec.ID, Done: msg.Done})
+		for _, pid := range a.pids {
+			// Restarting a subscriber reconnects and asks for replay from sequence 0.
+			ctx.Send(pid, &subscriberExited{Err: errResync})
+		}
+	default:
+		a.deps.unknown.Add(1)
+	}
+}
+
+func (a *mirrorActor) start(ctx actor.Context) {
+	spec := a.m.Spec
+	a.ranks = make([]bool, spec.DPRanks())
+	if spec.Events == "" {
+		setState(a.m.c, StateNoEvents)
+		return
+	}
+	setState(a.m.c, StateConnecting)
+	for r, sub := range a.m.subs {
+		sub := sub
+		props := actor.PropsFromProducer(func() actor.Actor {
+			return &subscriberActor{sub: sub, mirror: ctx.Self(), system: ctx.ActorSystem(), c: a.m.c}
+		})
+		_ = r
+		a.pids = append(a.pids, ctx.Spawn(props))
+	}
+}

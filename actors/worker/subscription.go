@@ -1,0 +1,209 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/workers/kvevents"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// subscription is one dp rank's KV event stream of a worker. A fresh kvevents.Subscriber is built for
+// every (re)start, so a restart also resets sequence tracking and replays from 0; counters of earlier
+// subscribers are kept in base.
+type subscription struct {
+	rank int
+	cfg  kvevents.Config
+	wcfg Config
+	id   uint64
+
+	// gen is the generation whose batches the mirror accepts; a resync bumps it before clearing the
+	// index, so batches still in flight from the retired subscriber are dropped instead of re-stored.
+	gen atomic.Uint64
+
+	mu   sync.Mutex
+	cur  *kvevents.Subscriber
+	base kvevents.Stats
+}
+
+func newSubscription(spec registry.Spec, rank int, wcfg Config) (*subscription, error) {
+	ep, err := registry.RankEndpoint(spec.Events, rank)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := registry.RankEndpoint(spec.Replay, rank)
+	if err != nil {
+		return nil, err
+	}
+	cfg := kvevents.DefaultConfig()
+	cfg.Endpoint, cfg.ReplayEndpoint, cfg.Topic = ep, rep, spec.Topic
+	if wcfg.ReplayTimeout > 0 {
+		cfg.ReplayTimeout = wcfg.ReplayTimeout
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("worker %d rank %d: %w", spec.ID, rank, err)
+	}
+	return &subscription{rank: rank, cfg: cfg, wcfg: wcfg, id: spec.ID}, nil
+}
+
+// stats returns gaps, replays and decode errors summed over every subscriber this subscription ran.
+func (s *subscription) stats() (gaps, replays, decodeErrors uint64) {
+	s.mu.Lock()
+	st := s.base
+	cur := s.cur
+	s.mu.Unlock()
+	if cur != nil {
+		c := cur.Stats()
+		st.Gaps += c.Gaps
+		st.Replays += c.Replays
+		st.DecodeErrors += c.DecodeErrors
+	}
+	return st.Gaps, st.Replays, st.DecodeErrors
+}
+
+// open builds a new subscriber that forwards to mirror, retiring the previous one's counters into base.
+func (s *subscription) open(system *actor.ActorSystem, mirror *actor.PID) (*kvevents.Subscriber, error) {
+	conv := converter{workerID: s.id, rank: s.rank, gen: s.gen.Load(), blockSize: s.wcfg.BlockSize, imageTok: s.wcfg.ImageTokenID}
+	sub, err := kvevents.NewSubscriber(s.cfg, kvevents.Handler{
+		OnBatch: func(seq uint64, b *kvevents.Batch) {
+			msg := conv.convert(seq, b)
+			system.Root.Send(mirror, msg)
+		},
+		OnReset: func() { system.Root.Send(mirror, &engineReset{Rank: s.rank}) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.cur != nil {
+		c := s.cur.Stats()
+		s.base.Gaps += c.Gaps
+		s.base.Replays += c.Replays
+		s.base.DecodeErrors += c.DecodeErrors
+	}
+	s.cur = sub
+	s.mu.Unlock()
+	return sub, nil
+}
+
+// converter turns decoded vLLM batches into index ops. It runs on the subscriber goroutine, so re-keying
+// (the CPU work of ingestion) happens off the mirror and shard actors.
+type converter struct {
+	workerID  uint64
+	rank      int
+	gen       uint64
+	blockSize int
+	imageTok  uint32
+
+	lastLora string
+	lastSeed uint64
+	local    []uint64
+}
+
+func (c *converter) seed(lora string) uint64 {
+	if lora == "" {
+		return scoring.Seed
+	}
+	if lora != c.lastLora {
+		c.lastLora, c.lastSeed = lora, scoring.DeriveSeed(lora, "")
+	}
+	return c.lastSeed
+}
+
+// convert copies what the index needs out of b (which the subscriber reuses) into a message.
+func (c *converter) convert(seq uint64, b *kvevents.Batch) *eventsArrived {
+	rank := uint32(c.rank)
+	if b.HasDPRank {
+		rank = b.DPRank
+	}
+	msg := &eventsArrived{Rank: c.rank, Gen: c.gen, Seq: seq, Events: len(b.Events), Apply: &indexer.Apply{WorkerID: c.workerID}}
+	ops := make([]indexer.Op, 0, len(b.Events))
+	for i := range b.Events {
+		ev := &b.Events[i]
+		switch ev.Kind {
+		case kvevents.Stored:
+			var partial int
+			if c.imageTok != 0 {
+				c.local, partial = kvevents.RekeyImages(ev, c.blockSize, c.seed(ev.LoraName), c.imageTok, c.local[:0])
+			} else {
+				c.local, partial = kvevents.Rekey(ev, c.blockSize, c.seed(ev.LoraName), c.local[:0])
+			}
+			msg.Partial += partial
+			if len(c.local) == 0 {
+				continue
+			}
+			blocks := make([]prefix.Block, len(c.local))
+			for j, h := range c.local {
+				blocks[j] = prefix.Block{EngineHash: ev.BlockHashes[j], LocalHash: h}
+			}
+			ops = append(ops, indexer.Op{Kind: indexer.OpStore, DPRank: rank, Parent: ev.ParentHash, HasParent: ev.HasParent, Blocks: blocks})
+		case kvevents.Removed:
+			ops = append(ops, indexer.Op{Kind: indexer.OpRemove, DPRank: rank, Hashes: append([]uint64(nil), ev.BlockHashes...)})
+		case kvevents.Cleared:
+			ops = append(ops, indexer.Op{Kind: indexer.OpClear, DPRank: rank})
+		}
+	}
+	msg.Apply.Ops = ops
+	return msg
+}
+
+// subscriberActor runs one subscription's goroutine. It is a child of the mirror, supervised with
+// exponential backoff: when Run fails (or a resync is requested) the actor panics, protoactor restarts
+// it after the backoff, and the restart opens a fresh subscriber that replays from sequence 0.
+type subscriberActor struct {
+	sub    *subscription
+	mirror *actor.PID
+	system *actor.ActorSystem
+	c      *counters
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (a *subscriberActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		a.start(ctx)
+	case *actor.Restarting:
+		a.c.restarts.Add(1)
+		a.stop()
+	case *actor.Stopping:
+		a.stop()
+	case *actor.Stopped:
+	case *subscriberExited:
+		panic(msg.Err) // hand the failure to the mirror's supervisor strategy
+	}
+}
+
+func (a *subscriberActor) start(ctx actor.Context) {
+	s, err := a.sub.open(a.system, a.mirror)
+	if err != nil {
+		ctx.Send(ctx.Self(), &subscriberExited{Err: err})
+		return
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	a.cancel, a.done = cancel, make(chan struct{})
+	self := ctx.Self()
+	go func() {
+		defer close(a.done)
+		if err := s.Run(runCtx); err != nil && runCtx.Err() == nil {
+			a.system.Root.Send(self, &subscriberExited{Err: err})
+		}
+	}()
+}
+
+func (a *subscriberActor) stop() {
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
+	a.cancel, a.done = nil, nil
+}

@@ -1,0 +1,96 @@
+package frontend
+
+import (
+	"errors"
+	"strconv"
+
+	json "github.com/goccy/go-json"
+	"github.com/valyala/fasthttp"
+)
+
+// Error classes the edge maps to HTTP statuses. Handlers wrap a cause with one of them (%w); writeError
+// picks the status with errors.Is, so the mapping lives in one place.
+var (
+	ErrBadRequest    = errors.New("bad request")
+	ErrNotFound      = errors.New("not found")
+	ErrTooLarge      = errors.New("request too large")
+	ErrUnprocessable = errors.New("unprocessable request")
+	ErrUnavailable   = errors.New("service unavailable")
+	ErrUnauthorized  = errors.New("unauthorized")
+	ErrMethod        = errors.New("method not allowed")
+)
+
+// apiError is the OpenAI error body: {"error":{"message","type","param","code"}}.
+type apiError struct {
+	Error apiErrorBody `json:"error"`
+}
+
+type apiErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// statusOf maps an error to its HTTP status and OpenAI error type.
+func statusOf(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		return fasthttp.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, ErrNotFound):
+		return fasthttp.StatusNotFound, "not_found_error"
+	case errors.Is(err, ErrTooLarge):
+		return fasthttp.StatusRequestEntityTooLarge, "invalid_request_error"
+	case errors.Is(err, ErrUnprocessable):
+		return fasthttp.StatusUnprocessableEntity, "invalid_request_error"
+	case errors.Is(err, ErrUnavailable):
+		return fasthttp.StatusServiceUnavailable, "service_unavailable_error"
+	case errors.Is(err, ErrUnauthorized):
+		return fasthttp.StatusUnauthorized, "authentication_error"
+	case errors.Is(err, ErrMethod):
+		return fasthttp.StatusMethodNotAllowed, "invalid_request_error"
+	}
+	return fasthttp.StatusInternalServerError, "internal_server_error"
+}
+
+// writeError writes err as an OpenAI-style error with the status its class maps to.
+func writeError(ctx *fasthttp.RequestCtx, err error) {
+	status, typ := statusOf(err)
+	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: err.Error(), Type: typ, Code: status}})
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(status)
+	ctx.SetBody(body)
+}
+
+// writeJSON writes v as a 200 JSON response.
+func writeJSON(ctx *fasthttp.RequestCtx, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetBody(body)
+}
+
+// decodeBody unmarshals the request body into v, rejecting empty bodies, bad JSON and trailing data.
+func decodeBody(ctx *fasthttp.RequestCtx, v any) error {
+	body := ctx.PostBody()
+	if len(body) == 0 {
+		return errorf(ErrBadRequest, "request body is empty")
+	}
+	if err := json.UnmarshalNoEscape(body, v); err != nil {
+		return errorf(ErrBadRequest, "invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+// parseID reads a decimal u64 path segment.
+func parseID(s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, errorf(ErrBadRequest, "worker id %q is not an unsigned integer", s)
+	}
+	return id, nil
+}

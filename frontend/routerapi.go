@@ -1,0 +1,175 @@
+package frontend
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/actors/worker"
+	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// maxQueryTokens bounds the tokens (and block hashes) of one overlap query: 4 M tokens is far beyond any
+// context window, and keeps a hostile body from costing unbounded hashing.
+const maxQueryTokens = 4 << 20
+
+// RouterAPI serves the standalone router endpoints (ARCHITECTURE §5): worker registration and status,
+// overlap scores. The frontend mounts the same handlers on its admin surface.
+type RouterAPI struct {
+	R *router.Router
+}
+
+// overlapRequest is the body of POST /v1/overlap_scores: tokens (hashed with the router's block size and
+// the optional LoRA name) or local block hashes.
+type overlapRequest struct {
+	Tokens      []uint32 `json:"tokens"`
+	BlockHashes []uint64 `json:"block_hashes"`
+	LoraName    string   `json:"lora_name"`
+}
+
+type overlapScore struct {
+	WorkerID      uint64 `json:"worker_id"`
+	DPRank        uint32 `json:"dp_rank"`
+	OverlapBlocks uint32 `json:"overlap_blocks"`
+}
+
+type overlapResponse struct {
+	Scores []overlapScore `json:"scores"`
+	Blocks int            `json:"blocks"`
+}
+
+type workersResponse struct {
+	Workers []worker.Status `json:"workers"`
+}
+
+// Handle serves ctx if its path is a router endpoint and reports whether it did.
+func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
+	path := string(ctx.Path())
+	switch {
+	case path == "/v1/overlap_scores":
+		if !ctx.IsPost() {
+			writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
+			return true
+		}
+		a.overlap(ctx)
+	case path == "/v1/workers":
+		switch {
+		case ctx.IsGet():
+			writeJSON(ctx, workersResponse{Workers: a.R.Workers()})
+		case ctx.IsPost():
+			a.register(ctx)
+		default:
+			writeError(ctx, errorf(ErrMethod, "%s %s: use GET or POST", ctx.Method(), path))
+		}
+	case strings.HasPrefix(path, "/v1/workers/"):
+		id, err := parseID(strings.TrimPrefix(path, "/v1/workers/"))
+		if err != nil {
+			writeError(ctx, err)
+			return true
+		}
+		switch {
+		case ctx.IsGet():
+			st, ok := a.R.Fleet.StatusOf(id)
+			if !ok {
+				writeError(ctx, errorf(ErrNotFound, "worker %d is not registered", id))
+				return true
+			}
+			writeJSON(ctx, st)
+		case ctx.IsDelete():
+			if err := a.R.RemoveWorker(id); err != nil {
+				writeError(ctx, mapWorkerErr(err))
+				return true
+			}
+			writeJSON(ctx, map[string]any{"removed": id})
+		default:
+			writeError(ctx, errorf(ErrMethod, "%s %s: use GET or DELETE", ctx.Method(), path))
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+func (a *RouterAPI) overlap(ctx *fasthttp.RequestCtx) {
+	var req overlapRequest
+	if err := decodeBody(ctx, &req); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	switch {
+	case req.Tokens != nil && req.BlockHashes != nil:
+		writeError(ctx, errorf(ErrBadRequest, "give either tokens or block_hashes, not both"))
+		return
+	case req.Tokens == nil && req.BlockHashes == nil:
+		writeError(ctx, errorf(ErrBadRequest, "missing field: tokens or block_hashes"))
+		return
+	case len(req.Tokens) > maxQueryTokens || len(req.BlockHashes) > maxQueryTokens:
+		writeError(ctx, errorf(ErrTooLarge, "query longer than %d tokens", maxQueryTokens))
+		return
+	}
+	local := req.BlockHashes
+	if req.Tokens != nil {
+		local = a.R.HashTokens(nil, req.Tokens, req.LoraName)
+	}
+	scores := a.R.Overlap(local, nil)
+	writeJSON(ctx, overlapResponse{Scores: toOverlapScores(scores), Blocks: len(local)})
+}
+
+func toOverlapScores(scores []prefix.Score) []overlapScore {
+	out := make([]overlapScore, len(scores))
+	for i, s := range scores {
+		out[i] = overlapScore{WorkerID: s.Worker.WorkerID, DPRank: s.Worker.DPRank, OverlapBlocks: s.Blocks}
+	}
+	sortScores(out)
+	return out
+}
+
+// sortScores orders by overlap descending, then worker id and rank, so answers are stable.
+func sortScores(s []overlapScore) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && lessScore(s[j], s[j-1]); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+func lessScore(a, b overlapScore) bool {
+	if a.OverlapBlocks != b.OverlapBlocks {
+		return a.OverlapBlocks > b.OverlapBlocks
+	}
+	if a.WorkerID != b.WorkerID {
+		return a.WorkerID < b.WorkerID
+	}
+	return a.DPRank < b.DPRank
+}
+
+func (a *RouterAPI) register(ctx *fasthttp.RequestCtx) {
+	var spec registry.Spec
+	if err := decodeBody(ctx, &spec); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if err := a.R.AddWorker(spec); err != nil {
+		writeError(ctx, mapWorkerErr(err))
+		return
+	}
+	st, _ := a.R.Fleet.StatusOf(spec.ID)
+	writeJSON(ctx, st)
+}
+
+func mapWorkerErr(err error) error {
+	switch {
+	case errors.Is(err, registry.ErrBadSpec):
+		return errorf(ErrBadRequest, "%v", err)
+	case errors.Is(err, worker.ErrDuplicate):
+		return errorf(ErrBadRequest, "%v", err)
+	case errors.Is(err, worker.ErrUnknown):
+		return errorf(ErrNotFound, "%v", err)
+	case errors.Is(err, worker.ErrStopped):
+		return errorf(ErrUnavailable, "%v", err)
+	}
+	return err
+}
