@@ -1,0 +1,184 @@
+package indexer
+
+import (
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
+
+func newIndexer(t testing.TB, shards int) *Indexer {
+	t.Helper()
+	system := actors.NewSystem(nil)
+	x, err := New(system, Config{Shards: shards, MailboxSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		x.Stop()
+		system.Shutdown()
+	})
+	return x
+}
+
+// chain returns n blocks whose local hashes are base+i and engine hashes engineBase+i.
+func chain(base, engineBase uint64, n int) []prefix.Block {
+	out := make([]prefix.Block, n)
+	for i := range out {
+		out[i] = prefix.Block{EngineHash: engineBase + uint64(i), LocalHash: base + uint64(i)}
+	}
+	return out
+}
+
+func localsOf(blocks []prefix.Block) []uint64 {
+	out := make([]uint64, len(blocks))
+	for i, b := range blocks {
+		out[i] = b.LocalHash
+	}
+	return out
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []Config{{Shards: 0, MailboxSize: 1}, {Shards: 1, MailboxSize: 0}, {Shards: 1000, MailboxSize: 1}} {
+		if c.Validate() == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if d := DefaultConfig(); d.Validate() != nil || d.Shards != 4 {
+		t.Fatalf("default %+v", d)
+	}
+}
+
+// 1,000 workers across 4 shards: each holds a prefix of one shared 64-block chain of its own length
+// (worker w holds w%64+1 blocks) plus a private branch; every query answer must be exact.
+func TestThousandWorkersFourShards(t *testing.T) {
+	x := newIndexer(t, 4)
+	const workers, depth = 1000, 64
+	shared := chain(1<<32, 0, depth)
+	for w := uint64(0); w < workers; w++ {
+		n := int(w%depth) + 1
+		blocks := make([]prefix.Block, n)
+		copy(blocks, shared[:n])
+		if err := x.Apply(&Apply{WorkerID: w, Ops: []Op{
+			{Kind: OpStore, Blocks: blocks},
+			{Kind: OpStore, Parent: uint64(n - 1), HasParent: true, Blocks: chain(w<<40|1<<20, 1<<30, 3)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.Flush()
+	counts := x.ShardWorkers()
+	sort.Ints(counts)
+	if counts[0] != 250 || counts[3] != 250 {
+		t.Fatalf("shard assignment unbalanced: %v", counts)
+	}
+	scores := x.FindMatches(localsOf(shared), nil)
+	if len(scores) != workers {
+		t.Fatalf("%d scores, want %d", len(scores), workers)
+	}
+	for _, s := range scores {
+		if want := uint32(s.Worker.WorkerID%depth) + 1; s.Blocks != want {
+			t.Fatalf("worker %d: overlap %d, want %d", s.Worker.WorkerID, s.Blocks, want)
+		}
+	}
+	// A worker's private branch matches only that worker.
+	w := uint64(777)
+	n := int(w%depth) + 1
+	q := append(localsOf(shared[:n]), localsOf(chain(w<<40|1<<20, 0, 3))...)
+	best := map[uint64]uint32{}
+	for _, s := range x.FindMatches(q, nil) {
+		best[s.Worker.WorkerID] = s.Blocks
+	}
+	if best[w] != uint32(n+3) {
+		t.Fatalf("worker %d: overlap %d, want %d", w, best[w], n+3)
+	}
+	if x.Size() != workers*3+sumPrefix(workers, depth) {
+		t.Fatalf("size %d", x.Size())
+	}
+	if st := x.Stats(5); st.Events != 2 || st.RejectedStores != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func sumPrefix(workers, depth int) int {
+	n := 0
+	for w := 0; w < workers; w++ {
+		n += w%depth + 1
+	}
+	return n
+}
+
+func TestRejectedStoreAndRemovals(t *testing.T) {
+	x := newIndexer(t, 2)
+	w := prefix.WorkerKey{WorkerID: 1, DPRank: 1}
+	done := make(chan struct{})
+	_ = x.Apply(&Apply{WorkerID: 1, Done: done, Ops: []Op{
+		{Kind: OpStore, DPRank: 1, Blocks: chain(100, 10, 2)},
+		{Kind: OpStore, DPRank: 1, Parent: 999, HasParent: true, Blocks: chain(500, 50, 1)}, // unknown parent
+		{Kind: OpRemove, DPRank: 1, Hashes: []uint64{12345}},                                 // unknown hash
+	}})
+	<-done
+	st := x.Stats(1)
+	if st.RejectedStores != 1 || st.MissingRemoves != 1 || st.Events != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	if x.Blocks(w) != 2 {
+		t.Fatalf("blocks %d", x.Blocks(w))
+	}
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpRemove, DPRank: 1, Hashes: []uint64{11}}}})
+	x.Flush()
+	if got := x.FindMatches([]uint64{100, 101}, nil); len(got) != 1 || got[0].Blocks != 1 || got[0].Worker != w {
+		t.Fatalf("after remove: %+v", got)
+	}
+	// A clear of any rank drops every rank of the worker.
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpStore, DPRank: 0, Blocks: chain(100, 10, 1)}, {Kind: OpClear, DPRank: 0}}})
+	x.Flush()
+	if x.Size() != 0 {
+		t.Fatalf("size after clear %d", x.Size())
+	}
+	if s, ok := x.ShardOf(1); !ok || s < 0 {
+		t.Fatal("cleared worker lost its shard")
+	}
+	if err := x.RemoveWorker(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := x.ShardOf(1); ok {
+		t.Fatal("removed worker still assigned")
+	}
+	if c := x.ShardWorkers(); c[0]+c[1] != 0 {
+		t.Fatalf("counts after removal %v", c)
+	}
+}
+
+func TestStoppedIndexerRefuses(t *testing.T) {
+	system := actors.NewSystem(nil)
+	defer system.Shutdown()
+	x, err := New(system, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Stop()
+	x.Stop()
+	if err := x.Apply(&Apply{WorkerID: 1}); err != ErrStopped {
+		t.Fatalf("apply after stop: %v", err)
+	}
+}
+
+// The read path must agree with a query sent through the shard mailbox.
+func TestQueryMessageAgrees(t *testing.T) {
+	x := newIndexer(t, 1)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for w := uint64(0); w < 20; w++ {
+		_ = x.Apply(&Apply{WorkerID: w, Ops: []Op{{Kind: OpStore, Blocks: chain(7, w<<20, 1+rng.IntN(30))}}})
+	}
+	x.Flush()
+	q := localsOf(chain(7, 0, 32))
+	reply := make(chan []prefix.Score, 1)
+	x.system.Root.Send(x.pids[0], &Query{Local: q, Reply: reply})
+	a, b := <-reply, x.FindMatches(q, nil)
+	if len(a) != len(b) {
+		t.Fatalf("%d vs %d scores", len(a), len(b))
+	}
+}

@@ -1,0 +1,29 @@
+// Package worker mirrors backend workers: one mirror actor per worker, under a fleet supervisor.
+//
+// # Overview
+//
+// A Fleet is the supervisor of the mirrors; Add and Remove are control-plane messages to it, and the set
+// of mirrors is published as an immutable map (atomic.Pointer) for lock-free reads. Each mirror owns one
+// subscriber child per dp rank (kvevents.Subscriber on the worker's ZMQ endpoint, port offset by rank),
+// the worker's counters, and forwards re-keyed batches to the indexer shard that owns the worker.
+//
+// # Concurrency model
+//
+// Subscriber goroutines decode and re-key (router local hashes from token_ids, optional image-run
+// normalization) and Send the result to their mirror; the mirror counts and forwards to the shard. A
+// subscriber actor is supervised by its mirror with exponential backoff: when its goroutine fails, or a
+// resync is asked for, it panics and is restarted, opening a fresh subscriber that replays the worker's
+// buffered stream from sequence 0. A generation number per rank makes the mirror drop batches still in
+// flight from a retired subscriber, so a resync never stores a block twice.
+//
+// # Ownership
+//
+// Counters are written only by the mirror actor; the fleet map only by the fleet actor; ZMQ sockets only
+// by the subscriber goroutine that opened them. Removing a worker stops its mirror (and subscribers)
+// first, then removes the worker from the index, so no batch of a removed worker lands afterwards.
+//
+// # Data flow
+//
+// ZMQ PUB → kvevents.Subscriber (decode, sequence checks, replay) → converter (re-key) → mirror actor
+// (counters) → indexer shard actor (apply).
+package worker
