@@ -61,6 +61,7 @@ func (c *SegmentCache) get(s string) ([]uint32, bool) {
 	return el.Value.(*segEntry).ids, true
 }
 
+// put stores ids (which the cache then owns; callers may keep reading them) under a copy of s.
 func (c *SegmentCache) put(s string, ids []uint32) {
 	e := &segEntry{text: strings.Clone(s), ids: ids} // clone: s points into a whole rendered prompt
 	if e.cost() > c.max {
@@ -97,35 +98,71 @@ func (c *SegmentCache) Stats() SegmentStats {
 }
 
 // EncodeCached is Encode with the segments of s looked up in (and added to) cache. The result always equals
-// Encode(s).
+// Encode(s). The ids are gathered first and copied once into an exactly sized result: for a 100k-token prompt
+// the copy is most of the work left once the segments are cached.
 func (t *Tokenizer) EncodeCached(s string, cache *SegmentCache) []uint32 {
 	if cache == nil {
 		return t.Encode(s)
 	}
-	dst := make([]uint32, 0, len(s)/3+16)
 	b := t.getBufs()
 	pieces := t.added.split(s, b.pieces[:0])
+	refs := b.refs[:0]
+	scratch := b.scratch[:0]
+	total := 0
 	for _, p := range pieces {
-		if p.isAdded {
-			dst = append(dst, p.id)
-			continue
+		var r segRef
+		switch seg := s[p.start:p.end]; {
+		case p.isAdded:
+			r = segRef{id: p.id, single: true}
+		case len(seg) < minCachedSegment:
+			n := len(scratch)
+			scratch = t.encodeText(scratch, seg, b)
+			r = segRef{from: n, to: len(scratch), inScratch: true}
+		default:
+			ids, ok := cache.get(seg)
+			if !ok {
+				ids = t.encodeText(nil, seg, b)
+				cache.put(seg, ids)
+			}
+			r = segRef{ids: ids}
 		}
-		seg := s[p.start:p.end]
-		if len(seg) < minCachedSegment {
-			dst = t.encodeText(dst, seg, b)
-			continue
-		}
-		if ids, ok := cache.get(seg); ok {
-			dst = append(dst, ids...)
-			continue
-		}
-		n := len(dst)
-		dst = t.encodeText(dst, seg, b)
-		cache.put(seg, append([]uint32(nil), dst[n:]...))
+		total += r.len()
+		refs = append(refs, r)
 	}
-	b.pieces = pieces[:0]
+	dst := make([]uint32, 0, total)
+	for _, r := range refs {
+		switch {
+		case r.single:
+			dst = append(dst, r.id)
+		case r.inScratch:
+			dst = append(dst, scratch[r.from:r.to]...)
+		default:
+			dst = append(dst, r.ids...)
+		}
+	}
+	clear(refs) // drop references to cached slices before pooling
+	b.pieces, b.refs, b.scratch = pieces[:0], refs[:0], scratch[:0]
 	t.bufs.Put(b)
 	return dst
+}
+
+// segRef is one piece of EncodeCached's result: an added token, a range of the scratch buffer, or cached ids.
+type segRef struct {
+	ids       []uint32
+	from, to  int
+	id        uint32
+	single    bool
+	inScratch bool
+}
+
+func (r *segRef) len() int {
+	switch {
+	case r.single:
+		return 1
+	case r.inScratch:
+		return r.to - r.from
+	}
+	return len(r.ids)
 }
 
 // ErrNoTemplate is returned by EncodeChat for a model without a chat template.

@@ -109,82 +109,76 @@ func (ct *ChatTemplate) Render(msgs []Message, opts ChatOptions) (string, error)
 	} else {
 		data["tools"] = nil
 	}
-	var buf bytes.Buffer
-	buf.Grow(4096)
+	size := 4096
+	for i := range msgs {
+		size += len(msgs[i].Content.Text)
+		for _, p := range msgs[i].Content.Parts {
+			size += len(p.Text)
+		}
+	}
+	var buf strings.Builder // String() does not copy, unlike bytes.Buffer: prompts run to megabytes
+	buf.Grow(size + size/8)
 	if err := ct.tmpl.Execute(&buf, exec.NewContext(data)); err != nil {
 		return "", fmt.Errorf("%w: render: %v", ErrTemplate, err)
 	}
 	return buf.String(), nil
 }
 
-// templateMessage is the message as vLLM hands it to a template: ordered keys, image_url / video_url parts
-// reduced to {"type": "image"} / {"type": "video"} (the template emits placeholders, never URLs), tool-call
-// arguments parsed from their JSON string into an object.
-func templateMessage(m *Message) exec.Dict {
-	d := exec.Dict{}
-	add := func(k string, v any) {
-		d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
-	}
-	add("role", m.Role)
+// templateMessage is the message as vLLM hands it to a template: image_url / video_url parts reduced to
+// {"type": "image"} / {"type": "video"} (the template emits placeholders, never URLs), tool-call arguments parsed
+// from their JSON string into an object. Messages are plain maps (attribute lookups are the template's hot path);
+// only tool-call arguments, which templates serialize, keep their key order.
+func templateMessage(m *Message) map[string]any {
+	d := make(map[string]any, 4)
+	d["role"] = m.Role
 	switch {
 	case m.Content.IsParts:
 		parts := make([]any, 0, len(m.Content.Parts))
 		for _, p := range m.Content.Parts {
-			pd := exec.Dict{}
-			padd := func(k string, v any) {
-				pd.Pairs = append(pd.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
-			}
 			switch p.Type {
 			case "image_url", "image", "input_image", "image_pil", "image_embeds":
-				padd("type", "image")
+				parts = append(parts, map[string]any{"type": "image"})
 			case "video_url", "video":
-				padd("type", "video")
+				parts = append(parts, map[string]any{"type": "video"})
 			default:
-				padd("type", p.Type)
-				padd("text", p.Text)
+				parts = append(parts, map[string]any{"type": p.Type, "text": p.Text})
 			}
-			parts = append(parts, pd)
 		}
-		add("content", parts)
+		d["content"] = parts
 	case m.Content.Null:
-		add("content", nil)
+		d["content"] = nil
 	default:
-		add("content", m.Content.Text)
+		d["content"] = m.Content.Text
 	}
 	if m.Name != "" {
-		add("name", m.Name)
+		d["name"] = m.Name
 	}
 	if m.ReasoningContent != "" {
-		add("reasoning_content", m.ReasoningContent)
+		d["reasoning_content"] = m.ReasoningContent
 	}
 	if len(m.ToolCalls) > 0 {
 		calls := make([]any, len(m.ToolCalls))
 		for i, tc := range m.ToolCalls {
-			fn := exec.Dict{}
-			fn.Pairs = append(fn.Pairs, &exec.Pair{Key: exec.AsValue("name"), Value: exec.AsValue(tc.Function.Name)})
 			var args any = tc.Function.Arguments
 			if v, err := orderedJSON([]byte(tc.Function.Arguments)); err == nil {
 				if _, isObj := v.(exec.Dict); isObj {
 					args = v
 				}
 			}
-			fn.Pairs = append(fn.Pairs, &exec.Pair{Key: exec.AsValue("arguments"), Value: exec.AsValue(args)})
-			call := exec.Dict{}
-			if tc.ID != "" {
-				call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("id"), Value: exec.AsValue(tc.ID)})
-			}
 			typ := tc.Type
 			if typ == "" {
 				typ = "function"
 			}
-			call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("type"), Value: exec.AsValue(typ)})
-			call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("function"), Value: exec.AsValue(fn)})
+			call := map[string]any{"type": typ, "function": map[string]any{"name": tc.Function.Name, "arguments": args}}
+			if tc.ID != "" {
+				call["id"] = tc.ID
+			}
 			calls[i] = call
 		}
-		add("tool_calls", calls)
+		d["tool_calls"] = calls
 	}
 	if m.ToolCallID != "" {
-		add("tool_call_id", m.ToolCallID)
+		d["tool_call_id"] = m.ToolCallID
 	}
 	return d
 }

@@ -52,9 +52,11 @@ type Tokenizer struct {
 }
 
 type encodeBufs struct {
-	pieces []addedPiece
-	ends   []int
-	syms   []uint32
+	pieces  []addedPiece
+	ends    []int
+	syms    []uint32
+	refs    []segRef // EncodeCached
+	scratch []uint32 // EncodeCached: ids of short segments
 }
 
 // LoadTokenizer reads an HF tokenizer.json.
@@ -293,15 +295,14 @@ func (t *Tokenizer) TokenID(tok string) (uint32, bool) {
 }
 
 func (t *Tokenizer) addedID(tok string) int {
-	if tok == "" {
+	n := int32(0)
+	for i := 0; i < len(tok) && n >= 0; i++ {
+		n = t.added.child(n, tok[i])
+	}
+	if n <= 0 || t.added.nodes[n].tok < 0 {
 		return -1
 	}
-	for _, k := range t.added.first[tok[0]] {
-		if t.added.toks[k].content == tok {
-			return int(t.added.toks[k].id)
-		}
-	}
-	return -1
+	return int(t.added.toks[t.added.nodes[n].tok].id)
 }
 
 // Token returns the vocabulary string of an id as tokenizer.json spells it (byte-level tokens in the GPT-2

@@ -32,12 +32,14 @@ func BenchmarkEncode(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(text)))
 				dst := make([]uint32, 0, n)
+				cpu := startCPU()
 				for b.Loop() {
 					if mode == "cold" {
 						tok.cache.reset()
 					}
 					dst = tok.AppendEncode(dst[:0], text)
 				}
+				cpu.report(b)
 				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 			})
 		}
