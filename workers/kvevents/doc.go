@@ -39,6 +39,8 @@
 // Handlers run on the subscriber goroutine, in sequence order; a slow handler back-pressures the SUB
 // queue. The *Batch handed to OnBatch is reused after the handler returns: copy what you keep.
 //
+// The SUB socket's monitor PAIR socket is opened and closed in the same session as the SUB socket.
+//
 // Cross-goroutine reads: counters are atomics (Stats, Counters); the BindSubscriber's topic registry is
 // an immutable map swapped through an atomic.Pointer (AddTopic / RemoveTopic serialize on a mutex);
 // Publisher.Publish hands encoded payloads to Run through the bounded channel "kvevents.publish"
@@ -59,19 +61,25 @@
 //  1. SUB receives [topic, seq_be8, payload]; a message of another shape counts as a decode error.
 //  2. BindSubscriber only: the topic picks the worker's stream; unregistered topics are counted
 //     (UnknownTopics) and dropped.
-//  3. seqTracker classifies seq: in order → deliver; nothing seen yet and seq > 0 (ZMQ slow-joiner
-//     window) → replay from 0; gap → replay from last+1; seq ≤ last inside the window a replay already
-//     covered → duplicate, dropped; otherwise backwards → engine restart: OnReset, then as if nothing
-//     had been seen. State survives socket reconnects within one Run, so a reconnect resumes with a
-//     gap replay from last+1 rather than a duplicate-laden replay from 0.
-//  4. Replay: DEALER sends ["", start_seq8]; the publisher's ROUTER answers [ "", seq8, payload ] per
+//  3. Subscriber only: each time the SUB socket (re)connects (a socket-monitor PAIR reports the
+//     handshake), the stream catches up before reading on. A fresh stream replays everything buffered
+//     from 0 (ZMQ's slow-joiner window and the router starting after the worker). A stream that has
+//     state replays from its last seq and checks that the publisher still holds the same payload under
+//     it (xxh3 digest): if so the outage is filled in; if not, the engine restarted while we were away
+//     (possibly already past our last seq, which the live sequence alone would take for a gap): OnReset,
+//     then replay from 0.
+//  4. seqTracker classifies each live seq: in order → deliver; nothing seen yet and seq > 0 → replay
+//     from 0; gap → replay from last+1; seq ≤ last inside the window a replay already covered →
+//     duplicate, dropped; otherwise backwards → engine restart: OnReset, then as if nothing had been
+//     seen.
+//  5. Replay: DEALER sends ["", start_seq8]; the publisher's ROUTER answers [ "", seq8, payload ] per
 //     buffered batch with seq ≥ start, then [ "", ff×8, "" ]. Replayed batches newer than last are
 //     delivered in order. Silence longer than ReplayTimeout abandons the replay and recreates the DEALER
 //     (late answers cannot leak into the next replay). Sequence numbers never delivered are counted as
 //     Lost, never retried.
-//  5. Decode into the stream's reused Batch (a malformed payload consumes its seq and counts as a decode
+//  6. Decode into the stream's reused Batch (a malformed payload consumes its seq and counts as a decode
 //     error), count events and short stored blocks, call OnBatch(seq, b).
-//  6. The consumer applies stored/removed/cleared in order and calls Rekey / RekeyImages for stored
+//  7. The consumer applies stored/removed/cleared in order and calls Rekey / RekeyImages for stored
 //     blocks.
 //
 // # Decoder choice

@@ -416,3 +416,42 @@ func TestReplayTimeout(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestRestartWhileDisconnected: the engine restarts and publishes past our last seq before the SUB
+// socket reconnects. The live sequence alone would look like a gap; the reconnect catch-up sees that the
+// publisher no longer holds our last batch under its seq, resets, and replays the new engine from 0.
+func TestRestartWhileDisconnected(t *testing.T) {
+	p1, stop1 := startPublisher(t, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*"})
+	addr, replay := p1.Addr(), p1.ReplayAddr()
+	var col collector
+	cfg := fastConfig(addr, replay)
+	cfg.ReconnectMin, cfg.ReconnectMax = 700*time.Millisecond, time.Second // ZMQ's reconnect interval too
+	s, err := NewSubscriber(cfg, col.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	pump(t, p1, 0, 0, "10 batches", func() bool { return col.count() >= 10 })
+	stop1()
+	before := col.count()
+
+	const base2 = 1 << 20
+	port := addr[strings.LastIndex(addr, ":")+1:]
+	p2, _ := startPublisher(t, PublisherConfig{Endpoint: "tcp://*:" + port, ReplayEndpoint: replay})
+	next := uint64(0)
+	for ; next < uint64(before)+40; next++ { // past our last seq while we are still away
+		if err := p2.Publish(context.Background(), testBatch(base2+next)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pump(t, p2, next, base2, "reset and the new engine's batches", func() bool {
+		seqs, _, resets := col.snapshot()
+		return len(resets) == 1 && len(seqs) >= resets[0]+int(next)
+	})
+	seqs, ids, resets := col.snapshot()
+	checkContiguous(t, seqs[:resets[0]], ids[:resets[0]], 0, 0)
+	checkContiguous(t, seqs[resets[0]:], ids[resets[0]:], 0, base2)
+	if st := s.Stats(); st.Resets != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
