@@ -56,12 +56,18 @@ func Score(p scoring.QueuePolicy, k Key, epoch time.Time) float64 {
 	}
 }
 
-type item[T any] struct {
-	strict uint32
+// item is one heap entry, kept small (24 bytes) so sifting moves little memory; the key and value live
+// in slots, reused through a free list.
+type item struct {
 	score  float64
 	seq    uint64 // insertion order: equal keys pop first-in first
-	key    Key
-	v      T
+	strict uint32
+	slot   int32
+}
+
+type slot[T any] struct {
+	key Key
+	v   T
 }
 
 // Queue is the pending-request queue: a binary max-heap on (strict tier, policy score), ties in insertion
@@ -70,7 +76,9 @@ type Queue[T any] struct {
 	policy scoring.QueuePolicy
 	epoch  time.Time
 	seq    uint64
-	heap   []item[T]
+	heap   []item
+	slots  []slot[T]
+	free   []int32
 }
 
 // New returns an empty queue. Arrival offsets are measured from epoch (the router's start), which keeps
@@ -93,7 +101,15 @@ func (q *Queue[T]) Len() int { return len(q.heap) }
 // Push adds v with key k.
 func (q *Queue[T]) Push(k Key, v T) {
 	q.seq++
-	q.heap = append(q.heap, item[T]{strict: k.Strict, score: Score(q.policy, k, q.epoch), seq: q.seq, key: k, v: v})
+	var s int32
+	if n := len(q.free); n > 0 {
+		s, q.free = q.free[n-1], q.free[:n-1]
+		q.slots[s] = slot[T]{key: k, v: v}
+	} else {
+		s = int32(len(q.slots))
+		q.slots = append(q.slots, slot[T]{key: k, v: v})
+	}
+	q.heap = append(q.heap, item{strict: k.Strict, score: Score(q.policy, k, q.epoch), seq: q.seq, slot: s})
 	q.up(len(q.heap) - 1)
 }
 
@@ -103,7 +119,8 @@ func (q *Queue[T]) Peek() (T, Key, bool) {
 		var zero T
 		return zero, Key{}, false
 	}
-	return q.heap[0].v, q.heap[0].key, true
+	sl := &q.slots[q.heap[0].slot]
+	return sl.v, sl.key, true
 }
 
 // Pop removes and returns the next request.
@@ -115,12 +132,14 @@ func (q *Queue[T]) Pop() (T, Key, bool) {
 	}
 	top := q.heap[0]
 	q.heap[0] = q.heap[n-1]
-	q.heap[n-1] = item[T]{} // drop references for the GC
 	q.heap = q.heap[:n-1]
 	if n > 1 {
 		q.down(0)
 	}
-	return top.v, top.key, true
+	sl := q.slots[top.slot]
+	q.slots[top.slot] = slot[T]{} // drop references for the GC
+	q.free = append(q.free, top.slot)
+	return sl.v, sl.key, true
 }
 
 // Rekey recomputes every key with fn (for example after an overlap refresh changed BestCachedTokens)
@@ -128,9 +147,10 @@ func (q *Queue[T]) Pop() (T, Key, bool) {
 func (q *Queue[T]) Rekey(fn func(k Key, v T) Key) {
 	for i := range q.heap {
 		it := &q.heap[i]
-		it.key = fn(it.key, it.v)
-		it.strict = it.key.Strict
-		it.score = Score(q.policy, it.key, q.epoch)
+		sl := &q.slots[it.slot]
+		sl.key = fn(sl.key, sl.v)
+		it.strict = sl.key.Strict
+		it.score = Score(q.policy, sl.key, q.epoch)
 	}
 	for i := len(q.heap)/2 - 1; i >= 0; i-- {
 		q.down(i)
@@ -138,7 +158,7 @@ func (q *Queue[T]) Rekey(fn func(k Key, v T) Key) {
 }
 
 // before reports whether a pops before b.
-func before[T any](a, b *item[T]) bool {
+func before(a, b *item) bool {
 	if a.strict != b.strict {
 		return a.strict > b.strict
 	}
