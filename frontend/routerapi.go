@@ -147,9 +147,14 @@ func lessScore(a, b overlapScore) bool {
 }
 
 func (a *RouterAPI) register(ctx *fasthttp.RequestCtx) {
-	var spec registry.Spec
-	if err := decodeBody(ctx, &spec); err != nil {
-		writeError(ctx, err)
+	body := ctx.PostBody()
+	if len(body) == 0 {
+		writeError(ctx, errorf(ErrBadRequest, "request body is empty"))
+		return
+	}
+	spec, err := registry.ParseJSON(body)
+	if err != nil {
+		writeError(ctx, mapWorkerErr(err))
 		return
 	}
 	if err := a.R.AddWorker(spec); err != nil {

@@ -53,6 +53,7 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 		ReadTimeout:           cfg.ReadTimeout,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
+		Logger:                quietLogger{},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			if err == fasthttp.ErrBodyTooLarge {
 				writeError(ctx, errorf(ErrTooLarge, "request body larger than %d bytes", cfg.MaxBodyBytes))
@@ -86,3 +87,9 @@ func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
 
 // Shutdown stops accepting and waits for open requests.
 func (s *Server) Shutdown() error { return s.srv.Shutdown() }
+
+// quietLogger drops fasthttp's per-connection error lines; the errors reach clients as OpenAI errors
+// and metrics count them.
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}

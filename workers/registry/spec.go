@@ -1,11 +1,14 @@
 package registry
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
+
+	json "github.com/goccy/go-json"
 )
 
 // ErrBadSpec is the class of every worker description error.
@@ -170,4 +173,25 @@ func validZMQEndpoint(ep string) bool {
 		return len(ep) > len("ipc://")
 	}
 	return false
+}
+
+// ParseJSON reads the JSON form of a Spec (the body of POST /v1/workers). The id is required and unknown
+// fields are refused, so a misspelt key is an error rather than a silently ignored setting.
+func ParseJSON(body []byte) (Spec, error) {
+	var probe struct {
+		ID *uint64 `json:"id"`
+	}
+	if err := json.Unmarshal(body, &probe); err != nil {
+		return Spec{}, fmt.Errorf("%w: %v", ErrBadSpec, err)
+	}
+	if probe.ID == nil {
+		return Spec{}, fmt.Errorf("%w: missing id", ErrBadSpec)
+	}
+	var sp Spec
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sp); err != nil {
+		return Spec{}, fmt.Errorf("%w: %v", ErrBadSpec, err)
+	}
+	return sp, sp.Validate()
 }

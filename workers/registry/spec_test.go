@@ -68,3 +68,15 @@ func TestRankEndpoint(t *testing.T) {
 		}
 	}
 }
+
+func TestParseJSON(t *testing.T) {
+	sp, err := ParseJSON([]byte(`{"id":3,"url":"http://127.0.0.1:8001","events":"tcp://127.0.0.1:5557","block_size":16}`))
+	if err != nil || sp.ID != 3 || sp.BlockSize != 16 {
+		t.Fatalf("%+v %v", sp, err)
+	}
+	for _, bad := range []string{`{}`, `{"id":-1}`, `{"id":1,"typo":2}`, `[`, `{"id":1,"device":"x"}`} {
+		if _, err := ParseJSON([]byte(bad)); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("%s: err %v", bad, err)
+		}
+	}
+}
