@@ -254,3 +254,59 @@ func TestResyncReplaysFromZero(t *testing.T) {
 	p.publish(t, &kvevents.Batch{HasDPRank: true, Events: []kvevents.Event{{Kind: kvevents.Removed, BlockHashes: []uint64{2}, Medium: "GPU"}}})
 	waitFor(t, "removal", func() bool { return overlapOf(r, toks, 6) == 1 })
 }
+
+// Publishers that connect to the router (vLLM with a connect-style endpoint, llm-d): one bound SUB
+// socket, batches attributed by topic.
+func TestBindModeAttributesByTopic(t *testing.T) {
+	system := actors.NewSystem(nil)
+	cfg := DefaultConfig(4)
+	cfg.Worker.BindEndpoint = "tcp://127.0.0.1:*"
+	r, err := New(system, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { r.Stop(); system.Shutdown() }()
+	addr := r.Fleet.BindAddr()
+	if addr == "" {
+		t.Fatal("no bind address")
+	}
+	topics := []string{kvevents.VLLMTopic("127.0.0.1:8001", "m"), kvevents.VLLMTopic("127.0.0.1:8002", "m")}
+	var pubs []*pub
+	for i, topic := range topics {
+		p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: addr, ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { _ = p.Run(ctx) }()
+		<-p.Ready()
+		pp := &pub{p: p, cancel: cancel}
+		defer pp.stop()
+		pubs = append(pubs, pp)
+		if err := r.AddWorker(registry.Spec{ID: uint64(10 + i), Topic: topic, Replay: p.ReplayAddr()}); err == nil {
+			t.Fatal("replay without events should be refused by the spec")
+		}
+		if err := r.AddWorker(registry.Spec{ID: uint64(10 + i), Topic: topic}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.AddWorker(registry.Spec{ID: 99, Topic: topics[0]}); err == nil {
+		t.Fatal("second worker on a taken topic accepted")
+	}
+	a, b := []uint32{1, 1, 1, 1}, []uint32{2, 2, 2, 2}
+	// Keep publishing until the connect-side publishers are through ZMQ's slow-joiner window.
+	waitFor(t, "both topics indexed", func() bool {
+		pubs[0].publish(t, stored(0, false, []uint64{5}, a))
+		pubs[1].publish(t, stored(0, false, []uint64{6}, b))
+		return overlapOf(r, a, 10) == 1 && overlapOf(r, b, 11) == 1
+	})
+	if overlapOf(r, a, 11) != 0 || overlapOf(r, b, 10) != 0 {
+		t.Fatal("batches attributed to the wrong worker")
+	}
+	if err := r.RemoveWorker(10); err != nil {
+		t.Fatal(err)
+	}
+	if overlapOf(r, a, 10) != 0 {
+		t.Fatal("removed bound worker still indexed")
+	}
+}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
@@ -35,6 +37,10 @@ type Config struct {
 	BackoffWindow  time.Duration
 	// ReplayTimeout bounds one replay exchange with a worker. Default 2s.
 	ReplayTimeout time.Duration
+	// BindEndpoint, when set, makes the fleet bind one SUB socket there (--kv-events-bind, e.g.
+	// tcp://*:5557) to which workers' publishers connect; each batch is attributed to the worker whose
+	// Spec.Topic equals the message topic (workers registered without an events endpoint).
+	BindEndpoint string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -77,6 +83,12 @@ type Fleet struct {
 	deps    *deps
 	mirrors atomic.Pointer[map[uint64]*Mirror]
 	stopped atomic.Bool
+
+	// Bind mode: one SUB socket for every topic-attributed worker.
+	bind     *kvevents.BindSubscriber
+	byTopic  atomic.Pointer[map[string]*Mirror]
+	bindStop context.CancelFunc
+	bindDone chan struct{}
 }
 
 // NewFleet starts the fleet supervisor in system. Mirrors write to index.
@@ -91,7 +103,81 @@ func NewFleet(system *actor.ActorSystem, index *indexer.Indexer, cfg Config) (*F
 		// A mirror that panics is restarted; its subscribers are restarted with it.
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective })))
 	f.pid = system.Root.Spawn(props)
+	if cfg.BindEndpoint != "" {
+		if err := f.startBind(); err != nil {
+			f.Stop()
+			return nil, err
+		}
+	}
 	return f, nil
+}
+
+// startBind opens the bind-mode subscriber. Its goroutine owns the socket; converters (one per topic,
+// with their re-keying scratch) are owned by that goroutine too.
+func (f *Fleet) startBind() error {
+	empty := map[string]*Mirror{}
+	f.byTopic.Store(&empty)
+	convs := map[string]*converter{}
+	conv := func(topic string) (*Mirror, *converter) {
+		m := (*f.byTopic.Load())[topic]
+		if m == nil {
+			return nil, nil
+		}
+		c := convs[topic]
+		if c == nil || c.workerID != m.Spec.ID {
+			c = &converter{workerID: m.Spec.ID, blockSize: f.deps.cfg.BlockSize, imageTok: f.deps.cfg.ImageTokenID}
+			convs[topic] = c
+		}
+		return m, c
+	}
+	bs, err := kvevents.NewBindSubscriber(kvevents.BindConfig{Endpoint: f.deps.cfg.BindEndpoint, ReplayTimeout: f.deps.cfg.ReplayTimeout},
+		kvevents.BindHandler{
+			OnBatch: func(topic string, seq uint64, b *kvevents.Batch) {
+				if m, c := conv(topic); m != nil {
+					msg := c.convert(seq, b)
+					msg.Bound = true
+					f.system.Root.Send(m.pid, msg)
+				}
+			},
+			OnReset: func(topic string) {
+				if m := (*f.byTopic.Load())[topic]; m != nil {
+					f.system.Root.Send(m.pid, &engineReset{})
+				}
+			},
+		})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.bind, f.bindStop, f.bindDone = bs, cancel, make(chan struct{})
+	go func() {
+		defer close(f.bindDone)
+		_ = bs.Run(ctx)
+	}()
+	select {
+	case <-bs.Ready():
+		return nil
+	case <-f.bindDone:
+		return fmt.Errorf("worker: cannot bind %s", f.deps.cfg.BindEndpoint)
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("worker: binding %s timed out", f.deps.cfg.BindEndpoint)
+	}
+}
+
+// BindAddr is the resolved --kv-events-bind endpoint ("" when bind mode is off).
+func (f *Fleet) BindAddr() string {
+	if f.bind == nil {
+		return ""
+	}
+	return f.bind.Addr()
+}
+
+// BindStats returns the bind-mode subscriber's counters (zero when bind mode is off).
+func (f *Fleet) BindStats() kvevents.Stats {
+	if f.bind == nil {
+		return kvevents.Stats{}
+	}
+	return f.bind.Stats()
 }
 
 // Add starts mirroring a worker.
@@ -174,6 +260,10 @@ func (f *Fleet) Stop() {
 	if f.stopped.Swap(true) {
 		return
 	}
+	if f.bindStop != nil {
+		f.bindStop()
+		<-f.bindDone
+	}
 	_ = f.system.Root.PoisonFuture(f.pid).Wait()
 }
 
@@ -222,12 +312,35 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 			m.subs = append(m.subs, sub)
 		}
 	}
+	if spec.Events == "" && spec.Topic != "" {
+		if a.f.bind == nil {
+			return fmt.Errorf("%w: worker %d names topic %q but the router has no --kv-events-bind endpoint", registry.ErrBadSpec, spec.ID, spec.Topic)
+		}
+		if _, taken := (*a.f.byTopic.Load())[spec.Topic]; taken {
+			return fmt.Errorf("%w: topic %q is already registered", ErrDuplicate, spec.Topic)
+		}
+		m.bound = true
+	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &mirrorActor{m: m, deps: d} },
 		actor.WithSupervisor(actor.NewExponentialBackoffStrategy(d.cfg.BackoffWindow, d.cfg.InitialBackoff)))
 	m.pid = ctx.Spawn(props)
 	a.pids[spec.ID] = m.pid
 	a.publish(func(mm map[uint64]*Mirror) { mm[spec.ID] = m })
+	if m.bound {
+		a.publishTopics(func(mt map[string]*Mirror) { mt[spec.Topic] = m })
+		a.f.bind.AddTopic(spec.Topic, spec.Replay)
+	}
 	return nil
+}
+
+func (a *fleetActor) publishTopics(mod func(map[string]*Mirror)) {
+	cur := *a.f.byTopic.Load()
+	next := make(map[string]*Mirror, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	mod(next)
+	a.f.byTopic.Store(&next)
 }
 
 func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
@@ -240,6 +353,10 @@ func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
 	delete(a.pids, id)
 	if m, ok := (*a.f.mirrors.Load())[id]; ok {
 		setState(m.c, StateRemoved)
+		if m.bound {
+			a.f.bind.RemoveTopic(m.Spec.Topic)
+			a.publishTopics(func(mt map[string]*Mirror) { delete(mt, m.Spec.Topic) })
+		}
 	}
 	a.publish(func(mm map[uint64]*Mirror) { delete(mm, id) })
 	return a.f.deps.index.RemoveWorker(id)

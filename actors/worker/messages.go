@@ -15,6 +15,7 @@ type fleetMessage interface{ fleetMessage() }
 type eventsArrived struct {
 	Rank    int
 	Gen     uint64
+	Bound   bool
 	Seq     uint64
 	Events  int
 	Partial int

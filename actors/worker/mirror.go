@@ -37,6 +37,8 @@ type Mirror struct {
 	pid  *actor.PID
 	c    *counters
 	subs []*subscription
+	// bound is true for a worker whose batches arrive on the fleet's bind socket, attributed by topic.
+	bound bool
 }
 
 // Status is a point-in-time view of a mirror for /v1/workers.
@@ -122,7 +124,7 @@ func (a *mirrorActor) Receive(ctx actor.Context) {
 		a.start(ctx)
 	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	case *eventsArrived:
-		if msg.Rank >= len(a.m.subs) || msg.Gen != a.m.subs[msg.Rank].gen.Load() {
+		if !msg.Bound && (msg.Rank >= len(a.m.subs) || msg.Gen != a.m.subs[msg.Rank].gen.Load()) {
 			return // from a subscriber retired by a resync
 		}
 		c := a.m.c
@@ -159,6 +161,10 @@ func (a *mirrorActor) Receive(ctx actor.Context) {
 func (a *mirrorActor) start(ctx actor.Context) {
 	spec := a.m.Spec
 	a.ranks = make([]bool, spec.DPRanks())
+	if a.m.bound {
+		setState(a.m.c, StateConnecting)
+		return
+	}
 	if spec.Events == "" {
 		setState(a.m.c, StateNoEvents)
 		return

@@ -67,6 +67,7 @@ func runRouter(args []string) int {
 	fs.Var(intAlias{&cfg.BlockSize}, "block-size", "KV block size in tokens (alias of --kv-cache-block-size)")
 	port := fs.Int("http-port", 8000, "HTTP port")
 	host := fs.String("host", "0.0.0.0", "HTTP listen address")
+	bind := fs.String("kv-events-bind", "", "bind one SUB socket here (e.g. tcp://*:5557) for publishers that connect to the router; workers are matched by topic")
 	var workers workerFlags
 	fs.Var(&workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +81,7 @@ func runRouter(args []string) int {
 
 	system := actors.NewSystem(nil)
 	rcfg := router.DefaultConfig(cfg.BlockSize)
+	rcfg.Worker.BindEndpoint = *bind
 	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
 	r, err := router.New(system, rcfg)
 	if err != nil {
