@@ -117,7 +117,7 @@ func TestRejectedStoreAndRemovals(t *testing.T) {
 	_ = x.Apply(&Apply{WorkerID: 1, Done: done, Ops: []Op{
 		{Kind: OpStore, DPRank: 1, Blocks: chain(100, 10, 2)},
 		{Kind: OpStore, DPRank: 1, Parent: 999, HasParent: true, Blocks: chain(500, 50, 1)}, // unknown parent
-		{Kind: OpRemove, DPRank: 1, Hashes: []uint64{12345}},                                 // unknown hash
+		{Kind: OpRemove, DPRank: 1, Hashes: []uint64{12345}},                                // unknown hash
 	}})
 	<-done
 	st := x.Stats(1)
