@@ -5,7 +5,8 @@
 // # Overview
 //
 //   - types.go: Batch, Event (Stored, Removed, Cleared), ExtraKey, Layout, ErrMalformed.
-//   - decode.go: Decode, a hand-written zero-copy msgpack decoder. It accepts the current layout
+//   - decode.go, msgpack.go: Decode, a hand-written zero-copy msgpack decoder (msgpack.go holds the
+//     bounded primitive reader). It accepts the current layout
 //     (positional batch [ts, events, dp_rank] with tagged-map events, "type" key, unknown keys ignored),
 //     the legacy one (tagged-array events of any length at least the required fields, including v0.9's
 //     6-element BlockStored and 2-element batches) and a map-shaped batch. Hashes may be ints (negative
