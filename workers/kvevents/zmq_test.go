@@ -451,7 +451,9 @@ func TestRestartWhileDisconnected(t *testing.T) {
 	seqs, ids, resets := col.snapshot()
 	checkContiguous(t, seqs[:resets[0]], ids[:resets[0]], 0, 0)
 	checkContiguous(t, seqs[resets[0]:], ids[resets[0]:], 0, base2)
-	if st := s.Stats(); st.Resets != 1 {
+	st := s.Stats()
+	if st.Resets != 1 {
 		t.Fatalf("stats %+v", st)
 	}
+	t.Logf("stats %+v", st)
 }
