@@ -9,6 +9,7 @@ import (
 // Request is one generation request as the engine sees it: token ids in, a number of tokens out.
 type Request struct {
 	// ID must be unique among the engine's live requests.
+	// The engine keeps Prompt (cached blocks alias it): the caller must not modify it after Add.
 	ID string
 	// Prompt is the full prompt in token ids, image placeholders already expanded.
 	Prompt []uint32
@@ -80,7 +81,7 @@ func (s Stats) KVUsage() float64 {
 
 type reqState struct {
 	Request
-	tokens       []uint32 // prompt + generated, append-only (blocks alias it)
+	output       []uint32 // generated tokens, append-only (blocks alias it, as they alias Prompt)
 	numOutput    int
 	computed     int
 	blocks       []int32
@@ -92,6 +93,25 @@ type reqState struct {
 	cachedTokens int
 	running      bool
 }
+
+func (r *reqState) numTokens() int { return len(r.Prompt) + len(r.output) }
+
+// span returns tokens [from, to) of prompt+output, aliasing Prompt or output when the range lies in one of
+// them (neither is ever modified in place) and copying only for the range that straddles both.
+func (r *reqState) span(from, to int) []uint32 {
+	np := len(r.Prompt)
+	switch {
+	case to <= np:
+		return r.Prompt[from:to:to]
+	case from >= np:
+		return r.output[from-np : to-np : to-np]
+	}
+	out := make([]uint32, 0, to-from)
+	out = append(out, r.Prompt[from:]...)
+	return append(out, r.output[:to-np]...)
+}
+
+func (r *reqState) blockTokens(i, bs int) []uint32 { return r.span(i*bs, (i+1)*bs) }
 
 // Engine is one simulated vLLM engine core (one dp rank): the KV block pool and the continuous-batching
 // scheduler. It is pure: no goroutines, no clock, no I/O; Step returns how long the step takes and what it
@@ -154,8 +174,7 @@ func (e *Engine) Add(req Request) error {
 		}
 	}
 	r := &reqState{Request: req}
-	r.tokens = make([]uint32, len(req.Prompt), total)
-	copy(r.tokens, req.Prompt)
+	r.output = make([]uint32, 0, req.MaxTokens)
 	e.byID[req.ID] = r
 	e.waiting = append(e.waiting, r)
 	return nil
@@ -213,7 +232,7 @@ func (e *Engine) CachedBlocks(dst []CachedBlock) []CachedBlock { return e.pool.c
 // PrefixHitTokens is how many tokens of prompt the cache holds now (full blocks, capped one token short of
 // the prompt as vLLM does), without touching anything: the figure a router's overlap score predicts.
 func (e *Engine) PrefixHitTokens(req Request) int {
-	r := &reqState{Request: req, tokens: req.Prompt}
+	r := &reqState{Request: req}
 	maxBlocks := (len(req.Prompt) - 1) / e.cfg.BlockSize
 	e.ensureHashes(r, maxBlocks)
 	n := 0
@@ -231,7 +250,7 @@ func (e *Engine) ensureHashes(r *reqState, nFull int) {
 		if i > 0 {
 			parent = r.hashes[i-1]
 		}
-		r.hashes = append(r.hashes, hashBlock(e.cfg.HashSeed, parent, i > 0, r.tokens[i*bs:(i+1)*bs], extra))
+		r.hashes = append(r.hashes, hashBlock(e.cfg.HashSeed, parent, i > 0, r.blockTokens(i, bs), extra))
 		r.extras = append(r.extras, extra)
 	}
 }
@@ -251,12 +270,12 @@ func (e *Engine) cacheFull(r *reqState, upto int) {
 		if i > 0 {
 			parent = r.hashes[i-1]
 		}
-		e.pool.cacheBlock(r.blocks[i], r.hashes[i], parent, i > 0, r.tokens[i*bs:(i+1)*bs:(i+1)*bs], r.extras[i], r.LoraName)
+		e.pool.cacheBlock(r.blocks[i], r.hashes[i], parent, i > 0, r.blockTokens(i, bs), r.extras[i], r.LoraName)
 	}
 	ev := KVEvent{
 		Kind:      EventStored,
 		Hashes:    slices.Clone(r.hashes[first:nFull]),
-		Tokens:    r.tokens[first*bs : nFull*bs : nFull*bs],
+		Tokens:    r.span(first*bs, nFull*bs),
 		BlockSize: bs,
 		Extra:     slices.Clone(r.extras[first:nFull]),
 		LoraName:  r.LoraName,
@@ -303,7 +322,7 @@ func (e *Engine) Step() *StepResult {
 	// 1. Running requests, in admission order.
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
-		n := min(len(r.tokens)-r.computed, budget)
+		n := min(r.numTokens()-r.computed, budget)
 		scheduledSelf := true
 		for !e.growBlocks(r, r.computed+n) {
 			victim := e.running[len(e.running)-1]
@@ -326,7 +345,7 @@ func (e *Engine) Step() *StepResult {
 	for res.Preempted == 0 && len(e.waiting) > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
 		r := e.waiting[0]
 		// Longest cached prefix of full blocks, at most len-1 tokens so that one token is computed.
-		maxBlocks := (len(r.tokens) - 1) / bs
+		maxBlocks := (r.numTokens() - 1) / bs
 		e.ensureHashes(r, maxBlocks)
 		e.hits = e.hits[:0]
 		evictable := 0
@@ -341,7 +360,7 @@ func (e *Engine) Step() *StepResult {
 			e.hits = append(e.hits, id)
 		}
 		hitTokens := len(e.hits) * bs
-		n := min(len(r.tokens)-hitTokens, budget)
+		n := min(r.numTokens()-hitTokens, budget)
 		need := (hitTokens+n+bs-1)/bs - len(e.hits)
 		if need > e.pool.numFree-evictable {
 			break
@@ -355,7 +374,7 @@ func (e *Engine) Step() *StepResult {
 		if !r.admitted {
 			r.admitted = true
 			r.cachedTokens = hitTokens
-			e.stats.PrefixQueries += uint64(len(r.tokens))
+			e.stats.PrefixQueries += uint64(r.numTokens())
 			e.stats.PrefixHits += uint64(hitTokens)
 			e.stats.PromptTokens += uint64(len(r.Prompt))
 		}
@@ -383,12 +402,12 @@ func (e *Engine) Step() *StepResult {
 	for _, s := range e.sched {
 		r := s.r
 		r.computed += s.n
-		if r.computed < len(r.tokens) {
+		if r.computed < r.numTokens() {
 			continue
 		}
 		r.prefilled = true
 		tok := e.cfg.FillerTokens[(r.numOutput+len(r.Prompt))%len(e.cfg.FillerTokens)]
-		r.tokens = append(r.tokens, tok)
+		r.output = append(r.output, tok)
 		r.numOutput++
 		e.stats.GenerationTokens++
 		p := Progress{ID: r.ID, Token: tok, Output: r.numOutput, First: r.numOutput == 1, PromptTokens: len(r.Prompt), CachedTokens: r.cachedTokens}

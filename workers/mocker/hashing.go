@@ -56,23 +56,29 @@ func (k *ExtraKeys) Len() int {
 // mm must be sorted by offset.
 func blockExtraKeys(idx, bs int, lora, salt string, mm []MMItem) *ExtraKeys {
 	start, end := idx*bs, (idx+1)*bs
-	var k ExtraKeys
-	k.LoraName = lora
+	var k *ExtraKeys
+	get := func() *ExtraKeys {
+		if k == nil {
+			k = &ExtraKeys{}
+		}
+		return k
+	}
+	if lora != "" {
+		get().LoraName = lora
+	}
 	for _, it := range mm {
 		if it.Offset >= end {
 			break
 		}
 		if it.Offset+it.Length > start {
-			k.MM = append(k.MM, MMKey{ID: it.ID, Offset: it.Offset - start})
+			kk := get()
+			kk.MM = append(kk.MM, MMKey{ID: it.ID, Offset: it.Offset - start})
 		}
 	}
-	if idx == 0 {
-		k.CacheSalt = salt
+	if idx == 0 && salt != "" {
+		get().CacheSalt = salt
 	}
-	if k.Len() == 0 {
-		return nil
-	}
-	return &k
+	return k
 }
 
 // hashBlock chains one block: XXH3-64(seed) over a presence byte and the parent, the tokens as u32le and the
