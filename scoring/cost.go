@@ -147,28 +147,32 @@ func fmax(a, b float64) float64 {
 // logit is terms(c).Logit without the breakdown: the selection hot path (a few ns per candidate). Keep
 // the two in step; TestLogitMatchesTerms checks them against each other.
 func (in *costInputs) logit(c *Candidate) float64 {
-	dev := float64(c.Overlap.Device)
+	// Counts fit in int64, and int64 → float64 is one instruction where uint64 → float64 branches.
+	dev := float64(int64(c.Overlap.Device))
+	prefill := float64(int64(c.Load.ActivePrefillTokens))
 	var raw float64
 	if in.trackPrefill {
 		raw = in.isl
 		if c.Load.Known {
 			cached := fmin(dev*in.bs, in.isl)
-			raw = float64(c.Load.ActivePrefillTokens) + fmax(in.isl-cached, 0) + cached
+			raw = prefill + fmax(in.isl-cached, 0) + cached
 		}
 		raw *= in.invBs
 	}
-	decay := 1.0
+	credit := in.credit * dev
 	if in.trackPrefill && in.decayRate > 0 && in.requestBlocks > 0 {
-		excess := fmax(float64(c.Load.ActivePrefillTokens)-float64(in.minPrefill), 0) * in.invBs
-		decay = 1 / (1 + in.decayRate*excess/in.requestBlocks)
+		excess := fmax(prefill-float64(int64(in.minPrefill)), 0) * in.invBs
+		credit *= 1 / (1 + in.decayRate*excess/in.requestBlocks)
 	}
-	credit := in.credit*decay*dev + in.hostW*float64(c.Overlap.Host) + in.diskW*float64(c.Overlap.Disk)
+	if o := c.Overlap; o.Host|o.Disk != 0 {
+		credit += in.hostW*float64(int64(o.Host)) + in.diskW*float64(int64(o.Disk))
+	}
 	if in.sharedOn && c.Overlap.Shared > c.Overlap.Device {
-		credit += in.sharedMult * float64(c.Overlap.Shared-c.Overlap.Device)
+		credit += in.sharedMult * float64(int64(c.Overlap.Shared-c.Overlap.Device))
 	}
 	adjusted := fmax(raw-credit, 0)
-	decode := c.Load.ActiveDecodeBlocks + float64(c.Load.AdditionalBlocks)
-	reqCost := in.requestWeight * float64(c.Load.ActiveRequests)
+	decode := c.Load.ActiveDecodeBlocks + float64(int64(c.Load.AdditionalBlocks))
+	reqCost := in.requestWeight * float64(int64(c.Load.ActiveRequests))
 	switch {
 	case in.decodeSpecial:
 		return fmax(0, decode-credit) + reqCost
@@ -198,9 +202,13 @@ func (in *costInputs) terms(c *Candidate) CostTerms {
 		t.Decay = 1 / (1 + in.decayRate*excess/in.requestBlocks)
 	}
 
-	t.OverlapCreditBlocks = in.credit*t.Decay*dev +
-		in.hostW*float64(c.Overlap.Host) +
-		in.diskW*float64(c.Overlap.Disk)
+	t.OverlapCreditBlocks = in.credit * dev
+	if t.Decay != 1 {
+		t.OverlapCreditBlocks *= t.Decay
+	}
+	if o := c.Overlap; o.Host|o.Disk != 0 {
+		t.OverlapCreditBlocks += in.hostW*float64(o.Host) + in.diskW*float64(o.Disk)
+	}
 	if in.sharedOn && c.Overlap.Shared > c.Overlap.Device {
 		t.OverlapCreditBlocks += in.sharedMult * float64(c.Overlap.Shared-c.Overlap.Device)
 	}

@@ -136,17 +136,17 @@ func (f *filter) busy(c *Candidate) bool {
 	if f.dec && c.Capacity.TotalKVBlocks > 0 {
 		used := c.Load.ActiveDecodeBlocks
 		if c.Capacity.KVUsedKnown {
-			used = float64(c.Capacity.KVUsedBlocks)
+			used = float64(int64(c.Capacity.KVUsedBlocks))
 		}
-		if used > f.decV*float64(c.Capacity.TotalKVBlocks) {
+		if used > f.decV*float64(int64(c.Capacity.TotalKVBlocks)) {
 			return true
 		}
 	}
-	prefill := float64(c.Load.ActivePrefillTokens)
+	prefill := float64(int64(c.Load.ActivePrefillTokens))
 	if f.pf && prefill > f.pfV {
 		return true
 	}
-	return f.frac && prefill > f.frV*float64(maxBatched(c))
+	return f.frac && prefill > f.frV*float64(int64(maxBatched(c)))
 }
 
 func maxBatched(c *Candidate) uint64 {
