@@ -5,12 +5,12 @@
 //
 // A Tracker holds the requests routed to its worker and not yet freed. AddRequest (at routing time)
 // refcounts the request's prompt blocks by router sequence hash, so requests sharing a prefix count their
-// common blocks once when KV reuse is assumed, and charges ISL − cached prefill tokens.
-// MarkPrefillCompleted (first output token) drops the prefill charge and keeps the blocks; Free (end,
-// error or cancel) drops both. Requests never freed expire after StaleExpiry (3600 s), swept lazily on
-// AddRequest at most every CleanupInterval (30 s); the clock is the Now passed in. With TrackOutputBlocks
-// each generated block adds a block unique to the request, weighted by remaining progress when the
-// expected output length is known.
+// common blocks once when KV reuse is assumed, and charges ISL − cached prefill tokens. MarkPrefillCompleted
+// (first output token) drops the prefill charge and keeps the blocks; Free (end, error or cancel) drops
+// both. Requests never freed expire after StaleExpiry (3600 s): the owner calls MaybeExpire before
+// AddRequest (a sweep at most every CleanupInterval, 30 s, as Dynamo does lazily on add) and learns the
+// dropped ids; the clock is the time passed in. With TrackOutputBlocks each generated block adds a block
+// unique to the request, weighted by remaining progress when the expected output length is known.
 //
 // Projection gives additional_active_blocks for a candidate request: its blocks not already active on
 // the worker. Because every request adds its whole sequence-hash chain, the active part of any chain is
@@ -19,7 +19,9 @@
 // # Concurrency model
 //
 // A Tracker is not safe for concurrent use. All writes (AddRequest, MarkPrefillCompleted, Free,
-// RecordOutput, Expire) come from one goroutine. Readers on the routing path either call Snapshot/
+// RecordOutput, Expire, MaybeExpire) come from one goroutine. A Registry (registry.go) is the fleet-wide
+// alternative for projections: one owner mirrors every tracker's AddRequest/Free into it, and one
+// FindMatches answers additional blocks for all workers. Readers on the routing path either call Snapshot/
 // Projection under a read lock the owner takes around writes (sync.RWMutex; writes are O(blocks)), or
 // read a published Snapshot (atomic.Pointer) and accept a projection computed by the owner.
 //

@@ -157,13 +157,11 @@ func strided(hashes []uint64, stride int, fn func(h uint64)) {
 }
 
 // AddRequest charges a routed request to this worker: refcount every tracked prompt hash and charge
-// ISL − cached prefill tokens. It first sweeps stale requests when the cleanup interval has passed.
+// ISL − cached prefill tokens. Owners call MaybeExpire first (Dynamo sweeps lazily on add), so the ids of
+// dropped requests reach them.
 func (t *Tracker) AddRequest(r Request) error {
 	if _, ok := t.reqs[r.ID]; ok {
 		return fmt.Errorf("%w: %q", ErrDuplicate, r.ID)
-	}
-	if t.cfg.CleanupInterval == 0 || r.Now.Sub(t.lastCleanup) >= t.cfg.CleanupInterval {
-		t.Expire(r.Now)
 	}
 	reuse := t.cfg.AssumeKVReuse
 	if r.AssumeKVReuse != nil {
@@ -242,8 +240,17 @@ func (t *Tracker) free(id string, e *entry) {
 	delete(t.reqs, id)
 }
 
+// MaybeExpire runs Expire when CleanupInterval has passed since the last sweep (Dynamo: at most every
+// 30 s, lazily on add) and returns the dropped ids; otherwise nil.
+func (t *Tracker) MaybeExpire(now time.Time) []string {
+	if t.cfg.CleanupInterval != 0 && now.Sub(t.lastCleanup) < t.cfg.CleanupInterval {
+		return nil
+	}
+	return t.Expire(now)
+}
+
 // Expire frees every request started more than StaleExpiry before now and returns their ids, so the
-// owner can count them. AddRequest calls it lazily; owners may also call it on a timer.
+// owner can count them and drop them elsewhere (the Registry, the request index).
 func (t *Tracker) Expire(now time.Time) []string {
 	t.lastCleanup = now
 	var gone []string

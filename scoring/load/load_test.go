@@ -109,8 +109,15 @@ func TestDuplicateAndExpiry(t *testing.T) {
 	if err := tr.AddRequest(Request{ID: "a", Now: t0}); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("duplicate: %v", err)
 	}
-	// A later add past the expiry sweeps "a".
-	must(t, tr.AddRequest(Request{ID: "b", ISL: 4, Now: t0.Add(scoring.DefaultStaleExpiry + time.Second)}))
+	// The lazy sweep before a later add drops "a" and reports it; right after, it is rate-limited.
+	late := t0.Add(scoring.DefaultStaleExpiry + time.Second)
+	if got := tr.MaybeExpire(late); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("swept %v", got)
+	}
+	if got := tr.MaybeExpire(late.Add(time.Second)); got != nil {
+		t.Fatalf("sweep not rate-limited: %v", got)
+	}
+	must(t, tr.AddRequest(Request{ID: "b", ISL: 4, Now: late}))
 	if tr.Active("a") || !tr.Active("b") {
 		t.Fatal("stale request not swept")
 	}

@@ -64,6 +64,8 @@ type Runner struct {
 	routes  map[string]*worker
 	queue   *queue.Queue[*pending]
 	approx  *scoring.Approx
+	reg     *load.Registry // fleet-wide active index, cross-checked against the trackers
+	regIDs  map[string]bool
 	rr      uint64
 
 	lastWorker *scoring.WorkerKey
@@ -194,7 +196,8 @@ func (r *Runner) configure(kvs []string) error {
 	}
 	*r = Runner{newIndex: r.newIndex, out: r.out, failures: r.failures, line: r.line,
 		cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e37)), now: epoch, index: r.newIndex(),
-		routes: map[string]*worker{}, queue: q, approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg))}
+		routes: map[string]*worker{}, queue: q, approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)),
+		reg: load.NewRegistry(), regIDs: map[string]bool{}}
 	return nil
 }
 
@@ -298,8 +301,10 @@ func (r *Runner) removeWorker(args map[string]string) error {
 	for rid, w := range r.routes {
 		if w.key.WorkerID == uint64(id) {
 			delete(r.routes, rid)
+			delete(r.regIDs, rid)
 		}
 	}
+	r.reg.RemoveWorker(uint64(id))
 	r.index.RemoveWorker(uint64(id))
 	return nil
 }
@@ -479,6 +484,13 @@ func (r *Runner) candidates(rr *routeReq) []scoring.Candidate {
 	if r.cfg.NeedsIndexer() {
 		scores = r.index.FindMatches(rr.local, nil)
 	}
+	var regAdditional map[scoring.WorkerKey]uint64
+	if r.registryApplies(rr.reuse) {
+		regAdditional = map[scoring.WorkerKey]uint64{}
+		for _, s := range r.reg.ActivePrefix(rr.local, nil) {
+			regAdditional[scoring.WorkerKey(s.Worker)] = uint64(s.Blocks)
+		}
+	}
 	cands := make([]scoring.Candidate, 0, len(r.workers))
 	for _, w := range r.workers {
 		c := scoring.Candidate{Worker: w.key, Device: w.device, Capacity: w.cap}
@@ -488,6 +500,12 @@ func (r *Runner) candidates(rr *routeReq) []scoring.Candidate {
 			}
 		}
 		c.Load = w.tracker.Load(rr.seq, rr.reuse)
+		if regAdditional != nil {
+			if want := uint64(len(rr.seq)) - regAdditional[w.key]; want != c.Load.AdditionalBlocks {
+				r.failures = append(r.failures, fmt.Sprintf("line %d: %s additional blocks: tracker %d, registry %d",
+					r.line, name(w.key), c.Load.AdditionalBlocks, want))
+			}
+		}
 		cands = append(cands, c)
 	}
 	return cands
@@ -535,11 +553,22 @@ func (r *Runner) route(args map[string]string, fromQueue bool) error {
 		costs = append(costs, s)
 	}
 	r.printf("   costs %s", strings.Join(costs, " "))
+	for _, gone := range w.tracker.MaybeExpire(r.now) {
+		delete(r.routes, gone)
+		r.regFree(gone)
+		r.printf("   stale request %s dropped from %s", gone, name(w.key))
+	}
 	if err := w.tracker.AddRequest(load.Request{ID: id, SeqHashes: rr.seq, ISL: rr.req.ISL, OverlapBlocks: d.Overlap,
 		ExpectedOutputTokens: rr.osl, AssumeKVReuse: &rr.reuse, TrackPrefillTokens: rr.trackPf, Now: r.now}); err != nil {
 		return err
 	}
 	r.routes[id] = w
+	if r.registryApplies(rr.reuse) {
+		if err := r.reg.Add(id, w.key, rr.local, rr.seq); err != nil {
+			return err
+		}
+		r.regIDs[id] = true
+	}
 	if !r.cfg.UseKVEvents && r.cfg.NeedsIndexer() {
 		r.recordApprox(w.key, rr)
 	}
@@ -561,6 +590,19 @@ func (r *Runner) routeN(n string, args map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// registryApplies says when load.Registry answers the same as the trackers: KV reuse, stride 1, blocks
+// tracked. Requests routed without reuse never enter the registry (their blocks have fresh hashes).
+func (r *Runner) registryApplies(reuse bool) bool {
+	return reuse && r.cfg.ActiveSequenceStride == 1 && r.cfg.TrackActiveBlocks
+}
+
+func (r *Runner) regFree(id string) {
+	if r.regIDs[id] {
+		r.reg.Free(id)
+		delete(r.regIDs, id)
+	}
 }
 
 // recordApprox is approximate mode: index the routed prompt for the chosen worker, with TTL.
@@ -631,6 +673,7 @@ func (r *Runner) lifecycle(cmd string, args map[string]string) error {
 		w.tracker.MarkPrefillCompleted(id)
 	case "free":
 		w.tracker.Free(id)
+		r.regFree(id)
 		delete(r.routes, id)
 	case "output":
 		n, err := atoi(args, "tokens", 0)
@@ -682,6 +725,7 @@ func (r *Runner) tick(pos []string) error {
 	for _, w := range r.workers {
 		for _, id := range w.tracker.Expire(r.now) {
 			delete(r.routes, id)
+			r.regFree(id)
 			r.printf("stale request %s dropped from %s", id, name(w.key))
 		}
 	}
