@@ -437,3 +437,50 @@ func TestEventStreamReconstructsGroundTruth(t *testing.T) {
 		})
 	}
 }
+
+func TestHTTPDataParallelRank(t *testing.T) {
+	w := startTestWorker(t, func(c *WorkerConfig) { c.DPSize = 2 })
+	post := func(header string, body map[string]any) int {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", w.URL()+"/v1/completions", bytes.NewReader(b))
+		if header != "" {
+			req.Header.Set("X-data-parallel-rank", header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := post("1", map[string]any{"prompt": seq(0, 40), "max_tokens": 1}); s != 200 {
+		t.Fatalf("status %d", s)
+	}
+	if s := post("", map[string]any{"prompt": seq(100, 40), "max_tokens": 1, "data_parallel_rank": 1}); s != 200 {
+		t.Fatalf("status %d", s)
+	}
+	if s := post("2", map[string]any{"prompt": seq(0, 40), "max_tokens": 1}); s != 400 {
+		t.Fatalf("out-of-range rank status %d", s)
+	}
+	waitFor(t, "idle", w.Idle)
+	if len(w.CachedBlocks(0)) != 0 || len(w.CachedBlocks(1)) != 4 || len(w.rec[0].snapshot()) != 0 || len(w.rec[1].snapshot()) != 2 {
+		t.Fatalf("rank 0: %d blocks %d batches; rank 1: %d blocks %d batches", len(w.CachedBlocks(0)), len(w.rec[0].snapshot()), len(w.CachedBlocks(1)), len(w.rec[1].snapshot()))
+	}
+	_, metrics := getBody(t, w.URL()+"/metrics")
+	if !strings.Contains(string(metrics), `vllm:prefix_cache_queries_total{engine="1",model_name="kvroute-mocker"} 80.0`) {
+		t.Fatalf("metrics:\n%s", metrics)
+	}
+}
+
+// TestHTTPStreamClientGoneAborts closes an SSE stream early: the request is aborted and its blocks freed.
+func TestHTTPStreamClientGoneAborts(t *testing.T) {
+	w := startTestWorker(t, func(c *WorkerConfig) { c.Engine.SpeedupRatio = 1 })
+	b, _ := json.Marshal(map[string]any{"prompt": seq(0, 64), "max_tokens": 2000, "stream": true})
+	resp, err := http.Post(w.URL()+"/v1/completions", "application/json", bytes.NewReader(b))
+	must(t, err)
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitFor(t, "abort frees the request", func() bool { return w.Idle() && w.Stats(0).UsedBlocks == 0 })
+}

@@ -1,0 +1,112 @@
+package mocker
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a manual clock: timers fire only when the test advances to them.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	clk   *fakeClock
+	c     chan time.Time
+	at    time.Time
+	armed bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer() Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{clk: c, c: make(chan time.Time, 1)}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+func (t *fakeTimer) Reset(d time.Duration) {
+	t.clk.mu.Lock()
+	t.at, t.armed = t.clk.now.Add(d), true
+	t.clk.mu.Unlock()
+}
+func (t *fakeTimer) Stop() {
+	t.clk.mu.Lock()
+	t.armed = false
+	t.clk.mu.Unlock()
+}
+
+// fireNext advances to the earliest armed timer and fires it; false when none is armed.
+func (c *fakeClock) fireNext() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next *fakeTimer
+	for _, t := range c.timers {
+		if t.armed && (next == nil || t.at.Before(next.at)) {
+			next = t
+		}
+	}
+	if next == nil {
+		return false
+	}
+	c.now, next.armed = next.at, false
+	next.c <- c.now
+	return true
+}
+
+// runVirtual advances the fake clock until s finishes.
+func runVirtual(t *testing.T, clk *fakeClock, s *Stream) StreamState {
+	t.Helper()
+	waitFor(t, "request done in virtual time", func() bool {
+		select {
+		case <-s.Finished():
+			return true
+		default:
+		}
+		clk.fireNext()
+		return false
+	})
+	return s.Read(0, nil)
+}
+
+// TestRuntimeVirtualTimeSecondRequestFaster runs the full runtime (rank loop, streams) on a fake clock: the
+// first token of a repeated prompt arrives earlier by exactly the prefill the cache saved.
+func TestRuntimeVirtualTimeSecondRequestFaster(t *testing.T) {
+	clk := newFakeClock()
+	cfg := WorkerConfig{Engine: DefaultEngineConfig(), Clock: clk}
+	cfg.Engine.BlockSize, cfg.Engine.NumGPUBlocks, cfg.Engine.SpeedupRatio = 16, 512, 2
+	w, err := StartWorker(cfg)
+	must(t, err)
+	t.Cleanup(func() { w.Close() })
+	prompt := seq(7, 3000)
+	var ttft [2]time.Duration
+	var st [2]StreamState
+	for i := range 2 {
+		s, err := w.Submit(0, Request{Prompt: prompt, MaxTokens: 4})
+		must(t, err)
+		st[i] = runVirtual(t, clk, s)
+		ttft[i] = st[i].FirstToken.Sub(st[i].Start)
+	}
+	hit := 2992 // (3000-1)/16 full blocks
+	if st[0].CachedTokens != 0 || st[1].CachedTokens != hit {
+		t.Fatalf("cached %d, %d", st[0].CachedTokens, st[1].CachedTokens)
+	}
+	want0 := StepDuration(3000, 0, 0, 2, 1)
+	want1 := StepDuration(3000-hit, 0, 0, 2, 1)
+	if ttft[0] != want0 || ttft[1] != want1 {
+		t.Fatalf("ttft %v, %v; want %v, %v", ttft[0], ttft[1], want0, want1)
+	}
+	t.Logf("saved %v of simulated prefill (model: %.3f ms → %.3f ms at speedup 2)", ttft[0]-ttft[1], PrefillMillis(3000)/2, PrefillMillis(8)/2)
+}
