@@ -3,6 +3,7 @@ package mocker
 import (
 	"fmt"
 	"sync"
+	"syscall"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ func benchFleet(b *testing.B, workers, conc int, speedup float64) {
 	var failed atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for slot := range workers * conc {
@@ -75,6 +77,7 @@ func benchFleet(b *testing.B, workers, conc int, speedup float64) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	b.StopTimer()
 	if failed.Load() > 0 {
 		b.Fatalf("%d submissions failed", failed.Load())
@@ -89,6 +92,17 @@ func benchFleet(b *testing.B, workers, conc int, speedup float64) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sim-req/s")
 	b.ReportMetric(float64(steps)/elapsed.Seconds(), "steps/s")
 	b.ReportMetric(busy.Seconds()*speedup/elapsed.Seconds()/float64(workers), "virtual-x/worker")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/req")
+}
+
+// processCPU is the process's user+system CPU time: on a shared machine, CPU per simulated request is a
+// steadier figure than wall-clock throughput.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkEventsPublished: one op is one request (256-token prompt of which 128 are shared by a group of
@@ -120,6 +134,7 @@ func BenchmarkEventsPublished(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -146,6 +161,7 @@ func BenchmarkEventsPublished(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(w.PublishedEvents(0))/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(w.PublishedBatches(0))/elapsed.Seconds(), "batches/s")
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(w.PublishedEvents(0)), "cpu-ns/event")
 }
 
 // BenchmarkEngineStep: one op is one engine step of a saturated engine (pure, no runtime): 64 requests in

@@ -326,7 +326,7 @@ type completionBody struct {
 	Created int64    `json:"created"`
 	Model   string   `json:"model"`
 	Choices []choice `json:"choices"`
-	Usage   *usage   `json:"usage"`
+	Usage   *usage   `json:"usage,omitempty"`
 }
 
 var finishLength = "length"
