@@ -13,10 +13,11 @@ type hfTokenizer struct{ t *model.Tokenizer }
 func (h hfTokenizer) Encode(text string) []uint32 { return h.t.Encode(text) }
 func (h hfTokenizer) Decode(ids []uint32) string  { return h.t.Decode(ids, model.DecodeOptions{}) }
 
-// LoadModel loads an HF model directory with model.Load: its tokenizer, chat template and image geometry.
-// name is the served model name ("" uses the directory path, as vLLM does).
+// LoadModel loads an HF model directory, or a name found in the local HF hub cache (model.LoadNamed; nothing
+// is downloaded): its tokenizer, chat template and image geometry. name is the served model name ("" uses
+// dir as given, as vLLM does).
 func LoadModel(dir, name string) (*Model, error) {
-	hf, err := model.Load(dir)
+	hf, err := model.LoadNamed(dir)
 	if err != nil {
 		return nil, fmt.Errorf("mocker: %w", err)
 	}
@@ -24,7 +25,7 @@ func LoadModel(dir, name string) (*Model, error) {
 		name = dir
 	}
 	m := NewFallbackModel(name)
-	m.Root = filepath.Clean(dir)
+	m.Root = filepath.Clean(hf.Dir)
 	m.Tok = hfTokenizer{hf.Tokenizer}
 	if hf.Config.ImageTokenID >= 0 {
 		m.ImagePadID = uint32(hf.Config.ImageTokenID)
