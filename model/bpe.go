@@ -1,9 +1,9 @@
 package model
 
 import (
-	"container/heap"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync/atomic"
 )
 
@@ -71,12 +71,12 @@ const smallWord = 48
 
 // merge applies the merge rules to syms (ids) in place and returns the result: always the lowest-ranked pair
 // first, the leftmost of equal pairs first, as HF tokenizers and the reference JS port do.
-func (m *mergeTable) merge(syms []uint32) []uint32 {
+func (m *mergeTable) merge(syms []uint32, hs *heapScratch) []uint32 {
 	if len(syms) < 2 {
 		return syms
 	}
 	if len(syms) > smallWord {
-		return m.mergeHeap(syms)
+		return m.mergeHeap(syms, hs)
 	}
 	var buf [smallWord]uint64
 	ranks := buf[:len(syms)-1]
@@ -109,26 +109,27 @@ func (m *mergeTable) merge(syms []uint32) []uint32 {
 
 // mergeHeap is merge for long words (a CJK sentence is one word; SentencePiece-style models have no
 // pre-tokenizer at all): a doubly linked list over the original positions and a heap keyed by rank, then position.
-func (m *mergeTable) mergeHeap(syms []uint32) []uint32 {
+func (m *mergeTable) mergeHeap(syms []uint32, hs *heapScratch) []uint32 {
 	n := len(syms)
-	prev := make([]int32, n)
-	next := make([]int32, n)
+	hs.prev = slicesGrow(hs.prev, n)
+	hs.next = slicesGrow(hs.next, n)
+	prev, next := hs.prev, hs.next
 	for i := range n {
 		prev[i] = int32(i - 1)
 		next[i] = int32(i + 1)
 	}
 	next[n-1] = -1
-	h := make(pairHeap, 0, n)
+	h := hs.heap[:0]
 	for i := 0; i < n-1; i++ {
 		if r := m.get(syms[i], syms[i+1]); r != noMerge {
-			h = append(h, pairItem{key: r>>32<<32 | uint64(i)})
+			h = append(h, r>>32<<32|uint64(i))
 		}
 	}
-	heap.Init(&h)
-	for h.Len() > 0 {
-		it := heap.Pop(&h).(pairItem)
-		pos := int32(it.key & 0xffffffff)
-		rank := it.key >> 32
+	h.init()
+	for len(h) > 0 {
+		key := h.pop()
+		pos := int32(key & 0xffffffff)
+		rank := key >> 32
 		nx := next[pos]
 		if syms[pos] == deadSym || nx < 0 {
 			continue
@@ -144,15 +145,16 @@ func (m *mergeTable) mergeHeap(syms []uint32) []uint32 {
 		if nn >= 0 {
 			prev[nn] = pos
 			if r2 := m.get(syms[pos], syms[nn]); r2 != noMerge {
-				heap.Push(&h, pairItem{key: r2>>32<<32 | uint64(pos)})
+				h.push(r2>>32<<32 | uint64(pos))
 			}
 		}
 		if p := prev[pos]; p >= 0 {
 			if r2 := m.get(syms[p], syms[pos]); r2 != noMerge {
-				heap.Push(&h, pairItem{key: r2>>32<<32 | uint64(p)})
+				h.push(r2>>32<<32 | uint64(p))
 			}
 		}
 	}
+	hs.heap = h[:0]
 	out := syms[:0]
 	for i := int32(0); i >= 0; i = next[i] {
 		out = append(out, syms[i])
@@ -160,31 +162,84 @@ func (m *mergeTable) mergeHeap(syms []uint32) []uint32 {
 	return out
 }
 
+// heapScratch is mergeHeap's reusable memory (pooled with the other encode buffers).
+type heapScratch struct {
+	prev, next []int32
+	heap       pairHeap
+}
+
+func slicesGrow(s []int32, n int) []int32 {
+	if cap(s) < n {
+		return make([]int32, n, n+n/4)
+	}
+	return s[:n]
+}
+
 // deadSym marks a merged-away position in mergeHeap; no vocabulary has 2^32-1 ids.
 const deadSym = math.MaxUint32
 
-type pairItem struct{ key uint64 } // rank<<32 | position
+// pairHeap is a binary min-heap of rank<<32 | position keys (hand-written: container/heap boxes every element).
+type pairHeap []uint64
 
-type pairHeap []pairItem
-
-func (h pairHeap) Len() int           { return len(h) }
-func (h pairHeap) Less(i, j int) bool { return h[i].key < h[j].key }
-func (h pairHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *pairHeap) Push(x any)        { *h = append(*h, x.(pairItem)) }
-func (h *pairHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return it
+func (h pairHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
 }
 
-// wordCache remembers the ids of recently seen words. It is direct-mapped: one slot per hash, the newest word wins.
-// Slots hold immutable entries behind atomic pointers, so readers on any goroutine never lock and a lost race
-// only costs a recomputation. Memory is bounded by the slot count times the longest cached word.
+func (h *pairHeap) push(k uint64) {
+	*h = append(*h, k)
+	a := *h
+	i := len(a) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if a[p] <= a[i] {
+			break
+		}
+		a[p], a[i] = a[i], a[p]
+		i = p
+	}
+}
+
+func (h *pairHeap) pop() uint64 {
+	a := *h
+	top := a[0]
+	last := len(a) - 1
+	a[0] = a[last]
+	*h = a[:last]
+	if last > 0 {
+		(*h).down(0)
+	}
+	return top
+}
+
+func (h pairHeap) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h[r] < h[l] {
+			m = r
+		}
+		if h[i] <= h[m] {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+// wordCache remembers the ids of recently seen words. It is two-way set associative: a word lives in one of the
+// two slots of its set, a new word takes the first slot and pushes the previous occupant to the second. Slots hold
+// immutable entries behind atomic pointers, so readers on any goroutine never lock and a lost race only costs a
+// recomputation. Memory is bounded by the slot count times the longest cached word.
 type wordCache struct {
 	seed  maphash.Seed
 	slots []atomic.Pointer[wordEntry]
-	mask  uint64
+	mask  uint64 // of the set index (slots/2 - 1)
 }
 
 type wordEntry struct {
@@ -192,15 +247,36 @@ type wordEntry struct {
 	ids  []uint32
 }
 
-// maxCachedWord bounds the word length (bytes) worth caching; longer words are rare and merge fast enough.
-const maxCachedWord = 64
+// maxCachedWord bounds the word length (bytes) worth caching. A CJK sentence is one word of a few hundred bytes,
+// so the bound is not small; longer words are rare.
+const maxCachedWord = 160
 
 func newWordCache(slots int) *wordCache {
-	return &wordCache{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[wordEntry], slots), mask: uint64(slots - 1)}
+	return &wordCache{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[wordEntry], slots), mask: uint64(slots/2 - 1)}
 }
 
-func (c *wordCache) slot(word string) *atomic.Pointer[wordEntry] {
-	return &c.slots[maphash.String(c.seed, word)&c.mask]
+func (c *wordCache) set(word string) int {
+	return int(maphash.String(c.seed, word)&c.mask) * 2
+}
+
+func (c *wordCache) get(word string) ([]uint32, bool) {
+	i := c.set(word)
+	if e := c.slots[i].Load(); e != nil && e.word == word {
+		return e.ids, true
+	}
+	if e := c.slots[i+1].Load(); e != nil && e.word == word {
+		return e.ids, true
+	}
+	return nil, false
+}
+
+// put copies word and ids (both usually point into caller buffers).
+func (c *wordCache) put(word string, ids []uint32) {
+	i := c.set(word)
+	e := &wordEntry{word: strings.Clone(word), ids: append([]uint32(nil), ids...)}
+	if old := c.slots[i].Swap(e); old != nil {
+		c.slots[i+1].Store(old)
+	}
 }
 
 // reset empties the cache (benchmarks of the cold path).

@@ -63,3 +63,16 @@ func FuzzChatMessages(f *testing.F) {
 		_, _ = m.EncodeChat(msgs, ChatOptions{AddGenerationPrompt: true})
 	})
 }
+
+// FuzzNFC: the piecewise NFC equals x/text's on any input.
+func FuzzNFC(f *testing.F) {
+	for _, s := range []string{"cafe\u0301", "\u1100\u1161\u11a8x", "a\u0301\u0323b\u212b", "\xffe\u0301", "👍🏽e\u0300"} {
+		f.Add(s)
+	}
+	initNFCInert()
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := string(appendNFC(nil, s)), norm.NFC.String(s); got != want {
+			t.Fatalf("appendNFC(%q) = %q, want %q", s, got, want)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
@@ -63,8 +64,65 @@ func buildNormalizer(c *componentJSON) (normalizer, error) {
 	return nil, fmt.Errorf("model: unsupported normalizer %q", c.Type)
 }
 
-// normalizeForm skips the Unicode tables for text that is already in the form (ASCII always is), which is nearly
-// all text a router sees.
+// appendNFC appends NFC(s) to dst, normalizing only around characters that are not NFC-inert: an inert character
+// never combines with what precedes it, so the text splits there without changing the result. Text with one
+// decomposed accent in a 50 KB prompt costs one small normalization, not a copy through the Unicode tables.
+func appendNFC(dst []byte, s string) []byte {
+	last, prev := 0, 0 // last: start of the text not yet appended; prev: start of the previous character
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			prev = i
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r < nfcTableEnd && !(r == utf8.RuneError && size == 1) && nfcInert[r>>6]&(1<<(r&63)) != 0 {
+			prev = i
+			i += size
+			continue
+		}
+		// Not inert: normalize from the previous character (a starter it may compose with) to the next inert one.
+		start := prev
+		if start > i {
+			start = i
+		}
+		j := i + size
+		for j < len(s) {
+			c := s[j]
+			if c < utf8.RuneSelf {
+				break
+			}
+			r, sz := utf8.DecodeRuneInString(s[j:])
+			if r < nfcTableEnd && !(r == utf8.RuneError && sz == 1) && nfcInert[r>>6]&(1<<(r&63)) != 0 {
+				break
+			}
+			j += sz
+		}
+		dst = append(dst, s[last:start]...)
+		dst = norm.NFC.AppendString(dst, s[start:j])
+		last, prev, i = j, j, j
+	}
+	return append(dst, s[last:]...)
+}
+
+// isNFC reports whether s is certainly NFC already (false means "maybe not").
+func isNFC(s string) bool {
+	i := 0
+	for i < len(s) && s[i] < utf8.RuneSelf {
+		i++
+	}
+	if i == len(s) || nfcInertString(s[i:]) {
+		return true
+	}
+	if i > 0 {
+		i--
+	}
+	return norm.NFC.QuickSpanString(s[i:]) == len(s)-i
+}
+
+// normalizeForm skips the Unicode tables for text that is already in the form, which is nearly all text a router
+// sees. For NFC the check is one table lookup per BMP character (nfcInert); other forms use x/text's quick check.
 func normalizeForm(f norm.Form) normalizer {
 	return func(s string) string {
 		i := 0
@@ -72,6 +130,9 @@ func normalizeForm(f norm.Form) normalizer {
 			i++
 		}
 		if i == len(s) {
+			return s
+		}
+		if f == norm.NFC && nfcInertString(s[i:]) {
 			return s
 		}
 		if i > 0 {
@@ -82,4 +143,49 @@ func normalizeForm(f norm.Form) normalizer {
 		}
 		return f.String(s)
 	}
+}
+
+// nfcTableEnd covers the BMP and the supplementary planes with emoji and CJK extensions (24 KiB of bits).
+const nfcTableEnd = 0x30000
+
+var (
+	nfcInertOnce sync.Once
+	nfcInert     []uint64 // bit r set: rune r (< nfcTableEnd) is NFC-normal, has combining class 0, never composes backwards
+)
+
+func initNFCInert() {
+	nfcInertOnce.Do(func() {
+		t := make([]uint64, nfcTableEnd/64)
+		var buf [4]byte
+		for r := rune(0); r < nfcTableEnd; r++ {
+			if r >= 0xD800 && r <= 0xDFFF {
+				continue
+			}
+			n := utf8.EncodeRune(buf[:], r)
+			p := norm.NFC.Properties(buf[:n])
+			if p.CCC() == 0 && p.BoundaryBefore() && norm.NFC.IsNormal(buf[:n]) {
+				t[r>>6] |= 1 << (r & 63)
+			}
+		}
+		nfcInert = t
+	})
+}
+
+// nfcInertString reports whether every character of s is inert for NFC, so that s is already normalized no matter
+// what precedes it... as long as the character before s is a starter too, which the caller guarantees by passing a
+// suffix that follows ASCII.
+func nfcInertString(s string) bool {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r >= nfcTableEnd || (r == utf8.RuneError && size == 1) || nfcInert[r>>6]&(1<<(r&63)) == 0 {
+			return false
+		}
+		i += size
+	}
+	return true
 }

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unicode/utf8"
+	"unsafe"
 
 	json "github.com/goccy/go-json"
 )
@@ -27,6 +27,7 @@ type Tokenizer struct {
 
 	added     *addedMatcher
 	normalize normalizer
+	nfc       bool // the normalizer is exactly NFC: normalized into a pooled buffer instead of a new string
 	pre       preTokenizer
 
 	byteLevel    bool // tokens are byte sequences (GPT-2 alphabet in the file)
@@ -52,6 +53,8 @@ type Tokenizer struct {
 }
 
 type encodeBufs struct {
+	norm    []byte // NFC output, reused; the normalized text never outlives one encodeText call
+	heap    heapScratch
 	pieces  []addedPiece
 	ends    []int
 	syms    []uint32
@@ -87,6 +90,7 @@ func ParseTokenizer(data []byte) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%w: end_of_word_suffix", ErrUnsupported)
 	}
 	initClasses()
+	initNFCInert()
 	t := &Tokenizer{
 		ignoreMerges: f.Model.IgnoreMerges,
 		byteFallback: f.Model.ByteFallback,
@@ -99,6 +103,7 @@ func ParseTokenizer(data []byte) (*Tokenizer, error) {
 	if t.normalize, err = buildNormalizer(f.Normalizer); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
+	t.nfc = f.Normalizer != nil && f.Normalizer.Type == "NFC"
 	if t.decoder, err = buildDecoder(f.Decoder); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
@@ -358,7 +363,13 @@ func (t *Tokenizer) getBufs() *encodeBufs {
 
 // encodeText tokenizes a piece that contains no added token.
 func (t *Tokenizer) encodeText(dst []uint32, s string, b *encodeBufs) []uint32 {
-	if t.normalize != nil {
+	switch {
+	case t.nfc:
+		if !isNFC(s) {
+			b.norm = appendNFC(b.norm[:0], s)
+			s = unsafe.String(unsafe.SliceData(b.norm), len(b.norm))
+		}
+	case t.normalize != nil:
 		s = t.normalize(s)
 	}
 	if t.metaspace != "" {
@@ -389,18 +400,17 @@ func (t *Tokenizer) encodeWord(dst []uint32, w string, b *encodeBufs) []uint32 {
 			return append(dst, id)
 		}
 	}
-	var slot *atomic.Pointer[wordEntry]
-	if len(w) <= maxCachedWord {
-		slot = t.cache.slot(w)
-		if e := slot.Load(); e != nil && e.word == w {
-			return append(dst, e.ids...)
+	cacheable := len(w) <= maxCachedWord
+	if cacheable {
+		if ids, ok := t.cache.get(w); ok {
+			return append(dst, ids...)
 		}
 	}
 	syms := t.initialSymbols(w, b.syms[:0])
-	syms = t.merges.merge(syms)
+	syms = t.merges.merge(syms, &b.heap)
 	b.syms = syms[:0]
-	if slot != nil {
-		slot.Store(&wordEntry{word: w, ids: append([]uint32(nil), syms...)})
+	if cacheable {
+		t.cache.put(w, syms)
 	}
 	return append(dst, syms...)
 }
