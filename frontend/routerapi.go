@@ -48,7 +48,12 @@ type workersResponse struct {
 // Handle serves ctx if its path is a router endpoint and reports whether it did.
 func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 	path := string(ctx.Path())
+	if a.handleRoute(ctx, path) {
+		return true
+	}
 	switch {
+	case path == "/busy_threshold":
+		a.busyThreshold(ctx)
 	case path == "/v1/overlap_scores":
 		if !ctx.IsPost() {
 			writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))

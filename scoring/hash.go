@@ -14,8 +14,10 @@ const Seed uint64 = 1337
 // saltSeed is the XXH3 seed of the cache-namespace (salt) contribution to the block-hash seed.
 const saltSeed uint64 = 1
 
-// maxBlockBytes bounds the stack buffer used to hash one block; larger blocks fall back to the heap.
-const maxBlockBytes = 4 * 1024
+// stackBlockBytes is the stack buffer that hashes one block without allocating: 64 tokens and four
+// mm hashes. It is small on purpose: Go zeroes the whole array on every call, and a 4 KiB buffer cost
+// four times the hash itself.
+const stackBlockBytes = 288
 
 // DeriveSeed returns the local-block-hash seed for a LoRA adapter name and a cache namespace (salt):
 // 1337 + XXH3(lora, 0) + XXH3(namespace, 1), each term only when its string is non-empty, with wrapping
@@ -36,13 +38,18 @@ func DeriveSeed(loraName, cacheNamespace string) uint64 {
 // modified; offsets of multimodal objects never enter the hash.
 func BlockHash(tokens []uint32, mmHashes []uint64, seed uint64) uint64 {
 	n := 4*len(tokens) + 8*len(mmHashes)
-	var stack [maxBlockBytes]byte
-	var buf []byte
-	if n <= len(stack) {
-		buf = stack[:0]
-	} else {
-		buf = make([]byte, 0, n)
+	if n > stackBlockBytes {
+		h, _ := blockHashBuf(make([]byte, 0, n), tokens, mmHashes, seed)
+		return h
 	}
+	var stack [stackBlockBytes]byte
+	h, _ := blockHashBuf(stack[:0], tokens, mmHashes, seed)
+	return h
+}
+
+// blockHashBuf is BlockHash writing into buf (reset to length 0); it returns buf for reuse.
+func blockHashBuf(buf []byte, tokens []uint32, mmHashes []uint64, seed uint64) (uint64, []byte) {
+	buf = buf[:0]
 	for _, t := range tokens {
 		buf = binary.LittleEndian.AppendUint32(buf, t)
 	}
@@ -57,7 +64,7 @@ func BlockHash(tokens []uint32, mmHashes []uint64, seed uint64) uint64 {
 			buf = binary.LittleEndian.AppendUint64(buf, h)
 		}
 	}
-	return xxh3.HashSeed(buf, seed)
+	return xxh3.HashSeed(buf, seed), buf
 }
 
 // LocalBlockHashes appends to dst the local hash of every full block of tokens (a trailing partial block
@@ -69,12 +76,20 @@ func LocalBlockHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64,
 	}
 	n := len(tokens) / blockSize
 	dst = slices.Grow(dst, n)
+	// One buffer for every block: no per-block zeroing, no allocation for blocks up to the stack size.
+	var stack [4 * 256]byte
+	buf := stack[:0]
+	if 4*blockSize > len(stack) {
+		buf = make([]byte, 0, 4*blockSize+64)
+	}
+	var h uint64
 	for i := 0; i < n; i++ {
 		var mm []uint64
 		if i < len(blockMM) {
 			mm = blockMM[i]
 		}
-		dst = append(dst, BlockHash(tokens[i*blockSize:(i+1)*blockSize], mm, seed))
+		h, buf = blockHashBuf(buf, tokens[i*blockSize:(i+1)*blockSize], mm, seed)
+		dst = append(dst, h)
 	}
 	return dst
 }

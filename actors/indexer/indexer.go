@@ -260,3 +260,26 @@ func (x *Indexer) Stop() {
 	x.mu.Unlock()
 	_ = x.system.Root.PoisonFuture(x.root).Wait()
 }
+
+// EventCount is one cell of the applied-events counter.
+type EventCount struct {
+	Status, Type string
+	Count        uint64
+}
+
+// EventCounts sums the applied-events counters over shards (non-zero cells only).
+func (x *Indexer) EventCounts() []EventCount {
+	var out []EventCount
+	for st := 0; st < numStatus; st++ {
+		for ty := 0; ty < numEventType; ty++ {
+			var n uint64
+			for _, s := range x.shards {
+				n += s.applied[st][ty].Load()
+			}
+			if n > 0 {
+				out = append(out, EventCount{Status: statusLabel[st], Type: typeLabel[ty], Count: n})
+			}
+		}
+	}
+	return out
+}

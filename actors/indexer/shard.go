@@ -28,6 +28,39 @@ type shard struct {
 	stats map[uint64]*WorkerStats
 	// unknown counts messages of a type the shard does not handle.
 	unknown atomic.Uint64
+	// applied counts events by status and type (dynamo_component_kv_cache_events_applied).
+	applied [numStatus][numEventType]atomic.Uint64
+}
+
+// Event statuses and types of the applied-events counter, with Dynamo's label values.
+const (
+	statusOK = iota
+	statusParentNotFound
+	statusBlockNotFound
+	statusInvalidBlock
+	numStatus
+)
+
+const (
+	typeStored = iota
+	typeRemoved
+	typeCleared
+	numEventType
+)
+
+var statusLabel = [numStatus]string{"ok", "parent_block_not_found", "block_not_found", "invalid_block"}
+var typeLabel = [numEventType]string{"stored", "removed", "cleared"}
+
+func statusOf(err error) int {
+	switch {
+	case err == nil:
+		return statusOK
+	case errors.Is(err, prefix.ErrParentNotFound):
+		return statusParentNotFound
+	case errors.Is(err, prefix.ErrBlockNotFound):
+		return statusBlockNotFound
+	}
+	return statusInvalidBlock
 }
 
 func newShard() *shard {
@@ -80,16 +113,21 @@ func (s *shard) apply(m *Apply) {
 		st.Events++
 		switch op.Kind {
 		case OpStore:
-			if err := s.idx.Store(w, op.Parent, op.HasParent, op.Blocks); err != nil {
+			err := s.idx.Store(w, op.Parent, op.HasParent, op.Blocks)
+			if err != nil {
 				st.RejectedStores++
 			}
+			s.applied[statusOf(err)][typeStored].Add(1)
 		case OpRemove:
-			if err := s.idx.Remove(w, op.Hashes); err != nil && errors.Is(err, prefix.ErrBlockNotFound) {
+			err := s.idx.Remove(w, op.Hashes)
+			if err != nil && errors.Is(err, prefix.ErrBlockNotFound) {
 				st.MissingRemoves++
 			}
+			s.applied[statusOf(err)][typeRemoved].Add(1)
 		case OpClear:
 			// vLLM's AllBlocksCleared comes from one rank's pool; Dynamo clears the whole worker.
 			s.idx.ClearWorker(m.WorkerID)
+			s.applied[statusOK][typeCleared].Add(1)
 		}
 	}
 }

@@ -1,9 +1,13 @@
 package router
 
 import (
+	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/worker"
@@ -22,19 +26,43 @@ type Config struct {
 	Indexer indexer.Config
 	// Worker configures the mirrors.
 	Worker worker.Config
+	// Scoring is the router configuration: mode, cost weights, load tracking, queue, busy thresholds
+	// (every --router-* flag). Its BlockSize is overwritten with BlockSize.
+	Scoring scoring.Config
+	// Now is the clock of load tracking, queueing and approximate-mode TTLs; nil means time.Now.
+	Now func() time.Time
+	// Seed, when set, makes every random choice (tie-breaks, softmax, random modes) reproducible.
+	Seed *uint64
+	// Registerer receives the router's Prometheus metrics; nil keeps them private.
+	Registerer prometheus.Registerer
+	// RouterID labels the overhead histograms.
+	RouterID string
+	// TickInterval is how often expiries (approximate-mode TTL, stale requests) run. Default 1s; a
+	// negative value disables the ticker (tests call Tick).
+	TickInterval time.Duration
 }
 
-// DefaultConfig returns the defaults for a block size.
+// DefaultConfig returns the defaults for a block size: KV mode, Dynamo's cost weights.
 func DefaultConfig(blockSize int) Config {
-	return Config{BlockSize: blockSize, Indexer: indexer.DefaultConfig(), Worker: worker.DefaultConfig(blockSize)}
+	sc := scoring.DefaultConfig()
+	sc.Mode = scoring.ModeKV
+	sc.BlockSize = blockSize
+	return Config{BlockSize: blockSize, Indexer: indexer.DefaultConfig(), Worker: worker.DefaultConfig(blockSize),
+		Scoring: sc, RouterID: "kvroute", TickInterval: time.Second}
 }
 
 // Router is the routing core shared by `kvroute router` and the frontend: the sharded index, the fleet of
 // worker mirrors feeding it, and the request-side hashing.
 type Router struct {
-	cfg   Config
-	Index *indexer.Indexer
-	Fleet *worker.Fleet
+	cfg     Config
+	Index   *indexer.Indexer
+	Fleet   *worker.Fleet
+	sched   *scheduler
+	Metrics *Metrics
+
+	ctlMu    sync.Mutex // serializes AddWorker / RemoveWorker across fleet and scheduler
+	stopTick context.CancelFunc
+	tickDone chan struct{}
 }
 
 // New starts the index and the fleet in system.
@@ -43,8 +71,21 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("router: block size %d must be positive", cfg.BlockSize)
 	}
 	cfg.Worker.BlockSize = cfg.BlockSize
+	cfg.Scoring.BlockSize = cfg.BlockSize
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Worker.Now == nil {
+		cfg.Worker.Now = cfg.Now
+	}
+	m := NewMetrics(cfg.Registerer, cfg.RouterID)
 	ix, err := indexer.New(system, cfg.Indexer)
 	if err != nil {
+		return nil, err
+	}
+	sched, err := newScheduler(cfg.Scoring, ix, cfg.Now, cfg.Seed, m)
+	if err != nil {
+		ix.Stop()
 		return nil, err
 	}
 	fl, err := worker.NewFleet(system, ix, cfg.Worker)
@@ -52,17 +93,98 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 		ix.Stop()
 		return nil, err
 	}
-	return &Router{cfg: cfg, Index: ix, Fleet: fl}, nil
+	r := &Router{cfg: cfg, Index: ix, Fleet: fl, sched: sched, Metrics: m}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(newLoadCollector(sched)); err != nil {
+			r.Stop()
+			return nil, err
+		}
+	}
+	if cfg.TickInterval >= 0 {
+		iv := cfg.TickInterval
+		if iv == 0 {
+			iv = time.Second
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		r.stopTick, r.tickDone = cancel, make(chan struct{})
+		go r.tickLoop(ctx, iv)
+	}
+	return r, nil
 }
+
+// tickLoop runs the expiries on a wall-clock ticker; the expiries themselves read the injected clock.
+func (r *Router) tickLoop(ctx context.Context, iv time.Duration) {
+	defer close(r.tickDone)
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.Tick()
+		}
+	}
+}
+
+// Tick runs the time-driven work now: approximate-mode TTL expiry and stale-request expiry.
+func (r *Router) Tick() {
+	r.sched.expireApprox()
+	r.sched.expireStale()
+}
+
+// Config returns the current router configuration.
+func (r *Router) Config() scoring.Config { return *r.sched.config() }
+
+// SetConfig replaces the router configuration at run time (busy thresholds, temperature, ...). The block
+// size, mode of event ingestion and shard count do not change.
+func (r *Router) SetConfig(cfg scoring.Config) error {
+	cfg.BlockSize = r.cfg.BlockSize
+	return r.sched.setConfig(cfg)
+}
+
+// Route decides where a request goes and charges that worker; see RouteRequest.
+func (r *Router) Route(ctx context.Context, req *RouteRequest) (RouteResult, error) {
+	return r.sched.route(ctx, req, r.cfg.BlockSize)
+}
+
+// PrefillDone marks a routed request's first token.
+func (r *Router) PrefillDone(id string) error { return r.sched.prefillDone(id) }
+
+// Free ends a routed request.
+func (r *Router) Free(id string) error { return r.sched.free(id) }
+
+// RecordOutput reports a request's generated tokens so far (for output-block tracking).
+func (r *Router) RecordOutput(id string, tokens int) { r.sched.recordOutput(id, tokens) }
 
 // BlockSize returns the hashing block size.
 func (r *Router) BlockSize() int { return r.cfg.BlockSize }
 
-// AddWorker starts mirroring a worker.
-func (r *Router) AddWorker(spec registry.Spec) error { return r.Fleet.Add(spec) }
+// AddWorker starts mirroring a worker and makes it routable. Without KV events (approximate mode) its
+// event endpoints are not subscribed.
+func (r *Router) AddWorker(spec registry.Spec) error {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	if !r.sched.config().UseKVEvents {
+		spec.Events, spec.Replay, spec.Topic = "", "", ""
+	}
+	if err := r.Fleet.Add(spec); err != nil {
+		return err
+	}
+	r.sched.addWorker(spec)
+	return nil
+}
 
-// RemoveWorker stops mirroring a worker and drops its blocks.
-func (r *Router) RemoveWorker(id uint64) error { return r.Fleet.Remove(id) }
+// RemoveWorker makes a worker unroutable, stops mirroring it and drops its blocks.
+func (r *Router) RemoveWorker(id uint64) error {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	if _, ok := r.Fleet.Get(id); !ok {
+		return fmt.Errorf("%w: %d", worker.ErrUnknown, id)
+	}
+	r.sched.removeWorker(id)
+	return r.Fleet.Remove(id)
+}
 
 // Workers returns every worker's status.
 func (r *Router) Workers() []worker.Status { return r.Fleet.Status() }
@@ -77,8 +199,13 @@ func (r *Router) Overlap(local []uint64, out []prefix.Score) []prefix.Score {
 	return r.Index.FindMatches(local, out)
 }
 
-// Stop stops the fleet, then the index.
+// Stop stops the ticker, the fleet, then the index.
 func (r *Router) Stop() {
+	if r.stopTick != nil {
+		r.stopTick()
+		<-r.tickDone
+		r.stopTick = nil
+	}
 	r.Fleet.Stop()
 	r.Index.Stop()
 }

@@ -302,7 +302,11 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 	d := a.f.deps
 	m := &Mirror{Spec: spec, c: &counters{}}
 	m.c.lastSeq.Store(-1)
-	setState(m.c, StateConnecting)
+	if spec.Events == "" && spec.Topic == "" {
+		setState(m.c, StateNoEvents)
+	} else {
+		setState(m.c, StateConnecting)
+	}
 	if spec.Events != "" {
 		for r := 0; r < spec.DPRanks(); r++ {
 			sub, err := newSubscription(spec, r, d.cfg)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/router"
@@ -73,6 +75,7 @@ func runRouter(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 2
@@ -81,6 +84,8 @@ func runRouter(args []string) int {
 
 	system := actors.NewSystem(nil)
 	rcfg := router.DefaultConfig(cfg.BlockSize)
+	rcfg.Scoring = cfg
+	rcfg.Registerer = prometheus.DefaultRegisterer
 	rcfg.Worker.BindEndpoint = *bind
 	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
 	r, err := router.New(system, rcfg)

@@ -1,0 +1,115 @@
+package router
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type stage int
+
+// Routing-overhead stages (spec/router.md §1, §13), in request-path order.
+const (
+	stageBlockHashing stage = iota
+	stageSeqHashing
+	stageFindMatches
+	stageScheduling
+	stageTotal
+	numStages
+)
+
+var stageMetric = [numStages]string{
+	stageBlockHashing: "dynamo_router_overhead_block_hashing_ms",
+	stageSeqHashing:   "dynamo_router_overhead_seq_hashing_ms",
+	stageFindMatches:  "dynamo_router_overhead_indexer_find_matches_ms",
+	stageScheduling:   "dynamo_router_overhead_scheduling_ms",
+	stageTotal:        "dynamo_router_overhead_total_ms",
+}
+
+// Metrics are the router core's Prometheus metrics, with Dynamo's names.
+type Metrics struct {
+	stages  [numStages]prometheus.Observer
+	hitRate prometheus.Observer
+	pending prometheus.Gauge
+}
+
+// overheadBuckets span 1 µs to 100 ms in milliseconds.
+var overheadBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 100}
+
+// NewMetrics registers the router metrics with reg (nil: a private registry, nothing exported).
+// routerID labels the overhead histograms as Dynamo's router_id does.
+func NewMetrics(reg prometheus.Registerer, routerID string) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{}
+	for st := stage(0); st < numStages; st++ {
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: stageMetric[st], Help: "Routing overhead of one request-path stage, in milliseconds.",
+			Buckets: overheadBuckets,
+		}, []string{"router_id"})
+		reg.MustRegister(h)
+		m.stages[st] = h.WithLabelValues(routerID)
+	}
+	hr := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "dynamo_component_router_kv_hit_rate", Help: "Predicted KV hit rate of each routing decision (overlap blocks / prompt blocks).",
+		Buckets: []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1},
+	})
+	reg.MustRegister(hr)
+	m.hitRate = hr
+	pg := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "dynamo_frontend_router_queue_pending_requests", Help: "Requests waiting in the router queue.",
+	}, []string{"worker_type"})
+	reg.MustRegister(pg)
+	m.pending = pg.WithLabelValues("decode")
+	return m
+}
+
+func (m *Metrics) observeStage(st stage, d time.Duration) {
+	m.stages[st].Observe(float64(d.Nanoseconds()) / 1e6)
+}
+
+func (m *Metrics) observeHitRate(v float64) { m.hitRate.Observe(v) }
+
+func (m *Metrics) setPending(n int) { m.pending.Set(float64(n)) }
+
+// loadCollector exports every worker rank's load at scrape time from the published snapshots, so the
+// request path never updates per-worker gauges.
+type loadCollector struct {
+	s              *scheduler
+	decode, pfTok  *prometheus.Desc
+	requests, apps *prometheus.Desc
+}
+
+func newLoadCollector(s *scheduler) *loadCollector {
+	labels := []string{"worker_id", "dp_rank", "worker_type"}
+	return &loadCollector{
+		s:        s,
+		decode:   prometheus.NewDesc("dynamo_frontend_worker_active_decode_blocks", "Active decode blocks per worker rank.", labels, nil),
+		pfTok:    prometheus.NewDesc("dynamo_frontend_worker_active_prefill_tokens", "Active prefill tokens per worker rank.", labels, nil),
+		requests: prometheus.NewDesc("kvroute_worker_active_requests", "Requests routed to a worker rank and not yet freed.", labels, nil),
+		apps:     prometheus.NewDesc("dynamo_component_kv_cache_events_applied", "KV cache events applied to the index.", []string{"status", "event_type"}, nil),
+	}
+}
+
+func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.decode
+	ch <- c.pfTok
+	ch <- c.requests
+	ch <- c.apps
+}
+
+func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range c.s.targets.Load().list {
+		snap := t.snapshot()
+		id, rank := strconv.FormatUint(t.key.WorkerID, 10), strconv.FormatUint(uint64(t.key.DPRank), 10)
+		ch <- prometheus.MustNewConstMetric(c.decode, prometheus.GaugeValue, snap.ActiveDecodeBlocks, id, rank, "decode")
+		ch <- prometheus.MustNewConstMetric(c.pfTok, prometheus.GaugeValue, float64(snap.ActivePrefillTokens), id, rank, "decode")
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(snap.ActiveRequests), id, rank, "decode")
+	}
+	ev := c.s.index.EventCounts()
+	for _, e := range ev {
+		ch <- prometheus.MustNewConstMetric(c.apps, prometheus.CounterValue, float64(e.Count), e.Status, e.Type)
+	}
+}

@@ -1,0 +1,601 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/load"
+	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/scoring/queue"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// Errors of the request path, as sentinels the HTTP edge maps to statuses.
+var (
+	// ErrUnknownRequest: prefill_done or free for an id that is not active (never routed, already freed,
+	// or expired).
+	ErrUnknownRequest = errors.New("router: unknown request id")
+	// ErrDuplicateRequest: Route with an id that is already active.
+	ErrDuplicateRequest = errors.New("router: request id already active")
+	// ErrBadRequest: a request the router cannot route as given (no tokens, a bad pin).
+	ErrBadRequest = errors.New("router: bad route request")
+)
+
+// RouteRequest is one routing decision's input.
+type RouteRequest struct {
+	// ID names the request for its lifecycle (prefill done, free). Required, unique while active.
+	ID string
+	// Tokens are the routing tokens (with image positions already expanded to pad values). Ignored when
+	// Local is given.
+	Tokens []uint32
+	// Local are precomputed local block hashes (the standalone API's block_hashes, or the legacy
+	// block_mm_infos hashing); ISL must then be given.
+	Local []uint64
+	ISL   int
+	// LoraName changes the block-hash seed.
+	LoraName string
+	// Priority is nvext.agent_hints.priority / x-dynamo-request-priority (seconds of queue jump);
+	// Strict is x-dynamo-request-strict-priority (absolute tier).
+	Priority float64
+	Strict   uint32
+	// Pin names the worker for direct mode (or pins a request); PinRank pins its dp rank too.
+	Pin     *scoring.WorkerKey
+	PinRank bool
+	// Override is the per-request router config override.
+	Override *scoring.Override
+	// ExpectedOutputTokens (nvext.agent_hints.osl), 0 when unknown.
+	ExpectedOutputTokens int
+	// ReturnCosts asks for every candidate's overlap and cost (nvext return_routing).
+	ReturnCosts bool
+}
+
+// RouteResult is what Route decided.
+type RouteResult struct {
+	Worker        scoring.WorkerKey
+	Spec          registry.Spec
+	OverlapBlocks uint32
+	CachedTokens  int
+	Cost          float64
+	ISL           int
+	Blocks        int
+	// Candidates are every candidate's overlap and cost, when asked for.
+	Candidates []scoring.CandidateCost
+	// Queued is how long the request waited in the queue.
+	Queued time.Duration
+}
+
+// target is one (worker, dp rank) the scheduler routes to, with its load tracker.
+//
+// The tracker is written under mu by whichever request goroutine routes to, or ends a request on, this
+// worker, not by a mailbox: a decision must see the load of the decisions before it, or a burst of
+// identical prompts herds onto one worker before its load arrives. The published snapshot lets the
+// selector read every worker's load without taking any lock.
+type target struct {
+	key  scoring.WorkerKey
+	spec registry.Spec
+
+	mu   sync.Mutex
+	t    *load.Tracker
+	snap atomic.Pointer[load.Snapshot]
+}
+
+func (t *target) publish() {
+	s := t.t.Snapshot()
+	t.snap.Store(&s)
+}
+
+func (t *target) snapshot() load.Snapshot {
+	if s := t.snap.Load(); s != nil {
+		return *s
+	}
+	return load.Snapshot{}
+}
+
+// targets is an immutable view of every routable (worker, rank), replaced whenever the fleet changes.
+type targets struct {
+	list []*target
+	pos  map[scoring.WorkerKey]int
+}
+
+// waiter is a queued request: the route goroutine blocks on ready until a drain pops it.
+type waiter struct{ ready chan struct{} }
+
+// scheduler turns routing requests into decisions and keeps the load of every worker.
+type scheduler struct {
+	index *indexer.Indexer
+	now   func() time.Time
+	rng   scoring.RNG
+
+	cfg     atomic.Pointer[scoring.Config]
+	targets atomic.Pointer[targets]
+	rr      atomic.Uint64
+
+	// regMu guards reg, the active-prompt index answering additional_active_blocks for every worker
+	// with one query.
+	regMu sync.RWMutex
+	reg   *load.Registry
+
+	actMu  sync.Mutex
+	active map[string]*target
+
+	qMu   sync.Mutex
+	queue *queue.Queue[*waiter]
+
+	apMu   sync.Mutex
+	approx *scoring.Approx
+
+	metrics *Metrics
+}
+
+// lockedRNG makes a seeded math/rand source safe for concurrent routing.
+type lockedRNG struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func (l *lockedRNG) Float64() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
+}
+
+func (l *lockedRNG) IntN(n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.IntN(n)
+}
+
+// globalRNG uses math/rand/v2's per-goroutine-safe global source.
+type globalRNG struct{}
+
+func (globalRNG) Float64() float64 { return rand.Float64() }
+func (globalRNG) IntN(n int) int   { return rand.IntN(n) }
+
+func newScheduler(cfg scoring.Config, index *indexer.Indexer, now func() time.Time, seed *uint64, m *Metrics) (*scheduler, error) {
+	cfg = cfg.Resolved()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	q, err := queue.New[*waiter](cfg.QueuePolicy, now())
+	if err != nil {
+		return nil, err
+	}
+	s := &scheduler{index: index, now: now, reg: load.NewRegistry(), active: map[string]*target{}, queue: q,
+		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), metrics: m}
+	if seed != nil {
+		s.rng = &lockedRNG{r: rand.New(rand.NewPCG(*seed, *seed^0x9e3779b97f4a7c15))}
+	} else {
+		s.rng = globalRNG{}
+	}
+	s.cfg.Store(&cfg)
+	s.targets.Store(&targets{pos: map[scoring.WorkerKey]int{}})
+	return s, nil
+}
+
+// config returns the current router configuration.
+func (s *scheduler) config() *scoring.Config { return s.cfg.Load() }
+
+// setConfig swaps the configuration (busy thresholds at run time).
+func (s *scheduler) setConfig(cfg scoring.Config) error {
+	cfg = cfg.Resolved()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	s.cfg.Store(&cfg)
+	s.drain()
+	return nil
+}
+
+// addWorker makes a worker's ranks routable.
+func (s *scheduler) addWorker(spec registry.Spec) {
+	cfg := s.config()
+	lc := load.ConfigFrom(cfg)
+	old := s.targets.Load()
+	next := &targets{list: append([]*target(nil), old.list...), pos: map[scoring.WorkerKey]int{}}
+	for r := 0; r < spec.DPRanks(); r++ {
+		t := &target{key: scoring.WorkerKey{WorkerID: spec.ID, DPRank: uint32(r)}, spec: spec, t: load.New(lc)}
+		t.publish()
+		next.list = append(next.list, t)
+		if spec.TotalKVBlocks > 0 {
+			s.apMu.Lock()
+			s.approx.SetCapacity(t.key, spec.TotalKVBlocks)
+			s.apMu.Unlock()
+		}
+	}
+	for i, t := range next.list {
+		next.pos[t.key] = i
+	}
+	s.targets.Store(next)
+}
+
+// removeWorker drops a worker's ranks; its active requests are forgotten (their lifecycle calls will
+// answer unknown).
+func (s *scheduler) removeWorker(id uint64) {
+	old := s.targets.Load()
+	next := &targets{pos: map[scoring.WorkerKey]int{}}
+	for _, t := range old.list {
+		if t.key.WorkerID != id {
+			next.list = append(next.list, t)
+		} else {
+			s.apMu.Lock()
+			s.approx.RemoveWorker(t.key)
+			s.apMu.Unlock()
+		}
+	}
+	for i, t := range next.list {
+		next.pos[t.key] = i
+	}
+	s.targets.Store(next)
+	s.regMu.Lock()
+	s.reg.RemoveWorker(id)
+	s.regMu.Unlock()
+	s.actMu.Lock()
+	for rid, t := range s.active {
+		if t.key.WorkerID == id {
+			delete(s.active, rid)
+		}
+	}
+	s.actMu.Unlock()
+	s.drain()
+}
+
+// routeScratch is the per-decision scratch, pooled so the hot path does not allocate.
+type routeScratch struct {
+	local, seq []uint64
+	scores     []prefix.Score
+	active     []prefix.Score
+	cands      []scoring.Candidate
+}
+
+var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
+
+// route decides where req goes and charges that worker. It waits in the queue while every eligible
+// worker is over the queue threshold, until ctx is done.
+func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int) (RouteResult, error) {
+	if req.ID == "" {
+		return RouteResult{}, fmt.Errorf("%w: missing request id", ErrBadRequest)
+	}
+	s.actMu.Lock()
+	_, dup := s.active[req.ID]
+	s.actMu.Unlock()
+	if dup {
+		return RouteResult{}, fmt.Errorf("%w: %q", ErrDuplicateRequest, req.ID)
+	}
+	sc := scratchPool.Get().(*routeScratch)
+	defer scratchPool.Put(sc)
+
+	t0 := s.now()
+	isl := req.ISL
+	if req.Local != nil {
+		sc.local = append(sc.local[:0], req.Local...)
+	} else {
+		sc.local = scoring.LocalBlockHashes(sc.local[:0], req.Tokens, blockSize, scoring.DeriveSeed(req.LoraName, ""), nil)
+		isl = len(req.Tokens)
+	}
+	if isl < len(sc.local)*blockSize {
+		isl = len(sc.local) * blockSize
+	}
+	t1 := s.now()
+	s.metrics.observeStage(stageBlockHashing, t1.Sub(t0))
+	sc.seq = scoring.SequenceHashes(sc.seq[:0], sc.local)
+	t2 := s.now()
+	s.metrics.observeStage(stageSeqHashing, t2.Sub(t1))
+
+	var queued time.Duration
+	for attempt := 0; ; attempt++ {
+		cfg := s.config()
+		tq := s.now()
+		sc.scores = sc.scores[:0]
+		if cfg.NeedsIndexer() {
+			sc.scores = s.index.FindMatches(sc.local, sc.scores)
+		}
+		tf := s.now()
+		s.metrics.observeStage(stageFindMatches, tf.Sub(tq))
+
+		ts := s.targets.Load()
+		sreq := scoring.Request{ISL: isl, Override: req.Override, ReturnCosts: req.ReturnCosts}
+		if req.Pin != nil {
+			sreq.Pin, sreq.Pinned, sreq.PinRank = *req.Pin, true, req.PinRank
+		}
+		reuse := cfg.AssumeKVReuse
+		if req.Override != nil && req.Override.AssumeKVReuse != nil {
+			reuse = *req.Override.AssumeKVReuse
+		}
+		sc.cands = s.candidates(ts, sc, cfg, reuse)
+
+		if attempt == 0 && scoring.ShouldQueue(&sreq, sc.cands, cfg) {
+			w := &waiter{ready: make(chan struct{})}
+			key := queue.Key{Strict: req.Strict, PriorityJump: queue.Jump(req.Priority), Arrival: s.now(), ISL: isl,
+				BestCachedTokens: scoring.BestCachedTokens(&sreq, sc.cands, cfg)}
+			s.qMu.Lock()
+			s.queue.Push(key, w)
+			s.metrics.setPending(s.queue.Len())
+			s.qMu.Unlock()
+			s.drain() // capacity may have freed between the check and the push
+			start := s.now()
+			select {
+			case <-w.ready:
+			case <-ctx.Done():
+				s.cancelWaiter(w)
+				return RouteResult{}, ctx.Err()
+			}
+			queued = s.now().Sub(start)
+			continue // re-query overlap and load: the picture changed while waiting
+		}
+
+		sreq.RoundRobin = s.rr.Add(1) - 1
+		d, err := scoring.Select(sreq, sc.cands, cfg, s.rng)
+		tsel := s.now()
+		s.metrics.observeStage(stageScheduling, tsel.Sub(tf))
+		if err != nil {
+			return RouteResult{}, err
+		}
+		tg := ts.list[d.Index]
+		if err := s.charge(tg, req, sc, isl, d, reuse); err != nil {
+			return RouteResult{}, err
+		}
+		if !cfg.UseKVEvents && cfg.NeedsIndexer() {
+			s.recordApprox(tg.key, sc.local, sc.seq)
+		}
+		s.metrics.observeStage(stageTotal, s.now().Sub(t0))
+		if len(sc.local) > 0 {
+			s.metrics.observeHitRate(float64(d.Overlap) / float64(len(sc.local)))
+		}
+		res := RouteResult{Worker: d.Worker, Spec: tg.spec, OverlapBlocks: d.Overlap, CachedTokens: d.CachedTokens,
+			Cost: d.Cost, ISL: isl, Blocks: len(sc.local), Queued: queued}
+		if req.ReturnCosts {
+			res.Candidates = append([]scoring.CandidateCost(nil), d.Costs...)
+		}
+		return res, nil
+	}
+}
+
+// candidates builds one Candidate per routable target: index overlap, published load plus this
+// request's additional blocks, capacity.
+func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Config, reuse bool) []scoring.Candidate {
+	cands := sc.cands[:0]
+	for _, t := range ts.list {
+		c := scoring.Candidate{Worker: t.key, Capacity: scoring.Capacity{
+			TotalKVBlocks: uint64(t.spec.TotalKVBlocks), MaxNumBatchedTokens: uint64(t.spec.MaxNumBatchedTokens)}}
+		if t.spec.Device == registry.DeviceCPU {
+			c.Device = scoring.DeviceCPU
+		}
+		snap := t.snapshot()
+		c.Load = snap.Load(uint64(len(sc.seq)))
+		c.InFlight = uint32(snap.ActiveRequests)
+		cands = append(cands, c)
+	}
+	for _, sco := range sc.scores {
+		if i, ok := ts.pos[scoring.WorkerKey(sco.Worker)]; ok {
+			cands[i].Overlap.Device = sco.Blocks
+		}
+	}
+	if reuse && cfg.TrackActiveBlocks && len(sc.seq) > 0 {
+		s.regMu.RLock()
+		sc.active = s.reg.ActivePrefix(sc.local, sc.active[:0])
+		s.regMu.RUnlock()
+		for _, a := range sc.active {
+			if i, ok := ts.pos[scoring.WorkerKey(a.Worker)]; ok {
+				cands[i].Load.AdditionalBlocks = uint64(len(sc.seq)) - uint64(a.Blocks)
+			}
+		}
+	}
+	sc.cands = cands
+	return cands
+}
+
+// charge records the decision: AddRequest on the chosen worker's tracker, the active-prompt registry,
+// and the id → worker map.
+func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl int, d scoring.Decision, reuse bool) error {
+	s.actMu.Lock()
+	if _, dup := s.active[req.ID]; dup {
+		s.actMu.Unlock()
+		return fmt.Errorf("%w: %q", ErrDuplicateRequest, req.ID)
+	}
+	s.active[req.ID] = t
+	s.actMu.Unlock()
+
+	var trackPf *bool
+	if req.Override != nil {
+		trackPf = req.Override.TrackPrefillTokens
+	}
+	t.mu.Lock()
+	err := t.t.AddRequest(load.Request{ID: req.ID, SeqHashes: sc.seq, ISL: isl, OverlapBlocks: d.Overlap,
+		ExpectedOutputTokens: req.ExpectedOutputTokens, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: s.now()})
+	if err == nil {
+		t.publish()
+	}
+	t.mu.Unlock()
+	if err != nil {
+		s.actMu.Lock()
+		delete(s.active, req.ID)
+		s.actMu.Unlock()
+		return err
+	}
+	if reuse && len(sc.seq) > 0 {
+		s.regMu.Lock()
+		_ = s.reg.Add(req.ID, t.key, sc.local, sc.seq)
+		s.regMu.Unlock()
+	}
+	return nil
+}
+
+// prefillDone marks the first token of a request: its prefill charge leaves the worker's load.
+func (s *scheduler) prefillDone(id string) error {
+	s.actMu.Lock()
+	t := s.active[id]
+	s.actMu.Unlock()
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
+	}
+	t.mu.Lock()
+	ok := t.t.MarkPrefillCompleted(id)
+	t.publish()
+	t.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
+	}
+	s.drain()
+	return nil
+}
+
+// free ends a request (completion, error, cancel).
+func (s *scheduler) free(id string) error {
+	s.actMu.Lock()
+	t := s.active[id]
+	delete(s.active, id)
+	s.actMu.Unlock()
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
+	}
+	t.mu.Lock()
+	t.t.Free(id)
+	t.publish()
+	t.mu.Unlock()
+	s.regMu.Lock()
+	s.reg.Free(id)
+	s.regMu.Unlock()
+	s.drain()
+	return nil
+}
+
+// recordOutput reports a request's generated tokens so far (output-block tracking).
+func (s *scheduler) recordOutput(id string, tokens int) {
+	s.actMu.Lock()
+	t := s.active[id]
+	s.actMu.Unlock()
+	if t == nil || !s.config().TrackOutputBlocks {
+		return
+	}
+	t.mu.Lock()
+	if t.t.RecordOutput(id, tokens) {
+		t.publish()
+	}
+	t.mu.Unlock()
+}
+
+// drain pops queued requests while some eligible worker is under the queue threshold.
+func (s *scheduler) drain() {
+	s.qMu.Lock()
+	defer s.qMu.Unlock()
+	for s.queue.Len() > 0 {
+		cfg := s.config()
+		if cfg.QueueThreshold.Set && s.allBusy(cfg) {
+			break
+		}
+		w, _, _ := s.queue.Pop()
+		close(w.ready)
+	}
+	s.metrics.setPending(s.queue.Len())
+}
+
+// allBusy reports whether every worker is over the queue threshold (no request-specific filter: a
+// popped request re-checks eligibility when it routes).
+func (s *scheduler) allBusy(cfg *scoring.Config) bool {
+	ts := s.targets.Load()
+	if len(ts.list) == 0 {
+		return false // let the request fail with no workers rather than wait forever
+	}
+	cands := make([]scoring.Candidate, len(ts.list))
+	for i, t := range ts.list {
+		snap := t.snapshot()
+		cands[i] = scoring.Candidate{Worker: t.key, Load: snap.Load(0),
+			Capacity: scoring.Capacity{MaxNumBatchedTokens: uint64(t.spec.MaxNumBatchedTokens)}}
+	}
+	return scoring.ShouldQueue(&scoring.Request{}, cands, cfg)
+}
+
+// cancelWaiter removes a waiter whose request was cancelled; if a drain already released it, the
+// capacity it was given is passed on.
+func (s *scheduler) cancelWaiter(w *waiter) {
+	s.qMu.Lock()
+	found := false
+	var keep []*waiter
+	var keys []queue.Key
+	for s.queue.Len() > 0 {
+		v, k, _ := s.queue.Pop()
+		if v == w {
+			found = true
+			continue
+		}
+		keep, keys = append(keep, v), append(keys, k)
+	}
+	for i, v := range keep {
+		s.queue.Push(keys[i], v)
+	}
+	s.metrics.setPending(s.queue.Len())
+	s.qMu.Unlock()
+	if !found {
+		s.drain()
+	}
+}
+
+// recordApprox writes a routed prompt into the index for the chosen worker (approximate mode), with
+// engine hashes = router sequence hashes, and removes what the per-worker capacity evicts.
+func (s *scheduler) recordApprox(k scoring.WorkerKey, local, seq []uint64) {
+	s.apMu.Lock()
+	from, evicted := s.approx.Record(k, seq, s.now())
+	s.apMu.Unlock()
+	var ops []indexer.Op
+	if from < len(seq) {
+		blocks := make([]prefix.Block, 0, len(seq)-from)
+		for i := from; i < len(seq); i++ {
+			blocks = append(blocks, prefix.Block{EngineHash: seq[i], LocalHash: local[i]})
+		}
+		op := indexer.Op{Kind: indexer.OpStore, DPRank: k.DPRank, Blocks: blocks}
+		if from > 0 {
+			op.Parent, op.HasParent = seq[from-1], true
+		}
+		ops = append(ops, op)
+	}
+	if len(evicted) > 0 {
+		ops = append(ops, indexer.Op{Kind: indexer.OpRemove, DPRank: k.DPRank, Hashes: evicted})
+	}
+	if len(ops) > 0 {
+		_ = s.index.Apply(&indexer.Apply{WorkerID: k.WorkerID, Ops: ops})
+	}
+}
+
+// expireApprox removes approximate-mode blocks whose TTL passed.
+func (s *scheduler) expireApprox() {
+	s.apMu.Lock()
+	rem := s.approx.Expire(s.now())
+	s.apMu.Unlock()
+	for _, r := range rem {
+		_ = s.index.Apply(&indexer.Apply{WorkerID: r.Worker.WorkerID, Ops: []indexer.Op{{Kind: indexer.OpRemove, DPRank: r.Worker.DPRank, Hashes: r.Hashes}}})
+	}
+}
+
+// expireStale frees requests never freed within the stale expiry.
+func (s *scheduler) expireStale() {
+	now := s.now()
+	for _, t := range s.targets.Load().list {
+		t.mu.Lock()
+		ids := t.t.Expire(now)
+		if len(ids) > 0 {
+			t.publish()
+		}
+		t.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		s.actMu.Lock()
+		for _, id := range ids {
+			delete(s.active, id)
+		}
+		s.actMu.Unlock()
+		s.regMu.Lock()
+		for _, id := range ids {
+			s.reg.Free(id)
+		}
+		s.regMu.Unlock()
+	}
+	s.drain()
+}

@@ -1,0 +1,122 @@
+package openai
+
+import (
+	"errors"
+
+	json "github.com/goccy/go-json"
+)
+
+// scanMedia locates the media content parts of a chat body: messages[i].content[j] objects whose type is
+// a media type, with their url and uuid. Called only when the decoded messages have media parts.
+func scanMedia(b []byte) ([]MediaPart, error) {
+	msgs, ok, _, err := findField(b, "messages")
+	if err != nil || !ok {
+		return nil, err
+	}
+	var out []MediaPart
+	mi := 0
+	err = eachElem(b, msgs.valStart, func(ms, _ int) error {
+		defer func() { mi++ }()
+		if b[ms] != '{' {
+			return nil
+		}
+		var content field
+		has := false
+		if _, err := eachField(b, ms, func(f field) bool {
+			if keyIs(b, f, "content") {
+				content, has = f, true
+			}
+			return true
+		}); err != nil {
+			return err
+		}
+		if !has || b[content.valStart] != '[' {
+			return nil
+		}
+		pi := 0
+		return eachElem(b, content.valStart, func(ps, _ int) error {
+			defer func() { pi++ }()
+			if b[ps] != '{' {
+				return nil
+			}
+			p := MediaPart{Message: mi, Part: pi, uuidStart: -1}
+			var typ, media field
+			var hasType, hasMedia bool
+			end, err := eachField(b, ps, func(f field) bool {
+				switch {
+				case keyIs(b, f, "type"):
+					typ, hasType = f, true
+				case keyIs(b, f, "uuid"):
+					p.uuidStart, p.uuidEnd, p.HasUUID = f.valStart, f.valEnd, true
+				case keyIs(b, f, "image_url"), keyIs(b, f, "video_url"), keyIs(b, f, "audio_url"):
+					media, hasMedia = f, true
+				}
+				return true
+			})
+			if err != nil {
+				return err
+			}
+			if !hasType || json.Unmarshal(b[typ.valStart:typ.valEnd], &p.Type) != nil || !isMediaType(p.Type) {
+				return nil
+			}
+			p.end = end
+			if p.HasUUID && b[p.uuidStart] == '"' {
+				_ = json.Unmarshal(b[p.uuidStart:p.uuidEnd], &p.UUID)
+			}
+			if hasMedia {
+				raw := b[media.valStart:media.valEnd]
+				if raw[0] == '"' {
+					_ = json.Unmarshal(raw, &p.URL)
+				} else if raw[0] == '{' {
+					var u struct {
+						URL string `json:"url"`
+					}
+					_ = json.Unmarshal(raw, &u)
+					p.URL = u.URL
+				}
+			}
+			out = append(out, p)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, errors.New("malformed messages")
+	}
+	return out, nil
+}
+
+// SetMediaUUIDs returns a copy of a chat body with uuids[i] as the "uuid" of media part i (in the order
+// of ChatRequest.Media); "" leaves a part as it is. Only the uuid members change: an existing one gets
+// the new value, otherwise `,"uuid":"..."` is inserted before the part's closing brace. media must come
+// from ParseChat of this same body.
+func SetMediaUUIDs(body []byte, media []MediaPart, uuids []string) ([]byte, error) {
+	if len(uuids) != len(media) {
+		return nil, errorf(ErrBadRequest, "messages", "%d uuids for %d media parts", len(uuids), len(media))
+	}
+	extra := 0
+	for _, u := range uuids {
+		extra += len(u) + 12
+	}
+	out := make([]byte, 0, len(body)+extra)
+	prev := 0
+	for i, p := range media {
+		u := uuids[i]
+		if u == "" || (p.HasUUID && p.UUID == u) {
+			continue
+		}
+		if p.end < prev || p.end >= len(body) || body[p.end] != '}' {
+			return nil, errorf(ErrBadRequest, "messages", "media parts do not belong to this body")
+		}
+		if p.HasUUID {
+			out = append(out, body[prev:p.uuidStart]...)
+			out = appendString(out, u)
+			prev = p.uuidEnd
+			continue
+		}
+		out = append(out, body[prev:p.end]...)
+		out = append(out, `,"uuid":`...)
+		out = appendString(out, u)
+		prev = p.end
+	}
+	return append(out, body[prev:]...), nil
+}

@@ -1,0 +1,282 @@
+package openai
+
+import (
+	"bytes"
+	"errors"
+
+	json "github.com/goccy/go-json"
+)
+
+// A minimal JSON scanner over the raw body. The decoder gives values, not positions; rewriting a body
+// (a uuid on an image part, a field added to a response) needs positions, so that every byte not being
+// changed is forwarded as it came. The scanner checks structure as it goes and never allocates.
+
+var errSyntax = errors.New("malformed JSON")
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipString returns the offset after the string starting at b[i] == '"'.
+func skipString(b []byte, i int) (int, error) {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1, nil
+		}
+	}
+	return 0, errSyntax
+}
+
+// skipValue returns the offset after the value starting at b[i] (no leading space).
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, errSyntax
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				j, err := skipString(b, i)
+				if err != nil {
+					return 0, err
+				}
+				i = j - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1, nil
+				}
+			}
+		}
+		return 0, errSyntax
+	}
+	j := i
+	for j < len(b) {
+		switch b[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			if j == i {
+				return 0, errSyntax
+			}
+			return j, nil
+		}
+		j++
+	}
+	if j == i {
+		return 0, errSyntax
+	}
+	return j, nil
+}
+
+// field is one member of an object: key bounds (quotes excluded) and value bounds.
+type field struct {
+	keyStart, keyEnd, valStart, valEnd int
+}
+
+// keyIs compares a raw key with name, decoding escapes when the key has any.
+func keyIs(b []byte, f field, name string) bool {
+	k := b[f.keyStart:f.keyEnd]
+	if bytes.IndexByte(k, '\\') < 0 {
+		return string(k) == name
+	}
+	var s string
+	if json.Unmarshal(b[f.keyStart-1:f.keyEnd+1], &s) != nil {
+		return false
+	}
+	return s == name
+}
+
+// eachField calls fn for each member of the object at b[i] == '{' and returns the offset of its '}'.
+// fn returning false stops the walk (the returned offset is then -1).
+func eachField(b []byte, i int, fn func(f field) bool) (int, error) {
+	if i >= len(b) || b[i] != '{' {
+		return 0, errSyntax
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return 0, errSyntax
+		}
+		ke, err := skipString(b, i)
+		if err != nil {
+			return 0, err
+		}
+		f := field{keyStart: i + 1, keyEnd: ke - 1}
+		i = skipWS(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return 0, errSyntax
+		}
+		f.valStart = skipWS(b, i+1)
+		if f.valEnd, err = skipValue(b, f.valStart); err != nil {
+			return 0, err
+		}
+		if !fn(f) {
+			return -1, nil
+		}
+		i = skipWS(b, f.valEnd)
+		if i >= len(b) {
+			return 0, errSyntax
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+		case '}':
+			return i, nil
+		default:
+			return 0, errSyntax
+		}
+	}
+}
+
+// eachElem calls fn with the bounds of each element of the array at b[i] == '['.
+func eachElem(b []byte, i int, fn func(start, end int) error) error {
+	if i >= len(b) || b[i] != '[' {
+		return errSyntax
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return nil
+	}
+	for {
+		end, err := skipValue(b, i)
+		if err != nil {
+			return err
+		}
+		if err := fn(i, end); err != nil {
+			return err
+		}
+		i = skipWS(b, end)
+		if i >= len(b) {
+			return errSyntax
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+		case ']':
+			return nil
+		default:
+			return errSyntax
+		}
+	}
+}
+
+// findField returns the member named key of the top-level object of b; the last one wins, as in the
+// decoder.
+func findField(b []byte, key string) (f field, found bool, closing int, err error) {
+	start := skipWS(b, 0)
+	closing, err = eachField(b, start, func(g field) bool {
+		if keyIs(b, g, key) {
+			f, found = g, true
+		}
+		return true
+	})
+	return f, found, closing, err
+}
+
+// TopLevelField returns the raw value of key in the JSON object b (no copy), or nil.
+func TopLevelField(b []byte, key string) []byte {
+	f, ok, _, err := findField(b, key)
+	if err != nil || !ok {
+		return nil
+	}
+	return b[f.valStart:f.valEnd]
+}
+
+// SetField returns a copy of the JSON object b with key set to the raw JSON value: an existing member's
+// value is replaced in place (later duplicates included), otherwise the member is appended before the
+// closing brace. All other bytes are kept.
+func SetField(b []byte, key string, value []byte) ([]byte, error) {
+	start := skipWS(b, 0)
+	var hits []field
+	closing, err := eachField(b, start, func(f field) bool {
+		if keyIs(b, f, key) {
+			hits = append(hits, f)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(hits) == 0 {
+		out := make([]byte, 0, len(b)+len(key)+len(value)+4)
+		out = append(out, b[:closing]...)
+		if skipWS(b, start+1) != closing {
+			out = append(out, ',')
+		}
+		out = appendString(out, key)
+		out = append(out, ':')
+		out = append(out, value...)
+		return append(out, b[closing:]...), nil
+	}
+	out := make([]byte, 0, len(b)+len(hits)*len(value))
+	prev := 0
+	for _, f := range hits {
+		out = append(out, b[prev:f.valStart]...)
+		out = append(out, value...)
+		prev = f.valEnd
+	}
+	return append(out, b[prev:]...), nil
+}
+
+// DeleteField returns a copy of the JSON object b without key (every occurrence), or b itself when key
+// is absent. The kept members are copied byte for byte; only the whitespace between members may change.
+func DeleteField(b []byte, key string) ([]byte, error) {
+	start := skipWS(b, 0)
+	var kept []field
+	removed := false
+	closing, err := eachField(b, start, func(f field) bool {
+		if keyIs(b, f, key) {
+			removed = true
+		} else {
+			kept = append(kept, f)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !removed {
+		return b, nil
+	}
+	out := make([]byte, 0, len(b))
+	out = append(out, b[:start+1]...)
+	for i, f := range kept {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b[f.keyStart-1:f.valEnd]...)
+	}
+	return append(out, b[closing:]...), nil
+}
+
+// appendString appends s as a JSON string.
+func appendString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			q, _ := json.Marshal(s)
+			return append(dst, q...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}

@@ -1,0 +1,158 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// routeRequest is the body of POST /v1/route.
+type routeRequest struct {
+	RequestID   string            `json:"request_id"`
+	Tokens      []uint32          `json:"tokens"`
+	BlockHashes []uint64          `json:"block_hashes"`
+	ISL         int               `json:"isl"`
+	Priority    *float64          `json:"priority"`
+	Strict      uint32            `json:"strict_priority"`
+	WorkerID    *uint64           `json:"worker_id"`
+	DPRank      *uint32           `json:"dp_rank"`
+	LoraName    string            `json:"lora_name"`
+	Override    *scoring.Override `json:"router_config_override"`
+}
+
+type routeCandidate struct {
+	WorkerID      uint64  `json:"worker_id"`
+	DPRank        uint32  `json:"dp_rank"`
+	OverlapBlocks uint32  `json:"overlap_blocks"`
+	Cost          float64 `json:"cost"`
+	Busy          bool    `json:"busy,omitempty"`
+}
+
+type routeResponse struct {
+	WorkerID      uint64           `json:"worker_id"`
+	DPRank        uint32           `json:"dp_rank"`
+	OverlapBlocks uint32           `json:"overlap_blocks"`
+	Cost          float64          `json:"cost"`
+	CachedTokens  int              `json:"cached_tokens"`
+	URL           string           `json:"url,omitempty"`
+	Candidates    []routeCandidate `json:"candidates"`
+}
+
+// maxRouteWait bounds how long a /v1/route call may wait in the router queue.
+const maxRouteWait = 5 * time.Minute
+
+// handleRoute serves the standalone routing endpoints; it reports whether the path was one of them.
+func (a *RouterAPI) handleRoute(ctx *fasthttp.RequestCtx, path string) bool {
+	switch {
+	case path == "/v1/route":
+		if !ctx.IsPost() {
+			writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
+			return true
+		}
+		a.route(ctx)
+	case strings.HasPrefix(path, "/v1/route/"):
+		rest := strings.TrimPrefix(path, "/v1/route/")
+		id, action, ok := strings.Cut(rest, "/")
+		if !ok || id == "" || (action != "prefill_done" && action != "free") {
+			writeError(ctx, errorf(ErrNotFound, "no route for %s %s", ctx.Method(), path))
+			return true
+		}
+		if !ctx.IsPost() {
+			writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
+			return true
+		}
+		var err error
+		if action == "free" {
+			err = a.R.Free(id)
+		} else {
+			err = a.R.PrefillDone(id)
+		}
+		if err != nil {
+			writeError(ctx, mapRouteErr(err))
+			return true
+		}
+		writeJSON(ctx, map[string]any{"request_id": id, "ok": true})
+	default:
+		return false
+	}
+	return true
+}
+
+func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
+	var req routeRequest
+	if err := decodeBody(ctx, &req); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	switch {
+	case req.RequestID == "":
+		writeError(ctx, errorf(ErrBadRequest, "missing field: request_id"))
+		return
+	case req.Tokens != nil && req.BlockHashes != nil:
+		writeError(ctx, errorf(ErrBadRequest, "give either tokens or block_hashes, not both"))
+		return
+	case req.Tokens == nil && req.BlockHashes == nil:
+		writeError(ctx, errorf(ErrBadRequest, "missing field: tokens or block_hashes"))
+		return
+	case len(req.Tokens) > maxQueryTokens || len(req.BlockHashes) > maxQueryTokens:
+		writeError(ctx, errorf(ErrTooLarge, "query longer than %d tokens", maxQueryTokens))
+		return
+	case req.ISL < 0:
+		writeError(ctx, errorf(ErrBadRequest, "isl must not be negative"))
+		return
+	case req.Priority != nil && *req.Priority < 0:
+		writeError(ctx, errorf(ErrBadRequest, "priority must not be negative"))
+		return
+	}
+	rr := &router.RouteRequest{ID: req.RequestID, Tokens: req.Tokens, Local: req.BlockHashes, ISL: req.ISL,
+		Strict: req.Strict, LoraName: req.LoraName, Override: req.Override, ReturnCosts: true}
+	if req.Priority != nil {
+		rr.Priority = *req.Priority
+	}
+	if req.WorkerID != nil {
+		pin := scoring.WorkerKey{WorkerID: *req.WorkerID}
+		if req.DPRank != nil {
+			pin.DPRank, rr.PinRank = *req.DPRank, true
+		}
+		rr.Pin = &pin
+	}
+	// fasthttp's RequestCtx is a context that ends when the server shuts down; bound the queue wait too.
+	cctx, cancel := context.WithTimeout(context.Background(), maxRouteWait)
+	defer cancel()
+	res, err := a.R.Route(cctx, rr)
+	if err != nil {
+		writeError(ctx, mapRouteErr(err))
+		return
+	}
+	out := routeResponse{WorkerID: res.Worker.WorkerID, DPRank: res.Worker.DPRank, OverlapBlocks: res.OverlapBlocks,
+		Cost: res.Cost, CachedTokens: res.CachedTokens, URL: res.Spec.URL, Candidates: make([]routeCandidate, len(res.Candidates))}
+	for i, c := range res.Candidates {
+		out.Candidates[i] = routeCandidate{WorkerID: c.Worker.WorkerID, DPRank: c.Worker.DPRank, OverlapBlocks: c.Overlap, Cost: c.Cost, Busy: c.Busy}
+	}
+	writeJSON(ctx, out)
+}
+
+// mapRouteErr maps router and selection errors to their HTTP classes.
+func mapRouteErr(err error) error {
+	switch {
+	case errors.Is(err, router.ErrUnknownRequest):
+		return errorf(ErrNotFound, "%v", err)
+	case errors.Is(err, router.ErrDuplicateRequest), errors.Is(err, router.ErrBadRequest), errors.Is(err, scoring.ErrNoTarget):
+		return errorf(ErrBadRequest, "%v", err)
+	case errors.Is(err, scoring.ErrBadConfig):
+		return errorf(ErrBadRequest, "%v", err)
+	case errors.Is(err, scoring.ErrAllBusy):
+		return errorf(ErrUnavailable, "all workers are busy: %v", err)
+	case errors.Is(err, scoring.ErrNoWorkers):
+		return errorf(ErrUnavailable, "no workers available: %v", err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return errorf(ErrUnavailable, "request waited too long in the router queue")
+	}
+	return err
+}
