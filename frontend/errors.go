@@ -6,16 +6,20 @@ import (
 
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/frontend/openai"
 )
 
 // Error classes the edge maps to HTTP statuses. Handlers wrap a cause with one of them (%w); writeError
-// picks the status with errors.Is, so the mapping lives in one place.
+// picks the status with errors.Is, so the mapping lives in one place. The request classes are the
+// frontend/openai sentinels themselves (that package cannot import this one), so errors from
+// openai.Validate map here unchanged.
 var (
-	ErrBadRequest    = errors.New("bad request")
-	ErrNotFound      = errors.New("not found")
-	ErrTooLarge      = errors.New("request too large")
-	ErrUnprocessable = errors.New("unprocessable request")
-	ErrUnavailable   = errors.New("service unavailable")
+	ErrBadRequest    = openai.ErrBadRequest
+	ErrNotFound      = openai.ErrNotFound
+	ErrTooLarge      = openai.ErrTooLarge
+	ErrUnprocessable = openai.ErrUnprocessable
+	ErrUnavailable   = openai.ErrUnavailable
 	ErrUnauthorized  = errors.New("unauthorized")
 	ErrMethod        = errors.New("method not allowed")
 )
@@ -56,7 +60,11 @@ func statusOf(err error) (int, string) {
 // writeError writes err as an OpenAI-style error with the status its class maps to.
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, typ := statusOf(err)
-	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: err.Error(), Type: typ, Code: status}})
+	var param *string
+	if p := openai.ParamOf(err); p != "" {
+		param = &p
+	}
+	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: err.Error(), Type: typ, Param: param, Code: status}})
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(status)
 	ctx.SetBody(body)

@@ -44,9 +44,9 @@ type CompletionRequest struct {
 	Common
 	Prompt Prompt `json:"prompt"`
 	// Logprobs is an int for completions: the number of top tokens to return.
-	Logprobs *int `json:"logprobs"`
-	Echo     bool `json:"echo"`
-	BestOf   *int `json:"best_of"`
+	Logprobs *int    `json:"logprobs"`
+	Echo     bool    `json:"echo"`
+	BestOf   *int    `json:"best_of"`
 	Suffix   *string `json:"suffix"`
 	// PromptEmbeds (base64 tensors) cannot be routed by tokens; their presence is rejected.
 	PromptEmbeds json.RawMessage `json:"prompt_embeds"`

@@ -334,7 +334,10 @@ func DecodeChat(body []byte, lim Limits, served []string) (*ChatRequest, error) 
 	if err != nil {
 		return nil, err
 	}
-	return r, r.Validate(lim, served)
+	if err := r.Validate(lim, served); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // DecodeCompletion parses and validates a completion body.
@@ -347,5 +350,8 @@ func DecodeCompletion(body []byte, lim Limits, served []string) (*CompletionRequ
 	if err != nil {
 		return nil, err
 	}
-	return r, r.Validate(lim, served)
+	if err := r.Validate(lim, served); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
