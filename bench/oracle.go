@@ -1,0 +1,105 @@
+package bench
+
+import "fmt"
+
+// OracleResult is the prefix reuse an ideal cache would get on a trace: hits are counted in engine
+// blocks as the engine does (a request's cached prefix is the leading run of blocks present), and
+// reported as tokens, the unit of vLLM's cached_tokens.
+type OracleResult struct {
+	// Name is "unbounded" or "pooled".
+	Name string `json:"name"`
+	// CapacityBlocks is the pooled cache size in engine blocks (0 for unbounded).
+	CapacityBlocks int `json:"capacity_blocks,omitempty"`
+	Requests       int `json:"requests"`
+	// PromptTokens sums the prompt lengths; HitTokens the cached prefix tokens.
+	PromptTokens int64 `json:"prompt_tokens"`
+	HitTokens    int64 `json:"hit_tokens"`
+	// HitRate is HitTokens / PromptTokens.
+	HitRate float64 `json:"hit_rate"`
+	// BlockHitRate is hit blocks / full prompt blocks.
+	BlockHitRate float64 `json:"block_hit_rate"`
+}
+
+// Oracle computes the ideal hit rates of a trace for engines with block size BlockSize.
+type Oracle struct {
+	// Blocks maps hash ids to token blocks (only its BlockSize matters here).
+	Blocks Blocks
+	// BlockSize is the engine KV block size in tokens; it must divide Blocks.BlockSize. Default 64 (the
+	// mocker's default and the published A/B's).
+	BlockSize int
+}
+
+// UnboundedHitRate: every block ever seen is a hit (an infinite cache shared by the fleet). This is the
+// most any router can get.
+func (o *Oracle) UnboundedHitRate(t *Trace) (OracleResult, error) {
+	return o.run(t, "unbounded", 0)
+}
+
+// PooledHitRate: one LRU cache holding the whole fleet's capacity (capacityBlocks = workers × blocks per
+// worker). A router that never duplicated a block across workers and never split a prefix would reach
+// it; real routing trades some of it for load balance.
+func (o *Oracle) PooledHitRate(t *Trace, capacityBlocks int) (OracleResult, error) {
+	if capacityBlocks <= 0 {
+		return OracleResult{}, fmt.Errorf("bench: pooled oracle capacity %d must be positive", capacityBlocks)
+	}
+	return o.run(t, "pooled", capacityBlocks)
+}
+
+func (o *Oracle) run(t *Trace, name string, capacity int) (OracleResult, error) {
+	if err := o.Blocks.Validate(); err != nil {
+		return OracleResult{}, err
+	}
+	if err := o.Blocks.CheckEngineBlock(o.BlockSize); err != nil {
+		return OracleResult{}, err
+	}
+	res := OracleResult{Name: name, CapacityBlocks: capacity, Requests: len(t.Requests)}
+	var seen map[uint64]struct{}
+	var cache *lru
+	if capacity == 0 {
+		seen = make(map[uint64]struct{})
+	} else {
+		cache = newLRU(capacity)
+	}
+	var chunks []Chunk
+	var evicted []uint64
+	var hitBlocks, allBlocks int64
+	for i := range t.Requests {
+		r := &t.Requests[i]
+		chunks = o.Blocks.AppendChunks(chunks[:0], r, o.BlockSize)
+		hit := 0
+		for hit < len(chunks) {
+			k := chunks[hit].Key()
+			var ok bool
+			if seen != nil {
+				_, ok = seen[k]
+			} else {
+				ok = cache.Has(k)
+			}
+			if !ok {
+				break
+			}
+			hit++
+		}
+		if seen != nil {
+			for _, c := range chunks {
+				seen[c.Key()] = struct{}{}
+			}
+		} else {
+			for j := len(chunks) - 1; j >= 0; j-- {
+				cache.Touch(chunks[j].Key())
+			}
+			evicted = cache.EvictOver(evicted[:0])
+		}
+		hitBlocks += int64(hit)
+		allBlocks += int64(len(chunks))
+		res.HitTokens += int64(hit * o.BlockSize)
+		res.PromptTokens += int64(o.Blocks.PromptLen(r))
+	}
+	if res.PromptTokens > 0 {
+		res.HitRate = float64(res.HitTokens) / float64(res.PromptTokens)
+	}
+	if allBlocks > 0 {
+		res.BlockHitRate = float64(hitBlocks) / float64(allBlocks)
+	}
+	return res, nil
+}
