@@ -259,6 +259,10 @@ func (ix *Index) Remove(w WorkerKey, engineHashes []uint64) error {
 // leave takes worker slot out of block id.
 func (ix *Index) leave(slot, id uint32) {
 	n, off := ix.locate(id)
+	if ix.nodes[n].workers.only(slot) {
+		ix.truncate(n, off)
+		return
+	}
 	if off+1 < len(ix.nodes[n].hashes) {
 		ix.split(n, off+1)
 	}
@@ -269,17 +273,41 @@ func (ix *Index) leave(slot, id uint32) {
 	md := &ix.nodes[m]
 	md.workers.unset(slot)
 	if md.workers.empty() {
-		ix.dropSubtree(m, nil)
+		ix.dropSubtree(m, nil, true)
 		return
 	}
 	ix.tryMerge(m)
 	ix.tryMerge(md.parent)
 }
 
+// truncate cuts node n's run at off when its only worker leaves the block there: that block, the rest of
+// the run and every child lose their last worker (a cascade). It needs no split, so the common eviction of
+// a conversation cached on one worker allocates nothing. The caller has dropped the handle at off.
+func (ix *Index) truncate(n uint32, off int) {
+	if off == 0 {
+		ix.dropSubtree(n, nil, true)
+		return
+	}
+	nd := &ix.nodes[n]
+	for nd.numKids() > 0 {
+		var c uint32
+		nd.kids.each(func(k kid) { c = k.node })
+		ix.dropSubtree(c, nil, false)
+	}
+	slot := uint32(0)
+	nd.workers.each(func(s uint32) { slot = s })
+	for j := off + 1; j < len(nd.ids); j++ {
+		ix.purge(slot, nd.ids[j], nd.ehs[j])
+	}
+	ix.freeIDs = append(ix.freeIDs, nd.ids[off:]...)
+	nd.hashes, nd.ids, nd.ehs = nd.hashes[:off], nd.ids[:off], nd.ehs[:off]
+}
+
 // dropSubtree removes node m, which no worker holds any more, and everything below it: the handles that
 // other workers still have there (only workers removed from a middle block can have them) are dropped too,
-// except for the slots in skip, whose tables the caller resets.
-func (ix *Index) dropSubtree(m uint32, skip bitset) {
+// except for the slots in skip, whose tables the caller resets. With merge, m's parent then merges with
+// its remaining child when it can.
+func (ix *Index) dropSubtree(m uint32, skip bitset, merge bool) {
 	md := &ix.nodes[m]
 	p := md.parent
 	ix.nodes[p].removeKid(md.hashes[0])
@@ -300,7 +328,9 @@ func (ix *Index) dropSubtree(m uint32, skip bitset) {
 		ix.freeIDs = append(ix.freeIDs, nd.ids...)
 		ix.freeNode(n)
 	}
-	ix.tryMerge(p)
+	if merge {
+		ix.tryMerge(p)
+	}
 }
 
 // purge drops every handle of slot that names block id; eh is the usual one.
@@ -375,7 +405,7 @@ func (ix *Index) clear(workerID uint64, forget bool) {
 	}
 	for n := 1; n < len(ix.nodes); n++ {
 		if nd := &ix.nodes[n]; nd.live && nd.workers.empty() {
-			ix.dropSubtree(uint32(n), mask)
+			ix.dropSubtree(uint32(n), mask, true)
 		}
 	}
 	for n := 1; n < len(ix.nodes); n++ {

@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -93,5 +94,34 @@ func BenchmarkBuild(b *testing.B) {
 		b.ReportMetric(float64(wl.blocks*b.N)/b.Elapsed().Seconds(), "blocks/s")
 		b.ReportMetric(float64(heap)/float64(ix.Size()), "bytes/block-worker")
 		b.ReportMetric(float64(len(ix.nodes)-len(ix.freeNodes)), "nodes")
+	})
+}
+
+// BenchmarkChurn: steady state at full size. One op takes one stored event of the workload, removes its
+// blocks leaf first (as an engine evicts) and stores them again; blocks/s counts removed plus stored
+// blocks. Removals split shared runs, cascade and merge, so this is the write path at its most expensive.
+func BenchmarkChurn(b *testing.B) {
+	wl := getWorkload(256)
+	ix, _ := wl.build()
+	b.Run("W=256/chain=16", func(b *testing.B) {
+		ehs := make([]uint64, 0, 16)
+		blocks := 0
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			ev := wl.events[i%len(wl.events)]
+			ehs = ehs[:0]
+			for k := len(ev.blocks) - 1; k >= 0; k-- {
+				ehs = append(ehs, ev.blocks[k].EngineHash)
+			}
+			_ = ix.Remove(ev.w, ehs) // a cascade may already have dropped some
+			if err := ix.Store(ev.w, ev.parent, ev.hasParent, ev.blocks); err != nil && !errors.Is(err, ErrParentNotFound) {
+				b.Fatal(err)
+			}
+			blocks += 2 * len(ev.blocks)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+		b.ReportMetric(float64(ix.Size()), "entries")
 	})
 }

@@ -308,13 +308,13 @@ type loc struct {
 	off  uint32
 }
 
-// newNode returns the index of a fresh live node.
+// newNode returns the index of a fresh live node. A freed node's run buffers are reused, so the
+// split-and-merge churn of removals does not allocate.
 func (ix *Index) newNode(parent uint32) uint32 {
 	var n uint32
 	if k := len(ix.freeNodes); k > 0 {
 		n = ix.freeNodes[k-1]
 		ix.freeNodes = ix.freeNodes[:k-1]
-		ix.nodes[n] = node{}
 	} else {
 		n = uint32(len(ix.nodes))
 		ix.nodes = append(ix.nodes, node{})
@@ -325,8 +325,16 @@ func (ix *Index) newNode(parent uint32) uint32 {
 	return n
 }
 
+// maxPooledRun bounds the run buffers a freed node keeps for reuse.
+const maxPooledRun = 256
+
 func (ix *Index) freeNode(n uint32) {
-	ix.nodes[n] = node{}
+	nd := &ix.nodes[n]
+	keep := node{}
+	if cap(nd.hashes) <= maxPooledRun {
+		keep.hashes, keep.ids, keep.ehs = nd.hashes[:0], nd.ids[:0], nd.ehs[:0]
+	}
+	*nd = keep
 	ix.freeNodes = append(ix.freeNodes, n)
 }
 
@@ -367,9 +375,9 @@ func (ix *Index) appendPos(n uint32, h, eh uint64) uint32 {
 func (ix *Index) split(n uint32, at int) uint32 {
 	t := ix.newNode(n)
 	nd, td := &ix.nodes[n], &ix.nodes[t]
-	td.hashes = append([]uint64(nil), nd.hashes[at:]...)
-	td.ids = append([]uint32(nil), nd.ids[at:]...)
-	td.ehs = append([]uint64(nil), nd.ehs[at:]...)
+	td.hashes = append(td.hashes[:0], nd.hashes[at:]...)
+	td.ids = append(td.ids[:0], nd.ids[at:]...)
+	td.ehs = append(td.ehs[:0], nd.ehs[at:]...)
 	td.workers = nd.workers.clone()
 	td.kids = nd.kids
 	nd.kids = children{}
@@ -384,7 +392,7 @@ func (ix *Index) split(n uint32, at int) uint32 {
 
 // clip truncates s to n and gives back the capacity when more than half of it would be wasted.
 func clip[T any](s []T, n int) []T {
-	if cap(s) > 16 && cap(s) > 2*n {
+	if cap(s) > 64 && cap(s) > 4*n {
 		return append([]T(nil), s[:n]...)
 	}
 	return s[:n]
