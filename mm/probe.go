@@ -1,0 +1,299 @@
+package mm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ProbeConfig configures the image size probe. The defaults are Dynamo's (spec/multimodal.md §4).
+type ProbeConfig struct {
+	// Timeout bounds each Range request, connect to last byte. Default 10 s (Dynamo DIM_FETCH_TIMEOUT);
+	// a slow image server then costs one request at most this long, never the router's latency budget
+	// beyond it.
+	Timeout time.Duration
+	// SmallRange is the first prefix fetched, in bytes (Range: bytes=0-4095). Default 4096: enough
+	// for every PNG, GIF, WebP, BMP and most JPEG headers.
+	SmallRange int
+	// LargeRange is the one retry when the small prefix does not hold the header (bytes=0-65535).
+	// Default 65536.
+	LargeRange int
+	// MaxHeaderBytes bounds a third fetch for JPEG files whose metadata (EXIF thumbnail, ICC profile)
+	// pushes the frame header past LargeRange; the prober walks the marker segments and fetches exactly
+	// up to the frame header if that is within this bound. Default 1 MiB. 0 disables the third fetch
+	// (Dynamo's behaviour: "image header parse failed after 64KB").
+	MaxHeaderBytes int
+	// MaxRedirects bounds redirects per request, each re-checked by the SSRF guard. Default 3.
+	MaxRedirects int
+	// CacheEntries is the size cache capacity (mm_hash → W×H, about 50 bytes each). Default 100 000.
+	CacheEntries int
+	// CacheTTL is how long a size stays cached. Default 24 h. Errors are never cached.
+	CacheTTL time.Duration
+	// MaxDataURIBytes bounds the length of a data: URI read in memory. Default 32 MiB.
+	MaxDataURIBytes int
+	// AllowHosts are the --media-allow-hosts values (host names, IPs or CIDRs) that the SSRF guard
+	// admits although they are internal. Default none.
+	AllowHosts []string
+}
+
+// DefaultProbeConfig returns Dynamo's settings.
+func DefaultProbeConfig() ProbeConfig {
+	return ProbeConfig{
+		Timeout:         10 * time.Second,
+		SmallRange:      4096,
+		LargeRange:      65536,
+		MaxHeaderBytes:  1 << 20,
+		MaxRedirects:    3,
+		CacheEntries:    100_000,
+		CacheTTL:        24 * time.Hour,
+		MaxDataURIBytes: DefaultMaxDataURIBytes,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c ProbeConfig) Validate() error {
+	switch {
+	case c.Timeout <= 0:
+		return errors.New("mm: probe Timeout must be positive")
+	case c.SmallRange <= 0 || c.LargeRange < c.SmallRange:
+		return errors.New("mm: probe ranges must satisfy 0 < SmallRange <= LargeRange")
+	case c.MaxHeaderBytes < 0:
+		return errors.New("mm: probe MaxHeaderBytes must not be negative")
+	case c.MaxRedirects < 0:
+		return errors.New("mm: probe MaxRedirects must not be negative")
+	case c.CacheEntries <= 0 || c.CacheTTL <= 0:
+		return errors.New("mm: probe cache needs positive CacheEntries and CacheTTL")
+	case c.MaxDataURIBytes <= 0:
+		return errors.New("mm: probe MaxDataURIBytes must be positive")
+	}
+	_, err := NewGuard(c.AllowHosts)
+	return err
+}
+
+// ProbeStats are cumulative counters of a Prober, for metrics.
+type ProbeStats struct {
+	Hits, Misses, Shared       uint64 // cache hits, misses that fetched, misses that joined a fetch in flight
+	Requests                   uint64 // HTTP Range requests sent
+	Errors                     uint64 // failed probes (not cached)
+	NoRange, Blocked, HeaderKO uint64 // failures by class: non-206, SSRF guard, header unparsable
+}
+
+// Prober discovers image sizes: data: URIs in memory, http(s) URLs by Range requests, with a
+// single-flight LRU cache keyed by mm_hash. Safe for concurrent use; the cache and the in-flight map
+// are its only shared state (each under its own lock).
+type Prober struct {
+	cfg    ProbeConfig
+	client *http.Client
+	cache  *sizeCache
+
+	mu       sync.Mutex
+	inflight map[Hash]*flight
+
+	hits, misses, shared, requests, errs, noRange, blocked, headerKO atomic.Uint64
+}
+
+type flight struct {
+	done chan struct{}
+	size Size
+	err  error
+}
+
+// NewProber builds a prober. clock drives the cache TTL (nil means the wall clock). transport, when
+// non-nil, replaces the guarded HTTP transport (tests only: it bypasses the SSRF guard).
+func NewProber(cfg ProbeConfig, clock Clock, transport http.RoundTripper) (*Prober, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clock == nil {
+		clock = wallClock{}
+	}
+	guard, _ := NewGuard(cfg.AllowHosts)
+	if transport == nil {
+		dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+		transport = &http.Transport{
+			Proxy:                 nil, // a proxy would move the connect-time check to the proxy's address
+			DialContext:           guard.dialContext(dialer),
+			MaxIdleConnsPerHost:   4,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   cfg.Timeout,
+			ResponseHeaderTimeout: cfg.Timeout,
+			DisableCompression:    true, // byte ranges of the file itself, not of a gzip stream
+		}
+	}
+	maxRedirects := cfg.MaxRedirects
+	client := &http.Client{
+		Transport: transport,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) > maxRedirects {
+				return fmt.Errorf("%w: more than %d redirects", ErrFetch, maxRedirects)
+			}
+			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+				return fmt.Errorf("%w: redirect to %s", ErrUnsupportedScheme, req.URL.Scheme)
+			}
+			return guard.CheckHost(req.URL.Hostname())
+		},
+	}
+	return &Prober{
+		cfg:      cfg,
+		client:   client,
+		cache:    newSizeCache(cfg.CacheEntries, cfg.CacheTTL, clock),
+		inflight: make(map[Hash]*flight),
+	}, nil
+}
+
+// Stats returns the counters so far.
+func (p *Prober) Stats() ProbeStats {
+	return ProbeStats{
+		Hits: p.hits.Load(), Misses: p.misses.Load(), Shared: p.shared.Load(), Requests: p.requests.Load(),
+		Errors: p.errs.Load(), NoRange: p.noRange.Load(), Blocked: p.blocked.Load(), HeaderKO: p.headerKO.Load(),
+	}
+}
+
+// CacheLen is the number of cached sizes.
+func (p *Prober) CacheLen() int { return p.cache.len() }
+
+// Size returns the (W, H) of the image at rawURL whose identity is h. A cached size is returned at
+// once; otherwise one caller per h fetches (single flight) and the others wait for its result or for
+// their own ctx. The shared fetch is not cancelled by any one caller's ctx; it is bounded by the
+// configured timeout. Errors are returned to every waiter and not cached.
+func (p *Prober) Size(ctx context.Context, rawURL string, h Hash) (Size, error) {
+	if sz, ok := p.cache.get(h); ok {
+		p.hits.Add(1)
+		return sz, nil
+	}
+	p.mu.Lock()
+	if f, ok := p.inflight[h]; ok {
+		p.mu.Unlock()
+		p.shared.Add(1)
+		select {
+		case <-f.done:
+			return f.size, f.err
+		case <-ctx.Done():
+			return Size{}, fmt.Errorf("%w: %w", ErrFetch, ctx.Err())
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	p.inflight[h] = f
+	p.mu.Unlock()
+	p.misses.Add(1)
+
+	f.size, f.err = p.sizeUncached(context.WithoutCancel(ctx), rawURL)
+	if f.err == nil {
+		p.cache.put(h, f.size)
+	} else {
+		p.countError(f.err)
+	}
+	p.mu.Lock()
+	delete(p.inflight, h)
+	p.mu.Unlock()
+	close(f.done)
+	return f.size, f.err
+}
+
+func (p *Prober) countError(err error) {
+	p.errs.Add(1)
+	switch {
+	case errors.Is(err, ErrNoRange):
+		p.noRange.Add(1)
+	case errors.Is(err, ErrBlockedAddress):
+		p.blocked.Add(1)
+	case errors.Is(err, ErrHeader):
+		p.headerKO.Add(1)
+	}
+}
+
+func (p *Prober) sizeUncached(ctx context.Context, rawURL string) (Size, error) {
+	scheme, _, _ := strings.Cut(rawURL, ":")
+	switch strings.ToLower(strings.TrimSpace(scheme)) {
+	case "data":
+		d, err := ParseDataURI(strings.TrimSpace(rawURL), p.cfg.MaxDataURIBytes)
+		if err != nil {
+			return Size{}, err
+		}
+		sz, _, err := HeaderSize(d.Data)
+		return sz, err
+	case "http", "https":
+		return p.probeHTTP(ctx, rawURL)
+	}
+	return Size{}, fmt.Errorf("%w: %q", ErrUnsupportedScheme, scheme)
+}
+
+func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
+	u, err := url.Parse(strings.TrimSpace(rawURL))
+	if err != nil {
+		return Size{}, fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	b, err := p.fetchRange(ctx, u, p.cfg.SmallRange)
+	if err != nil {
+		return Size{}, err
+	}
+	sz, _, herr := HeaderSize(b)
+	if herr == nil {
+		return sz, nil
+	}
+	if b, err = p.fetchRange(ctx, u, p.cfg.LargeRange); err != nil {
+		return Size{}, err
+	}
+	sz, f, herr := HeaderSize(b)
+	if herr == nil {
+		return sz, nil
+	}
+	if f == FormatJPEG && IsShort(herr) && len(b) >= p.cfg.LargeRange {
+		if need, ok := JPEGHeaderEnd(b); ok && need > len(b) && need <= p.cfg.MaxHeaderBytes {
+			if b, err = p.fetchRange(ctx, u, need); err != nil {
+				return Size{}, err
+			}
+			if sz, _, herr = HeaderSize(b); herr == nil {
+				return sz, nil
+			}
+		}
+	}
+	return Size{}, fmt.Errorf("%w (after %d bytes)", herr, len(b))
+}
+
+// fetchRange GETs bytes [0, n) and returns them. Anything but 206 fails without reading the body.
+func (p *Prober) fetchRange(ctx context.Context, u *url.URL, n int) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	req.Header.Set("Range", "bytes=0-"+strconv.Itoa(n-1))
+	p.requests.Add(1)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		if errors.Is(err, ErrBlockedAddress) || errors.Is(err, ErrUnsupportedScheme) {
+			return nil, unwrapURLError(err)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent {
+		return nil, fmt.Errorf("%w: status %d", ErrNoRange, resp.StatusCode)
+	}
+	buf := make([]byte, n)
+	m, err := io.ReadFull(resp.Body, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: read: %v", ErrFetch, err)
+	}
+	return buf[:m], nil
+}
+
+// unwrapURLError keeps the class sentinel of an error returned through *url.Error and net.OpError.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s %s: %w", ue.Op, ue.URL, ue.Err)
+	}
+	return err
+}
