@@ -114,14 +114,14 @@ func (t *Tokenizer) EncodeCached(s string, cache *SegmentCache) []uint32 {
 		switch seg := s[p.start:p.end]; {
 		case p.isAdded:
 			r = segRef{id: p.id, single: true}
-		case len(seg) < minCachedSegment:
+		case len(seg) < minCachedSegment || (p.start == 0 && t.prependFirst):
 			n := len(scratch)
-			scratch = t.encodeText(scratch, seg, b)
+			scratch = t.encodeText(scratch, seg, p.start == 0, b)
 			r = segRef{from: n, to: len(scratch), inScratch: true}
 		default:
 			ids, ok := cache.get(seg)
 			if !ok {
-				ids = t.encodeText(nil, seg, b)
+				ids = t.encodeText(nil, seg, p.start == 0, b)
 				cache.put(seg, ids)
 			}
 			r = segRef{ids: ids}

@@ -37,10 +37,12 @@ type Tokenizer struct {
 	unk          uint32
 	hasUnk       bool
 
-	// metaspace is the Metaspace pre-tokenizer's replacement ("▁") when there is one: spaces become it and,
-	// with prependFirst, a piece gets one in front.
-	metaspace    string
-	prependFirst bool
+	// metaspace is the Metaspace pre-tokenizer's replacement ("▁") when there is one: spaces become it, and a
+	// piece not starting with it gets one in front: every piece (prepend "always"), or only the piece at the start
+	// of the input ("first", which makes a piece's ids depend on its position).
+	metaspace     string
+	prependAlways bool
+	prependFirst  bool
 
 	bosIDs, eosIDs []uint32 // post-processor: ids around a single sequence when special tokens are added
 
@@ -158,7 +160,14 @@ func (t *Tokenizer) configurePre(c *componentJSON) error {
 			if t.metaspace == "" {
 				t.metaspace = "\u2581"
 			}
-			t.prependFirst = c.PrependScheme != "never" && (c.PrependScheme != "" || c.AddPrefixSpace)
+			switch c.PrependScheme {
+			case "always":
+				t.prependAlways = true
+			case "first":
+				t.prependFirst = true
+			case "":
+				t.prependAlways = c.AddPrefixSpace // older files: add_prefix_space
+			}
 			if c.Split == nil || *c.Split {
 				parts = append(parts, metaspaceSplitter{repl: t.metaspace})
 			}
@@ -348,7 +357,7 @@ func (t *Tokenizer) AppendEncode(dst []uint32, s string) []uint32 {
 			dst = append(dst, p.id)
 			continue
 		}
-		dst = t.encodeText(dst, s[p.start:p.end], b)
+		dst = t.encodeText(dst, s[p.start:p.end], p.start == 0, b)
 	}
 	t.bufs.Put(b)
 	return dst
@@ -362,7 +371,8 @@ func (t *Tokenizer) getBufs() *encodeBufs {
 }
 
 // encodeText tokenizes a piece that contains no added token.
-func (t *Tokenizer) encodeText(dst []uint32, s string, b *encodeBufs) []uint32 {
+// atStart tells whether the piece begins the input (Metaspace prepend_scheme "first").
+func (t *Tokenizer) encodeText(dst []uint32, s string, atStart bool, b *encodeBufs) []uint32 {
 	switch {
 	case t.nfc:
 		if !isNFC(s) {
@@ -374,7 +384,7 @@ func (t *Tokenizer) encodeText(dst []uint32, s string, b *encodeBufs) []uint32 {
 	}
 	if t.metaspace != "" {
 		s = strings.ReplaceAll(s, " ", t.metaspace)
-		if t.prependFirst && !strings.HasPrefix(s, t.metaspace) {
+		if (t.prependAlways || (t.prependFirst && atStart)) && !strings.HasPrefix(s, t.metaspace) {
 			s = t.metaspace + s
 		}
 	}

@@ -203,3 +203,48 @@ func ExampleTokenizer_Encode() {
 	// Output: [151644 872 198 9707 1879 151645] user
 	// Hello world
 }
+
+// TestMetaspace rebuilds the Llama-2 tokenizer with a Metaspace pre-tokenizer (prepend "always", no split) in place
+// of its Prepend+Replace normalizer. The two agree on text without added tokens that does not start with a space,
+// so the oracle's ids for those corpus lines must come out again.
+func TestMetaspace(t *testing.T) {
+	data, err := os.ReadFile(testTokenizers["llama2"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		t.Fatal(err)
+	}
+	raw["normalizer"] = json.RawMessage(`null`)
+	raw["pre_tokenizer"] = json.RawMessage(`{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"always","split":false}`)
+	raw["decoder"] = json.RawMessage(`{"type":"Sequence","decoders":[{"type":"ByteFallback"},{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"always","split":false}]}`)
+	data, err = json.Marshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ParseTokenizer(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus := readCorpus(t)
+	golden := readGzipLines(t, "../testdata/tokenizers/golden/llama2.ids.gz")
+	checked := 0
+	for i, s := range corpus {
+		if s == "" || s[0] == ' ' || strings.Contains(s, "\u2581") || strings.Contains(s, "<s>") || strings.Contains(s, "</s>") || strings.Contains(s, "<unk>") {
+			continue
+		}
+		checked++
+		if got := idsString(tok.Encode(s)); got != golden[i] {
+			t.Fatalf("line %d %q:\n got  %s\n want %s", i+1, s, got, golden[i])
+		}
+		if utf8.ValidString(s) {
+			if d := tok.Decode(tok.Encode(s), DecodeOptions{}); d != s {
+				t.Fatalf("decode %q: %q", s, d)
+			}
+		}
+	}
+	if checked < 2000 {
+		t.Fatalf("only %d lines checked", checked)
+	}
+}
