@@ -38,3 +38,28 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseTokenIDs checks the token-id fast path against the JSON decoder.
+func FuzzParseTokenIDs(f *testing.F) {
+	for _, s := range []string{`[]`, `[1,2,3]`, `[ 1 , 2 ]`, `[4294967295]`, `[4294967296]`, `[01]`, `[1.5]`, `[-1]`, `[1,]`, `[,1]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, ok := parseTokenIDs(raw)
+		if !ok {
+			return
+		}
+		var want []uint32
+		if err := json.Unmarshal(raw, &want); err != nil {
+			t.Fatalf("fast path accepted %q, decoder: %v", raw, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %v vs %v", raw, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%q: %v vs %v", raw, got, want)
+			}
+		}
+	})
+}

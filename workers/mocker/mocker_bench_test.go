@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goccy/go-json"
+	"github.com/valyala/fasthttp"
 )
 
 // benchPrompt builds request i's prompt: a 512-token prefix shared by its group of 8 plus a unique tail.
@@ -200,4 +203,64 @@ func BenchmarkEngineStep(b *testing.B) {
 	}
 	b.ReportMetric(float64(id-inflight)/b.Elapsed().Seconds(), "req/s")
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkFleetHTTP: as BenchmarkFleetRequests (W=64, C=8, S=100) but every request is a non-streaming
+// POST /v1/completions with a token-id prompt over loopback HTTP (fasthttp client), so one op includes
+// the JSON and HTTP costs a router's dispatch pays.
+func BenchmarkFleetHTTP(b *testing.B) {
+	const workers, conc = 64, 8
+	eng := DefaultEngineConfig()
+	eng.SpeedupRatio = 100
+	eng.NumGPUBlocks = 2048
+	f, err := StartFleet(FleetConfig{NumWorkers: workers, Template: WorkerConfig{Engine: eng}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	bodies := make([][]byte, 256)
+	for i := range bodies {
+		bodies[i], _ = json.Marshal(map[string]any{"model": "m", "prompt": benchPrompt(i, 1024), "max_tokens": 32})
+	}
+	client := &fasthttp.Client{MaxConnsPerHost: conc * 2}
+	var next, failed atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for slot := range workers * conc {
+		url := f.Workers[slot%workers].URL() + "/v1/completions"
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				req.Reset()
+				req.SetRequestURI(url)
+				req.Header.SetMethod("POST")
+				req.Header.SetContentType("application/json")
+				req.SetBody(bodies[i%int64(len(bodies))])
+				if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					failed.Add(1)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
+	b.StopTimer()
+	if failed.Load() > 0 {
+		b.Fatalf("%d requests failed", failed.Load())
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sim-req/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/req")
 }

@@ -124,6 +124,9 @@ func (w *Worker) parsePrompt(raw json.RawMessage) ([]uint32, error) {
 		}
 		return w.model.Tok.Encode(s), nil
 	}
+	if ids, ok := parseTokenIDs(raw); ok {
+		return ids, nil
+	}
 	var ids []uint32
 	if err := json.Unmarshal(raw, &ids); err == nil {
 		return ids, nil
@@ -501,4 +504,47 @@ func (w *Worker) serveKVBlocks(ctx *fasthttp.RequestCtx) {
 		resp.Ranks = append(resp.Ranks, kvBlocksRank{DPRank: i, NumGPUBlocks: st.Blocks, UsedBlocks: st.UsedBlocks, Blocks: w.CachedBlocks(i)})
 	}
 	writeJSON(ctx, fasthttp.StatusOK, resp)
+}
+
+// parseTokenIDs is the fast path for the benchmarks' token-id prompts: a flat JSON array of non-negative
+// integers below 2^32. Anything else (floats, exponents, nesting) reports false and takes the JSON decoder.
+func parseTokenIDs(raw []byte) ([]uint32, bool) {
+	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
+		return nil, false
+	}
+	ids := make([]uint32, 0, len(raw)/4)
+	i, n := 1, len(raw)-1
+	skip := func() {
+		for i < n && (raw[i] == ' ' || raw[i] == '\n' || raw[i] == '\t' || raw[i] == '\r') {
+			i++
+		}
+	}
+	skip()
+	if i == n {
+		return ids, true
+	}
+	for {
+		skip()
+		start := i
+		var v uint64
+		for i < n && raw[i] >= '0' && raw[i] <= '9' {
+			v = v*10 + uint64(raw[i]-'0')
+			if v > 1<<32-1 {
+				return nil, false
+			}
+			i++
+		}
+		if i == start || i-start > 10 || (raw[start] == '0' && i-start > 1) {
+			return nil, false
+		}
+		ids = append(ids, uint32(v))
+		skip()
+		if i == n {
+			return ids, true
+		}
+		if raw[i] != ',' {
+			return nil, false
+		}
+		i++
+	}
 }
