@@ -102,6 +102,23 @@ func (t *target) snapshot() load.Snapshot {
 type targets struct {
 	list []*target
 	pos  map[scoring.WorkerKey]int
+	// tmpl holds each target's static candidate fields (key, capacity, device), copied per decision.
+	tmpl []scoring.Candidate
+}
+
+// newTargets indexes a target list.
+func newTargets(list []*target) *targets {
+	ts := &targets{list: list, pos: make(map[scoring.WorkerKey]int, len(list)), tmpl: make([]scoring.Candidate, len(list))}
+	for i, t := range list {
+		ts.pos[t.key] = i
+		c := scoring.Candidate{Worker: t.key, Capacity: scoring.Capacity{
+			TotalKVBlocks: uint64(t.spec.TotalKVBlocks), MaxNumBatchedTokens: uint64(t.spec.MaxNumBatchedTokens)}}
+		if t.spec.Device == registry.DeviceCPU {
+			c.Device = scoring.DeviceCPU
+		}
+		ts.tmpl[i] = c
+	}
+	return ts
 }
 
 // waiter is a queued request: the route goroutine blocks on ready until a drain pops it.
@@ -116,11 +133,6 @@ type scheduler struct {
 	cfg     atomic.Pointer[scoring.Config]
 	targets atomic.Pointer[targets]
 	rr      atomic.Uint64
-
-	// regMu guards reg, the active-prompt index answering additional_active_blocks for every worker
-	// with one query.
-	regMu sync.RWMutex
-	reg   *load.Registry
 
 	actMu  sync.Mutex
 	active map[string]*target
@@ -167,7 +179,7 @@ func newScheduler(cfg scoring.Config, index *indexer.Indexer, now func() time.Ti
 	if err != nil {
 		return nil, err
 	}
-	s := &scheduler{index: index, now: now, reg: load.NewRegistry(), active: map[string]*target{}, queue: q,
+	s := &scheduler{index: index, now: now, active: map[string]*target{}, queue: q,
 		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), metrics: m}
 	if seed != nil {
 		s.rng = &lockedRNG{r: rand.New(rand.NewPCG(*seed, *seed^0x9e3779b97f4a7c15))}
@@ -175,7 +187,7 @@ func newScheduler(cfg scoring.Config, index *indexer.Indexer, now func() time.Ti
 		s.rng = globalRNG{}
 	}
 	s.cfg.Store(&cfg)
-	s.targets.Store(&targets{pos: map[scoring.WorkerKey]int{}})
+	s.targets.Store(newTargets(nil))
 	return s, nil
 }
 
@@ -197,45 +209,34 @@ func (s *scheduler) setConfig(cfg scoring.Config) error {
 func (s *scheduler) addWorker(spec registry.Spec) {
 	cfg := s.config()
 	lc := load.ConfigFrom(cfg)
-	old := s.targets.Load()
-	next := &targets{list: append([]*target(nil), old.list...), pos: map[scoring.WorkerKey]int{}}
+	list := append([]*target(nil), s.targets.Load().list...)
 	for r := 0; r < spec.DPRanks(); r++ {
 		t := &target{key: scoring.WorkerKey{WorkerID: spec.ID, DPRank: uint32(r)}, spec: spec, t: load.New(lc)}
 		t.publish()
-		next.list = append(next.list, t)
+		list = append(list, t)
 		if spec.TotalKVBlocks > 0 {
 			s.apMu.Lock()
 			s.approx.SetCapacity(t.key, spec.TotalKVBlocks)
 			s.apMu.Unlock()
 		}
 	}
-	for i, t := range next.list {
-		next.pos[t.key] = i
-	}
-	s.targets.Store(next)
+	s.targets.Store(newTargets(list))
 }
 
 // removeWorker drops a worker's ranks; its active requests are forgotten (their lifecycle calls will
 // answer unknown).
 func (s *scheduler) removeWorker(id uint64) {
-	old := s.targets.Load()
-	next := &targets{pos: map[scoring.WorkerKey]int{}}
-	for _, t := range old.list {
+	var list []*target
+	for _, t := range s.targets.Load().list {
 		if t.key.WorkerID != id {
-			next.list = append(next.list, t)
+			list = append(list, t)
 		} else {
 			s.apMu.Lock()
 			s.approx.RemoveWorker(t.key)
 			s.apMu.Unlock()
 		}
 	}
-	for i, t := range next.list {
-		next.pos[t.key] = i
-	}
-	s.targets.Store(next)
-	s.regMu.Lock()
-	s.reg.RemoveWorker(id)
-	s.regMu.Unlock()
+	s.targets.Store(newTargets(list))
 	s.actMu.Lock()
 	for rid, t := range s.active {
 		if t.key.WorkerID == id {
@@ -250,7 +251,6 @@ func (s *scheduler) removeWorker(id uint64) {
 type routeScratch struct {
 	local, seq []uint64
 	scores     []prefix.Score
-	active     []prefix.Score
 	cands      []scoring.Candidate
 }
 
@@ -360,39 +360,31 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 // candidates builds one Candidate per routable target: index overlap, published load plus this
 // request's additional blocks, capacity.
 func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Config, reuse bool) []scoring.Candidate {
-	cands := sc.cands[:0]
-	for _, t := range ts.list {
-		c := scoring.Candidate{Worker: t.key, Capacity: scoring.Capacity{
-			TotalKVBlocks: uint64(t.spec.TotalKVBlocks), MaxNumBatchedTokens: uint64(t.spec.MaxNumBatchedTokens)}}
-		if t.spec.Device == registry.DeviceCPU {
-			c.Device = scoring.DeviceCPU
-		}
+	cands := append(sc.cands[:0], ts.tmpl...)
+	for i, t := range ts.list {
+		c := &cands[i]
 		snap := t.snapshot()
-		c.Load = snap.Load(uint64(len(sc.seq)))
+		additional := uint64(len(sc.seq))
+		if reuse && snap.ActiveRequests > 0 && len(sc.seq) > 0 {
+			// Only a worker with active requests can already hold some of this prompt's blocks; the
+			// tracker binary-searches the chain (its active part is always a prefix of it).
+			t.mu.Lock()
+			additional = t.t.Projection(sc.seq, true)
+			t.mu.Unlock()
+		}
+		c.Load = snap.Load(additional)
 		c.InFlight = uint32(snap.ActiveRequests)
-		cands = append(cands, c)
 	}
 	for _, sco := range sc.scores {
 		if i, ok := ts.pos[scoring.WorkerKey(sco.Worker)]; ok {
 			cands[i].Overlap.Device = sco.Blocks
 		}
 	}
-	if reuse && cfg.TrackActiveBlocks && len(sc.seq) > 0 {
-		s.regMu.RLock()
-		sc.active = s.reg.ActivePrefix(sc.local, sc.active[:0])
-		s.regMu.RUnlock()
-		for _, a := range sc.active {
-			if i, ok := ts.pos[scoring.WorkerKey(a.Worker)]; ok {
-				cands[i].Load.AdditionalBlocks = uint64(len(sc.seq)) - uint64(a.Blocks)
-			}
-		}
-	}
 	sc.cands = cands
 	return cands
 }
 
-// charge records the decision: AddRequest on the chosen worker's tracker, the active-prompt registry,
-// and the id → worker map.
+// charge records the decision: AddRequest on the chosen worker's tracker and the id → worker map.
 func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl int, d scoring.Decision, reuse bool) error {
 	s.actMu.Lock()
 	if _, dup := s.active[req.ID]; dup {
@@ -418,11 +410,6 @@ func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl i
 		delete(s.active, req.ID)
 		s.actMu.Unlock()
 		return err
-	}
-	if reuse && len(sc.seq) > 0 {
-		s.regMu.Lock()
-		_ = s.reg.Add(req.ID, t.key, sc.local, sc.seq)
-		s.regMu.Unlock()
 	}
 	return nil
 }
@@ -459,9 +446,6 @@ func (s *scheduler) free(id string) error {
 	t.t.Free(id)
 	t.publish()
 	t.mu.Unlock()
-	s.regMu.Lock()
-	s.reg.Free(id)
-	s.regMu.Unlock()
 	s.drain()
 	return nil
 }
@@ -591,11 +575,6 @@ func (s *scheduler) expireStale() {
 			delete(s.active, id)
 		}
 		s.actMu.Unlock()
-		s.regMu.Lock()
-		for _, id := range ids {
-			s.reg.Free(id)
-		}
-		s.regMu.Unlock()
 	}
 	s.drain()
 }
