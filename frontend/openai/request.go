@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"errors"
+	"strconv"
 	"strings"
 
 	json "github.com/goccy/go-json"
@@ -164,7 +165,7 @@ func (p *Prompt) Tokens() []uint32 {
 	return p.TokenLists[0]
 }
 
-var errPromptType = errors.New("must be a string, a list of strings, a list of token ids or a list of token-id lists")
+var errPromptType = errorf(ErrBadRequest, "prompt", "must be a string, a list of strings, a list of token ids or a list of token-id lists")
 
 // UnmarshalJSON accepts the four prompt forms; token ids must be non-negative integers.
 func (p *Prompt) UnmarshalJSON(b []byte) error {
@@ -203,7 +204,7 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 	case c == '[':
 		p.List = true
 		if err := json.Unmarshal(b, &p.TokenLists); err != nil {
-			return errors.New("token-id lists must hold non-negative integers below 2^32")
+			return errorf(ErrBadRequest, "prompt", "token-id lists must hold non-negative integers below 2^32")
 		}
 		if p.TokenLists == nil {
 			p.TokenLists = [][]uint32{}
@@ -211,7 +212,7 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 	case c == '-' || (c >= '0' && c <= '9'):
 		var ids []uint32
 		if err := json.Unmarshal(b, &ids); err != nil {
-			return errors.New("token ids must be non-negative integers below 2^32")
+			return errorf(ErrBadRequest, "prompt", "token ids must be non-negative integers below 2^32")
 		}
 		p.TokenLists = [][]uint32{ids}
 	default:
@@ -244,11 +245,11 @@ func (s *Stop) UnmarshalJSON(b []byte) error {
 		return nil
 	case '[':
 		if err := json.Unmarshal(b, &s.List); err != nil {
-			return errors.New("must be a string or a list of strings")
+			return errorf(ErrBadRequest, "stop", "must be a string or a list of strings")
 		}
 		return nil
 	}
-	return errors.New("must be a string or a list of strings")
+	return errorf(ErrBadRequest, "stop", "must be a string or a list of strings")
 }
 
 // ParseChat decodes a chat completion body: JSON syntax and field types only (Validate checks values).
@@ -259,6 +260,9 @@ func ParseChat(body []byte) (*ChatRequest, error) {
 	}
 	req := &ChatRequest{}
 	if err := json.UnmarshalNoEscape(body, req); err != nil {
+		if e := locateMessageError(body); e != nil {
+			return nil, e
+		}
 		return nil, decodeError(err)
 	}
 	req.Body = body
@@ -300,12 +304,13 @@ func checkObject(body []byte) error {
 
 // decodeError turns a decoder error into a 400 naming the field.
 func decodeError(err error) error {
+	var own *Error
+	if errors.As(err, &own) {
+		return own
+	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		param := te.Field
-		if param == "" {
-			param = te.Struct
-		}
+		param := jsonPath(te.Field)
 		want := "a value of another type"
 		if te.Type != nil {
 			want = goTypeName(te.Type.String())
@@ -321,6 +326,73 @@ func decodeError(err error) error {
 		return errorf(ErrBadRequest, "", "invalid JSON at byte %d: %s", se.Offset, se.Error())
 	}
 	return errorf(ErrBadRequest, "", "invalid JSON: %v", err)
+}
+
+// jsonPath turns the decoder's field path ("messages.0.role") into the API's ("messages[0].role").
+func jsonPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	var b strings.Builder
+	for i, seg := range strings.Split(p, ".") {
+		if _, err := strconv.Atoi(seg); err == nil {
+			b.WriteString("[" + seg + "]")
+			continue
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(seg)
+	}
+	return b.String()
+}
+
+// locateMessageError finds the message (and content part) a decode error comes from, since errors raised
+// inside model.Content lose the path. It runs only on the error path; nil means "not in messages".
+func locateMessageError(body []byte) *Error {
+	var msgs []json.RawMessage
+	if json.Unmarshal(TopLevelField(body, "messages"), &msgs) != nil {
+		return nil
+	}
+	for i, raw := range msgs {
+		var m model.Message
+		err := json.Unmarshal(raw, &m)
+		if err == nil {
+			continue
+		}
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(raw, &fields) != nil {
+			return errorf(ErrBadRequest, msgParam(i), "must be an object")
+		}
+		if content, ok := fields["content"]; ok {
+			var c model.Content
+			if json.Unmarshal(content, &c) != nil {
+				var parts []json.RawMessage
+				if json.Unmarshal(content, &parts) != nil {
+					return errorf(ErrBadRequest, msgParam(i)+".content", "must be a string, a list of content parts or null")
+				}
+				for j, p := range parts {
+					var part model.ContentPart
+					if perr := json.Unmarshal(p, &part); perr != nil {
+						e := decodeError(perr).(*Error)
+						if e.Param == "" {
+							return errorf(ErrBadRequest, partParam(i, j), "must be an object {\"type\": ...}")
+						}
+						e.Param = partParam(i, j) + "." + e.Param
+						return e
+					}
+				}
+			}
+		}
+		e := decodeError(err).(*Error)
+		if e.Param != "" {
+			e.Param = msgParam(i) + "." + e.Param
+		} else {
+			e.Param = msgParam(i)
+		}
+		return e
+	}
+	return nil
 }
 
 // goTypeName names a Go type the way an API user thinks of it.

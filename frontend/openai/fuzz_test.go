@@ -1,0 +1,98 @@
+package openai
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+
+	json "github.com/goccy/go-json"
+)
+
+// Seed corpora live in testdata/fuzz/Fuzz*; run with
+//
+//	go test ./frontend/openai -run '^$' -fuzz FuzzParseChat -fuzztime 30s
+
+// checkClassified fails unless err is an *Error of one of the classes.
+func checkClassified(t *testing.T, err error) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) || classOf(err) == nil {
+		t.Fatalf("unclassified error %T: %v", err, err)
+	}
+}
+
+func FuzzParseChat(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:x"},"uuid":"a"}]}],"stream":true}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := ParseChat(body)
+		if err != nil {
+			checkClassified(t, err)
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		if err := r.Validate(Limits{}, nil); err != nil {
+			checkClassified(t, err)
+		}
+		if len(r.Media) > 0 {
+			uuids := make([]string, len(r.Media))
+			for i := range uuids {
+				uuids[i] = "u" + strconv.Itoa(i)
+			}
+			out, err := SetMediaUUIDs(body, r.Media, uuids)
+			if err != nil {
+				t.Fatalf("SetMediaUUIDs: %v", err)
+			}
+			r2, err := ParseChat(out)
+			if err != nil {
+				t.Fatalf("rewritten body does not parse: %v\n%s", err, out)
+			}
+			if len(r2.Media) != len(r.Media) {
+				t.Fatalf("media %d -> %d", len(r.Media), len(r2.Media))
+			}
+			for i, p := range r2.Media {
+				if p.UUID != uuids[i] {
+					t.Fatalf("media %d uuid %q, want %q\n%s", i, p.UUID, uuids[i], out)
+				}
+			}
+		}
+		out, err := SetField(body, "nvext", []byte(`{"return_routing":true}`))
+		if err != nil || !json.Valid(out) {
+			t.Fatalf("SetField: %v\n%s", err, out)
+		}
+		if raw := TopLevelField(out, "nvext"); string(raw) != `{"return_routing":true}` {
+			t.Fatalf("nvext after SetField: %s", raw)
+		}
+	})
+}
+
+func FuzzParseCompletion(f *testing.F) {
+	f.Add([]byte(`{"model":"m","prompt":[1,2,3]}`))
+	f.Add([]byte(`{"model":"m","prompt":"hello","max_tokens":4}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := ParseCompletion(body)
+		if err != nil {
+			checkClassified(t, err)
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		if err := r.Validate(Limits{}, nil); err != nil {
+			checkClassified(t, err)
+			return
+		}
+		if r.Prompt.Len() != 1 {
+			t.Fatalf("valid request with %d prompts", r.Prompt.Len())
+		}
+		out, err := DeleteField(body, "prompt")
+		if err != nil || !json.Valid(out) || TopLevelField(out, "prompt") != nil {
+			t.Fatalf("DeleteField: %v\n%s", err, out)
+		}
+		if _, _, err := ParseUsage(body); err != nil && TopLevelField(body, "usage") == nil {
+			t.Fatalf("ParseUsage failed without usage: %v", err)
+		}
+	})
+}
