@@ -53,10 +53,9 @@ func runMocker(args []string) int {
 	served := fs.String("served-model-name", "", "model name in the API (default: the model path, or kvroute-mocker)")
 	defaultMax := fs.Int("default-max-tokens", 16, "output length when a request sets no max_tokens")
 	hashSeed := fs.Uint64("hash-seed", 0, "seed of the engine block hashes (opaque to routers)")
-	ignored := map[string]*string{}
 	for name, takesValue := range mockerIgnoredFlags {
 		if takesValue {
-			ignored[name] = fs.String(name, "", "ignored (vLLM compatibility)")
+			fs.String(name, "", "ignored (vLLM compatibility)")
 		} else {
 			fs.Bool(name, false, "ignored (vLLM compatibility)")
 		}

@@ -95,6 +95,9 @@ func (w *Worker) Spec() string {
 	if ep := w.ReplayEndpoint(0); ep != "" {
 		s += ",replay=" + ep
 	}
+	if w.cfg.KVEvents.Enable && w.cfg.KVEvents.Topic != "" {
+		s += ",topic=" + w.cfg.KVEvents.Topic
+	}
 	if len(w.ranks) > 1 {
 		s += ",dp_size=" + strconv.Itoa(len(w.ranks))
 	}

@@ -248,7 +248,7 @@ func (w *Worker) CachedBlocks(rank int) []CachedBlock {
 	r := w.ranks[rank]
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := r.eng.CachedBlocks(nil)
+	out := r.eng.CachedBlocks([]CachedBlock{})
 	for i := range out {
 		out[i].TokenIDs = append([]uint32(nil), out[i].TokenIDs...)
 	}
