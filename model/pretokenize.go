@@ -72,6 +72,24 @@ func classAt(s string, i int) (uint8, int) {
 	if c < utf8.RuneSelf {
 		return bmpClass[c], 1
 	}
+	// Two- and three-byte sequences (Latin, Cyrillic, Arabic, CJK, Hangul) decoded inline: this is the hot path
+	// of non-English text, and utf8.DecodeRuneInString's multi-byte path is not inlined.
+	if c >= 0xC2 && c < 0xE0 && i+1 < len(s) {
+		if c1 := s[i+1]; c1&0xC0 == 0x80 {
+			return bmpClass[rune(c&0x1F)<<6|rune(c1&0x3F)], 2
+		}
+	} else if c >= 0xE0 && c < 0xF0 && i+2 < len(s) {
+		c1, c2 := s[i+1], s[i+2]
+		lo, hi := byte(0x80), byte(0xBF)
+		if c == 0xE0 {
+			lo = 0xA0 // no overlong forms
+		} else if c == 0xED {
+			hi = 0x9F // no surrogates
+		}
+		if c1 >= lo && c1 <= hi && c2&0xC0 == 0x80 {
+			return bmpClass[rune(c&0x0F)<<12|rune(c1&0x3F)<<6|rune(c2&0x3F)], 3
+		}
+	}
 	r, size := utf8.DecodeRuneInString(s[i:])
 	if r == utf8.RuneError && size == 1 {
 		return clsOther, 1

@@ -3,6 +3,7 @@ package model
 import (
 	"slices"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestSplitterMatchesRegex: the hand-written splitters cut the corpus exactly where the general regex engine does
@@ -72,6 +73,35 @@ func TestSplitterEdges(t *testing.T) {
 	for _, tc := range tests {
 		if got := words(tc.in, gpt4Splitter{maxDigits: 1}.split(tc.in, nil)); !slices.Equal(got, tc.want) {
 			t.Errorf("%q: got %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestClassAtExhaustive compares classAt's inline UTF-8 decoding with the standard decoder on every one-, two- and
+// three-byte prefix (valid or not).
+func TestClassAtExhaustive(t *testing.T) {
+	initClasses()
+	ref := func(s string) (uint8, int) {
+		r, size := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && size == 1 {
+			return clsOther, 1
+		}
+		return runeClass(r), size
+	}
+	buf := make([]byte, 3)
+	for a := 0; a < 256; a++ {
+		for b := 0; b < 256; b++ {
+			for c := 0; c < 256; c += 1 + 62*boolInt(a < 0xE0) { // third byte matters only for 3-byte leads
+				buf[0], buf[1], buf[2] = byte(a), byte(b), byte(c)
+				for _, n := range []int{1, 2, 3} {
+					s := string(buf[:n])
+					gc, gs := classAt(s, 0)
+					wc, ws := ref(s)
+					if gc != wc || gs != ws {
+						t.Fatalf("% x: got (%d,%d), want (%d,%d)", s, gc, gs, wc, ws)
+					}
+				}
+			}
 		}
 	}
 }
