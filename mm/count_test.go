@@ -22,7 +22,7 @@ func mustParse(s string) ProcessorConfig {
 // TestGoldenMainTable is every cell of the §7.1 main table: 11 sizes × 6 families (66 values).
 func TestGoldenMainTable(t *testing.T) {
 	type row struct {
-		w, h                                        uint32
+		w, h                                         uint32
 		qwen2, qwen3, llava, llavaNext, llama4, kimi int
 	}
 	rows := []row{

@@ -26,3 +26,6 @@ var (
 	// ErrLimit: a per-request bound (image count, total pixels) was exceeded.
 	ErrLimit = errors.New("mm: request limit exceeded")
 )
+
+// ErrClosed: the Prober was closed.
+var ErrClosed = errors.New("mm: prober closed")

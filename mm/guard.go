@@ -103,7 +103,6 @@ func (g *Guard) CheckAddr(ip netip.Addr) error {
 	return nil
 }
 
-
 // dialContext resolves the host, then dials with a Control hook that checks every address actually
 // connected to. A host name in the allow-list admits all of its addresses.
 func (g *Guard) dialContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {

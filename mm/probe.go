@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,7 +97,9 @@ type Prober struct {
 	cache  *sizeCache
 
 	mu       sync.Mutex
-	inflight map[Hash]*flight
+	inflight map[Hash]*flight // fetches in flight, by mm_hash; guarded by mu
+	closed   bool             // guarded by mu
+	wg       sync.WaitGroup   // fetch goroutines
 
 	hits, misses, shared, requests, errs, noRange, blocked, headerKO atomic.Uint64
 }
@@ -162,31 +165,44 @@ func (p *Prober) Stats() ProbeStats {
 func (p *Prober) CacheLen() int { return p.cache.len() }
 
 // Size returns the (W, H) of the image at rawURL whose identity is h. A cached size is returned at
-// once; otherwise one caller per h fetches (single flight) and the others wait for its result or for
-// their own ctx. The shared fetch is not cancelled by any one caller's ctx; it is bounded by the
-// configured timeout. Errors are returned to every waiter and not cached.
+// once; otherwise the first caller for h starts one fetch (single flight) in a goroutine tracked by the
+// Prober, and every caller waits for its result or for its own ctx, whichever comes first. The fetch
+// itself is bounded by the configured timeout, not by any caller's ctx, so a cancelled request does not
+// fail the others sharing it. Errors reach every waiter and are not cached.
 func (p *Prober) Size(ctx context.Context, rawURL string, h Hash) (Size, error) {
 	if sz, ok := p.cache.get(h); ok {
 		p.hits.Add(1)
 		return sz, nil
 	}
 	p.mu.Lock()
-	if f, ok := p.inflight[h]; ok {
-		p.mu.Unlock()
+	f, ok := p.inflight[h]
+	if ok {
 		p.shared.Add(1)
-		select {
-		case <-f.done:
-			return f.size, f.err
-		case <-ctx.Done():
-			return Size{}, fmt.Errorf("%w: %w", ErrFetch, ctx.Err())
+	} else {
+		if p.closed {
+			p.mu.Unlock()
+			return Size{}, ErrClosed
 		}
+		f = &flight{done: make(chan struct{})}
+		p.inflight[h] = f
+		p.wg.Add(1)
+		p.misses.Add(1)
+		go pprof.Do(context.Background(), pprof.Labels("mm", "size-probe"), func(context.Context) {
+			p.runFlight(h, rawURL, f)
+		})
 	}
-	f := &flight{done: make(chan struct{})}
-	p.inflight[h] = f
 	p.mu.Unlock()
-	p.misses.Add(1)
+	select {
+	case <-f.done:
+		return f.size, f.err
+	case <-ctx.Done():
+		return Size{}, fmt.Errorf("%w: %w", ErrFetch, ctx.Err())
+	}
+}
 
-	f.size, f.err = p.sizeUncached(context.WithoutCancel(ctx), rawURL)
+func (p *Prober) runFlight(h Hash, rawURL string, f *flight) {
+	defer p.wg.Done()
+	f.size, f.err = p.sizeUncached(context.Background(), rawURL)
 	if f.err == nil {
 		p.cache.put(h, f.size)
 	} else {
@@ -196,7 +212,23 @@ func (p *Prober) Size(ctx context.Context, rawURL string, h Hash) (Size, error) 
 	delete(p.inflight, h)
 	p.mu.Unlock()
 	close(f.done)
-	return f.size, f.err
+}
+
+// cached returns a cached size without starting a fetch (the resolver's fast path).
+func (p *Prober) cached(h Hash) (Size, bool) {
+	sz, ok := p.cache.get(h)
+	if ok {
+		p.hits.Add(1)
+	}
+	return sz, ok
+}
+
+// Close refuses new fetches and waits for those in flight (each bounded by the timeout).
+func (p *Prober) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
 }
 
 func (p *Prober) countError(err error) {

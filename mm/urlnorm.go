@@ -17,6 +17,9 @@ import (
 // no routing entry rather than a hash that could differ from Dynamo's) and Windows drive-letter
 // quirks of file: URLs. An already-canonical URL is returned unchanged and without allocation.
 func NormalizeURL(raw string) (string, error) {
+	if canonicalHTTP(raw) {
+		return raw, nil
+	}
 	s := strings.TrimFunc(raw, func(r rune) bool { return r <= 0x20 })
 	if strings.ContainsAny(s, "\t\n\r") {
 		s = strings.Map(func(r rune) rune {
@@ -458,4 +461,54 @@ func parseIPv6Literal(s string) (string, bool) {
 		}
 	}
 	return out.String(), true
+}
+
+// canonicalHTTP is the fast path: an http(s) URL with a lowercase host name, no port, no userinfo, no
+// fragment, no dot segments and no byte that serialization would change is already canonical.
+func canonicalHTTP(s string) bool {
+	var rest string
+	switch {
+	case strings.HasPrefix(s, "https://"):
+		rest = s[8:]
+	case strings.HasPrefix(s, "http://"):
+		rest = s[7:]
+	default:
+		return false
+	}
+	i := 0
+	for ; i < len(rest) && rest[i] != '/'; i++ {
+		c := rest[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	if i == 0 || i == len(rest) || rest[i-1] == '.' {
+		return false
+	}
+	// A host whose last label starts with a digit may be an IPv4 form ("0x7f.1") that parses
+	// differently; leave it to the full parser.
+	if last := rest[strings.LastIndexByte(rest[:i], '.')+1]; last < 'a' || last > 'z' {
+		return false
+	}
+	inQuery := false
+	for j := i; j < len(rest); j++ {
+		c := rest[j]
+		switch {
+		case c <= 0x20 || c >= 0x7f || c == '#' || c == '\\':
+			return false
+		case c == '?':
+			inQuery = true
+		case inQuery:
+			if encSpecialQuery.has(c) {
+				return false
+			}
+		case c == '/':
+			if j+1 < len(rest) && (rest[j+1] == '.' || rest[j+1] == '%') {
+				return false
+			}
+		case encPath.has(c):
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,178 @@
+package mm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"net/http"
+	"strings"
+
+	"golang.org/x/image/bmp"
+	"golang.org/x/image/tiff"
+	"golang.org/x/image/webp"
+)
+
+// DefaultMaxDecodeBytes bounds a full image download for --frontend-decoding.
+const DefaultMaxDecodeBytes = 64 << 20
+
+// DecodeImage decodes a whole image file and returns its content hash (ContentHash over HWC pixels in
+// the native channel count) and its size. Channel mapping of Go's decoders to the Rust image crate's
+// native layouts: gray → 1, gray+alpha → 2 (Go has no such type: gray PNGs with alpha arrive as NRGBA,
+// so they hash with 4 channels here; recorded as a divergence), opaque colour → 3, colour with alpha →
+// 4; 16-bit samples keep their high byte. Lossless formats give Dynamo's bytes; JPEG and lossy WebP go
+// through Go's IDCT and YCbCr→RGB conversion, which can differ from zune-jpeg by one level, so such
+// hashes agree across kvroute instances but not necessarily with a Dynamo frontend.
+func DecodeImage(data []byte) (Hash, Size, error) {
+	img, err := decodeAny(data)
+	if err != nil {
+		return 0, Size{}, err
+	}
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
+	if w <= 0 || h <= 0 {
+		return 0, Size{}, fmt.Errorf("%w: empty image", ErrHeader)
+	}
+	c, pix := nativePixels(img)
+	hash, err := ContentHash(h, w, c, pix)
+	if err != nil {
+		return 0, Size{}, err
+	}
+	return hash, Size{W: uint32(w), H: uint32(h)}, nil
+}
+
+func decodeAny(data []byte) (image.Image, error) {
+	r := bytes.NewReader(data)
+	var (
+		img image.Image
+		err error
+	)
+	switch f := SniffFormat(data); f {
+	case FormatPNG:
+		img, err = png.Decode(r)
+	case FormatJPEG:
+		img, err = jpeg.Decode(r)
+	case FormatGIF:
+		img, err = gif.Decode(r)
+	case FormatWebP:
+		img, err = webp.Decode(r)
+	case FormatBMP:
+		img, err = bmp.Decode(r)
+	case FormatTIFF:
+		img, err = tiff.Decode(r)
+	default:
+		return nil, fmt.Errorf("%w: unknown format", ErrHeader)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: decode: %v", ErrHeader, err)
+	}
+	return img, nil
+}
+
+// nativePixels returns the channel count and the HWC bytes of img.
+func nativePixels(img image.Image) (int, []byte) {
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
+	switch m := img.(type) {
+	case *image.Gray:
+		pix := make([]byte, 0, w*h)
+		for y := 0; y < h; y++ {
+			pix = append(pix, m.Pix[y*m.Stride:y*m.Stride+w]...)
+		}
+		return 1, pix
+	case *image.Gray16:
+		pix := make([]byte, 0, w*h)
+		for y := 0; y < h; y++ {
+			row := m.Pix[y*m.Stride : y*m.Stride+2*w]
+			for x := 0; x < w; x++ {
+				pix = append(pix, row[2*x])
+			}
+		}
+		return 1, pix
+	case *image.NRGBA:
+		pix := make([]byte, 0, 4*w*h)
+		for y := 0; y < h; y++ {
+			pix = append(pix, m.Pix[y*m.Stride:y*m.Stride+4*w]...)
+		}
+		return 4, pix
+	}
+	opaque := true
+	if o, ok := img.(interface{ Opaque() bool }); ok {
+		opaque = o.Opaque()
+	} else {
+		opaque = false
+	}
+	if opaque {
+		pix := make([]byte, 0, 3*w*h)
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)
+				pix = append(pix, c.R, c.G, c.B)
+			}
+		}
+		return 3, pix
+	}
+	pix := make([]byte, 0, 4*w*h)
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)
+			pix = append(pix, c.R, c.G, c.B, c.A)
+		}
+	}
+	return 4, pix
+}
+
+// Decode downloads (http/https, guarded, whole body up to maxBytes) or reads (data:) an image and
+// returns its content hash and size: the --frontend-decoding identity. Nothing is cached: the URL does
+// not identify the content in this mode.
+func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int) (Hash, Size, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxDecodeBytes
+	}
+	raw := strings.TrimSpace(rawURL)
+	scheme, _, _ := strings.Cut(raw, ":")
+	var data []byte
+	switch strings.ToLower(scheme) {
+	case "data":
+		d, err := ParseDataURI(raw, p.cfg.MaxDataURIBytes)
+		if err != nil {
+			return 0, Size{}, err
+		}
+		data = d.Data
+	case "http", "https":
+		ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+		if err != nil {
+			return 0, Size{}, fmt.Errorf("%w: %v", ErrBadURL, err)
+		}
+		p.requests.Add(1)
+		resp, err := p.client.Do(req)
+		if err != nil {
+			if errors.Is(err, ErrBlockedAddress) || errors.Is(err, ErrUnsupportedScheme) {
+				return 0, Size{}, unwrapURLError(err)
+			}
+			return 0, Size{}, fmt.Errorf("%w: %v", ErrFetch, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, Size{}, fmt.Errorf("%w: status %d", ErrFetch, resp.StatusCode)
+		}
+		data, err = io.ReadAll(io.LimitReader(resp.Body, int64(maxBytes)+1))
+		if err != nil {
+			return 0, Size{}, fmt.Errorf("%w: read: %v", ErrFetch, err)
+		}
+		if len(data) > maxBytes {
+			return 0, Size{}, fmt.Errorf("%w: image larger than %d bytes", ErrLimit, maxBytes)
+		}
+	default:
+		return 0, Size{}, fmt.Errorf("%w: %q", ErrUnsupportedScheme, scheme)
+	}
+	return DecodeImage(data)
+}

@@ -1,0 +1,204 @@
+package mm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/pprof"
+	"sync"
+)
+
+// Part is one image_url content part of a request, in prompt order across messages.
+type Part struct {
+	// URL is image_url.url as the client sent it.
+	URL string
+	// UUID is the part's client-supplied uuid, "" when absent. Any uuid disables multimodal routing
+	// for the request (spec/multimodal.md §2.4).
+	UUID string
+}
+
+// Image is the per-image outcome of Resolve.
+type Image struct {
+	Hash      Hash
+	Source    IdentitySource
+	Size      Size
+	NumTokens int
+	// Err is this image's failure (identity, SSRF guard, probe or decode), nil on success.
+	Err error
+}
+
+// ResolveConfig bounds the per-request image work.
+type ResolveConfig struct {
+	// MaxImages is the most images one request may carry and still be routed on them (--mm-max-images).
+	// Default 32: above Dynamo's per-model modality limits (10 for Qwen and Kimi), so it only stops
+	// abuse.
+	MaxImages int
+	// MaxTotalPixels bounds the sum of W*H over a request's images (--mm-max-total-pixels). Default
+	// 1<<28 (268 M pixels, e.g. 16 images of 4096×4096).
+	MaxTotalPixels uint64
+	// FrontendDecoding makes the identity the content hash of the decoded pixels (--frontend-decoding):
+	// each image is downloaded whole and decoded; the size comes from the decoded tensor.
+	FrontendDecoding bool
+	// MaxDecodeBytes bounds one image download in FrontendDecoding mode. Default 64 MiB.
+	MaxDecodeBytes int
+}
+
+// DefaultResolveConfig returns the defaults documented on the fields.
+func DefaultResolveConfig() ResolveConfig {
+	return ResolveConfig{MaxImages: 32, MaxTotalPixels: 1 << 28, MaxDecodeBytes: DefaultMaxDecodeBytes}
+}
+
+// Validate reports the first invalid field.
+func (c ResolveConfig) Validate() error {
+	if c.MaxImages <= 0 || c.MaxTotalPixels == 0 || c.MaxDecodeBytes <= 0 {
+		return errors.New("mm: ResolveConfig needs positive MaxImages, MaxTotalPixels and MaxDecodeBytes")
+	}
+	return nil
+}
+
+// Resolver runs the per-image work of a request (identity → size → token count) and builds the
+// routing view. It holds no per-request state; safe for concurrent use by any number of request
+// actors. The Spec is fixed at construction (one model per Resolver).
+type Resolver struct {
+	spec   Spec
+	prober *Prober
+	cfg    ResolveConfig
+}
+
+// NewResolver builds a resolver for one model.
+func NewResolver(spec Spec, prober *Prober, cfg ResolveConfig) (*Resolver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if prober == nil {
+		return nil, errors.New("mm: NewResolver needs a Prober")
+	}
+	return &Resolver{spec: spec, prober: prober, cfg: cfg}, nil
+}
+
+// Spec is the model's resolved setup.
+func (r *Resolver) Spec() *Spec { return &r.spec }
+
+// Resolve computes every image's identity, size and token count. Cached sizes are read inline (the
+// warm path starts no goroutine); the misses run concurrently, one goroutine each (at most MaxImages),
+// and are joined before Resolve returns, so the caller hashes only complete results. ctx bounds the
+// wait: a cancelled request stops waiting while shared fetches finish for the others.
+//
+// The reason is FallbackNone when every image resolved within the bounds; otherwise the first
+// failure's class (the per-image errors stay in the result for logs). images reuses dst.
+func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (images []Image, reason FallbackReason) {
+	if len(parts) == 0 {
+		return dst[:0], FallbackNone
+	}
+	if !r.spec.Enabled {
+		return dst[:0], FallbackUnknownModel
+	}
+	for _, p := range parts {
+		if p.UUID != "" {
+			return dst[:0], FallbackUserUUID
+		}
+	}
+	if len(parts) > r.cfg.MaxImages {
+		return dst[:0], FallbackLimits
+	}
+	images = dst[:0]
+	if cap(images) < len(parts) {
+		images = make([]Image, 0, len(parts))
+	}
+	images = images[:len(parts)]
+	var misses [8]int
+	todo := misses[:0]
+	for i, p := range parts {
+		im := &images[i]
+		*im = Image{}
+		if r.cfg.FrontendDecoding {
+			todo = append(todo, i)
+			continue
+		}
+		im.Hash, im.Source, im.Err = HashURL(p.URL)
+		if im.Err != nil {
+			continue
+		}
+		if sz, ok := r.prober.cached(im.Hash); ok {
+			im.Size = sz
+			continue
+		}
+		todo = append(todo, i)
+	}
+	switch len(todo) {
+	case 0:
+	case 1:
+		r.resolveOne(ctx, parts[todo[0]].URL, &images[todo[0]])
+	default:
+		var wg sync.WaitGroup
+		labels := pprof.Labels("mm", "resolve-image")
+		for _, i := range todo {
+			wg.Add(1)
+			go pprof.Do(ctx, labels, func(ctx context.Context) {
+				defer wg.Done()
+				r.resolveOne(ctx, parts[i].URL, &images[i])
+			})
+		}
+		wg.Wait()
+	}
+	var pixels uint64
+	for i := range images {
+		im := &images[i]
+		if im.Err != nil {
+			return images, reasonOf(im.Err)
+		}
+		pixels += im.Size.Pixels()
+		im.NumTokens = r.spec.NumTokens(im.Size)
+	}
+	if pixels > r.cfg.MaxTotalPixels {
+		return images, FallbackLimits
+	}
+	return images, FallbackNone
+}
+
+func (r *Resolver) resolveOne(ctx context.Context, url string, im *Image) {
+	if r.cfg.FrontendDecoding {
+		im.Hash, im.Size, im.Err = r.prober.Decode(ctx, url, r.cfg.MaxDecodeBytes)
+		im.Source = SourceDecodedBytes
+		return
+	}
+	im.Size, im.Err = r.prober.Size(ctx, url, im.Hash)
+}
+
+// reasonOf maps a per-image error to its fallback class.
+func reasonOf(err error) FallbackReason {
+	switch {
+	case errors.Is(err, ErrBadURL), errors.Is(err, ErrUnsupportedScheme), errors.Is(err, ErrBadDataURI):
+		return FallbackBadURL
+	case errors.Is(err, ErrBlockedAddress):
+		return FallbackBlocked
+	case errors.Is(err, ErrLimit):
+		return FallbackLimits
+	}
+	return FallbackProbeFailed
+}
+
+// Route expands tokens with the resolved images (see Expand): the routing view and the ids to forward,
+// together or not at all. images must be Resolve's result with FallbackNone.
+func (r *Resolver) Route(dst, tokens []uint32, images []Image, blockSize int, lim Limits) (Routing, FallbackReason) {
+	if !r.spec.Enabled {
+		return Routing{}, FallbackUnknownModel
+	}
+	var buf [8]Entry
+	entries := buf[:0]
+	for _, im := range images {
+		if im.Err != nil {
+			return Routing{}, reasonOf(im.Err)
+		}
+		entries = append(entries, Entry{Hash: im.Hash, NumTokens: im.NumTokens})
+	}
+	return Expand(dst, tokens, r.spec.ImageTokenID, entries, r.spec.BOS, r.spec.HasBOS, blockSize, lim)
+}
+
+// String is a short description of a resolved image for logs; data: URIs never appear.
+func (im Image) String() string {
+	if im.Err != nil {
+		return fmt.Sprintf("image(%s err=%v)", im.Source, im.Err)
+	}
+	return fmt.Sprintf("image(%s %s %dx%d n=%d)", im.Source, im.Hash.HexID(), im.Size.W, im.Size.H, im.NumTokens)
+}
