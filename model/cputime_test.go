@@ -20,9 +20,15 @@ func processCPU() time.Duration {
 
 func startCPU() cpuTimer { return cpuTimer{start: processCPU()} }
 
-// report adds cpu-ns/op to b.
-func (c cpuTimer) report(b *testing.B) {
-	if b.N > 0 {
-		b.ReportMetric(float64(processCPU()-c.start)/float64(b.N), "cpu-ns/op")
+// report adds cpu-ns/op to b and, when tokensPerOp > 0, tokens/cpu-s (the per-core throughput that the wall-clock
+// tokens/s understates when other processes hold the cores).
+func (c cpuTimer) report(b *testing.B, tokensPerOp int) {
+	if b.N == 0 {
+		return
+	}
+	cpu := float64(processCPU() - c.start)
+	b.ReportMetric(cpu/float64(b.N), "cpu-ns/op")
+	if tokensPerOp > 0 && cpu > 0 {
+		b.ReportMetric(float64(tokensPerOp)*float64(b.N)/(cpu/1e9), "tokens/cpu-s")
 	}
 }

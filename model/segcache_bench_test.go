@@ -67,7 +67,7 @@ func BenchmarkEncodeChatLong(b *testing.B) {
 				}
 				n = len(ids)
 			}
-			cpu.report(b)
+			cpu.report(b, 0)
 			b.ReportMetric(float64(n), "prompt-tokens")
 		})
 	}
@@ -79,7 +79,7 @@ func BenchmarkRender(b *testing.B) {
 	msgs := longConversation(b, m, 100_000)
 	b.ReportAllocs()
 	cpu := startCPU()
-	defer cpu.report(b)
+	defer cpu.report(b, 0)
 	for b.Loop() {
 		if _, err := m.RenderChat(msgs, ChatOptions{AddGenerationPrompt: true}); err != nil {
 			b.Fatal(err)

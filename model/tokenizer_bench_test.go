@@ -39,7 +39,7 @@ func BenchmarkEncode(b *testing.B) {
 					}
 					dst = tok.AppendEncode(dst[:0], text)
 				}
-				cpu.report(b)
+				cpu.report(b, n)
 				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 			})
 		}
