@@ -1,0 +1,365 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
+
+// IndexerConfig configures the indexer benchmark: Dynamo's mooncake_bench method (spec/mocker.md §9.3)
+// against kvroute's sharded indexer (actors/indexer).
+//
+// One op is one overlap query (FindMatches of a request's local block hashes, timed on the caller) or one
+// KV event (a Stored or Removed event of one worker, sent as an indexer.Apply). Blocks/s counts query
+// blocks plus stored blocks, Dynamo's "block throughput"; event blocks/s counts stored plus removed blocks.
+type IndexerConfig struct {
+	// Workers is the number of synthetic workers the trace is partitioned over (Dynamo
+	// --num-unique-inference-workers). Default 1,000.
+	Workers int
+	// Duplicate replays every worker's timeline under this many worker ids (Dynamo -d): same blocks, more
+	// workers holding them. Default 1.
+	Duplicate int
+	// BlockSize is the engine KV block size in tokens; it must divide the trace block size. Default 512:
+	// one index block per trace hash id, as Dynamo's bench.
+	BlockSize int
+	// CapacityBlocks is each worker's KV capacity in blocks: an LRU per worker emits Removed events when a
+	// store overflows it. Default 0 means 262,144 tokens' worth (512 blocks of 512 tokens).
+	CapacityBlocks int
+	// Duration is the wall time the whole trace is compressed into (Dynamo --benchmark-duration-ms);
+	// 0 replays as fast as possible (the peak). Default 60 s.
+	Duration time.Duration
+	// Shards is the indexer's shard count (--router-event-threads). Default 4.
+	Shards int
+	// Replayers is the number of goroutines replaying worker timelines (workers are dealt round-robin).
+	// Default 2 × GOMAXPROCS.
+	Replayers int
+	// Seed seeds the partition of requests over workers. Default 42.
+	Seed uint64
+	// Blocks maps hash ids to tokens.
+	Blocks Blocks
+}
+
+// DefaultIndexerConfig returns the defaults.
+func DefaultIndexerConfig() IndexerConfig {
+	return IndexerConfig{Workers: 1000, Duplicate: 1, BlockSize: TraceBlockSize, Duration: 60 * time.Second,
+		Shards: 4, Replayers: 2 * runtime.GOMAXPROCS(0), Seed: 42, Blocks: DefaultBlocks()}
+}
+
+// Validate checks the configuration.
+func (c *IndexerConfig) Validate() error {
+	if c.Workers < 1 || c.Duplicate < 1 || c.Replayers < 1 {
+		return fmt.Errorf("bench: workers %d, duplicate %d, replayers %d must be positive", c.Workers, c.Duplicate, c.Replayers)
+	}
+	if c.Duration < 0 || c.CapacityBlocks < 0 {
+		return fmt.Errorf("bench: negative duration or capacity")
+	}
+	if err := c.Blocks.Validate(); err != nil {
+		return err
+	}
+	return c.Blocks.CheckEngineBlock(c.BlockSize)
+}
+
+func (c *IndexerConfig) capacity() int {
+	if c.CapacityBlocks > 0 {
+		return c.CapacityBlocks
+	}
+	return max(1, 262144/c.BlockSize)
+}
+
+// ixEntry is one step of a worker's timeline: the query for request req and the event batch it caused.
+type ixEntry struct {
+	at     int64 // trace time offset, ns
+	worker int32
+	req    int32
+	ops    []indexer.Op
+	nOps   int32 // events in ops (stores + removes)
+	stored int32
+	remove int32
+}
+
+// IndexerWorkload is a trace prepared for replay: hashed requests and per-worker event timelines. It is
+// reusable across runs (sweep steps).
+type IndexerWorkload struct {
+	cfg      IndexerConfig
+	local    [][]uint64 // per request
+	timeline [][]ixEntry
+	span     int64 // ns
+	// Totals for one pass over every duplicate.
+	Queries, Events, QueryBlocks, StoredBlocks, RemovedBlocks int64
+	Stores, Removes                                           int64
+	MaxWorkerBlocks                                           int
+}
+
+// PrepareIndexer hashes every request, partitions the trace over the workers and simulates each
+// worker's LRU to produce its Stored/Removed events. Not timed.
+func PrepareIndexer(t *Trace, cfg IndexerConfig) (*IndexerWorkload, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(t.Requests) == 0 {
+		return nil, fmt.Errorf("bench: empty trace")
+	}
+	w := &IndexerWorkload{cfg: cfg, local: make([][]uint64, len(t.Requests)), timeline: make([][]ixEntry, cfg.Replayers)}
+	bs := cfg.BlockSize
+	per := cfg.Blocks.BlockSize / bs
+	idHashes := make(map[uint64][]uint64)
+	var tok []uint32
+	hashesOf := func(id uint64) []uint64 {
+		if h, ok := idHashes[id]; ok {
+			return h
+		}
+		tok = cfg.Blocks.AppendBlock(tok[:0], id, cfg.Blocks.BlockSize)
+		h := make([]uint64, per)
+		for j := range h {
+			h[j] = scoring.BlockHash(tok[j*bs:(j+1)*bs], nil, scoring.Seed)
+		}
+		idHashes[id] = h
+		return h
+	}
+	blocks := make([][]prefix.Block, len(t.Requests))
+	var chunks []Chunk
+	for i := range t.Requests {
+		r := &t.Requests[i]
+		chunks = cfg.Blocks.AppendChunks(chunks[:0], r, bs)
+		local := make([]uint64, len(chunks))
+		for j, c := range chunks {
+			local[j] = hashesOf(c.ID)[c.Sub]
+		}
+		seq := scoring.SequenceHashes(nil, local)
+		bl := make([]prefix.Block, len(local))
+		for j := range bl {
+			bl[j] = prefix.Block{EngineHash: seq[j], LocalHash: local[j]}
+		}
+		w.local[i], blocks[i] = local, bl
+	}
+
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	byWorker := make([][]int32, cfg.Workers)
+	for i := range t.Requests {
+		k := rng.IntN(cfg.Workers)
+		byWorker[k] = append(byWorker[k], int32(i))
+	}
+	t0 := t.Requests[0].Timestamp
+	w.span = (t.Requests[len(t.Requests)-1].Timestamp - t0) * int64(time.Millisecond)
+	capacity := cfg.capacity()
+	var evicted []uint64
+	for wk, reqs := range byWorker {
+		cache := newLRU(capacity)
+		var tl []ixEntry
+		for _, ri := range reqs {
+			bl := blocks[ri]
+			from := 0
+			for from < len(bl) && cache.Has(bl[from].EngineHash) {
+				from++
+			}
+			for j := len(bl) - 1; j >= 0; j-- {
+				cache.Touch(bl[j].EngineHash)
+			}
+			evicted = cache.EvictOver(evicted[:0])
+			e := ixEntry{at: (t.Requests[ri].Timestamp - t0) * int64(time.Millisecond), worker: int32(wk), req: ri}
+			if from < len(bl) {
+				op := indexer.Op{Kind: indexer.OpStore, Blocks: bl[from:]}
+				if from > 0 {
+					op.Parent, op.HasParent = bl[from-1].EngineHash, true
+				}
+				e.ops = append(e.ops, op)
+				e.stored = int32(len(bl) - from)
+			}
+			if len(evicted) > 0 {
+				e.ops = append(e.ops, indexer.Op{Kind: indexer.OpRemove, Hashes: slices.Clone(evicted)})
+				e.remove = int32(len(evicted))
+			}
+			e.nOps = int32(len(e.ops))
+			tl = append(tl, e)
+			w.Queries++
+			w.QueryBlocks += int64(len(bl))
+			w.StoredBlocks += int64(e.stored)
+			w.RemovedBlocks += int64(e.remove)
+			if e.stored > 0 {
+				w.Stores++
+			}
+			if e.remove > 0 {
+				w.Removes++
+			}
+			w.MaxWorkerBlocks = max(w.MaxWorkerBlocks, cache.Len())
+		}
+		r := wk % cfg.Replayers
+		w.timeline[r] = append(w.timeline[r], tl...)
+	}
+	w.Events = w.Stores + w.Removes
+	for r := range w.timeline {
+		slices.SortStableFunc(w.timeline[r], func(a, b ixEntry) int {
+			switch {
+			case a.at < b.at:
+				return -1
+			case a.at > b.at:
+				return 1
+			}
+			return 0
+		})
+	}
+	return w, nil
+}
+
+// IndexerRun is the result of one replay.
+type IndexerRun struct {
+	// OfferedSeconds is the configured duration (0: as fast as possible); ElapsedSeconds the wall time
+	// until every event was applied (the final Flush included).
+	OfferedSeconds float64 `json:"offered_s"`
+	ElapsedSeconds float64 `json:"elapsed_s"`
+	Workers        int     `json:"workers"`
+	Queries        int64   `json:"queries"`
+	Events         int64   `json:"events"`
+	QueryBlocks    int64   `json:"query_blocks"`
+	StoredBlocks   int64   `json:"stored_blocks"`
+	RemovedBlocks  int64   `json:"removed_blocks"`
+	// Ops = queries + events; blocks = query blocks + stored blocks (Dynamo's definitions). Offered
+	// rates are 0 for an unpaced run.
+	OfferedOpsPerSec    float64 `json:"offered_ops_per_s"`
+	OpsPerSec           float64 `json:"ops_per_s"`
+	OfferedBlocksPerSec float64 `json:"offered_blocks_per_s"`
+	BlocksPerSec        float64 `json:"blocks_per_s"`
+	// EventBlocksPerSec is (stored + removed blocks) / elapsed: what the write path sustained.
+	EventBlocksPerSec float64 `json:"event_blocks_per_s"`
+	// QueryMicros summarizes FindMatches latency in µs.
+	QueryMicros Summary `json:"query_us"`
+	// KeepingUp: elapsed ≤ 1.1 × offered (Dynamo's warning threshold).
+	KeepingUp bool `json:"keeping_up"`
+	// IndexEntries is the index size after the run ((block, worker) entries).
+	IndexEntries int `json:"index_entries"`
+	// MeanMatches is the mean number of (worker, score) results per query.
+	MeanMatches float64 `json:"mean_matches"`
+
+	latencies []float64
+}
+
+// Latencies returns the sorted query latencies in µs.
+func (r *IndexerRun) Latencies() []float64 { return r.latencies }
+
+// RunIndexer replays w once against a fresh sharded indexer in a fresh actor system, compressing the
+// trace into duration (0: no pacing). progress, when non-nil, advances by one per op.
+func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress) (*IndexerRun, error) {
+	cfg := w.cfg
+	system := actors.NewSystem(nil)
+	defer system.Shutdown()
+	icfg := indexer.DefaultConfig()
+	icfg.Shards = cfg.Shards
+	x, err := indexer.New(system, icfg)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Stop()
+
+	scale := 0.0
+	if duration > 0 && w.span > 0 {
+		scale = float64(duration) / float64(w.span)
+	}
+	type result struct {
+		lat     []int64
+		matches int64
+		err     error
+	}
+	results := make([]result, len(w.timeline))
+	runtime.GC()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for r := range w.timeline {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			tl := w.timeline[r]
+			lat := make([]int64, 0, len(tl)*cfg.Duplicate)
+			var out []prefix.Score
+			var matches int64
+			var pending int64
+			for i := range tl {
+				e := &tl[i]
+				if scale > 0 && (i == 0 || e.at != tl[i-1].at) {
+					if d := time.Duration(float64(e.at)*scale) - time.Since(start); d > 0 {
+						time.Sleep(d)
+					}
+				}
+				local := w.local[e.req]
+				for d := 0; d < cfg.Duplicate; d++ {
+					id := uint64(e.worker) + uint64(d)*uint64(cfg.Workers) + 1
+					q0 := time.Now()
+					out = x.FindMatches(local, out[:0])
+					lat = append(lat, time.Since(q0).Nanoseconds())
+					matches += int64(len(out))
+					if e.nOps > 0 {
+						if err := x.Apply(&indexer.Apply{WorkerID: id, Ops: e.ops}); err != nil {
+							results[r].err = err
+							return
+						}
+					}
+				}
+				pending += int64(1+e.nOps) * int64(cfg.Duplicate)
+				if progress != nil && pending >= 256 {
+					progress.Add(pending)
+					pending = 0
+				}
+			}
+			if progress != nil {
+				progress.Add(pending)
+			}
+			results[r] = result{lat: lat, matches: matches}
+		}(r)
+	}
+	wg.Wait()
+	x.Flush()
+	elapsed := time.Since(start)
+
+	k := int64(cfg.Duplicate)
+	run := &IndexerRun{OfferedSeconds: duration.Seconds(), ElapsedSeconds: elapsed.Seconds(),
+		Workers: cfg.Workers * cfg.Duplicate, Queries: w.Queries * k, Events: w.Events * k,
+		QueryBlocks: w.QueryBlocks * k, StoredBlocks: w.StoredBlocks * k, RemovedBlocks: w.RemovedBlocks * k,
+		IndexEntries: x.Size()}
+	var all []int64
+	var matches int64
+	for _, res := range results {
+		if res.err != nil {
+			return nil, res.err
+		}
+		all = append(all, res.lat...)
+		matches += res.matches
+	}
+	ops := float64(run.Queries + run.Events)
+	blocks := float64(run.QueryBlocks + run.StoredBlocks)
+	run.OpsPerSec = ops / elapsed.Seconds()
+	run.BlocksPerSec = blocks / elapsed.Seconds()
+	run.EventBlocksPerSec = float64(run.StoredBlocks+run.RemovedBlocks) / elapsed.Seconds()
+	if duration > 0 {
+		run.OfferedOpsPerSec = ops / duration.Seconds()
+		run.OfferedBlocksPerSec = blocks / duration.Seconds()
+		run.KeepingUp = elapsed <= duration*11/10
+	}
+	run.latencies = NanosToMicros(all)
+	run.QueryMicros = Summarize(run.latencies)
+	if run.Queries > 0 {
+		run.MeanMatches = float64(matches) / float64(run.Queries)
+	}
+	return run, nil
+}
+
+// SweepDurations returns steps durations from hi down to lo, evenly spaced in log scale (offered rate
+// rises step by step).
+func SweepDurations(hi, lo time.Duration, steps int) []time.Duration {
+	if steps < 2 || hi <= lo {
+		return []time.Duration{hi}
+	}
+	out := make([]time.Duration, steps)
+	r := math.Log(float64(lo) / float64(hi))
+	for i := range out {
+		out[i] = time.Duration(float64(hi) * math.Exp(r*float64(i)/float64(steps-1))).Round(time.Millisecond)
+	}
+	return out
+}

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// IndexerResult is report.json's data for `kvroute bench indexer`.
+type IndexerResult struct {
+	Config   IndexerConfig `json:"config"`
+	Trace    TraceStats    `json:"trace"`
+	Workload struct {
+		Queries         int64 `json:"queries"`
+		Stores          int64 `json:"stores"`
+		Removes         int64 `json:"removes"`
+		QueryBlocks     int64 `json:"query_blocks"`
+		StoredBlocks    int64 `json:"stored_blocks"`
+		RemovedBlocks   int64 `json:"removed_blocks"`
+		CapacityBlocks  int   `json:"capacity_blocks"`
+		MaxWorkerBlocks int   `json:"max_worker_blocks"`
+	} `json:"workload_per_copy"`
+	Runs []*IndexerRun `json:"runs"`
+}
+
+func runLabel(r *IndexerRun) string {
+	if r.OfferedSeconds == 0 {
+		return "unpaced"
+	}
+	return strconv.FormatFloat(r.OfferedSeconds, 'g', 4, 64) + " s"
+}
+
+// FillIndexerReport adds the tables and plots of an indexer bench to rep.
+func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*IndexerRun) {
+	res := &IndexerResult{Config: w.cfg, Trace: t.Stats(), Runs: runs}
+	res.Workload.Queries, res.Workload.Stores, res.Workload.Removes = w.Queries, w.Stores, w.Removes
+	res.Workload.QueryBlocks, res.Workload.StoredBlocks, res.Workload.RemovedBlocks = w.QueryBlocks, w.StoredBlocks, w.RemovedBlocks
+	res.Workload.CapacityBlocks, res.Workload.MaxWorkerBlocks = w.cfg.capacity(), w.MaxWorkerBlocks
+	rep.Data = res
+
+	rep.Tables = append(rep.Tables, Table{Title: "Workload", Columns: []string{"requests", "workers", "block size", "capacity (blocks/worker)", "queries", "store events", "remove events", "query blocks", "stored blocks", "removed blocks"},
+		Rows: [][]string{{strconv.Itoa(len(t.Requests)), fmt.Sprintf("%d × %d", w.cfg.Workers, w.cfg.Duplicate), strconv.Itoa(w.cfg.BlockSize), strconv.Itoa(w.cfg.capacity()),
+			FormatNum(float64(w.Queries * int64(w.cfg.Duplicate))), FormatNum(float64(w.Stores * int64(w.cfg.Duplicate))), FormatNum(float64(w.Removes * int64(w.cfg.Duplicate))),
+			FormatNum(float64(w.QueryBlocks * int64(w.cfg.Duplicate))), FormatNum(float64(w.StoredBlocks * int64(w.cfg.Duplicate))), FormatNum(float64(w.RemovedBlocks * int64(w.cfg.Duplicate)))}}})
+
+	tab := Table{Title: "Runs", Columns: []string{"duration", "elapsed s", "offered ops/s", "achieved ops/s", "offered blocks/s", "achieved blocks/s", "event blocks/s", "query p50 µs", "query p99 µs", "query p999 µs", "matches/query", "keeping up"}}
+	var cdf []Series
+	var offered, achieved, p99 Series
+	offered.Name, achieved.Name, p99.Name = "achieved", "achieved", "query p99"
+	for _, r := range runs {
+		keep := "yes"
+		if r.OfferedSeconds == 0 {
+			keep = "—"
+		} else if !r.KeepingUp {
+			keep = "no"
+		}
+		off, offB := "—", "—"
+		if r.OfferedSeconds > 0 {
+			off, offB = FormatNum(r.OfferedOpsPerSec), FormatNum(r.OfferedBlocksPerSec)
+			achieved.X = append(achieved.X, r.OfferedBlocksPerSec)
+			achieved.Y = append(achieved.Y, r.BlocksPerSec)
+			p99.X = append(p99.X, r.OfferedOpsPerSec)
+			p99.Y = append(p99.Y, r.QueryMicros.P99)
+		}
+		tab.Rows = append(tab.Rows, []string{runLabel(r), F(r.ElapsedSeconds, 2), off, FormatNum(r.OpsPerSec), offB, FormatNum(r.BlocksPerSec), FormatNum(r.EventBlocksPerSec),
+			F(r.QueryMicros.P50, 1), F(r.QueryMicros.P99, 1), F(r.QueryMicros.P999, 1), F(r.MeanMatches, 1), keep})
+		xs, ys := CDF(r.latencies, 400)
+		cdf = append(cdf, Series{Name: runLabel(r), X: xs, Y: ys})
+	}
+	rep.Tables = append(rep.Tables, tab)
+	rep.AddPlot("query_latency_cdf.svg", "FindMatches latency CDF per run", (&LinePlot{Title: "FindMatches latency CDF", XLabel: "latency (µs, log)", YLabel: "fraction of queries", LogX: true, Series: cdf}).SVG())
+	if len(achieved.X) >= 2 {
+		rep.AddPlot("sweep_throughput.svg", "Achieved vs offered block throughput", (&LinePlot{Title: "Achieved vs offered blocks/s", XLabel: "offered blocks/s", YLabel: "achieved blocks/s", LogX: true, LogY: true, Diagonal: true, Series: []Series{achieved}}).SVG())
+		rep.AddPlot("sweep_latency.svg", "Query p99 vs offered rate", (&LinePlot{Title: "Query p99 vs offered ops/s", XLabel: "offered ops/s", YLabel: "p99 (µs)", LogX: true, Series: []Series{p99}}).SVG())
+	}
+}

@@ -1,0 +1,305 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/load"
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
+
+// RouteConfig configures the routing-decision benchmark.
+//
+// One op is one whole routing decision, the stages of actors/router's request path: block hashing and
+// sequence hashing of the prompt, FindMatches on the sharded indexer (every shard under its read lock),
+// candidate building (published load snapshot per worker plus one active-prompt registry query for
+// additional blocks), scoring.Select in kv mode, then AddRequest on the chosen worker's tracker, its
+// snapshot publish and the registry Add. Freeing the request afterwards (to keep the fleet steady) is
+// not timed.
+type RouteConfig struct {
+	// Workers, PromptTokens and IndexedBlocks are the matrix axes. Defaults {16, 256, 1024},
+	// {1024, 8192, 32768}, {65536, 1048576}.
+	Workers       []int
+	PromptTokens  []int
+	IndexedBlocks []int
+	// BlockSize is the KV block size in tokens. Default 16 (vLLM's default).
+	BlockSize int
+	// Decisions is the number of timed decisions per cell. Default 3,000.
+	Decisions int
+	// Shards is the indexer shard count. Default 4.
+	Shards int
+	// ActivePerWorker is the number of active requests each worker carries. Default 4.
+	ActivePerWorker int
+	// Seed seeds query choice and tie-breaks. Default 42.
+	Seed uint64
+}
+
+// DefaultRouteConfig returns the defaults.
+func DefaultRouteConfig() RouteConfig {
+	return RouteConfig{Workers: []int{16, 256, 1024}, PromptTokens: []int{1024, 8192, 32768},
+		IndexedBlocks: []int{1 << 16, 1 << 20}, BlockSize: 16, Decisions: 3000, Shards: 4, ActivePerWorker: 4, Seed: 42}
+}
+
+// Validate checks the configuration.
+func (c *RouteConfig) Validate() error {
+	if len(c.Workers) == 0 || len(c.PromptTokens) == 0 || len(c.IndexedBlocks) == 0 {
+		return fmt.Errorf("bench: empty route matrix axis")
+	}
+	for _, v := range append(append(append([]int(nil), c.Workers...), c.PromptTokens...), c.IndexedBlocks...) {
+		if v < 1 {
+			return fmt.Errorf("bench: route matrix value %d must be positive", v)
+		}
+	}
+	if c.BlockSize < 1 || c.Decisions < 1 || c.Shards < 1 || c.ActivePerWorker < 0 {
+		return fmt.Errorf("bench: bad route config %+v", *c)
+	}
+	return nil
+}
+
+// RouteCell is the result of one matrix cell.
+type RouteCell struct {
+	Workers       int `json:"workers"`
+	PromptTokens  int `json:"prompt_tokens"`
+	IndexedBlocks int `json:"indexed_blocks"`
+	// Micros summarizes the decision latency in µs.
+	Micros Summary `json:"decision_us"`
+	// AllocsPerDecision and BytesPerDecision come from runtime.MemStats over the loop.
+	AllocsPerDecision float64 `json:"allocs_per_decision"`
+	BytesPerDecision  float64 `json:"bytes_per_decision"`
+	// StageMicros is the mean time per stage: hash, match, cands, select, add.
+	StageMicros map[string]float64 `json:"stage_mean_us"`
+	// MeanOverlap is the chosen worker's mean overlap in blocks.
+	MeanOverlap float64 `json:"mean_overlap_blocks"`
+
+	latencies []float64
+}
+
+// Name is the cell's matrix coordinate, W=…/P=…/N=….
+func (c *RouteCell) Name() string {
+	return "W=" + strconv.Itoa(c.Workers) + "/P=" + FormatNum(float64(c.PromptTokens)) + "/N=" + FormatNum(float64(c.IndexedBlocks))
+}
+
+// routePromptIDs names the trace-style ids of corpus prompt p: the first quarter of its blocks are one of
+// 64 shared system prompts, the rest its own. blocks is the prompt length in 512-token ids.
+func routePromptIDs(p, ids int) []uint64 {
+	out := make([]uint64, ids)
+	shared := max(1, ids/4)
+	for j := range out {
+		if j < shared {
+			out[j] = 1<<40 | uint64(p%64)<<20 | uint64(j)
+		} else {
+			out[j] = uint64(p)<<20 | uint64(j)
+		}
+	}
+	return out
+}
+
+// RunRouteCell measures one cell. progress, when non-nil, advances by one per decision.
+func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress *Progress) (*RouteCell, error) {
+	bs := cfg.BlockSize
+	gen := Blocks{BlockSize: TraceBlockSize, Vocab: 151_643, Seed: cfg.Seed}
+	ids := (promptTokens + TraceBlockSize - 1) / TraceBlockSize
+	promptBlocks := promptTokens / bs
+	if promptBlocks == 0 {
+		return nil, fmt.Errorf("bench: prompt of %d tokens has no full block of %d", promptTokens, bs)
+	}
+	prompts := max(1, indexed/promptBlocks)
+	tokensOf := func(p int, tail uint64) []uint32 {
+		r := Request{InputLength: promptTokens, HashIDs: routePromptIDs(p, ids)}
+		if tail != 0 { // a fresh conversation turn from 3/4 of the prompt on
+			for j := ids * 3 / 4; j < ids; j++ {
+				r.HashIDs[j] = tail<<44 | uint64(j)
+			}
+		}
+		return gen.AppendPrompt(make([]uint32, 0, promptTokens), &r)
+	}
+
+	system := actors.NewSystem(nil)
+	defer system.Shutdown()
+	icfg := indexer.DefaultConfig()
+	icfg.Shards = cfg.Shards
+	x, err := indexer.New(system, icfg)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Stop()
+
+	keys := make([]scoring.WorkerKey, workers)
+	slot := make(map[scoring.WorkerKey]int, workers)
+	trackers := make([]*load.Tracker, workers)
+	snaps := make([]load.Snapshot, workers)
+	reg := load.NewRegistry()
+	lc := load.DefaultConfig()
+	for w := range keys {
+		keys[w] = scoring.WorkerKey{WorkerID: uint64(w + 1)}
+		slot[keys[w]] = w
+		trackers[w] = load.New(lc)
+	}
+	now := time.Unix(0, 0)
+	for p := 0; p < prompts; p++ {
+		local := scoring.LocalBlockHashes(nil, tokensOf(p, 0), bs, scoring.Seed, nil)
+		seq := scoring.SequenceHashes(nil, local)
+		bl := make([]prefix.Block, len(local))
+		for i := range bl {
+			bl[i] = prefix.Block{EngineHash: seq[i], LocalHash: local[i]}
+		}
+		w := p % workers
+		if err := x.Apply(&indexer.Apply{WorkerID: keys[w].WorkerID, Ops: []indexer.Op{{Kind: indexer.OpStore, Blocks: bl}}}); err != nil {
+			return nil, err
+		}
+	}
+	// Active load: ActivePerWorker requests per worker, prompts taken round-robin from the corpus.
+	for w := range keys {
+		for a := 0; a < cfg.ActivePerWorker; a++ {
+			p := (w + a*workers) % prompts
+			local := scoring.LocalBlockHashes(nil, tokensOf(p, uint64(1+w*cfg.ActivePerWorker+a)), bs, scoring.Seed, nil)
+			seq := scoring.SequenceHashes(nil, local)
+			id := "bg-" + strconv.Itoa(w) + "-" + strconv.Itoa(a)
+			if err := trackers[w].AddRequest(load.Request{ID: id, SeqHashes: seq, ISL: promptTokens, Now: now}); err != nil {
+				return nil, err
+			}
+			if err := reg.Add(id, keys[w], local, seq); err != nil {
+				return nil, err
+			}
+		}
+		snaps[w] = trackers[w].Snapshot()
+	}
+	x.Flush()
+
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed+1))
+	queries := make([][]uint32, 64)
+	for i := range queries {
+		queries[i] = tokensOf(rng.IntN(prompts), uint64(1<<18+i))
+	}
+	scfg := scoring.DefaultConfig()
+	scfg.Mode = scoring.ModeKV
+	scfg.BlockSize = bs
+	scfg = scfg.Resolved()
+	if err := scfg.Validate(); err != nil {
+		return nil, err
+	}
+	var (
+		local  = make([]uint64, 0, promptBlocks)
+		seq    = make([]uint64, 0, promptBlocks)
+		scores = make([]prefix.Score, 0, workers)
+		act    = make([]prefix.Score, 0, workers)
+		cands  = make([]scoring.Candidate, workers)
+		lat    = make([]float64, 0, cfg.Decisions)
+		stage  [5]time.Duration
+		ovl    int64
+	)
+	decide := func(i int, timed bool) error {
+		tokens := queries[i%len(queries)]
+		start := time.Now()
+		local = scoring.LocalBlockHashes(local[:0], tokens, bs, scoring.Seed, nil)
+		seq = scoring.SequenceHashes(seq[:0], local)
+		t1 := time.Now()
+		scores = x.FindMatches(local, scores[:0])
+		t2 := time.Now()
+		for w := range cands {
+			cands[w] = scoring.Candidate{Worker: keys[w], Load: snaps[w].Load(uint64(len(seq))), InFlight: uint32(snaps[w].ActiveRequests)}
+		}
+		for _, s := range scores {
+			cands[slot[scoring.WorkerKey(s.Worker)]].Overlap.Device = s.Blocks
+		}
+		act = reg.ActivePrefix(local, act[:0])
+		for _, a := range act {
+			cands[slot[scoring.WorkerKey(a.Worker)]].Load.AdditionalBlocks = uint64(len(seq)) - uint64(a.Blocks)
+		}
+		t3 := time.Now()
+		d, err := scoring.Select(scoring.Request{ISL: len(tokens)}, cands, &scfg, rng)
+		if err != nil {
+			return err
+		}
+		t4 := time.Now()
+		tr := trackers[d.Index]
+		if err := tr.AddRequest(load.Request{ID: "q", SeqHashes: seq, ISL: len(tokens), OverlapBlocks: d.Overlap, Now: now}); err != nil {
+			return err
+		}
+		snaps[d.Index] = tr.Snapshot()
+		if err := reg.Add("q", d.Worker, local, seq); err != nil {
+			return err
+		}
+		t5 := time.Now()
+		if timed {
+			lat = append(lat, float64(t5.Sub(start).Nanoseconds())/1e3)
+			stage[0] += t1.Sub(start)
+			stage[1] += t2.Sub(t1)
+			stage[2] += t3.Sub(t2)
+			stage[3] += t4.Sub(t3)
+			stage[4] += t5.Sub(t4)
+			ovl += int64(d.Overlap)
+		}
+		tr.Free("q")
+		snaps[d.Index] = tr.Snapshot()
+		reg.Free("q")
+		return nil
+	}
+	for i := 0; i < 64; i++ { // warm the scratch slices and the tables
+		if err := decide(i, false); err != nil {
+			return nil, err
+		}
+	}
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for i := 0; i < cfg.Decisions; i++ {
+		if err := decide(i, true); err != nil {
+			return nil, err
+		}
+		if progress != nil && i%64 == 63 {
+			progress.Add(64)
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	if progress != nil {
+		progress.Add(int64(cfg.Decisions % 64))
+	}
+	n := float64(cfg.Decisions)
+	cell := &RouteCell{Workers: workers, PromptTokens: promptTokens, IndexedBlocks: indexed,
+		AllocsPerDecision: float64(m1.Mallocs-m0.Mallocs) / n, BytesPerDecision: float64(m1.TotalAlloc-m0.TotalAlloc) / n,
+		StageMicros: map[string]float64{}, MeanOverlap: float64(ovl) / n}
+	for i, name := range []string{"hash", "match", "cands", "select", "add"} {
+		cell.StageMicros[name] = float64(stage[i].Nanoseconds()) / 1e3 / n
+	}
+	cell.latencies = lat
+	cell.Micros = Summarize(lat)
+	return cell, nil
+}
+
+// FillRouteReport adds the tables and plots of a route bench to rep.
+func FillRouteReport(rep *Report, cfg RouteConfig, cells []*RouteCell) {
+	rep.Data = map[string]any{"config": cfg, "cells": cells}
+	tab := Table{Title: "Routing decision latency", Columns: []string{"workers", "prompt tokens", "indexed blocks", "p50 µs", "p99 µs", "p999 µs", "mean µs", "allocs/decision", "B/decision", "hash µs", "match µs", "cands µs", "select µs", "add µs", "overlap blocks"}}
+	var cdf []Series
+	var labels []string
+	var p99 []float64
+	for _, c := range cells {
+		s := c.StageMicros
+		tab.Rows = append(tab.Rows, []string{strconv.Itoa(c.Workers), strconv.Itoa(c.PromptTokens), FormatNum(float64(c.IndexedBlocks)),
+			F(c.Micros.P50, 1), F(c.Micros.P99, 1), F(c.Micros.P999, 1), F(c.Micros.Mean, 1), F(c.AllocsPerDecision, 1), FormatNum(c.BytesPerDecision),
+			F(s["hash"], 1), F(s["match"], 1), F(s["cands"], 1), F(s["select"], 1), F(s["add"], 1), F(c.MeanOverlap, 0)})
+		xs, ys := CDF(c.latencies, 300)
+		cdf = append(cdf, Series{Name: c.Name(), X: xs, Y: ys})
+		labels, p99 = append(labels, c.Name()), append(p99, c.Micros.P99)
+	}
+	rep.Tables = append(rep.Tables, tab)
+	if len(cdf) > len(palette) { // keep the CDF legible: the largest index size only
+		var keep []Series
+		maxN := cfg.IndexedBlocks[len(cfg.IndexedBlocks)-1]
+		for i, c := range cells {
+			if c.IndexedBlocks == maxN {
+				keep = append(keep, cdf[i])
+			}
+		}
+		cdf = keep
+	}
+	rep.AddPlot("decision_latency_cdf.svg", "Decision latency CDF", (&LinePlot{Title: "Routing decision latency CDF", XLabel: "latency (µs, log)", YLabel: "fraction of decisions", LogX: true, Series: cdf}).SVG())
+	rep.AddPlot("decision_p99.svg", "Decision p99 per cell", (&BarPlot{Title: "Routing decision p99 (µs)", YLabel: "µs", Labels: labels, Values: p99}).SVG())
+}

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/bench"
+)
+
+func init() {
+	register("bench", "benchmarks: indexer (trace replay), route (decision latency), tokenizer, oracle", runBench)
+}
+
+var benchCommands = map[string]struct {
+	summary string
+	run     func(args []string) error
+}{
+	"indexer":   {"Dynamo's indexer benchmark: a trace partitioned over N workers, events + overlap queries at trace time", benchIndexer},
+	"route":     {"routing decision latency over workers × prompt length × indexed blocks", benchRoute},
+	"tokenizer": {"tokens/s, warm and cold, of every fixture tokenizer", benchTokenizer},
+	"oracle":    {"unbounded and pooled oracle hit rates of a trace", benchOracle},
+}
+
+// errUsage marks flag errors (exit 2, the flag package has printed the usage).
+var errUsage = errors.New("usage")
+
+func runBench(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		benchUsage()
+		return 2
+	}
+	sub, ok := benchCommands[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "kvroute bench: unknown benchmark %q\n", args[0])
+		benchUsage()
+		return 2
+	}
+	if err := sub.run(args[1:]); err != nil {
+		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
+			return 2
+		}
+		fmt.Fprintf(os.Stderr, "kvroute bench %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func benchUsage() {
+	fmt.Fprintln(os.Stderr, "usage: kvroute bench <benchmark> [flags]\n\nbenchmarks:")
+	names := make([]string, 0, len(benchCommands))
+	for n := range benchCommands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, benchCommands[n].summary)
+	}
+}
+
+// benchCommon are the flags every bench shares.
+type benchCommon struct {
+	out        *string
+	cpuprofile *string
+}
+
+func commonFlags(fs *flag.FlagSet, name string) benchCommon {
+	return benchCommon{
+		out:        fs.String("out", filepath.Join("out", "bench", name), "directory for report.json, report.md and the SVG plots"),
+		cpuprofile: fs.String("cpuprofile", "", "write a CPU profile of the measured part to this file"),
+	}
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "unexpected arguments: %v\n", fs.Args())
+		return errUsage
+	}
+	return nil
+}
+
+// startProfile starts a CPU profile when path is set and returns its stop function.
+func startProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func finish(rep *bench.Report, out string) error {
+	if err := rep.Write(out); err != nil {
+		return err
+	}
+	for _, t := range rep.Tables {
+		fmt.Print(bench.MarkdownTable(t))
+		fmt.Println()
+	}
+	for _, n := range rep.Notes {
+		fmt.Println("note:", n)
+	}
+	fmt.Printf("report: %s\n", filepath.Join(out, "report.md"))
+	return nil
+}
+
+func loadTrace(path string, minutes float64) (*bench.Trace, error) {
+	if path == "" {
+		return nil, fmt.Errorf("--trace is required")
+	}
+	t, err := bench.LoadTrace(path)
+	if err != nil {
+		return nil, err
+	}
+	if minutes > 0 {
+		t = t.FirstMinutes(time.Duration(minutes * float64(time.Minute)))
+	}
+	return t, nil
+}
+
+func benchIndexer(args []string) error {
+	cfg := bench.DefaultIndexerConfig()
+	fs := flag.NewFlagSet("bench indexer", flag.ContinueOnError)
+	c := commonFlags(fs, "indexer")
+	trace := fs.String("trace", "", "Mooncake JSONL trace (required)")
+	minutes := fs.Float64("minutes", 0, "use only the first N minutes of the trace (0: all)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "synthetic workers the trace is partitioned over")
+	fs.IntVar(&cfg.Duplicate, "duplicate", cfg.Duplicate, "replay every worker under this many ids (Dynamo -d)")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "engine KV block size in tokens (divides --trace-block-size)")
+	fs.IntVar(&cfg.Blocks.BlockSize, "trace-block-size", cfg.Blocks.BlockSize, "tokens per trace hash id")
+	fs.IntVar(&cfg.CapacityBlocks, "capacity", cfg.CapacityBlocks, "KV capacity per worker in blocks (0: 262,144 tokens' worth)")
+	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "indexer shards (--router-event-threads)")
+	fs.IntVar(&cfg.Replayers, "replayers", cfg.Replayers, "goroutines replaying worker timelines")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request → worker partition")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "wall time the trace is compressed into (0: as fast as possible)")
+	sweep := fs.Bool("sweep", false, "sweep the offered rate: durations from --sweep-max down to --sweep-min, then one unpaced run")
+	sweepMax := fs.Duration("sweep-max", 20*time.Second, "longest sweep duration (lowest offered rate)")
+	sweepMin := fs.Duration("sweep-min", 250*time.Millisecond, "shortest sweep duration (highest offered rate)")
+	steps := fs.Int("sweep-steps", 6, "sweep steps")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	t, err := loadTrace(*trace, *minutes)
+	if err != nil {
+		return err
+	}
+	rep := bench.NewReport("indexer", args)
+	fmt.Fprintf(os.Stderr, "preparing %d requests over %d × %d workers…\n", len(t.Requests), cfg.Workers, cfg.Duplicate)
+	w, err := bench.PrepareIndexer(t, cfg)
+	if err != nil {
+		return err
+	}
+	durations := []time.Duration{cfg.Duration}
+	if *sweep {
+		durations = append(bench.SweepDurations(*sweepMax, *sweepMin, *steps), 0)
+	}
+	stop, err := startProfile(*c.cpuprofile)
+	if err != nil {
+		return err
+	}
+	var runs []*bench.IndexerRun
+	for _, d := range durations {
+		label := "unpaced"
+		if d > 0 {
+			label = d.String()
+		}
+		p := bench.NewProgress(os.Stderr, "indexer "+label, (w.Queries+w.Events)*int64(cfg.Duplicate))
+		run, err := w.RunIndexer(d, p)
+		p.Done()
+		if err != nil {
+			stop()
+			return err
+		}
+		runs = append(runs, run)
+	}
+	stop()
+	bench.FillIndexerReport(rep, t, w, runs)
+	rep.Notes = append(rep.Notes,
+		"One op is one FindMatches query (timed on the replaying goroutine) or one Stored/Removed event sent to the sharded indexer; blocks/s = query blocks + stored blocks per second (Dynamo's block throughput); event blocks/s = (stored + removed) blocks per second.",
+		"Elapsed time ends after a Flush of every shard, so achieved rates include the write backlog.")
+	return finish(rep, *c.out)
+}
+
+func benchOracle(args []string) error {
+	fs := flag.NewFlagSet("bench oracle", flag.ContinueOnError)
+	c := commonFlags(fs, "oracle")
+	trace := fs.String("trace", "", "Mooncake JSONL trace (required)")
+	minutes := fs.Float64("minutes", 0, "use only the first N minutes of the trace (0: all)")
+	blocks := bench.DefaultBlocks()
+	fs.IntVar(&blocks.BlockSize, "trace-block-size", blocks.BlockSize, "tokens per trace hash id")
+	bs := fs.Int("block-size", 64, "engine KV block size in tokens")
+	workers := fs.String("workers", "8", "comma-separated fleet sizes for the pooled oracle")
+	capacity := fs.Int("capacity", 16384, "KV blocks per worker (pooled capacity = workers × capacity)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	t, err := loadTrace(*trace, *minutes)
+	if err != nil {
+		return err
+	}
+	rep := bench.NewReport("oracle", args)
+	o := bench.Oracle{Blocks: blocks, BlockSize: *bs}
+	u, err := o.UnboundedHitRate(t)
+	if err != nil {
+		return err
+	}
+	results := []bench.OracleResult{u}
+	tab := bench.Table{Title: "Oracle hit rates", Columns: []string{"oracle", "workers", "capacity (blocks)", "token hit rate", "block hit rate"},
+		Rows: [][]string{{"unbounded", "—", "∞", bench.Pct(u.HitRate), bench.Pct(u.BlockHitRate)}}}
+	var labels []string
+	var vals []float64
+	labels, vals = append(labels, "unbounded"), append(vals, u.HitRate)
+	for _, ws := range strings.Split(*workers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(ws))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--workers: bad fleet size %q", ws)
+		}
+		p, err := o.PooledHitRate(t, n**capacity)
+		if err != nil {
+			return err
+		}
+		results = append(results, p)
+		tab.Rows = append(tab.Rows, []string{"pooled", strconv.Itoa(n), strconv.Itoa(n * *capacity), bench.Pct(p.HitRate), bench.Pct(p.BlockHitRate)})
+		labels, vals = append(labels, fmt.Sprintf("pooled W=%d", n)), append(vals, p.HitRate)
+	}
+	rep.Tables = append(rep.Tables, tab)
+	rep.AddPlot("hit_rate.svg", "Oracle hit rates", (&bench.BarPlot{Title: "Oracle token hit rate", YLabel: "hit rate", Labels: labels, Values: vals, Max: 1}).SVG())
+	rep.Data = map[string]any{"trace": t.Stats(), "block_size": *bs, "results": results}
+	return finish(rep, *c.out)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mult := 1
+		switch {
+		case strings.HasSuffix(f, "k"):
+			f, mult = strings.TrimSuffix(f, "k"), 1<<10
+		case strings.HasSuffix(f, "M"):
+			f, mult = strings.TrimSuffix(f, "M"), 1<<20
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("bad number %q", f)
+		}
+		out = append(out, v*mult)
+	}
+	return out, nil
+}
+
+func benchRoute(args []string) error {
+	cfg := bench.DefaultRouteConfig()
+	fs := flag.NewFlagSet("bench route", flag.ContinueOnError)
+	c := commonFlags(fs, "route")
+	workers := fs.String("workers", "16,256,1024", "comma-separated worker counts")
+	prompts := fs.String("prompt-tokens", "1024,8192,32768", "comma-separated prompt lengths in tokens")
+	indexed := fs.String("indexed-blocks", "64k,1M", "comma-separated index sizes in blocks (k = 1024, M = 1048576)")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens")
+	fs.IntVar(&cfg.Decisions, "decisions", cfg.Decisions, "timed decisions per cell")
+	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "indexer shards")
+	fs.IntVar(&cfg.ActivePerWorker, "active", cfg.ActivePerWorker, "active requests per worker")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var err error
+	if cfg.Workers, err = parseInts(*workers); err != nil {
+		return fmt.Errorf("--workers: %w", err)
+	}
+	if cfg.PromptTokens, err = parseInts(*prompts); err != nil {
+		return fmt.Errorf("--prompt-tokens: %w", err)
+	}
+	if cfg.IndexedBlocks, err = parseInts(*indexed); err != nil {
+		return fmt.Errorf("--indexed-blocks: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	rep := bench.NewReport("route", args)
+	cellsN := len(cfg.Workers) * len(cfg.PromptTokens) * len(cfg.IndexedBlocks)
+	p := bench.NewProgress(os.Stderr, "route", int64(cellsN*cfg.Decisions))
+	stop, err := startProfile(*c.cpuprofile)
+	if err != nil {
+		return err
+	}
+	var cells []*bench.RouteCell
+	for _, n := range cfg.IndexedBlocks {
+		for _, w := range cfg.Workers {
+			for _, pt := range cfg.PromptTokens {
+				cell, err := bench.RunRouteCell(cfg, w, pt, n, p)
+				if err != nil {
+					stop()
+					p.Done()
+					return err
+				}
+				cells = append(cells, cell)
+			}
+		}
+	}
+	stop()
+	p.Done()
+	bench.FillRouteReport(rep, cfg, cells)
+	rep.Notes = append(rep.Notes, "One op is one whole routing decision: block + sequence hashing, FindMatches on the sharded indexer, candidates (snapshots + active-prompt registry), Select (kv mode), AddRequest + snapshot publish + registry Add on the chosen worker. The Free that keeps the fleet steady is not timed.",
+		"Index: prompts of the cell's length (a quarter shared among 64 system prompts), each stored on one worker; queries are indexed prompts with a fresh last quarter.")
+	return finish(rep, *c.out)
+}
+
+func benchTokenizer(args []string) error {
+	cfg := bench.DefaultTokenizerConfig()
+	fs := flag.NewFlagSet("bench tokenizer", flag.ContinueOnError)
+	c := commonFlags(fs, "tokenizer")
+	root := fs.String("root", ".", "repository root (fixtures are found under ROOT/testdata)")
+	fixtures := fs.String("tokenizers", "", "comma-separated tokenizer.json paths (default: every fixture)")
+	fs.StringVar(&cfg.Corpus, "corpus", "", "JSONL corpus of strings (default ROOT/testdata/tokenizers/corpus.jsonl)")
+	fs.IntVar(&cfg.Bytes, "bytes", cfg.Bytes, "text size in bytes")
+	fs.IntVar(&cfg.ColdRuns, "cold-runs", cfg.ColdRuns, "cold encodes (fresh tokenizer each) per tokenizer")
+	fs.IntVar(&cfg.WarmRuns, "warm-runs", cfg.WarmRuns, "warm encodes per tokenizer")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if cfg.Corpus == "" {
+		cfg.Corpus = filepath.Join(*root, "testdata", "tokenizers", "corpus.jsonl")
+	}
+	if *fixtures != "" {
+		cfg.Fixtures = strings.Split(*fixtures, ",")
+	} else {
+		var err error
+		if cfg.Fixtures, err = bench.FindTokenizers(*root); err != nil {
+			return err
+		}
+	}
+	text, err := bench.CorpusText(cfg.Corpus, cfg.Bytes)
+	if err != nil {
+		return err
+	}
+	rep := bench.NewReport("tokenizer", args)
+	p := bench.NewProgress(os.Stderr, "tokenizer", int64(len(cfg.Fixtures)*(cfg.ColdRuns+cfg.WarmRuns)))
+	stop, err := startProfile(*c.cpuprofile)
+	if err != nil {
+		return err
+	}
+	var results []*bench.TokenizerResult
+	for _, path := range cfg.Fixtures {
+		r, err := bench.RunTokenizer(path, text, cfg, p)
+		if err != nil {
+			stop()
+			p.Done()
+			return err
+		}
+		results = append(results, r)
+	}
+	stop()
+	p.Done()
+	bench.FillTokenizerReport(rep, cfg, results)
+	rep.Notes = append(rep.Notes, "One op encodes the whole text on one goroutine. Cold = a freshly parsed tokenizer (empty word cache); warm = the same text again on the same tokenizer; medians of the runs.")
+	return finish(rep, *c.out)
+}
