@@ -463,3 +463,30 @@ func TestHandleTable(t *testing.T) {
 		t.Fatal("found an absent key")
 	}
 }
+
+// TestConcurrentReaders backs the concurrency model in doc.go: FindMatches writes nothing shared, so
+// readers under a read lock may run in parallel (the race detector checks it).
+func TestConcurrentReaders(t *testing.T) {
+	ix := New()
+	for i := range uint64(100) {
+		if err := ix.Store(wk(i), 0, false, blocks(1, 1, 1+int(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := seq(1, 128)
+	done := make(chan []Score)
+	for range 4 {
+		go func() {
+			var out []Score
+			for range 50 {
+				out = ix.FindMatches(q, out[:0])
+			}
+			done <- out
+		}()
+	}
+	for range 4 {
+		if got := <-done; len(got) != 100 {
+			t.Errorf("%d scores, want 100", len(got))
+		}
+	}
+}
