@@ -113,15 +113,18 @@ func HeaderSize(b []byte) (Size, Format, error) {
 // IsShort reports whether a HeaderSize error means the prefix ended before the header did.
 func IsShort(err error) bool { return errors.Is(err, errShort) }
 
-// JPEGHeaderEnd walks the JPEG marker segments of b and returns how many bytes from the start are
-// needed to reach the end of the first frame header (SOFn); ok is false when b is not a JPEG or the
-// marker structure is broken. With large metadata (EXIF thumbnails, ICC profiles) before the frame
-// header the answer exceeds 64 KiB, and the prober fetches exactly that far, within its bound.
+// JPEGHeaderEnd walks the JPEG marker segments of b and returns how many bytes from the start Go's
+// decoder needs to report the size: through the first start-of-scan header (it reads the tables that
+// follow the frame header, or stops at the frame header when a JFIF segment came first). ok is false
+// when b is not a JPEG or its marker structure is broken. With large metadata (EXIF thumbnail, ICC
+// profile) before the frame header the answer exceeds 64 KiB; the prober then fetches that far, within
+// its bound.
 func JPEGHeaderEnd(b []byte) (need int, ok bool) {
 	if len(b) < 2 || b[0] != 0xff || b[1] != 0xd8 {
 		return 0, false
 	}
 	i := 2
+	jfif, sof := false, false
 	for {
 		if i+2 > len(b) {
 			return i + 4, true // need the next marker and its length
@@ -138,6 +141,9 @@ func JPEGHeaderEnd(b []byte) (need int, ok bool) {
 			i += 2
 			continue
 		}
+		if m == 0xd9 {
+			return 0, false
+		}
 		if i+4 > len(b) {
 			return i + 4, true
 		}
@@ -146,11 +152,19 @@ func JPEGHeaderEnd(b []byte) (need int, ok bool) {
 			return 0, false
 		}
 		end := i + 2 + segLen
-		if m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc {
+		switch {
+		case m == 0xda: // start of scan: the decoder stops here
+			if !sof {
+				return 0, false
+			}
 			return end, true
-		}
-		if m == 0xd9 || m == 0xda { // EOI or SOS before any frame header
-			return 0, false
+		case m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc:
+			sof = true
+			if jfif {
+				return end, true
+			}
+		case m == 0xe0 && !sof && segLen >= 7 && i+9 <= len(b) && string(b[i+4:i+9]) == "JFIF\x00":
+			jfif = true
 		}
 		if end > len(b) {
 			return end + 4, true

@@ -28,10 +28,10 @@ type ProbeConfig struct {
 	// LargeRange is the one retry when the small prefix does not hold the header (bytes=0-65535).
 	// Default 65536.
 	LargeRange int
-	// MaxHeaderBytes bounds a third fetch for JPEG files whose metadata (EXIF thumbnail, ICC profile)
-	// pushes the frame header past LargeRange; the prober walks the marker segments and fetches exactly
-	// up to the frame header if that is within this bound. Default 1 MiB. 0 disables the third fetch
-	// (Dynamo's behaviour: "image header parse failed after 64KB").
+	// MaxHeaderBytes bounds further fetches for JPEG files whose metadata (EXIF thumbnail, ICC profile)
+	// pushes the frame header past LargeRange: the prober walks the marker segments and fetches at
+	// least up to the header, doubling each time, while that stays within this bound. Default 1 MiB.
+	// 0 disables them (Dynamo's behaviour: "image header parse failed after 64KB").
 	MaxHeaderBytes int
 	// MaxRedirects bounds redirects per request, each re-checked by the SSRF guard. Default 3.
 	MaxRedirects int
@@ -279,14 +279,23 @@ func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
 	if herr == nil {
 		return sz, nil
 	}
-	if f == FormatJPEG && IsShort(herr) && len(b) >= p.cfg.LargeRange {
-		if need, ok := JPEGHeaderEnd(b); ok && need > len(b) && need <= p.cfg.MaxHeaderBytes {
-			if b, err = p.fetchRange(ctx, u, need); err != nil {
-				return Size{}, err
-			}
-			if sz, _, herr = HeaderSize(b); herr == nil {
-				return sz, nil
-			}
+	// JPEG with large metadata before the frame header: walk the marker segments and fetch further,
+	// at least doubling each time (64 KiB → 1 MiB in at most four more requests).
+	for f == FormatJPEG && IsShort(herr) && len(b) >= p.cfg.LargeRange {
+		need, ok := JPEGHeaderEnd(b)
+		if !ok || need <= len(b) || need > p.cfg.MaxHeaderBytes {
+			break
+		}
+		n := min(max(need, 2*len(b)), p.cfg.MaxHeaderBytes)
+		prev := len(b)
+		if b, err = p.fetchRange(ctx, u, n); err != nil {
+			return Size{}, err
+		}
+		if sz, _, herr = HeaderSize(b); herr == nil {
+			return sz, nil
+		}
+		if len(b) <= prev { // the file ended
+			break
 		}
 	}
 	return Size{}, fmt.Errorf("%w (after %d bytes)", herr, len(b))
