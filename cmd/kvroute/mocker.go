@@ -36,6 +36,7 @@ func runMocker(args []string) int {
 	eventsBase := fs.Int("kv-events-port-base", 5557, "ZMQ PUB port of worker 0 rank 0; worker i rank r binds tcp://*:base+i*dp_size+r")
 	replayBase := fs.Int("replay-port-base", 5757, "ZMQ replay ROUTER port base, numbered like --kv-events-port-base")
 	noEvents := fs.Bool("no-kv-events", false, "publish no KV events")
+	dropEvery := fs.Uint64("kv-events-drop-every", 0, "fault injection: withhold every Nth batch from PUB (kept for replay), so subscribers must recover gaps (0: off)")
 	kvCfg := fs.String("kv-events-config", "", `vLLM's JSON, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'; overrides the port bases (worker i offsets the ports by i*dp_size)`)
 	eventFormat := fs.String("event-format", "map", "KV event layout: map (current vLLM) or array (legacy vLLM / SGLang)")
 	blockSize := fs.Int("block-size", def.BlockSize, "tokens per KV block")
@@ -105,6 +106,9 @@ func runMocker(args []string) int {
 	}
 	kv.Enable = kv.Enable && !*noEvents
 	kv.Layout = layout
+	if n := *dropEvery; n > 0 {
+		kv.SkipSend = func(seq uint64) bool { return seq%n == n-1 }
+	}
 	tmpl.KVEvents = kv
 
 	fc := mocker.FleetConfig{NumWorkers: *numWorkers, Template: tmpl, HTTPHost: *host, HTTPPortBase: *httpPort,

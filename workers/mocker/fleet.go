@@ -91,6 +91,15 @@ func (f *Fleet) Close() error {
 	return errors.Join(errs...)
 }
 
+// Specs returns every worker's Spec, in order.
+func (f *Fleet) Specs() []string {
+	out := make([]string, len(f.Workers))
+	for i, w := range f.Workers {
+		out[i] = w.Spec()
+	}
+	return out
+}
+
 // Spec is the worker in the router's --worker form
 // (id=…,url=…,events=…,replay=…,dp_size=…,block_size=…,total_kv_blocks=…,max_num_batched_tokens=…).
 // With DPSize > 1 and free ports the ranks' endpoints are not base+rank: use fixed port bases then.
