@@ -1,11 +1,13 @@
 package model
 
 import (
+	"bytes"
 	"container/list"
 	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // DefaultSegmentCacheBytes bounds a Model's segment cache: 64 MiB holds the token ids of roughly 200 long
@@ -178,11 +180,25 @@ func (m *Model) RenderChat(msgs []Message, opts ChatOptions) (string, error) {
 
 // EncodeChat renders messages and tokenizes the prompt as the engine does for chat completions (no post-processor
 // tokens: the template writes its own), reusing the ids of segments seen before.
+//
+// The prompt text lives only for the call, in a pooled buffer: everything that outlives it (the segment and word
+// caches' keys, the result) is copied out.
 func (m *Model) EncodeChat(msgs []Message, opts ChatOptions) ([]uint32, error) {
-	text, err := m.RenderChat(msgs, opts)
-	if err != nil {
+	if m.ChatTemplate == nil {
+		return nil, ErrNoTemplate
+	}
+	buf := renderBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	buf.Grow(renderSize(msgs))
+	defer func() {
+		if buf.Cap() <= maxPooledRender {
+			renderBufs.Put(buf)
+		}
+	}()
+	if err := m.ChatTemplate.execute(buf, msgs, opts); err != nil {
 		return nil, err
 	}
+	text := unsafe.String(unsafe.SliceData(buf.Bytes()), buf.Len())
 	return m.Tokenizer.EncodeCached(text, m.segments), nil
 }
 

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -83,6 +85,34 @@ func templateEnvironment() *exec.Environment {
 
 // Render renders messages into the prompt text the engine will tokenize.
 func (ct *ChatTemplate) Render(msgs []Message, opts ChatOptions) (string, error) {
+	var buf strings.Builder // String() does not copy, unlike bytes.Buffer: prompts run to megabytes
+	buf.Grow(renderSize(msgs))
+	if err := ct.execute(&buf, msgs, opts); err != nil {
+		return "", err
+	}
+	return buf.String(), nil
+}
+
+// renderSize estimates the rendered length: the contents plus room for the template's own text.
+func renderSize(msgs []Message) int {
+	size := 4096
+	for i := range msgs {
+		size += len(msgs[i].Content.Text)
+		for _, p := range msgs[i].Content.Parts {
+			size += len(p.Text)
+		}
+	}
+	return size + size/8
+}
+
+// renderBufs recycles render buffers for callers that only need the prompt text transiently (EncodeChat): a
+// 100k-token prompt is ~400 KB, and fresh memory of that size per request costs more than the copy into it.
+var renderBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledRender is the largest buffer kept for reuse.
+const maxPooledRender = 8 << 20
+
+func (ct *ChatTemplate) execute(w io.Writer, msgs []Message, opts ChatOptions) error {
 	data := make(map[string]any, len(ct.vars)+len(opts.Kwargs)+3)
 	for k, v := range ct.vars {
 		data[k] = v
@@ -101,7 +131,7 @@ func (ct *ChatTemplate) Render(msgs []Message, opts ChatOptions) (string, error)
 		for i, raw := range opts.Tools {
 			v, err := orderedJSON(raw)
 			if err != nil {
-				return "", fmt.Errorf("%w: tools[%d]: %v", ErrTemplate, i, err)
+				return fmt.Errorf("%w: tools[%d]: %v", ErrTemplate, i, err)
 			}
 			tools[i] = v
 		}
@@ -109,19 +139,10 @@ func (ct *ChatTemplate) Render(msgs []Message, opts ChatOptions) (string, error)
 	} else {
 		data["tools"] = nil
 	}
-	size := 4096
-	for i := range msgs {
-		size += len(msgs[i].Content.Text)
-		for _, p := range msgs[i].Content.Parts {
-			size += len(p.Text)
-		}
+	if err := ct.tmpl.Execute(w, exec.NewContext(data)); err != nil {
+		return fmt.Errorf("%w: render: %v", ErrTemplate, err)
 	}
-	var buf strings.Builder // String() does not copy, unlike bytes.Buffer: prompts run to megabytes
-	buf.Grow(size + size/8)
-	if err := ct.tmpl.Execute(&buf, exec.NewContext(data)); err != nil {
-		return "", fmt.Errorf("%w: render: %v", ErrTemplate, err)
-	}
-	return buf.String(), nil
+	return nil
 }
 
 // templateMessage is the message as vLLM hands it to a template: image_url / video_url parts reduced to
