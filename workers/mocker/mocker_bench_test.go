@@ -3,8 +3,8 @@ package mocker
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
