@@ -1,0 +1,266 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Endpoint is the pooled HTTP/1.1 connection set to one worker. Safe for concurrent use; one per
+// worker, created when the worker is registered and closed when it is removed.
+//
+// Why not fasthttp.HostClient: it cannot be canceled by a context. A client disconnect must close the
+// upstream connection at once, since that is how vLLM learns to abort the request and free its KV
+// blocks; HostClient only offers deadlines. Endpoint keeps fasthttp's request writer and response
+// parser (zero-allocation, chunked streaming) and owns the connections itself, so cancellation is a
+// Close on the one connection the request uses.
+type Endpoint struct {
+	cfg  Config
+	addr string // host:port
+	host string // Host header
+
+	sem chan struct{} // one token per open connection (MaxConns)
+
+	mu     sync.Mutex
+	idle   []*conn // LIFO: the most recently used connection is the warmest
+	closed bool
+
+	stats struct {
+		dials, reuses, retries atomic.Uint64
+		active                 atomic.Int64
+	}
+}
+
+// conn is one pooled connection. read counts response bytes received on it, to tell a failure before
+// any byte (retryable) from one after.
+type conn struct {
+	nc       net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	read     int64
+	lastUsed time.Time
+	reused   bool
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	n, err := c.nc.Read(p)
+	c.read += int64(n)
+	return n, err
+}
+
+func (c *conn) Write(p []byte) (int, error) { return c.nc.Write(p) }
+
+// NewEndpoint returns the endpoint of the worker at baseURL (http://host:port; a path is ignored, https
+// is not supported: workers sit on the private network).
+func NewEndpoint(baseURL string, cfg Config) (*Endpoint, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("%w: worker url %q: want http://host:port", ErrBadConfig, baseURL)
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("%w: worker url %q: only http is supported", ErrBadConfig, baseURL)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	return &Endpoint{cfg: cfg, addr: addr, host: u.Host, sem: make(chan struct{}, cfg.MaxConns)}, nil
+}
+
+// Addr is the worker's host:port.
+func (e *Endpoint) Addr() string { return e.addr }
+
+// Stats are connection counters, for metrics and tests.
+type Stats struct {
+	// Dials counts new connections; Reuses counts requests sent on a pooled one.
+	Dials, Reuses uint64
+	// Retries counts requests re-sent on a fresh connection after a pooled one turned out closed.
+	Retries uint64
+	// Active is the number of open connections carrying a request; Idle the pooled ones.
+	Active int64
+	Idle   int
+}
+
+// Stats returns the connection counters.
+func (e *Endpoint) Stats() Stats {
+	e.mu.Lock()
+	idle := len(e.idle)
+	e.mu.Unlock()
+	return Stats{Dials: e.stats.dials.Load(), Reuses: e.stats.reuses.Load(), Retries: e.stats.retries.Load(), Active: e.stats.active.Load(), Idle: idle}
+}
+
+// Close closes the idle connections and fails later calls with ErrClosed. Requests in flight finish
+// on their connections, which are then closed instead of pooled.
+func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	idle := e.idle
+	e.idle, e.closed = nil, true
+	e.mu.Unlock()
+	for _, c := range idle {
+		c.nc.Close()
+		<-e.sem
+	}
+	return nil
+}
+
+// acquire returns a connection: a pooled one (fresh=false) or a new one, waiting for a free slot.
+func (e *Endpoint) acquire(ctx context.Context, fresh bool) (*conn, error) {
+	select {
+	case e.sem <- struct{}{}:
+	default:
+		select {
+		case e.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, &Error{Class: ErrCanceled, Addr: e.addr, Err: context.Cause(ctx)}
+		}
+	}
+	now := time.Now()
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		<-e.sem
+		return nil, &Error{Class: ErrClosed, Addr: e.addr}
+	}
+	for !fresh && len(e.idle) > 0 {
+		c := e.idle[len(e.idle)-1]
+		e.idle = e.idle[:len(e.idle)-1]
+		if now.Sub(c.lastUsed) < e.cfg.IdleConnTimeout {
+			e.mu.Unlock()
+			c.reused = true
+			e.stats.reuses.Add(1)
+			e.stats.active.Add(1)
+			return c, nil
+		}
+		c.nc.Close() // stale: the worker may have closed it already
+	}
+	e.mu.Unlock()
+	d := net.Dialer{Timeout: e.cfg.DialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", e.addr)
+	if err != nil {
+		<-e.sem
+		if ctx.Err() != nil {
+			return nil, &Error{Class: ErrCanceled, Addr: e.addr, Err: context.Cause(ctx)}
+		}
+		return nil, &Error{Class: ErrConnect, Retryable: true, Addr: e.addr, Err: err}
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	e.stats.dials.Add(1)
+	e.stats.active.Add(1)
+	c := &conn{nc: nc}
+	c.br = bufio.NewReaderSize(c, e.cfg.ReadBufferSize)
+	c.bw = bufio.NewWriterSize(c, 4<<10)
+	return c, nil
+}
+
+// release returns c to the pool when keep is true, else closes it.
+func (e *Endpoint) release(c *conn, keep bool) {
+	e.stats.active.Add(-1)
+	if keep {
+		c.lastUsed = time.Now()
+		c.reused = false
+		e.mu.Lock()
+		if !e.closed && len(e.idle) < e.cfg.MaxIdleConns {
+			e.idle = append(e.idle, c)
+			e.mu.Unlock()
+			return
+		}
+		e.mu.Unlock()
+	}
+	c.nc.Close()
+	<-e.sem
+}
+
+// Header is one extra request header (X-Request-Id, X-data-parallel-rank, ...).
+type Header struct {
+	Key, Value string
+}
+
+// Request is one call to a worker: the endpoint path and the body to send unchanged.
+type Request struct {
+	// Path is the worker path, e.g. "/v1/chat/completions".
+	Path string
+	// Body is sent as is (the client's original bytes); nil sends a GET.
+	Body []byte
+	// Headers are added to the request.
+	Headers []Header
+}
+
+// exchange sends req on a connection and reads the response headers (and the body unless stream).
+// It retries once on a fresh connection when a pooled one fails before any response byte: the worker
+// closed it while idle, and a stale keep-alive connection is not the worker's failure. On success the
+// caller owns c and must release it; stop undoes the cancellation hook.
+func (e *Endpoint) exchange(ctx context.Context, req *Request, resp *fasthttp.Response, stream bool) (c *conn, stop func() bool, err error) {
+	for attempt := 0; ; attempt++ {
+		c, err = e.acquire(ctx, attempt > 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Closing the connection is what interrupts a blocked read or write, and what tells the worker to
+		// abort.
+		stop = context.AfterFunc(ctx, func() { c.nc.Close() })
+		err = e.roundTrip(c, req, resp, stream)
+		if err == nil {
+			return c, stop, nil
+		}
+		stop()
+		received := c.read > 0
+		reused := c.reused
+		e.release(c, false)
+		timeout := errors.Is(err, os.ErrDeadlineExceeded)
+		if ctx.Err() == nil && reused && !received && !timeout && attempt == 0 {
+			e.stats.retries.Add(1)
+			continue
+		}
+		return nil, nil, classify(ctx, e.addr, err, received, timeout)
+	}
+}
+
+func (e *Endpoint) roundTrip(c *conn, req *Request, resp *fasthttp.Response, stream bool) error {
+	r := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(r)
+	r.Header.DisableNormalizing()
+	if req.Body == nil {
+		r.Header.SetMethod(fasthttp.MethodGet)
+	} else {
+		r.Header.SetMethod(fasthttp.MethodPost)
+		r.Header.SetContentTypeBytes(contentTypeJSON)
+		r.SetBodyRaw(req.Body)
+	}
+	r.SetRequestURI(req.Path)
+	r.Header.SetHost(e.host)
+	for _, h := range req.Headers {
+		r.Header.Set(h.Key, h.Value)
+	}
+	if stream {
+		r.Header.Set("Accept", "text/event-stream")
+	}
+	now := time.Now()
+	c.nc.SetWriteDeadline(now.Add(e.cfg.WriteTimeout))
+	if err := r.Write(c.bw); err != nil {
+		return err
+	}
+	if err := c.bw.Flush(); err != nil {
+		return err
+	}
+	c.read = 0
+	c.nc.SetReadDeadline(now.Add(e.cfg.ResponseTimeout))
+	resp.StreamBody = stream
+	return resp.ReadLimitBody(c.br, e.cfg.MaxResponseBodySize)
+}
+
+var contentTypeJSON = []byte("application/json")
