@@ -97,6 +97,9 @@ type IndexerWorkload struct {
 	Queries, Events, QueryBlocks, StoredBlocks, RemovedBlocks int64
 	Stores, Removes                                           int64
 	MaxWorkerBlocks                                           int
+	// HeldBlocks is the blocks every worker holds at the end (one copy): the index must then hold
+	// HeldBlocks × Duplicate (block, worker) entries.
+	HeldBlocks int64
 }
 
 // PrepareIndexer hashes every request, partitions the trace over the workers and simulates each
@@ -192,6 +195,7 @@ func PrepareIndexer(t *Trace, cfg IndexerConfig) (*IndexerWorkload, error) {
 			}
 			w.MaxWorkerBlocks = max(w.MaxWorkerBlocks, cache.Len())
 		}
+		w.HeldBlocks += int64(cache.Len())
 		r := wk % cfg.Replayers
 		w.timeline[r] = append(w.timeline[r], tl...)
 	}

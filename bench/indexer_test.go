@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// synthTrace is a small conversation-like trace: 8 system prompts, sessions that grow turn by turn.
+func synthTrace(n int) *Trace {
+	t := &Trace{}
+	next := uint64(1000)
+	sessions := make([][]uint64, 24)
+	for i := 0; i < n; i++ {
+		s := i % len(sessions)
+		if sessions[s] == nil || i%7 == 0 {
+			sessions[s] = []uint64{uint64(s % 8)}
+		}
+		for k := 0; k < 1+i%3; k++ {
+			sessions[s] = append(sessions[s], next)
+			next++
+		}
+		ids := append([]uint64(nil), sessions[s]...)
+		t.Requests = append(t.Requests, Request{Timestamp: int64(i * 10), InputLength: len(ids)*512 - 100, OutputLength: 10, HashIDs: ids})
+	}
+	return t
+}
+
+func TestIndexerBenchConsistent(t *testing.T) {
+	cfg := DefaultIndexerConfig()
+	cfg.Workers, cfg.Duplicate, cfg.BlockSize, cfg.CapacityBlocks, cfg.Shards, cfg.Replayers = 5, 2, 128, 40, 2, 3
+	tr := synthTrace(300)
+	w, err := PrepareIndexer(tr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Queries != 300 || w.Removes == 0 || w.RemovedBlocks == 0 || w.MaxWorkerBlocks > 40 {
+		t.Fatalf("workload %+v: want 300 queries and evictions under a 40-block capacity", w)
+	}
+	for _, d := range []time.Duration{0, 150 * time.Millisecond} {
+		run, err := w.RunIndexer(d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Queries != 600 || run.QueryMicros.Count != 600 || run.Events != 2*w.Events {
+			t.Fatalf("run %+v", run)
+		}
+		// Every store was accepted and every remove found its block: the index holds exactly what the
+		// workers' LRUs hold.
+		if int64(run.IndexEntries) != 2*w.HeldBlocks {
+			t.Fatalf("index holds %d entries, workers hold %d", run.IndexEntries, 2*w.HeldBlocks)
+		}
+		if d > 0 && (run.ElapsedSeconds < d.Seconds()*0.9 || run.OfferedOpsPerSec <= 0) {
+			t.Fatalf("paced run took %.3f s of %v", run.ElapsedSeconds, d)
+		}
+	}
+	if _, err := PrepareIndexer(tr, IndexerConfig{Workers: 1, Duplicate: 1, Replayers: 1, BlockSize: 100, Blocks: DefaultBlocks()}); err == nil {
+		t.Fatal("block size 100 does not divide 512")
+	}
+}
+
+func TestSweepDurations(t *testing.T) {
+	got := SweepDurations(8*time.Second, time.Second, 4)
+	want := []time.Duration{8 * time.Second, 4 * time.Second, 2 * time.Second, time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("sweep %v, want %v", got, want)
+		}
+	}
+}
+
+// TestReportFromKnownSamples: the report's numbers are the recorded samples' percentiles.
+func TestReportFromKnownSamples(t *testing.T) {
+	var lat []float64
+	for i := 1; i <= 1000; i++ {
+		lat = append(lat, float64(i))
+	}
+	run := &IndexerRun{OfferedSeconds: 2, ElapsedSeconds: 2, Queries: 1000, OpsPerSec: 500, latencies: lat}
+	run.QueryMicros = Summarize(run.latencies)
+	w := &IndexerWorkload{cfg: DefaultIndexerConfig()}
+	rep := NewReport("indexer", []string{"--trace", "x"})
+	FillIndexerReport(rep, synthTrace(3), w, []*IndexerRun{run, run})
+	row := rep.Tables[1].Rows[0]
+	if row[7] != "500.0" || row[8] != "990.0" || row[9] != "999.0" {
+		t.Fatalf("p50/p99/p999 cells %v", row[7:10])
+	}
+	dir := t.TempDir()
+	if err := rep.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Data struct {
+			Runs []struct {
+				Q Summary `json:"query_us"`
+			} `json:"runs"`
+		} `json:"data"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if q := back.Data.Runs[0].Q; q.P50 != 500 || q.P99 != 990 || q.P999 != 999 || q.Mean != 500.5 {
+		t.Fatalf("report.json summary %+v", q)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, want := range []string{"| 2 s |", "query_latency_cdf.svg", "sweep_throughput.svg"} {
+		if !strings.Contains(string(md), want) {
+			t.Fatalf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "query_latency_cdf.svg"))
+	if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "polyline") {
+		t.Fatalf("cdf plot: %v", err)
+	}
+}
