@@ -37,6 +37,26 @@ type WorkerConfig struct {
 	DefaultMaxTokens int
 }
 
+// DefaultWorkerConfig is one rank with Dynamo's engine defaults, the fallback model, a free port on
+// 127.0.0.1 and events off (set KVEvents = DefaultKVEventsConfig() and its endpoints to publish).
+func DefaultWorkerConfig() WorkerConfig {
+	return WorkerConfig{Engine: DefaultEngineConfig(), DPSize: 1, HTTPAddr: "127.0.0.1:0", DefaultMaxTokens: 16}
+}
+
+// Validate checks the engine config and the worker's own fields (zero values take their defaults).
+func (c *WorkerConfig) Validate() error {
+	if c.DPSize < 0 {
+		return fmt.Errorf("%w: dp size %d", ErrBadConfig, c.DPSize)
+	}
+	if c.DefaultMaxTokens < 0 {
+		return fmt.Errorf("%w: default max tokens %d", ErrBadConfig, c.DefaultMaxTokens)
+	}
+	if c.KVEvents.Enable && c.NewPublisher == nil && c.KVEvents.Endpoint == "" {
+		return fmt.Errorf("%w: kv events enabled without an endpoint", ErrBadConfig)
+	}
+	return c.Engine.Validate()
+}
+
 // Worker is one simulated vLLM server: HTTP (OpenAI API, metrics, admin) plus one engine goroutine and one
 // event publisher per dp rank.
 type Worker struct {
@@ -60,8 +80,11 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.DPSize == 0 {
 		cfg.DPSize = 1
 	}
-	if cfg.DPSize < 0 {
-		return nil, fmt.Errorf("%w: dp size %d", ErrBadConfig, cfg.DPSize)
+	if len(cfg.Engine.FillerTokens) == 0 {
+		cfg.Engine.FillerTokens = DefaultEngineConfig().FillerTokens
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:0"
