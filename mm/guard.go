@@ -87,7 +87,7 @@ func (g *Guard) CheckHost(host string) error {
 
 // CheckAddr refuses an address in a blocked range unless an allowed IP or CIDR covers it.
 func (g *Guard) CheckAddr(ip netip.Addr) error {
-	ip = ip.Unmap()
+	ip = ip.Unmap().WithZone("") // a zoned address never matches a prefix
 	if g != nil {
 		for _, p := range g.allowPrefixes {
 			if p.Contains(ip) {
@@ -114,18 +114,24 @@ func (g *Guard) dialContext(d *net.Dialer) func(ctx context.Context, network, ad
 		if err := g.CheckHost(host); err != nil {
 			return nil, err
 		}
-		byName := g.hostAllowed(host)
 		dd := *d
-		dd.Control = func(_, address string, _ syscall.RawConn) error {
-			if byName {
-				return nil
-			}
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("%w: unparsable address %q", ErrBlockedAddress, address)
-			}
-			return g.CheckAddr(ap.Addr())
-		}
+		dd.Control = g.control(g.hostAllowed(host))
 		return dd.DialContext(ctx, network, addr)
+	}
+}
+
+// control is the connect-time check: it sees the resolved address of every connection attempt
+// (each address of a multi-address host, each redirect hop). byName skips it for a host name the
+// allow-list names.
+func (g *Guard) control(byName bool) func(network, address string, c syscall.RawConn) error {
+	return func(_, address string, _ syscall.RawConn) error {
+		if byName {
+			return nil
+		}
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("%w: unparsable address %q", ErrBlockedAddress, address)
+		}
+		return g.CheckAddr(ap.Addr())
 	}
 }
