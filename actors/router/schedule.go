@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,8 @@ type RouteRequest struct {
 	ExpectedOutputTokens int
 	// ReturnCosts asks for every candidate's overlap and cost (nvext return_routing).
 	ReturnCosts bool
+	// Exclude lists workers not to route to (they failed this request before; migration).
+	Exclude []uint64
 }
 
 // RouteResult is what Route decided.
@@ -252,6 +255,7 @@ type routeScratch struct {
 	local, seq []uint64
 	scores     []prefix.Score
 	cands      []scoring.Candidate
+	tgts       []*target // tgts[i] is the target of cands[i]
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -308,7 +312,7 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		if req.Override != nil && req.Override.AssumeKVReuse != nil {
 			reuse = *req.Override.AssumeKVReuse
 		}
-		sc.cands = s.candidates(ts, sc, cfg, reuse)
+		sc.cands = s.candidates(ts, sc, cfg, reuse, req.Exclude)
 
 		if attempt == 0 && scoring.ShouldQueue(&sreq, sc.cands, cfg) {
 			w := &waiter{ready: make(chan struct{})}
@@ -337,7 +341,7 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		if err != nil {
 			return RouteResult{}, err
 		}
-		tg := ts.list[d.Index]
+		tg := sc.tgts[d.Index]
 		if err := s.charge(tg, req, sc, isl, d, reuse); err != nil {
 			return RouteResult{}, err
 		}
@@ -359,8 +363,9 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 
 // candidates builds one Candidate per routable target: index overlap, published load plus this
 // request's additional blocks, capacity.
-func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Config, reuse bool) []scoring.Candidate {
+func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Config, reuse bool, exclude []uint64) []scoring.Candidate {
 	cands := append(sc.cands[:0], ts.tmpl...)
+	sc.tgts = append(sc.tgts[:0], ts.list...)
 	for i, t := range ts.list {
 		c := &cands[i]
 		snap := t.snapshot()
@@ -379,6 +384,16 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 		if i, ok := ts.pos[scoring.WorkerKey(sco.Worker)]; ok {
 			cands[i].Overlap.Device = sco.Blocks
 		}
+	}
+	if len(exclude) > 0 {
+		n := 0
+		for i := range cands {
+			if !slices.Contains(exclude, cands[i].Worker.WorkerID) {
+				cands[n], sc.tgts[n] = cands[i], sc.tgts[i]
+				n++
+			}
+		}
+		cands, sc.tgts = cands[:n], sc.tgts[:n]
 	}
 	sc.cands = cands
 	return cands

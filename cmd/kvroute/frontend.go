@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers/client"
+)
+
+func init() {
+	register("frontend", "OpenAI-compatible frontend with the embedded KV router, pointed at real workers", runFrontend)
+}
+
+// frontendFlags are the flags kvroute frontend and kvroute serve share.
+type frontendFlags struct {
+	cfg       scoring.Config
+	port      *int
+	host      *string
+	modelPath *string
+	modelName *string
+	bind      *string
+	workers   workerFlags
+	maxBody   *int
+	timeout   *time.Duration
+}
+
+func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
+	f := &frontendFlags{cfg: scoring.DefaultConfig()}
+	f.cfg.Mode = defaultMode
+	if err := scoring.RegisterFlags(fs, &f.cfg); err != nil {
+		return nil, err
+	}
+	f.port = fs.Int("http-port", 8000, "HTTP port")
+	f.host = fs.String("host", "0.0.0.0", "HTTP listen address")
+	envModel := os.Getenv("KVROUTE_MODEL_PATH")
+	if envModel == "" {
+		envModel = defaultModelPath
+	}
+	f.modelPath = fs.String("model-path", envModel, "HF-layout model directory or HF cache model name (tokenizer, chat template)")
+	f.modelName = fs.String("model-name", "", "served model name (default: the model directory's name)")
+	f.bind = fs.String("kv-events-bind", "", "bind one SUB socket here for publishers that connect to the router")
+	fs.Var(&f.workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
+	f.maxBody = fs.Int("max-body-bytes", 32<<20, "largest request body accepted (413 above)")
+	f.timeout = fs.Duration("request-timeout", 10*time.Minute, "bound on one request, queue wait included")
+	return f, nil
+}
+
+// frontendApp is a running frontend: router, HTTP server, the actor system.
+type frontendApp struct {
+	system *actor.ActorSystem
+	router *router.Router
+	pool   *frontend.WorkerPool
+	server *frontend.Server
+	ln     net.Listener
+	model  *model.Model
+	name   string
+}
+
+// startFrontend loads the model, starts the router core, registers the flag workers and listens.
+func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger) (*frontendApp, error) {
+	cfg := f.cfg.Resolved()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dir, err := model.Resolve(*f.modelPath)
+	if err != nil {
+		return nil, fmt.Errorf("--model-path: %w", err)
+	}
+	m, err := model.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	name := *f.modelName
+	if name == "" {
+		name = modelNameOf(dir)
+	}
+	app := &frontendApp{system: actors.NewSystem(nil), model: m, name: name}
+	rcfg := router.DefaultConfig(cfg.BlockSize)
+	rcfg.Scoring = cfg
+	rcfg.Registerer = reg
+	rcfg.Worker.BindEndpoint = *f.bind
+	if m.Config.ImageTokenID > 0 {
+		rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
+	}
+	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
+	if app.router, err = router.New(app.system, rcfg); err != nil {
+		return nil, err
+	}
+	for _, w := range f.workers {
+		if err := app.router.AddWorker(w); err != nil {
+			app.stop()
+			return nil, err
+		}
+	}
+	app.pool = frontend.NewWorkerPool(client.DefaultConfig())
+	fm := frontend.NewFrontendMetrics(reg)
+	api := frontend.NewOpenAIAPI(app.router, m, name, app.system, app.pool,
+		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout}, fm)
+	app.server = frontend.NewServer(frontend.ServerConfig{MaxBodyBytes: *f.maxBody, Gatherer: reg},
+		api, &frontend.RouterAPI{R: app.router})
+	if app.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
+		app.stop()
+		return nil, err
+	}
+	go func() { _ = app.server.Serve(app.ln) }()
+	log.Info("kvroute frontend listening", "addr", app.ln.Addr().String(), "model", name, "router_mode", cfg.Mode,
+		"block_size", cfg.BlockSize, "workers", len(f.workers))
+	return app, nil
+}
+
+func (a *frontendApp) stop() {
+	if a.server != nil {
+		_ = a.server.Shutdown()
+	}
+	if a.pool != nil {
+		a.pool.Close()
+	}
+	if a.router != nil {
+		a.router.Stop()
+	}
+	a.system.Shutdown()
+}
+
+// modelNameOf names a model by its directory, as vLLM's served name defaults to the model argument.
+func modelNameOf(dir string) string {
+	for i := len(dir) - 1; i >= 0; i-- {
+		if dir[i] == '/' && i < len(dir)-1 {
+			return dir[i+1:]
+		}
+	}
+	return dir
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return reg
+}
+
+func waitForSignal() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+}
+
+func runFrontend(args []string) int {
+	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
+	f, err := addFrontendFlags(fs, scoring.ModeKV)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "frontend:", err)
+		return 2
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	app, err := startFrontend(f, newRegistry(), log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "frontend:", err)
+		return 1
+	}
+	waitForSignal()
+	app.stop()
+	return 0
+}
+
+

@@ -1,0 +1,270 @@
+package frontend
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/workers/client"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// WorkerPool holds one pooled HTTP endpoint per worker URL.
+type WorkerPool struct {
+	cfg client.Config
+	mu  sync.Mutex
+	eps map[string]*client.Endpoint
+}
+
+// NewWorkerPool returns an empty pool whose endpoints use cfg.
+func NewWorkerPool(cfg client.Config) *WorkerPool {
+	return &WorkerPool{cfg: cfg, eps: map[string]*client.Endpoint{}}
+}
+
+// Get returns the endpoint of a worker, creating it on first use.
+func (p *WorkerPool) Get(spec registry.Spec) (*client.Endpoint, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ep, ok := p.eps[spec.URL]; ok {
+		return ep, nil
+	}
+	ep, err := client.NewEndpoint(spec.URL, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.eps[spec.URL] = ep
+	return ep, nil
+}
+
+// Drop closes and forgets a worker's endpoint (the worker was removed).
+func (p *WorkerPool) Drop(url string) {
+	p.mu.Lock()
+	ep := p.eps[url]
+	delete(p.eps, url)
+	p.mu.Unlock()
+	if ep != nil {
+		_ = ep.Close()
+	}
+}
+
+// Close closes every endpoint.
+func (p *WorkerPool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for u, ep := range p.eps {
+		_ = ep.Close()
+		delete(p.eps, u)
+	}
+}
+
+// errWorkerFailed is the class of a worker failure that could not be migrated.
+var errWorkerFailed = errors.New("worker failed")
+
+// dispatch sends the request to the chosen worker, streams or returns its answer, and runs the lifecycle:
+// the first token marks prefill completed, the end (or an error or a client that went away) frees the
+// request. A failure before any byte reached the client is migrated to another worker up to
+// MigrationLimit times.
+func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
+	var excluded []uint64
+	for attempt := 0; ; attempt++ {
+		route := p.route
+		ep, err := a.Pool.Get(route.Spec)
+		if err != nil {
+			a.finish(j, route)
+			a.fail(ctx, j.ep, errorf(ErrUnavailable, "worker %d has no usable URL: %v", route.Worker.WorkerID, err))
+			j.cancel()
+			return
+		}
+		req := &client.Request{Path: j.ep.path(), Body: j.body, Headers: []client.Header{{Key: "X-Request-Id", Value: j.id}}}
+		if route.Spec.DPRanks() > 1 {
+			req.Headers = append(req.Headers, client.Header{Key: "X-data-parallel-rank", Value: strconv.FormatUint(uint64(route.Worker.DPRank), 10)})
+		}
+		var done bool
+		if j.stream {
+			err, done = a.dispatchStream(ctx, j, route, ep, req)
+		} else {
+			err, done = a.dispatchUnary(ctx, j, route, ep, req)
+		}
+		if done {
+			return
+		}
+		// The worker failed before any byte reached the client.
+		a.finish(j, route)
+		if !client.Retryable(err) || attempt >= a.Cfg.MigrationLimit {
+			a.fail(ctx, j.ep, errorf(ErrUnavailable, "worker %d failed: %v", route.Worker.WorkerID, err))
+			j.cancel()
+			return
+		}
+		if a.Metrics != nil {
+			a.Metrics.migr.Inc()
+		}
+		excluded = append(excluded, route.Worker.WorkerID)
+		res, rerr := a.R.Route(j.ctx, &router.RouteRequest{ID: j.id, Tokens: p.tokens, ReturnCosts: j.returnRoute, Exclude: excluded})
+		if rerr != nil {
+			a.fail(ctx, j.ep, mapRouteErr(rerr))
+			j.cancel()
+			return
+		}
+		p.route = res
+	}
+}
+
+// finish frees a routed request (idempotent: an already freed id is not an error here).
+func (a *OpenAIAPI) finish(j *job, route router.RouteResult) {
+	_ = a.R.Free(j.id)
+}
+
+// routingHeaders sets the routing explanation headers every response carries.
+func routingHeaders(ctx *fasthttp.RequestCtx, route router.RouteResult) {
+	ctx.Response.Header.Set("x-kvroute-worker-id", strconv.FormatUint(route.Worker.WorkerID, 10))
+	ctx.Response.Header.Set("x-kvroute-overlap-blocks", strconv.FormatUint(uint64(route.OverlapBlocks), 10))
+	if route.Spec.DPRanks() > 1 {
+		ctx.Response.Header.Set("x-kvroute-dp-rank", strconv.FormatUint(uint64(route.Worker.DPRank), 10))
+	}
+}
+
+func nvextOf(route router.RouteResult) *openai.NVExtResponse {
+	r := &openai.Routing{WorkerID: route.Worker.WorkerID, DPRank: route.Worker.DPRank, OverlapBlocks: route.OverlapBlocks}
+	for _, c := range route.Candidates {
+		r.Candidates = append(r.Candidates, openai.RoutingCandidate{WorkerID: c.Worker.WorkerID, DPRank: c.Worker.DPRank, OverlapBlocks: c.Overlap, Cost: c.Cost})
+	}
+	return &openai.NVExtResponse{Routing: r}
+}
+
+// dispatchUnary handles a non-streaming request. done is false only for a failure before any byte,
+// which the caller may migrate.
+func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router.RouteResult, ep *client.Endpoint, req *client.Request) (error, bool) {
+	var resp client.Response
+	if err := ep.Do(j.ctx, req, &resp); err != nil {
+		return err, false
+	}
+	defer j.cancel()
+	_ = a.R.PrefillDone(j.id)
+	a.finish(j, route)
+	body := resp.Body
+	if resp.HasUsage {
+		a.observeUsage(route, resp.Usage)
+	}
+	if j.returnRoute && resp.Status < 300 {
+		if b, err := openai.AddNVExt(body, nvextOf(route)); err == nil {
+			body = b
+		}
+	}
+	routingHeaders(ctx, route)
+	ctx.SetStatusCode(resp.Status)
+	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
+	ctx.SetBody(body)
+	if a.Metrics != nil {
+		a.Metrics.requests(j.ep, resp.Status)
+		a.Metrics.duration.Observe(time.Since(j.started).Seconds())
+		a.Metrics.ttft.Observe(time.Since(j.started).Seconds())
+	}
+	return nil, true
+}
+
+// observeUsage compares the worker's cached tokens with the router's prediction.
+func (a *OpenAIAPI) observeUsage(route router.RouteResult, u openai.Usage) {
+	if a.Metrics == nil {
+		return
+	}
+	a.Metrics.isl.Observe(float64(u.PromptTokens))
+	a.Metrics.osl.Observe(float64(u.CompletionTokens))
+	a.Metrics.prediction(route.Worker.WorkerID, route.CachedTokens, u.CachedTokens(), a.R.BlockSize())
+}
+
+// dispatchStream handles a streaming request: the upstream call is opened here (so a failure before the
+// worker's headers can still be migrated), then fasthttp's body stream writer pumps events as they come.
+func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route router.RouteResult, ep *client.Endpoint, req *client.Request) (error, bool) {
+	onFirst := func() {
+		_ = a.R.PrefillDone(j.id)
+		if a.Metrics != nil {
+			a.Metrics.ttft.Observe(time.Since(j.started).Seconds())
+		}
+	}
+	s, err := ep.Stream(j.ctx, req, onFirst)
+	if err != nil {
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 {
+			// The worker refused the request itself: forward its answer.
+			a.finish(j, route)
+			routingHeaders(ctx, route)
+			ctx.SetStatusCode(ce.Status)
+			ctx.Response.Header.SetContentType("application/json")
+			ctx.SetBody(ce.Body)
+			if a.Metrics != nil {
+				a.Metrics.requests(j.ep, ce.Status)
+			}
+			j.cancel()
+			return nil, true
+		}
+		return err, false
+	}
+	routingHeaders(ctx, route)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.Header.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	if a.Metrics != nil {
+		a.Metrics.inflight.Inc()
+	}
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer func() {
+			_ = s.Close()
+			a.finish(j, route)
+			j.cancel()
+			if a.Metrics != nil {
+				a.Metrics.inflight.Dec()
+				a.Metrics.requests(j.ep, fasthttp.StatusOK)
+				a.Metrics.duration.Observe(time.Since(j.started).Seconds())
+			}
+		}()
+		last := time.Now()
+		routed := false
+		for {
+			ev, err := s.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					// Bytes already reached the client, so the request cannot move: end the stream with an
+					// error event, as vLLM does.
+					_, _ = w.Write(openai.AppendSSEError(nil, fasthttp.StatusBadGateway, "server_error", "worker stream failed: "+err.Error()))
+					_, _ = w.Write(openai.SSEDone)
+					_ = w.Flush()
+				}
+				return
+			}
+			raw := ev.Raw
+			if j.returnRoute && !routed && !ev.Done && len(ev.Data) > 0 && ev.Data[0] == '{' {
+				if b, err := openai.AddNVExt(ev.Data, nvextOf(route)); err == nil {
+					raw = openai.AppendSSE(nil, b)
+					routed = true
+				}
+			}
+			if ev.HasUsage {
+				if u, ok := s.Usage(); ok {
+					a.observeUsage(route, u)
+				}
+			}
+			if _, err := w.Write(raw); err != nil {
+				return // client gone: the deferred Close aborts the worker's request
+			}
+			if err := w.Flush(); err != nil {
+				return
+			}
+			if a.Metrics != nil {
+				now := time.Now()
+				a.Metrics.itl.Observe(now.Sub(last).Seconds())
+				last = now
+			}
+			if ev.Done {
+				return
+			}
+		}
+	})
+	return nil, true
+}

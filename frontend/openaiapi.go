@@ -1,0 +1,261 @@
+package frontend
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// OpenAIConfig configures the OpenAI endpoints.
+type OpenAIConfig struct {
+	// Limits bound each request (body, messages, prompt tokens, ...).
+	Limits openai.Limits
+	// MigrationLimit is how many other workers a request is retried on when its worker fails before any
+	// byte reached the client (Dynamo's --migration-limit). Default 0.
+	MigrationLimit int
+	// RequestTimeout bounds one request end to end, queue wait included. Default 10 minutes.
+	RequestTimeout time.Duration
+}
+
+// OpenAIAPI serves the OpenAI-compatible endpoints with the embedded router: /v1/chat/completions,
+// /v1/completions, /v1/models, /tokenize.
+type OpenAIAPI struct {
+	R         *router.Router
+	Model     *model.Model
+	ModelName string
+	System    *actor.ActorSystem
+	Pool      *WorkerPool
+	Cfg       OpenAIConfig
+	Metrics   *FrontendMetrics
+
+	props  *actor.Props
+	nextID atomic.Uint64
+	served []string
+}
+
+// NewOpenAIAPI wires the endpoints. m may be nil (token-id prompts only).
+func NewOpenAIAPI(r *router.Router, m *model.Model, name string, system *actor.ActorSystem, pool *WorkerPool, cfg OpenAIConfig, fm *FrontendMetrics) *OpenAIAPI {
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Minute
+	}
+	a := &OpenAIAPI{R: r, Model: m, ModelName: name, System: system, Pool: pool, Cfg: cfg, Metrics: fm, served: []string{name}}
+	a.props = actor.PropsFromProducer(func() actor.Actor { return &requestActor{api: a} })
+	return a
+}
+
+// Handle serves the OpenAI paths and reports whether ctx was one of them.
+func (a *OpenAIAPI) Handle(ctx *fasthttp.RequestCtx) bool {
+	switch string(ctx.Path()) {
+	case "/v1/chat/completions":
+		a.onlyPost(ctx, func() { a.serveGenerate(ctx, epChat) })
+	case "/v1/completions":
+		a.onlyPost(ctx, func() { a.serveGenerate(ctx, epCompletion) })
+	case "/v1/models":
+		if !ctx.IsGet() {
+			writeError(ctx, errorf(ErrMethod, "%s /v1/models: use GET", ctx.Method()))
+			return true
+		}
+		a.models(ctx)
+	case "/tokenize":
+		a.onlyPost(ctx, func() { a.tokenizeEndpoint(ctx) })
+	default:
+		return false
+	}
+	return true
+}
+
+func (a *OpenAIAPI) onlyPost(ctx *fasthttp.RequestCtx, fn func()) {
+	if !ctx.IsPost() {
+		writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), ctx.Path()))
+		return
+	}
+	fn()
+}
+
+// serveGenerate is the request path of ARCHITECTURE §1; each line is a stage.
+func (a *OpenAIAPI) serveGenerate(ctx *fasthttp.RequestCtx, ep endpoint) {
+	j, err := a.parse(ctx, ep) // 1 parse + validate; copy out of RequestCtx
+	if err != nil {
+		a.fail(ctx, ep, err)
+		return
+	}
+	p := a.runRequestActor(j) // 2–7 request actor: template + tokenize → (images) → hash → route
+	if p.err != nil {
+		j.cancel()
+		a.fail(ctx, ep, p.err)
+		return
+	}
+	a.dispatch(ctx, j, p) // 8–9 dispatch → stream → lifecycle (prefill done, free)
+}
+
+func (a *OpenAIAPI) fail(ctx *fasthttp.RequestCtx, ep endpoint, err error) {
+	writeError(ctx, err)
+	if a.Metrics != nil {
+		a.Metrics.requests(ep, ctx.Response.StatusCode())
+	}
+}
+
+// parse decodes and validates the body and copies what the request path needs out of ctx.
+func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint) (*job, error) {
+	body := append([]byte(nil), ctx.PostBody()...)
+	j := &job{ep: ep, body: body, started: time.Now()}
+	switch ep {
+	case epChat:
+		req, err := openai.DecodeChat(body, a.Cfg.Limits, a.served)
+		if err != nil {
+			return nil, err
+		}
+		j.chat, j.common, j.stream = req, &req.Common, req.Stream
+	default:
+		req, err := openai.DecodeCompletion(body, a.Cfg.Limits, a.served)
+		if err != nil {
+			return nil, err
+		}
+		j.comp, j.common, j.stream = req, &req.Common, req.Stream
+	}
+	if err := a.readHeaders(ctx, j); err != nil {
+		return nil, err
+	}
+	j.returnRoute = j.common.ReturnRouting()
+	j.id = j.common.RequestID
+	if j.id == "" {
+		j.id = "kvr-" + strconv.FormatUint(a.nextID.Add(1), 36) + "-" + strconv.FormatInt(j.started.UnixNano(), 36)
+	}
+	j.ctx, j.cancel = context.WithTimeout(context.Background(), a.Cfg.RequestTimeout)
+	return j, nil
+}
+
+// readHeaders takes Dynamo's routing headers: priority, strict priority, and direct-mode worker pins.
+func (a *OpenAIAPI) readHeaders(ctx *fasthttp.RequestCtx, j *job) error {
+	if v := ctx.Request.Header.Peek("x-dynamo-request-priority"); len(v) > 0 {
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil || f < 0 {
+			return errorf(ErrBadRequest, "header x-dynamo-request-priority: %q is not a non-negative number", v)
+		}
+		j.priority = &f
+	}
+	if v := ctx.Request.Header.Peek("x-dynamo-request-strict-priority"); len(v) > 0 {
+		n, err := strconv.ParseUint(string(v), 10, 32)
+		if err != nil {
+			return errorf(ErrBadRequest, "header x-dynamo-request-strict-priority: %q is not an unsigned integer", v)
+		}
+		j.strict = uint32(n)
+	}
+	if v := ctx.Request.Header.Peek("x-dynamo-worker-instance-id"); len(v) > 0 {
+		n, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return errorf(ErrBadRequest, "header x-dynamo-worker-instance-id: %q is not a worker id", v)
+		}
+		j.pinWorker = &n
+	}
+	if v := ctx.Request.Header.Peek("x-dynamo-dp-rank"); len(v) > 0 {
+		n, err := strconv.ParseUint(string(v), 10, 32)
+		if err != nil {
+			return errorf(ErrBadRequest, "header x-dynamo-dp-rank: %q is not a dp rank", v)
+		}
+		r := uint32(n)
+		j.pinRank = &r
+	}
+	return nil
+}
+
+// pin returns the worker a request is pinned to (header, then nvext.backend_instance_id), or nil.
+func (a *OpenAIAPI) pin(j *job) *scoring.WorkerKey {
+	var id *uint64
+	switch {
+	case j.pinWorker != nil:
+		id = j.pinWorker
+	case j.common.NVExt != nil && j.common.NVExt.BackendInstanceID != nil:
+		id = j.common.NVExt.BackendInstanceID
+	default:
+		return nil
+	}
+	k := scoring.WorkerKey{WorkerID: *id}
+	if j.pinRank != nil {
+		k.DPRank = *j.pinRank
+	}
+	return &k
+}
+
+// runRequestActor spawns a request actor for j and waits for its answer.
+func (a *OpenAIAPI) runRequestActor(j *job) prepared {
+	reply := make(chan prepared, 1)
+	pid := a.System.Root.Spawn(a.props)
+	a.System.Root.Send(pid, &prepareJob{j: j, reply: reply})
+	return <-reply
+}
+
+type modelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Root    string `json:"root"`
+}
+
+func (a *OpenAIAPI) models(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, map[string]any{"object": "list", "data": []modelCard{{ID: a.ModelName, Object: "model", Created: 0, OwnedBy: "kvroute", Root: a.ModelName}}})
+}
+
+// tokenizeRequest is vLLM's /tokenize body: completion form (prompt) or chat form (messages).
+type tokenizeRequest struct {
+	Model               string          `json:"model"`
+	Prompt              *string         `json:"prompt"`
+	Messages            []model.Message `json:"messages"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+}
+
+func (a *OpenAIAPI) tokenizeEndpoint(ctx *fasthttp.RequestCtx) {
+	var req tokenizeRequest
+	if err := decodeBody(ctx, &req); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if req.Model != "" && req.Model != a.ModelName {
+		writeError(ctx, errorf(ErrNotFound, "model %q is not served here", req.Model))
+		return
+	}
+	if a.Model == nil {
+		writeError(ctx, errorf(ErrUnprocessable, "no tokenizer is loaded"))
+		return
+	}
+	var toks []uint32
+	switch {
+	case req.Prompt != nil && req.Messages != nil:
+		writeError(ctx, errorf(ErrBadRequest, "give either prompt or messages, not both"))
+		return
+	case req.Prompt != nil:
+		toks = a.Model.Tokenizer.Encode(*req.Prompt)
+	case req.Messages != nil:
+		if a.Model.ChatTemplate == nil {
+			writeError(ctx, errorf(ErrUnprocessable, "model has no chat template"))
+			return
+		}
+		addGen := true
+		if req.AddGenerationPrompt != nil {
+			addGen = *req.AddGenerationPrompt
+		}
+		var err error
+		toks, err = a.Model.EncodeChat(req.Messages, model.ChatOptions{AddGenerationPrompt: addGen})
+		if err != nil {
+			writeError(ctx, errorf(ErrBadRequest, "cannot render the chat template: %v", err))
+			return
+		}
+	default:
+		writeError(ctx, errorf(ErrBadRequest, "missing field: prompt or messages"))
+		return
+	}
+	if toks == nil {
+		toks = []uint32{}
+	}
+	writeJSON(ctx, map[string]any{"tokens": toks, "count": len(toks)})
+}

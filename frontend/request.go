@@ -1,0 +1,142 @@
+package frontend
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/frontend/openai"
+)
+
+// endpoint is the OpenAI endpoint a request came in on; the worker gets the same one.
+type endpoint uint8
+
+const (
+	epChat endpoint = iota
+	epCompletion
+)
+
+func (e endpoint) path() string {
+	if e == epChat {
+		return "/v1/chat/completions"
+	}
+	return "/v1/completions"
+}
+
+// job is everything the request path needs, copied out of fasthttp's RequestCtx (which is recycled when
+// the handler returns).
+type job struct {
+	ep      endpoint
+	id      string
+	body    []byte // the original body (own copy), forwarded to the worker
+	chat    *openai.ChatRequest
+	comp    *openai.CompletionRequest
+	common  *openai.Common
+	stream  bool
+	started time.Time
+	// ctx bounds the request: the queue wait, the upstream call. Cancelled when the client goes away.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Routing inputs from headers (they take precedence over the body).
+	priority    *float64
+	strict      uint32
+	pinWorker   *uint64
+	pinRank     *uint32
+	returnRoute bool
+}
+
+// prepared is the request actor's answer: the routing decision (or why there is none).
+type prepared struct {
+	tokens []uint32 // worker-bound prompt tokens
+	route  router.RouteResult
+	err    error
+}
+
+// prepareJob asks a request actor to tokenize and route one request.
+type prepareJob struct {
+	j     *job
+	reply chan prepared
+}
+
+// requestActor runs the CPU stages of one request — chat template, tokenization, (images), hashing,
+// routing — off the fasthttp goroutine, and stops after answering. A panic in a stage (a template bug on
+// hostile input) stops only this actor; the handler sees a 500 instead of a crashed process.
+type requestActor struct {
+	api *OpenAIAPI
+}
+
+func (a *requestActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *prepareJob:
+		var out prepared
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					out = prepared{err: fmt.Errorf("internal error while preparing the request: %v", r)}
+				}
+			}()
+			out = a.api.prepare(m.j)
+		}()
+		m.reply <- out
+		ctx.Stop(ctx.Self())
+	}
+}
+
+// tokenize renders and tokenizes the prompt the worker will see.
+func (a *OpenAIAPI) tokenize(j *job) ([]uint32, error) {
+	switch j.ep {
+	case epChat:
+		if a.Model == nil || a.Model.ChatTemplate == nil {
+			return nil, errorf(ErrUnprocessable, "model %q has no chat template", a.ModelName)
+		}
+		toks, err := a.Model.EncodeChat(j.chat.Messages, j.chat.ChatOptions())
+		if err != nil {
+			return nil, errorf(ErrBadRequest, "cannot render the chat template: %v", err)
+		}
+		return toks, nil
+	default:
+		p := &j.comp.Prompt
+		if p.IsTokens() {
+			return p.Tokens(), nil
+		}
+		if a.Model == nil {
+			return nil, errorf(ErrUnprocessable, "text prompts need a tokenizer; send token ids")
+		}
+		return a.Model.Tokenizer.Encode(p.Text()), nil
+	}
+}
+
+// prepare runs stages 2–7 of the request path: template + tokenize, routing tokens, hash, route.
+func (a *OpenAIAPI) prepare(j *job) prepared {
+	tokens, err := a.tokenize(j)
+	if err != nil {
+		return prepared{err: err}
+	}
+	if len(tokens) == 0 {
+		return prepared{err: errorf(ErrBadRequest, "the prompt is empty")}
+	}
+	// cache_salt is not folded into the routing hashes: vLLM's events carry token ids re-keyed without
+	// it, so salted hashes could never match. A salted request may therefore be predicted more overlap
+	// than its worker will reuse.
+	rr := &router.RouteRequest{ID: j.id, Tokens: tokens, ReturnCosts: j.returnRoute}
+	rr.Priority = j.common.PriorityJump()
+	if j.priority != nil {
+		rr.Priority = *j.priority
+	}
+	rr.Strict = j.strict
+	if h := j.common.NVExt; h != nil && h.AgentHints != nil && h.AgentHints.OSL != nil {
+		rr.ExpectedOutputTokens = *h.AgentHints.OSL
+	}
+	if pin := a.pin(j); pin != nil {
+		rr.Pin, rr.PinRank = pin, j.pinRank != nil
+	}
+	res, err := a.R.Route(j.ctx, rr)
+	if err != nil {
+		return prepared{err: mapRouteErr(err)}
+	}
+	return prepared{tokens: tokens, route: res}
+}
