@@ -52,7 +52,7 @@ func NewFrontendMetrics(reg prometheus.Registerer) *FrontendMetrics {
 		migr: prometheus.NewCounter(prometheus.CounterOpts{Name: "dynamo_frontend_model_migration_total",
 			Help: "Requests retried on another worker after a failure before the first byte."}),
 		predErr: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_cached_tokens_prediction_error",
-			Help: "Worker-reported cached tokens minus the router's predicted cached tokens.",
+			Help:    "Worker-reported cached tokens minus the router's predicted cached tokens.",
 			Buckets: []float64{-4096, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 4096}}),
 		precGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_worker_prediction_precision",
 			Help: "Fraction of a worker's requests whose predicted cached tokens matched the worker's report within one block."},

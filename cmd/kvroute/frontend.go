@@ -180,5 +180,3 @@ func runFrontend(args []string) int {
 	app.stop()
 	return 0
 }
-
-
