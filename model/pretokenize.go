@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -362,4 +363,54 @@ func (p metaspaceSplitter) split(s string, ends []int) []int {
 		ends = append(ends, len(s))
 	}
 	return ends
+}
+
+// spaceWordSplitter cuts SentencePiece-style text (spaces already "▁") before every "▁" that follows another
+// character than "▁". Such a model has no pre-tokenizer, so BPE in principle runs over the whole text; but when
+// no token and no merge rule joins a character to a following "▁" (spaceBoundariesHold), no merge can cross
+// these cuts, and BPE per word gives the same ids while letting the word cache work. Llama-2 and Mistral
+// vocabularies have this property.
+type spaceWordSplitter struct{}
+
+const metaspaceRune = "\u2581"
+
+func (spaceWordSplitter) split(s string, ends []int) []int {
+	for i := 1; i+len(metaspaceRune) <= len(s); i++ {
+		if s[i] == metaspaceRune[0] && s[i:i+len(metaspaceRune)] == metaspaceRune && !strings.HasSuffix(s[:i], metaspaceRune) {
+			ends = append(ends, i)
+			i += len(metaspaceRune) - 1
+		}
+	}
+	if len(s) > 0 {
+		ends = append(ends, len(s))
+	}
+	return ends
+}
+
+// spaceBoundariesHold reports whether no vocabulary token and no merge result contains a character other than
+// "▁" followed by "▁" (see spaceWordSplitter).
+func spaceBoundariesHold(f *tokenizerFile) bool {
+	joins := func(tok string) bool {
+		for i := 1; i < len(tok); i++ {
+			if strings.HasPrefix(tok[i:], metaspaceRune) && !strings.HasSuffix(tok[:i], metaspaceRune) {
+				return true
+			}
+		}
+		return false
+	}
+	for tok := range f.Model.Vocab {
+		if joins(tok) {
+			return false
+		}
+	}
+	pairs, err := parseMerges(f.Model.Merges)
+	if err != nil {
+		return false
+	}
+	for _, p := range pairs {
+		if joins(p[0] + p[1]) {
+			return false
+		}
+	}
+	return true
 }

@@ -115,6 +115,9 @@ func ParseTokenizer(data []byte) (*Tokenizer, error) {
 	if err := t.buildVocab(&f); err != nil {
 		return nil, err
 	}
+	if _, whole := t.pre.(wholeSplitter); whole && !t.byteLevel && spaceBoundariesHold(&f) {
+		t.pre = spaceWordSplitter{}
+	}
 	t.configurePost(f.PostProcessor)
 	return t, nil
 }
