@@ -236,6 +236,10 @@ type IndexerRun struct {
 	EventBlocksPerSec float64 `json:"event_blocks_per_s"`
 	// QueryMicros summarizes FindMatches latency in µs.
 	QueryMicros Summary `json:"query_us"`
+	// QuiescentMicros summarizes FindMatches latency of every request replayed once more against the
+	// final index from one goroutine with no concurrent writes: the query's own cost, without lock waits
+	// and scheduling delays.
+	QuiescentMicros Summary `json:"quiescent_query_us"`
 	// KeepingUp: elapsed ≤ 1.1 × offered (Dynamo's warning threshold).
 	KeepingUp bool `json:"keeping_up"`
 	// IndexEntries is the index size after the run ((block, worker) entries).
@@ -322,8 +326,16 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	x.Flush()
 	elapsed := time.Since(start)
 
+	quiet := make([]float64, 0, len(w.local))
+	var out []prefix.Score
+	for _, local := range w.local {
+		q0 := time.Now()
+		out = x.FindMatches(local, out[:0])
+		quiet = append(quiet, float64(time.Since(q0).Nanoseconds())/1e3)
+	}
+
 	k := int64(cfg.Duplicate)
-	run := &IndexerRun{OfferedSeconds: duration.Seconds(), ElapsedSeconds: elapsed.Seconds(),
+	run := &IndexerRun{QuiescentMicros: Summarize(quiet), OfferedSeconds: duration.Seconds(), ElapsedSeconds: elapsed.Seconds(),
 		Workers: cfg.Workers * cfg.Duplicate, Queries: w.Queries * k, Events: w.Events * k,
 		QueryBlocks: w.QueryBlocks * k, StoredBlocks: w.StoredBlocks * k, RemovedBlocks: w.RemovedBlocks * k,
 		IndexEntries: x.Size()}

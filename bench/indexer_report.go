@@ -42,7 +42,7 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 			FormatNum(float64(w.Queries * int64(w.cfg.Duplicate))), FormatNum(float64(w.Stores * int64(w.cfg.Duplicate))), FormatNum(float64(w.Removes * int64(w.cfg.Duplicate))),
 			FormatNum(float64(w.QueryBlocks * int64(w.cfg.Duplicate))), FormatNum(float64(w.StoredBlocks * int64(w.cfg.Duplicate))), FormatNum(float64(w.RemovedBlocks * int64(w.cfg.Duplicate)))}}})
 
-	tab := Table{Title: "Runs", Columns: []string{"duration", "elapsed s", "offered ops/s", "achieved ops/s", "offered blocks/s", "achieved blocks/s", "event blocks/s", "query p50 µs", "query p99 µs", "query p999 µs", "matches/query", "keeping up"}}
+	tab := Table{Title: "Runs", Columns: []string{"duration", "elapsed s", "offered ops/s", "achieved ops/s", "offered blocks/s", "achieved blocks/s", "event blocks/s", "query p50 µs", "query p99 µs", "query p999 µs", "quiescent p50/p99 µs", "matches/query", "keeping up"}}
 	var cdf []Series
 	var offered, achieved, p99 Series
 	offered.Name, achieved.Name, p99.Name = "achieved", "achieved", "query p99"
@@ -62,7 +62,7 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 			p99.Y = append(p99.Y, r.QueryMicros.P99)
 		}
 		tab.Rows = append(tab.Rows, []string{runLabel(r), F(r.ElapsedSeconds, 2), off, FormatNum(r.OpsPerSec), offB, FormatNum(r.BlocksPerSec), FormatNum(r.EventBlocksPerSec),
-			F(r.QueryMicros.P50, 1), F(r.QueryMicros.P99, 1), F(r.QueryMicros.P999, 1), F(r.MeanMatches, 1), keep})
+			F(r.QueryMicros.P50, 1), F(r.QueryMicros.P99, 1), F(r.QueryMicros.P999, 1), F(r.QuiescentMicros.P50, 1) + " / " + F(r.QuiescentMicros.P99, 1), F(r.MeanMatches, 1), keep})
 		xs, ys := CDF(r.latencies, 400)
 		cdf = append(cdf, Series{Name: runLabel(r), X: xs, Y: ys})
 	}
