@@ -28,9 +28,24 @@ test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
-# Benchmarks beside the code; figures are copied into docs/benchmarks.md by hand with the command.
-bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+# The benchmark suite, short (under 10 minutes on 2 cores): the benchmarks beside the code at BENCH_TIME
+# each, then short runs of every `kvroute bench` subcommand, each writing report.json, report.md and SVG
+# plots under BENCH_OUT. Figures are copied into docs/benchmarks.md by hand with the command. The trace
+# benches are skipped when BENCH_TRACE is missing. Full runs: see docs/benchmarks.md "Benchmark suite".
+BENCH_TIME  ?= 100ms
+BENCH_OUT   ?= out/bench
+BENCH_TRACE ?= ../shared/traces/mooncake_conversation_trace.jsonl
+bench: build
+	@mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -short $(PKGS) > $(BENCH_OUT)/gotest.txt 2>&1; \
+		s=$$?; cat $(BENCH_OUT)/gotest.txt; exit $$s
+	./$(BIN) bench tokenizer --cold-runs 1 --warm-runs 3 --out $(BENCH_OUT)/tokenizer
+	./$(BIN) bench route --workers 16,256,1024 --prompt-tokens 1024,8192 --indexed-blocks 64k,1M --decisions 1000 --out $(BENCH_OUT)/route
+	@if [ -f "$(BENCH_TRACE)" ]; then \
+		set -e; \
+		./$(BIN) bench indexer --trace "$(BENCH_TRACE)" --workers 1000 --sweep --sweep-max 8s --sweep-min 250ms --sweep-steps 4 --out $(BENCH_OUT)/indexer; \
+		./$(BIN) bench oracle --trace "$(BENCH_TRACE)" --minutes 10 --workers 8,16 --out $(BENCH_OUT)/oracle; \
+	else echo "bench: $(BENCH_TRACE) not found, trace benches skipped (set BENCH_TRACE)"; fi
 
 fuzz: deps
 	@bash scripts/fuzz.sh $(FUZZTIME)

@@ -1,0 +1,50 @@
+// Package bench is kvroute's in-process benchmark suite (issue 9): trace replay, the indexer, routing
+// decision and tokenizer benchmarks behind `kvroute bench`, the oracles and peer-style baselines the
+// side-by-side routing report compares against, and the report writer.
+//
+// # Overview
+//
+//   - trace.go: Mooncake JSONL (spec/mocker.md §8.1), first-N-minutes filtering, the arrival schedule
+//     (trace time divided by --arrival-speedup, optional seeded jitter).
+//   - tokens.go: Blocks turns hash ids into deterministic token blocks (same id → same tokens, the last
+//     block cut to input_length) and into engine-size chunks.
+//   - oracle.go, lru.go: the unbounded oracle (every block seen before is a hit) and the pooled oracle (one
+//     LRU with the whole fleet's capacity), in tokens, the unit of vLLM's cached_tokens.
+//   - peers.go: llm-d-style (2:1:1 prefix/queue/KV scorers, max score) and SGLang-style (cache-aware with
+//     load-imbalance thresholds) selectors behind scoring.Selector.
+//   - indexer.go: Dynamo's mooncake_bench method (§9.3) on actors/indexer.
+//   - route.go: the whole routing decision over a workers × prompt × index-size matrix.
+//   - tokenizer.go: Encode tokens/s, cold and warm, per fixture tokenizer.
+//   - stats.go, report.go, svg.go, progress.go: nearest-rank percentiles, report.json/report.md,
+//     hand-written SVG plots, a stderr progress bar.
+//
+// What one op is, per bench:
+//
+//   - indexer: one FindMatches query (timed on the replaying goroutine) or one Stored/Removed event sent
+//     as an indexer.Apply. Blocks/s = (query blocks + stored blocks)/s, Dynamo's block throughput.
+//   - route: one routing decision, hash → FindMatches → candidates → Select → AddRequest.
+//   - tokenizer: one Encode of the whole text.
+//
+// # Concurrency model
+//
+// The indexer bench runs Replayers goroutines, each replaying the timelines of the workers dealt to it
+// (worker k goes to replayer k mod R) in trace time order, sleeping until each entry's scaled time; the
+// shard actors apply the events. Everything else runs on the calling goroutine. The progress bar has its
+// own drawing goroutine, stopped by Done.
+//
+// # Ownership
+//
+// An IndexerWorkload is immutable once prepared and shared read-only by the replayers (the indexer's
+// shard actors read the Op slices too); each replayer owns its latency slice until the run joins them.
+// A run owns its actor system and indexer and stops both.
+//
+// # Data flow
+//
+//	trace.jsonl → LoadTrace → FirstMinutes → Arrivals(seed, speedup) → Blocks.AppendPrompt → tokens
+//	trace → PrepareIndexer (hash, partition, per-worker LRU → Stored/Removed) → RunIndexer → IndexerRun
+//	results → Fill*Report → Report.Write(out) → report.json, report.md, *.svg
+//
+// The end-to-end bench (issue 9 item 4: frontend + simulated workers, every routing arm on one trace)
+// is built on these pieces once the frontend exists: prompts from Blocks, arrivals from Arrivals, the
+// oracle rates for its report, the peer selectors as arms.
+package bench
