@@ -82,7 +82,18 @@ type RouteCell struct {
 
 // Name is the cell's matrix coordinate, W=…/P=…/N=….
 func (c *RouteCell) Name() string {
-	return "W=" + strconv.Itoa(c.Workers) + "/P=" + FormatNum(float64(c.PromptTokens)) + "/N=" + FormatNum(float64(c.IndexedBlocks))
+	return "W=" + strconv.Itoa(c.Workers) + "/P=" + binary(c.PromptTokens) + "/N=" + binary(c.IndexedBlocks)
+}
+
+// binary renders n with a binary k/M suffix when it is a multiple: 65536 → 64k.
+func binary(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + "M"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + "k"
+	}
+	return strconv.Itoa(n)
 }
 
 // routePromptIDs names the trace-style ids of corpus prompt p: the first quarter of its blocks are one of
@@ -282,7 +293,7 @@ func FillRouteReport(rep *Report, cfg RouteConfig, cells []*RouteCell) {
 	var p99 []float64
 	for _, c := range cells {
 		s := c.StageMicros
-		tab.Rows = append(tab.Rows, []string{strconv.Itoa(c.Workers), strconv.Itoa(c.PromptTokens), FormatNum(float64(c.IndexedBlocks)),
+		tab.Rows = append(tab.Rows, []string{strconv.Itoa(c.Workers), strconv.Itoa(c.PromptTokens), binary(c.IndexedBlocks),
 			F(c.Micros.P50, 1), F(c.Micros.P99, 1), F(c.Micros.P999, 1), F(c.Micros.Mean, 1), F(c.AllocsPerDecision, 1), FormatNum(c.BytesPerDecision),
 			F(s["hash"], 1), F(s["match"], 1), F(s["cands"], 1), F(s["select"], 1), F(s["add"], 1), F(c.MeanOverlap, 0)})
 		xs, ys := CDF(c.latencies, 300)
