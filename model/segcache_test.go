@@ -1,9 +1,11 @@
 package model
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -81,5 +83,55 @@ func TestSegmentCacheBound(t *testing.T) {
 	c.put(strings.Repeat("x", 5000), nil) // larger than the whole cache: not kept
 	if _, ok := c.get(strings.Repeat("x", 5000)); ok {
 		t.Fatal("oversized entry kept")
+	}
+}
+
+// TestConcurrentEncode runs Encode and EncodeChat from several goroutines over shared caches (the race detector
+// checks the word cache's atomics and the segment cache's lock) and compares with sequential results.
+func TestConcurrentEncode(t *testing.T) {
+	m := fixture(t)
+	corpus := readCorpus(t)[:400]
+	want := make([][]uint32, len(corpus))
+	for i, s := range corpus {
+		want[i] = m.Tokenizer.Encode(s)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	convs := make([][]Message, 8)
+	wantChat := make([][]uint32, len(convs))
+	for i := range convs {
+		convs[i] = randomConversation(rng, corpus, 2)
+		text, err := m.RenderChat(convs[i], ChatOptions{AddGenerationPrompt: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantChat[i] = m.Tokenizer.Encode(text)
+	}
+	errs := make(chan string, 16)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range corpus {
+				k := (i*7 + g*13) % len(corpus)
+				if got := m.Tokenizer.Encode(corpus[k]); !slices.Equal(got, want[k]) {
+					errs <- fmt.Sprintf("goroutine %d: line %d differs", g, k)
+					return
+				}
+				if i%50 == 0 {
+					c := (i/50 + g) % len(convs)
+					got, err := m.EncodeChat(convs[c], ChatOptions{AddGenerationPrompt: true})
+					if err != nil || !slices.Equal(got, wantChat[c]) {
+						errs <- fmt.Sprintf("goroutine %d: conversation %d differs (%v)", g, c, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
