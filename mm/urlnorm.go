@@ -207,6 +207,12 @@ func serializeHost(host string, special bool) (string, error) {
 		return "[" + addr + "]", nil
 	}
 	if !special {
+		// Opaque host: forbidden host code points fail the parse, the rest is C0-escaped.
+		for i := 0; i < len(host); i++ {
+			if c := host[i]; c == 0 || c == '\t' || c == '\n' || c == '\r' || strings.IndexByte(" #/:<>?@[\\]^|", c) >= 0 {
+				return "", fmt.Errorf("%w: forbidden host code point %q", ErrBadURL, c)
+			}
+		}
 		var b strings.Builder
 		appendEscaped(&b, host, encC0)
 		return b.String(), nil
