@@ -154,6 +154,13 @@ func (r *Router) PrefillDone(id string) error { return r.sched.prefillDone(id) }
 // Free ends a routed request.
 func (r *Router) Free(id string) error { return r.sched.free(id) }
 
+// ActiveRequests is the number of routed requests not yet freed.
+func (r *Router) ActiveRequests() int {
+	r.sched.actMu.Lock()
+	defer r.sched.actMu.Unlock()
+	return len(r.sched.active)
+}
+
 // RecordOutput reports a request's generated tokens so far (for output-block tracking).
 func (r *Router) RecordOutput(id string, tokens int) { r.sched.recordOutput(id, tokens) }
 

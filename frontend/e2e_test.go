@@ -1,0 +1,418 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/workers/client"
+	"github.com/kvroute/kvroute/workers/mocker"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+const fixtureModel = "../testdata/models/Qwen3-VL-2B-Instruct"
+
+// stack is a whole deployment on loopback: simulated vLLM workers publishing real KV events, the router
+// core, the OpenAI frontend.
+type stack struct {
+	base   string
+	fleet  *mocker.Fleet
+	router *router.Router
+	name   string
+}
+
+type stackOpts struct {
+	workers        int
+	speedup        float64
+	migrationLimit int
+}
+
+func startStack(t *testing.T, o stackOpts) *stack {
+	t.Helper()
+	m, err := model.Load(fixtureModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "Qwen3-VL-2B-Instruct"
+	wm, err := mocker.LoadModel(fixtureModel, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
+	tmpl.Engine.BlockSize = 16
+	tmpl.Engine.NumGPUBlocks = 2048
+	tmpl.Engine.SpeedupRatio = o.speedup
+	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: o.workers, Template: tmpl, FirstID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	system := actors.NewSystem(nil)
+	rcfg := router.DefaultConfig(16)
+	rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
+	rcfg.Scoring.MigrationLimit = o.migrationLimit
+	r, err := router.New(system, rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range fleet.Specs() {
+		sp, err := registry.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AddWorker(sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := NewWorkerPool(client.DefaultConfig())
+	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
+	srv := NewServer(ServerConfig{MaxBodyBytes: 1 << 20}, api, &RouterAPI{R: r})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	st := &stack{base: "http://" + ln.Addr().String(), fleet: fleet, router: r, name: name}
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		pool.Close()
+		r.Stop()
+		system.Shutdown()
+		_ = fleet.Close()
+	})
+	// Wait until every worker's event stream is connected (its catch-up replay answered).
+	deadline := time.Now().Add(10 * time.Second)
+	for _, w := range r.Workers() {
+		for w.Replays == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+			w, _ = r.Fleet.StatusOf(w.ID)
+		}
+	}
+	return st
+}
+
+type reply struct {
+	status  int
+	worker  string
+	overlap string
+	body    map[string]any
+	raw     string
+}
+
+func (s *stack) post(t *testing.T, path, body string) reply {
+	t.Helper()
+	resp, err := http.Post(s.base+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, worker: resp.Header.Get("x-kvroute-worker-id"), overlap: resp.Header.Get("x-kvroute-overlap-blocks"), raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+func chatBody(model, content string, extra string) string {
+	b, _ := json.Marshal(content)
+	return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%s}],"max_tokens":4%s}`, model, b, extra)
+}
+
+// waitIndexed polls until the index holds a worker's blocks for tokens of this prompt (events are
+// asynchronous: a request's blocks arrive shortly after the worker cached them).
+func (s *stack) waitOverlap(t *testing.T, content string, worker string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, w := range s.router.Workers() {
+			if fmt.Sprint(w.ID) == worker && w.IndexedBlocks > 0 {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("worker %s never reported blocks", worker)
+}
+
+func longText(seed string, words int) string {
+	var b strings.Builder
+	for i := 0; i < words; i++ {
+		fmt.Fprintf(&b, "%s-%d ", seed, i)
+	}
+	return b.String()
+}
+
+func TestE2ESamePromptSameWorker(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 3, speedup: 100})
+	prompt := longText("alpha", 200)
+	first := s.post(t, "/v1/chat/completions", chatBody(s.name, prompt, ""))
+	if first.status != 200 || first.worker == "" || first.overlap != "0" {
+		t.Fatalf("first: %d worker=%q overlap=%q %s", first.status, first.worker, first.overlap, first.raw)
+	}
+	s.waitOverlap(t, prompt, first.worker)
+	second := s.post(t, "/v1/chat/completions", chatBody(s.name, prompt, `,"nvext":{"return_routing":true}`))
+	if second.status != 200 || second.worker != first.worker || second.overlap == "0" {
+		t.Fatalf("second: %d worker=%q (first %q) overlap=%q", second.status, second.worker, first.worker, second.overlap)
+	}
+	// The worker confirms the prediction: its cached tokens equal the predicted overlap in tokens.
+	usage := second.body["usage"].(map[string]any)
+	cached := usage["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+	var overlap float64
+	fmt.Sscan(second.overlap, &overlap)
+	if cached != overlap*16 {
+		t.Fatalf("worker cached %v tokens, router predicted %v blocks", cached, overlap)
+	}
+	routing := second.body["nvext"].(map[string]any)["routing"].(map[string]any)
+	if len(routing["candidates"].([]any)) != 3 {
+		t.Fatalf("return_routing: %v", routing)
+	}
+
+	// A shared long prefix with a different suffix follows the prefix.
+	third := s.post(t, "/v1/chat/completions", chatBody(s.name, prompt+" and then something new entirely", ""))
+	if third.worker != first.worker || third.overlap == "0" {
+		t.Fatalf("shared prefix went to %q (prefix on %q), overlap %q", third.worker, first.worker, third.overlap)
+	}
+}
+
+func TestE2EDistinctPromptsSpread(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 4, speedup: 1})
+	// Concurrent distinct prompts: load (prefill tokens, active blocks) spreads them.
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := s.post(t, "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":8}`, s.name, longText(fmt.Sprint("p", i), 150)))
+			if r.status != 200 {
+				t.Errorf("request %d: %d %s", i, r.status, r.raw)
+				return
+			}
+			mu.Lock()
+			seen[r.worker]++
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	if len(seen) < 3 {
+		t.Fatalf("8 concurrent distinct prompts used only %d workers: %v", len(seen), seen)
+	}
+}
+
+func TestE2EStreamingAndCompletions(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 2, speedup: 100})
+	resp, err := http.Post(s.base+"/v1/chat/completions", "application/json",
+		strings.NewReader(chatBody(s.name, "stream this please", `,"stream":true,"stream_options":{"include_usage":true},"nvext":{"return_routing":true}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") || resp.Header.Get("x-kvroute-worker-id") == "" {
+		t.Fatalf("stream headers: %d %v", resp.StatusCode, resp.Header)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var events []string
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
+			events = append(events, strings.TrimPrefix(line, "data: "))
+		}
+	}
+	if len(events) < 3 || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("events: %v", events)
+	}
+	if !strings.Contains(events[0], `"nvext"`) || !strings.Contains(events[len(events)-2], `"usage"`) {
+		t.Fatalf("first event lacks routing or last lacks usage: %v", events)
+	}
+	// Token-id prompt on /v1/completions.
+	r := s.post(t, "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"max_tokens":2}`, s.name))
+	if r.status != 200 || r.body["object"] != "text_completion" {
+		t.Fatalf("completion: %d %s", r.status, r.raw)
+	}
+	// The router's lifecycle ended every request (first token → prefill done, end → free): no load left.
+	deadline := time.Now().Add(5 * time.Second)
+	for s.router.ActiveRequests() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests still active after their responses ended", s.router.ActiveRequests())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A worker that dies with requests in flight: requests that have not sent a byte to the client complete
+// on another worker (migration), and later requests avoid it once it is removed.
+func TestE2EKilledWorkerMigrates(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 2, speedup: 0.5, migrationLimit: 2})
+	prompt := longText("kill", 100)
+	first := s.post(t, "/v1/chat/completions", chatBody(s.name, prompt, ""))
+	if first.status != 200 {
+		t.Fatalf("warm-up: %d %s", first.status, first.raw)
+	}
+	s.waitOverlap(t, prompt, first.worker)
+	var victim *mocker.Worker
+	for _, w := range s.fleet.Workers {
+		if fmt.Sprint(w.ID()) == first.worker {
+			victim = w
+		}
+	}
+	// Requests for the cached prompt are routed to the victim; kill it while they run.
+	results := make(chan reply, 4)
+	for i := 0; i < 4; i++ {
+		go func() { results <- s.post(t, "/v1/chat/completions", chatBody(s.name, prompt, `,"max_tokens":64`)) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	_ = victim.Close()
+	moved := 0
+	for i := 0; i < 4; i++ {
+		r := <-results
+		if r.status != 200 {
+			t.Fatalf("request %d after the kill: %d %s", i, r.status, r.raw)
+		}
+		if r.worker != first.worker {
+			moved++
+		}
+	}
+	// At 0.5× speed 64 output tokens take far longer than 50 ms: every request was still pending on the
+	// victim when it died, and each one finished on the other worker.
+	if moved != 4 {
+		t.Fatalf("%d of 4 pending requests moved to the surviving worker", moved)
+	}
+}
+
+func TestE2EMalformedRequests(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 1, speedup: 100})
+	m := s.name
+	tests := []struct {
+		name, path, body string
+		status           int
+	}{
+		{"empty body", "/v1/chat/completions", ``, 400},
+		{"not json", "/v1/chat/completions", `hello`, 400},
+		{"truncated json", "/v1/chat/completions", `{"model":"x"`, 400},
+		{"array body", "/v1/chat/completions", `[1,2]`, 400},
+		{"missing model", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, 400},
+		{"unknown model", "/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, 404},
+		{"model wrong type", "/v1/chat/completions", `{"model":5,"messages":[{"role":"user","content":"hi"}]}`, 400},
+		{"missing messages", "/v1/chat/completions", `{"model":"` + m + `"}`, 400},
+		{"empty messages", "/v1/chat/completions", `{"model":"` + m + `","messages":[]}`, 400},
+		{"messages not list", "/v1/chat/completions", `{"model":"` + m + `","messages":"hi"}`, 400},
+		{"message not object", "/v1/chat/completions", `{"model":"` + m + `","messages":[5]}`, 400},
+		{"unknown role", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"wizard","content":"hi"}]}`, 400},
+		{"missing role", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"content":"hi"}]}`, 400},
+		{"content number", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":5}]}`, 400},
+		{"bad part type", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":[{"type":"hologram"}]}]}`, 400},
+		{"negative max_tokens", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":"hi"}],"max_tokens":-1}`, 400},
+		{"zero max_tokens", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":"hi"}],"max_tokens":0}`, 400},
+		{"max_tokens string", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":"hi"}],"max_tokens":"ten"}`, 400},
+		{"temperature too high", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":"hi"}],"temperature":5}`, 400},
+		{"stream not bool", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":"hi"}],"stream":"yes"}`, 400},
+		{"n greater than one", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":"hi"}],"n":3}`, 422},
+		{"bad priority header value", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":"hi"}],"nvext":{"agent_hints":{"priority":"high"}}}`, 400},
+		{"huge body", "/v1/chat/completions", `{"model":"` + m + `","messages":[{"role":"user","content":"` + strings.Repeat("x", 2<<20) + `"}]}`, 413},
+		{"completion missing prompt", "/v1/completions", `{"model":"` + m + `"}`, 400},
+		{"completion prompt object", "/v1/completions", `{"model":"` + m + `","prompt":{"a":1}}`, 400},
+		{"completion negative token", "/v1/completions", `{"model":"` + m + `","prompt":[-5]}`, 400},
+		{"completion token too big", "/v1/completions", `{"model":"` + m + `","prompt":[99999999999]}`, 400},
+		{"completion prompt embeds", "/v1/completions", `{"model":"` + m + `","prompt":"a","prompt_embeds":"AAAA"}`, 422},
+		{"completion batched prompts", "/v1/completions", `{"model":"` + m + `","prompt":["a","b"]}`, 422},
+		{"completion empty prompt", "/v1/completions", `{"model":"` + m + `","prompt":""}`, 400},
+		{"tokenize bad json", "/tokenize", `{`, 400},
+		{"tokenize nothing", "/tokenize", `{}`, 400},
+		{"tokenize unknown model", "/tokenize", `{"model":"nope","prompt":"a"}`, 404},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.post(t, tc.path, tc.body)
+			if r.status != tc.status {
+				t.Fatalf("status %d, want %d: %s", r.status, tc.status, r.raw)
+			}
+			e, ok := r.body["error"].(map[string]any)
+			if !ok || e["message"] == "" || e["code"] != float64(tc.status) {
+				t.Fatalf("not an OpenAI error: %s", r.raw)
+			}
+		})
+	}
+	if r := s.post(t, "/v1/chat/completions", chatBody(m, "still serving?", "")); r.status != 200 {
+		t.Fatalf("server stopped serving: %d %s", r.status, r.raw)
+	}
+	if r := s.post(t, "/tokenize", `{"prompt":"hello world"}`); r.status != 200 || r.body["count"].(float64) < 1 {
+		t.Fatalf("tokenize: %d %s", r.status, r.raw)
+	}
+}
+
+// The official openai npm client against the frontend: chat, streaming chat, completions, an error.
+func TestE2EOpenAINodeClient(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node is required for this test (it is on every machine of this project's kind)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join("testdata", "openai-client")
+	for _, f := range []string{"package.json", "client.mjs"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	install := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error")
+	install.Dir = dir
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("npm install openai: %v\n%s", err, out)
+	}
+	s := startStack(t, stackOpts{workers: 2, speedup: 100})
+	run := exec.CommandContext(ctx, "node", "client.mjs", s.base, s.name)
+	run.Dir = dir
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node client: %v\n%s", err, out)
+	}
+	var res struct {
+		Chat struct {
+			Content string
+			Usage   struct{ PromptTokens int `json:"prompt_tokens"` }
+		}
+		Stream struct {
+			Text   string
+			Chunks int
+			Usage  *struct{ CompletionTokens int `json:"completion_tokens"` }
+		}
+		Completion struct{ Text string }
+		Error      struct {
+			Status int
+			Type   string
+		}
+		Empty struct{ Status int }
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("client output %q: %v", out, err)
+	}
+	if res.Chat.Content == "" || res.Chat.Usage.PromptTokens == 0 {
+		t.Fatalf("chat: %+v", res.Chat)
+	}
+	if res.Stream.Text == "" || res.Stream.Chunks < 2 || res.Stream.Usage == nil || res.Stream.Usage.CompletionTokens != 4 {
+		t.Fatalf("stream: %+v", res.Stream)
+	}
+	if res.Completion.Text == "" {
+		t.Fatalf("completion: %+v", res.Completion)
+	}
+	if res.Error.Status != 404 || res.Empty.Status != 400 {
+		t.Fatalf("errors: %+v %+v", res.Error, res.Empty)
+	}
+}
