@@ -386,12 +386,16 @@ func TestE2EOpenAINodeClient(t *testing.T) {
 	var res struct {
 		Chat struct {
 			Content string
-			Usage   struct{ PromptTokens int `json:"prompt_tokens"` }
+			Usage   struct {
+				PromptTokens int `json:"prompt_tokens"`
+			}
 		}
 		Stream struct {
 			Text   string
 			Chunks int
-			Usage  *struct{ CompletionTokens int `json:"completion_tokens"` }
+			Usage  *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			}
 		}
 		Completion struct{ Text string }
 		Error      struct {
