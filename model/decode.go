@@ -11,9 +11,9 @@ import (
 type decoder []decodeStep
 
 type decodeStep struct {
-	kind     string // "replace", "bytefallback", "strip", "metaspace"
-	from, to string
-	start    int
+	kind     string // "replace", "bytefallback", "fuse", "strip", "metaspace"
+	from, to    string
+	start, stop int
 }
 
 func buildDecoder(c *componentJSON) (decoder, error) {
@@ -31,8 +31,10 @@ func buildDecoder(c *componentJSON) (decoder, error) {
 			d = append(d, s...)
 		}
 		return d, nil
-	case "ByteLevel", "Fuse":
-		return nil, nil // pieces are bytes already; fusing is implicit in joining them
+	case "ByteLevel":
+		return nil, nil // pieces are bytes already
+	case "Fuse":
+		return decoder{{kind: "fuse"}}, nil
 	case "Replace":
 		if c.Pattern == nil || c.Pattern.String == nil || c.Content == nil {
 			return nil, fmt.Errorf("decoder Replace: only string patterns are supported")
@@ -41,7 +43,7 @@ func buildDecoder(c *componentJSON) (decoder, error) {
 	case "ByteFallback":
 		return decoder{{kind: "bytefallback"}}, nil
 	case "Strip":
-		return decoder{{kind: "strip", from: *orEmpty(c.Content), start: c.Start}}, nil
+		return decoder{{kind: "strip", from: *orEmpty(c.Content), start: c.Start, stop: c.Stop}}, nil
 	case "Metaspace":
 		repl := c.Replacement
 		if repl == "" {
@@ -103,13 +105,19 @@ func (t *Tokenizer) Decode(ids []uint32, opts DecodeOptions) string {
 			}
 		case "bytefallback":
 			pieces = byteFallbackPieces(pieces)
+		case "fuse":
+			pieces = []string{strings.Join(pieces, "")}
 		case "strip":
-			// HF's Strip works per piece; applied after the implicit Fuse it acts on the whole text.
-			joined := strings.Join(pieces, "")
-			for k := 0; k < st.start && strings.HasPrefix(joined, st.from) && st.from != ""; k++ {
-				joined = joined[len(st.from):]
+			// Per piece, as HF does (after a Fuse there is one piece: the whole text).
+			for i, p := range pieces {
+				for k := 0; k < st.start && st.from != "" && strings.HasPrefix(p, st.from); k++ {
+					p = p[len(st.from):]
+				}
+				for k := 0; k < st.stop && st.from != "" && strings.HasSuffix(p, st.from); k++ {
+					p = p[:len(p)-len(st.from)]
+				}
+				pieces[i] = p
 			}
-			pieces = []string{joined}
 		case "metaspace":
 			for i, p := range pieces {
 				p = strings.ReplaceAll(p, st.from, " ")
