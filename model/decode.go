@@ -11,7 +11,7 @@ import (
 type decoder []decodeStep
 
 type decodeStep struct {
-	kind     string // "replace", "bytefallback", "fuse", "strip", "metaspace"
+	kind        string // "replace", "bytefallback", "fuse", "strip", "metaspace"
 	from, to    string
 	start, stop int
 }
