@@ -61,7 +61,8 @@ func FuzzImageHeader(f *testing.F) {
 	})
 }
 
-// FuzzNormalizeURL: serialization never panics, is idempotent, and HashURL agrees with it.
+// FuzzNormalizeURL: serialization never panics, is idempotent, and the canonical fast path agrees
+// with the full parser.
 func FuzzNormalizeURL(f *testing.F) {
 	for _, s := range []string{
 		"https://example.com/cat.png", "HTTP://Ex.COM:80/a/../b?q=1#f", "http://0x7f.1/", "http://[::ffff:1.2.3.4]:8080/x",
@@ -70,6 +71,11 @@ func FuzzNormalizeURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		if canonicalHTTP(s) {
+			if full, err := NormalizeURL(" " + s); err != nil || full != s {
+				t.Fatalf("fast path accepted %q, full parser gives %q %v", s, full, err)
+			}
+		}
 		n, err := NormalizeURL(s)
 		if err != nil {
 			if !errors.Is(err, ErrBadURL) {

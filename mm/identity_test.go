@@ -158,3 +158,21 @@ func TestNormalizeURLNoAllocWhenCanonical(t *testing.T) {
 		t.Fatalf("%v allocs for a canonical URL", allocs)
 	}
 }
+
+// TestCanonicalFastPath: the fast path agrees with the full serializer.
+func TestCanonicalFastPath(t *testing.T) {
+	for _, u := range []string{
+		"http://127.0.0.1:8080/a.png", "https://cdn.example.com/a/b.png?x=1&y=2", "http://127.0.0.1/a", "http://1.2.3.4:65535/x",
+		"http://127.0.0.1:80/a", "https://h.com:443/a", "http://01.2.3.4/a", "http://1.2.3/a", "http://h.com:0080/a",
+		"http://h.com:/a", "http://256.1.1.1/a", "http://a.b.c.d.e:1/x", "http://h.com:65536/a",
+	} {
+		want, err := NormalizeURL(" " + u) // the leading space forces the full parser
+		fast := canonicalHTTP(u)
+		if fast && (err != nil || want != u) {
+			t.Errorf("%s: fast path accepted, full parser gives %q %v", u, want, err)
+		}
+	}
+	if !canonicalHTTP("http://127.0.0.1:8080/a.png") || !canonicalHTTP("https://cdn.example.com/a.png?sig=1") {
+		t.Error("common canonical URLs miss the fast path")
+	}
+}

@@ -229,3 +229,12 @@ func SplitImageRuns(tokens []uint32, imageTok uint32, counts []int) (ranges [][2
 	}
 	return ranges, true
 }
+
+// VLLMUUIDs returns the 64-character uuids for vLLM's image parts, in image order.
+func (r *Routing) VLLMUUIDs() []string {
+	out := make([]string, len(r.Hashes))
+	for i, h := range r.Hashes {
+		out[i] = h.VLLMUUID()
+	}
+	return out
+}

@@ -285,7 +285,7 @@ func parseIPv4Host(h string) (string, bool, error) {
 	for i, n := range nums[:len(nums)-1] {
 		v += n << (8 * (3 - i))
 	}
-	return fmt.Sprintf("%d.%d.%d.%d", byte(v>>24), byte(v>>16), byte(v>>8), byte(v)), true, nil
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).String(), true, nil
 }
 
 func ipv4Number(p string) bool {
@@ -481,20 +481,40 @@ func canonicalHTTP(s string) bool {
 	default:
 		return false
 	}
-	i := 0
-	for ; i < len(rest) && rest[i] != '/'; i++ {
-		c := rest[i]
+	i := strings.IndexByte(rest, '/')
+	if i <= 0 {
+		return false
+	}
+	hostport := rest[:i]
+	host, port, hasPort := strings.Cut(hostport, ":")
+	if host == "" || host[len(host)-1] == '.' {
+		return false
+	}
+	for j := 0; j < len(host); j++ {
+		c := host[j]
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
 			return false
 		}
 	}
-	if i == 0 || i == len(rest) || rest[i-1] == '.' {
+	// A host whose last label starts with a digit is an IPv4 form; only the canonical dotted quad
+	// stays on the fast path ("0x7f.1" and "2130706433" are rewritten by the full parser).
+	if last := host[strings.LastIndexByte(host, '.')+1]; (last < 'a' || last > 'z') && !canonicalIPv4(host) {
 		return false
 	}
-	// A host whose last label starts with a digit may be an IPv4 form ("0x7f.1") that parses
-	// differently; leave it to the full parser.
-	if last := rest[strings.LastIndexByte(rest[:i], '.')+1]; last < 'a' || last > 'z' {
-		return false
+	if hasPort {
+		if port == "" || port[0] == '0' || len(port) > 5 {
+			return false
+		}
+		n := 0
+		for j := 0; j < len(port); j++ {
+			if port[j] < '0' || port[j] > '9' {
+				return false
+			}
+			n = n*10 + int(port[j]-'0')
+		}
+		if n > 65535 || (n == 80 && s[4] == ':') || (n == 443 && s[4] == 's') {
+			return false
+		}
 	}
 	inQuery := false
 	for j := i; j < len(rest); j++ {
@@ -517,4 +537,38 @@ func canonicalHTTP(s string) bool {
 		}
 	}
 	return true
+}
+
+// canonicalIPv4 reports whether s is four decimal octets without leading zeros.
+func canonicalIPv4(s string) bool {
+	parts := 0
+	for len(s) > 0 {
+		end := strings.IndexByte(s, '.')
+		if end < 0 {
+			end = len(s)
+		}
+		p := s[:end]
+		if p == "" || len(p) > 3 || (len(p) > 1 && p[0] == '0') {
+			return false
+		}
+		n := 0
+		for j := 0; j < len(p); j++ {
+			if p[j] < '0' || p[j] > '9' {
+				return false
+			}
+			n = n*10 + int(p[j]-'0')
+		}
+		if n > 255 {
+			return false
+		}
+		parts++
+		if end == len(s) {
+			break
+		}
+		s = s[end+1:]
+		if s == "" {
+			return false
+		}
+	}
+	return parts == 4
 }
