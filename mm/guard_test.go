@@ -122,4 +122,3 @@ func TestProbeSSRF(t *testing.T) {
 		t.Errorf("stats %+v", allowed.Stats())
 	}
 }
-
