@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -73,6 +74,42 @@ func FuzzNFC(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if got, want := string(appendNFC(nil, s)), norm.NFC.String(s); got != want {
 			t.Fatalf("appendNFC(%q) = %q, want %q", s, got, want)
+		}
+	})
+}
+
+// FuzzSplitter: the hand-written splitters agree with the regex engine running the same patterns.
+func FuzzSplitter(f *testing.F) {
+	for _, s := range []string{"it's  a\n\n b", "x'LL'd 123456 ！？\u3000y", "\u0085\u00a0a\t\tb  \r\n", "👍🏽abc'"} {
+		f.Add(s)
+	}
+	initClasses()
+	pats := []struct {
+		fast preTokenizer
+		slow *regexSplitter
+	}{}
+	for _, p := range []struct {
+		pattern string
+		fast    preTokenizer
+	}{{patternQwen, gpt4Splitter{maxDigits: 1}}, {patternLlama3, gpt4Splitter{maxDigits: 3}}, {patternGPT2, gpt2Splitter{}}} {
+		slow, err := newRegexSplitter(p.pattern)
+		if err != nil {
+			f.Fatal(err)
+		}
+		pats = append(pats, struct {
+			fast preTokenizer
+			slow *regexSplitter
+		}{p.fast, slow})
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		for i, p := range pats {
+			got, want := p.fast.split(s, nil), p.slow.split(s, nil)
+			if !slices.Equal(got, want) {
+				t.Fatalf("pattern %d %q:\n fast  %q\n regex %q", i, s, words(s, got), words(s, want))
+			}
 		}
 	})
 }
