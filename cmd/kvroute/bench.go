@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -67,14 +68,16 @@ func benchUsage() {
 
 // benchCommon are the flags every bench shares.
 type benchCommon struct {
-	out        *string
-	cpuprofile *string
+	out          *string
+	cpuprofile   *string
+	blockprofile *string
 }
 
 func commonFlags(fs *flag.FlagSet, name string) benchCommon {
 	return benchCommon{
-		out:        fs.String("out", filepath.Join("out", "bench", name), "directory for report.json, report.md and the SVG plots"),
-		cpuprofile: fs.String("cpuprofile", "", "write a CPU profile of the measured part to this file"),
+		out:          fs.String("out", filepath.Join("out", "bench", name), "directory for report.json, report.md and the SVG plots"),
+		cpuprofile:   fs.String("cpuprofile", "", "write a CPU profile of the measured part to this file"),
+		blockprofile: fs.String("blockprofile", "", "write a blocking profile (lock and channel waits ≥ 1 µs) to this file"),
 	}
 }
 
@@ -89,20 +92,35 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// startProfile starts a CPU profile when path is set and returns its stop function.
-func startProfile(path string) (func(), error) {
-	if path == "" {
-		return func() {}, nil
+// startProfile starts the CPU and blocking profiles asked for and returns their stop function.
+func (c benchCommon) startProfile() (func(), error) {
+	stops := []func(){}
+	if *c.blockprofile != "" {
+		runtime.SetBlockProfileRate(int(time.Microsecond))
+		stops = append(stops, func() {
+			runtime.SetBlockProfileRate(0)
+			if f, err := os.Create(*c.blockprofile); err == nil {
+				_ = pprof.Lookup("block").WriteTo(f, 0)
+				f.Close()
+			}
+		})
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
+	if *c.cpuprofile != "" {
+		f, err := os.Create(*c.cpuprofile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}, nil
 }
 
 func finish(rep *bench.Report, out string) error {
@@ -170,7 +188,7 @@ func benchIndexer(args []string) error {
 	if *sweep {
 		durations = append(bench.SweepDurations(*sweepMax, *sweepMin, *steps), 0)
 	}
-	stop, err := startProfile(*c.cpuprofile)
+	stop, err := c.startProfile()
 	if err != nil {
 		return err
 	}
@@ -296,7 +314,7 @@ func benchRoute(args []string) error {
 	rep := bench.NewReport("route", args)
 	cellsN := len(cfg.Workers) * len(cfg.PromptTokens) * len(cfg.IndexedBlocks)
 	p := bench.NewProgress(os.Stderr, "route", int64(cellsN*cfg.Decisions))
-	stop, err := startProfile(*c.cpuprofile)
+	stop, err := c.startProfile()
 	if err != nil {
 		return err
 	}
@@ -352,7 +370,7 @@ func benchTokenizer(args []string) error {
 	}
 	rep := bench.NewReport("tokenizer", args)
 	p := bench.NewProgress(os.Stderr, "tokenizer", int64(len(cfg.Fixtures)*(cfg.ColdRuns+cfg.WarmRuns)))
-	stop, err := startProfile(*c.cpuprofile)
+	stop, err := c.startProfile()
 	if err != nil {
 		return err
 	}
