@@ -154,6 +154,31 @@ func (r *Router) PrefillDone(id string) error { return r.sched.prefillDone(id) }
 // Free ends a routed request.
 func (r *Router) Free(id string) error { return r.sched.free(id) }
 
+// SetHealthy takes a worker out of routing (unhealthy: it leaves the candidate set and its blocks leave
+// the index) or brings it back (healthy: it is resynced from its event stream, then routable again).
+func (r *Router) SetHealthy(id uint64, healthy bool, reason string) error {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	if _, ok := r.Fleet.Get(id); !ok {
+		return fmt.Errorf("%w: %d", worker.ErrUnknown, id)
+	}
+	if !r.sched.setHealthy(id, healthy) {
+		return nil
+	}
+	r.Fleet.SetHealth(id, healthy, reason)
+	if healthy {
+		return r.Fleet.Resync(id)
+	}
+	return r.Index.ClearWorker(id)
+}
+
+// SetKVUsage records a worker rank's own report of KV blocks in use (busy thresholds).
+func (r *Router) SetKVUsage(k scoring.WorkerKey, usedBlocks uint64) { r.sched.setKVUsage(k, usedBlocks) }
+
+// SetDegraded marks a worker whose KV events cannot be trusted for prediction (failed compatibility
+// self-test); "" clears it. It stays routable.
+func (r *Router) SetDegraded(id uint64, reason string) { r.Fleet.SetDegraded(id, reason) }
+
 // ActiveRequests is the number of routed requests not yet freed.
 func (r *Router) ActiveRequests() int {
 	r.sched.actMu.Lock()

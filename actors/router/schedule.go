@@ -87,6 +87,13 @@ type target struct {
 	mu   sync.Mutex
 	t    *load.Tracker
 	snap atomic.Pointer[load.Snapshot]
+
+	// unhealthy takes the worker out of the candidate set (health checks); kvUsed is the worker's own
+	// report of KV blocks in use (vllm:kv_cache_usage_perc × capacity), for the decode-blocks busy
+	// threshold, valid when kvKnown.
+	unhealthy atomic.Bool
+	kvUsed    atomic.Uint64
+	kvKnown   atomic.Bool
 }
 
 func (t *target) publish() {
@@ -103,15 +110,17 @@ func (t *target) snapshot() load.Snapshot {
 
 // targets is an immutable view of every routable (worker, rank), replaced whenever the fleet changes.
 type targets struct {
-	list []*target
+	// unhealthy counts unhealthy targets (shared by every view), so the common case skips the filter.
+	unhealthy *atomic.Int32
+	list      []*target
 	pos  map[scoring.WorkerKey]int
 	// tmpl holds each target's static candidate fields (key, capacity, device), copied per decision.
 	tmpl []scoring.Candidate
 }
 
 // newTargets indexes a target list.
-func newTargets(list []*target) *targets {
-	ts := &targets{list: list, pos: make(map[scoring.WorkerKey]int, len(list)), tmpl: make([]scoring.Candidate, len(list))}
+func newTargets(list []*target, unhealthy *atomic.Int32) *targets {
+	ts := &targets{unhealthy: unhealthy, list: list, pos: make(map[scoring.WorkerKey]int, len(list)), tmpl: make([]scoring.Candidate, len(list))}
 	for i, t := range list {
 		ts.pos[t.key] = i
 		c := scoring.Candidate{Worker: t.key, Capacity: scoring.Capacity{
@@ -133,8 +142,9 @@ type scheduler struct {
 	now   func() time.Time
 	rng   scoring.RNG
 
-	cfg     atomic.Pointer[scoring.Config]
-	targets atomic.Pointer[targets]
+	cfg       atomic.Pointer[scoring.Config]
+	targets   atomic.Pointer[targets]
+	unhealthy *atomic.Int32
 	rr      atomic.Uint64
 
 	actMu  sync.Mutex
@@ -182,7 +192,7 @@ func newScheduler(cfg scoring.Config, index *indexer.Indexer, now func() time.Ti
 	if err != nil {
 		return nil, err
 	}
-	s := &scheduler{index: index, now: now, active: map[string]*target{}, queue: q,
+	s := &scheduler{index: index, now: now, active: map[string]*target{}, queue: q, unhealthy: &atomic.Int32{},
 		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), metrics: m}
 	if seed != nil {
 		s.rng = &lockedRNG{r: rand.New(rand.NewPCG(*seed, *seed^0x9e3779b97f4a7c15))}
@@ -190,7 +200,7 @@ func newScheduler(cfg scoring.Config, index *indexer.Indexer, now func() time.Ti
 		s.rng = globalRNG{}
 	}
 	s.cfg.Store(&cfg)
-	s.targets.Store(newTargets(nil))
+	s.targets.Store(newTargets(nil, s.unhealthy))
 	return s, nil
 }
 
@@ -223,7 +233,7 @@ func (s *scheduler) addWorker(spec registry.Spec) {
 			s.apMu.Unlock()
 		}
 	}
-	s.targets.Store(newTargets(list))
+	s.targets.Store(newTargets(list, s.unhealthy))
 }
 
 // removeWorker drops a worker's ranks; its active requests are forgotten (their lifecycle calls will
@@ -239,7 +249,7 @@ func (s *scheduler) removeWorker(id uint64) {
 			s.apMu.Unlock()
 		}
 	}
-	s.targets.Store(newTargets(list))
+	s.targets.Store(newTargets(list, s.unhealthy))
 	s.actMu.Lock()
 	for rid, t := range s.active {
 		if t.key.WorkerID == id {
@@ -369,6 +379,9 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 	for i, t := range ts.list {
 		c := &cands[i]
 		snap := t.snapshot()
+		if t.kvKnown.Load() {
+			c.Capacity.KVUsedBlocks, c.Capacity.KVUsedKnown = t.kvUsed.Load(), true
+		}
 		additional := uint64(len(sc.seq))
 		if reuse && snap.ActiveRequests > 0 && len(sc.seq) > 0 {
 			// Only a worker with active requests can already hold some of this prompt's blocks; the
@@ -385,10 +398,10 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 			cands[i].Overlap.Device = sco.Blocks
 		}
 	}
-	if len(exclude) > 0 {
+	if len(exclude) > 0 || ts.unhealthy.Load() > 0 {
 		n := 0
 		for i := range cands {
-			if !slices.Contains(exclude, cands[i].Worker.WorkerID) {
+			if !slices.Contains(exclude, cands[i].Worker.WorkerID) && !sc.tgts[i].unhealthy.Load() {
 				cands[n], sc.tgts[n] = cands[i], sc.tgts[i]
 				n++
 			}
@@ -592,4 +605,36 @@ func (s *scheduler) expireStale() {
 		s.actMu.Unlock()
 	}
 	s.drain()
+}
+
+// setHealthy takes a worker's ranks out of (or back into) the candidate set. It reports whether the
+// state changed.
+func (s *scheduler) setHealthy(id uint64, healthy bool) bool {
+	changed := false
+	for _, t := range s.targets.Load().list {
+		if t.key.WorkerID != id {
+			continue
+		}
+		if t.unhealthy.Swap(!healthy) != !healthy {
+			changed = true
+			if healthy {
+				s.unhealthy.Add(-1)
+			} else {
+				s.unhealthy.Add(1)
+			}
+		}
+	}
+	if changed && healthy {
+		s.drain()
+	}
+	return changed
+}
+
+// setKVUsage records a worker rank's reported KV blocks in use.
+func (s *scheduler) setKVUsage(k scoring.WorkerKey, used uint64) {
+	if i, ok := s.targets.Load().pos[k]; ok {
+		t := s.targets.Load().list[i]
+		t.kvUsed.Store(used)
+		t.kvKnown.Store(true)
+	}
 }

@@ -252,6 +252,25 @@ func (f *Fleet) Resync(id uint64) error {
 	return nil
 }
 
+// SetHealth records a worker's health for its status ("" reason when healthy).
+func (f *Fleet) SetHealth(id uint64, healthy bool, reason string) {
+	if m, ok := f.Get(id); ok {
+		if healthy {
+			reason = ""
+		} else if reason == "" {
+			reason = "health check failed"
+		}
+		m.health.Store(&reason)
+	}
+}
+
+// SetDegraded records why a worker's KV events cannot be trusted ("" clears it).
+func (f *Fleet) SetDegraded(id uint64, reason string) {
+	if m, ok := f.Get(id); ok {
+		m.degraded.Store(&reason)
+	}
+}
+
 // UnknownMessages counts messages an actor of this fleet did not understand.
 func (f *Fleet) UnknownMessages() uint64 { return f.deps.unknown.Load() }
 

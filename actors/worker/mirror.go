@@ -39,6 +39,10 @@ type Mirror struct {
 	subs []*subscription
 	// bound is true for a worker whose batches arrive on the fleet's bind socket, attributed by topic.
 	bound bool
+	// health is "" when healthy, else why the worker is out of routing; degraded is why its KV
+	// predictions cannot be trusted ("" when they can).
+	health   atomic.Pointer[string]
+	degraded atomic.Pointer[string]
 }
 
 // Status is a point-in-time view of a mirror for /v1/workers.
@@ -63,6 +67,11 @@ type Status struct {
 	BlockSize      int    `json:"block_size,omitempty"`
 	TotalKVBlocks  int    `json:"total_kv_blocks,omitempty"`
 	Device         string `json:"device,omitempty"`
+	// Healthy is false while health checks fail; Unhealthy says why.
+	Healthy   bool   `json:"healthy"`
+	Unhealthy string `json:"unhealthy_reason,omitempty"`
+	// Degraded says why the worker's KV events cannot be trusted (compatibility self-test).
+	Degraded string `json:"degraded,omitempty"`
 }
 
 // status builds the mirror's Status, reading the index for block counts.
@@ -82,6 +91,13 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 		BlockSize:     m.Spec.BlockSize,
 		TotalKVBlocks: m.Spec.TotalKVBlocks,
 		Device:        m.Spec.Device,
+	}
+	st.Healthy = true
+	if h := m.health.Load(); h != nil && *h != "" {
+		st.Healthy, st.Unhealthy = false, *h
+	}
+	if d := m.degraded.Load(); d != nil {
+		st.Degraded = *d
 	}
 	for _, s := range m.subs {
 		g, r, d := s.stats()

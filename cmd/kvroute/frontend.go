@@ -39,6 +39,8 @@ type frontendFlags struct {
 	workers   workerFlags
 	maxBody   *int
 	timeout   *time.Duration
+	health    *time.Duration
+	selfTest  *bool
 }
 
 func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
@@ -59,6 +61,8 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	fs.Var(&f.workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
 	f.maxBody = fs.Int("max-body-bytes", 32<<20, "largest request body accepted (413 above)")
 	f.timeout = fs.Duration("request-timeout", 10*time.Minute, "bound on one request, queue wait included")
+	f.health = fs.Duration("health-check-interval", 2*time.Second, "how often each worker's /health and /metrics are checked (0 disables)")
+	f.selfTest = fs.Bool("worker-self-test", true, "on registration, send a canary prompt and check its KV events match the router's hashes")
 	return f, nil
 }
 
@@ -68,6 +72,7 @@ type frontendApp struct {
 	router *router.Router
 	pool   *frontend.WorkerPool
 	server *frontend.Server
+	mon    *frontend.Monitor
 	ln     net.Listener
 	model  *model.Model
 	name   string
@@ -115,6 +120,10 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout}, fm)
 	app.server = frontend.NewServer(frontend.ServerConfig{MaxBodyBytes: *f.maxBody, Gatherer: reg},
 		api, &frontend.RouterAPI{R: app.router})
+	hc := frontend.DefaultHealthConfig()
+	hc.Interval, hc.SelfTest, hc.ModelName = *f.health, *f.selfTest, name
+	app.mon = frontend.NewMonitor(app.router, app.pool, hc, log)
+	app.mon.Start()
 	if app.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
 		app.stop()
 		return nil, err
@@ -128,6 +137,9 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 func (a *frontendApp) stop() {
 	if a.server != nil {
 		_ = a.server.Shutdown()
+	}
+	if a.mon != nil {
+		a.mon.Stop()
 	}
 	if a.pool != nil {
 		a.pool.Close()

@@ -1,0 +1,247 @@
+package frontend
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers/client"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// HealthConfig configures worker health checks and the registration self-test.
+type HealthConfig struct {
+	// Interval between checks of each worker. Default 2s; 0 or less disables checks.
+	Interval time.Duration
+	// Timeout bounds one check. Default 1s.
+	Timeout time.Duration
+	// FailThreshold consecutive failures make a worker unhealthy. Default 2.
+	FailThreshold int
+	// SelfTest runs the compatibility self-test when a worker registers. Default true in DefaultHealthConfig.
+	SelfTest bool
+	// SelfTestTimeout bounds the wait for the canary's BlockStored event. Default 10s.
+	SelfTestTimeout time.Duration
+	// ModelName is the served model name the canary request names.
+	ModelName string
+}
+
+// DefaultHealthConfig returns the defaults.
+func DefaultHealthConfig() HealthConfig {
+	return HealthConfig{Interval: 2 * time.Second, Timeout: time.Second, FailThreshold: 2, SelfTest: true, SelfTestTimeout: 10 * time.Second}
+}
+
+// Monitor checks every worker's /health and /metrics: a worker failing FailThreshold checks in a row
+// leaves the candidate set and the index; when it answers again it is resynced and routable. Each check
+// also reads vllm:kv_cache_usage_perc (for the decode-blocks busy threshold) and vllm:cache_config_info.
+type Monitor struct {
+	r    *router.Router
+	pool *WorkerPool
+	cfg  HealthConfig
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	fails map[uint64]int
+	seen  map[uint64]bool
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewMonitor returns a stopped monitor; Start runs it.
+func NewMonitor(r *router.Router, pool *WorkerPool, cfg HealthConfig, log *slog.Logger) *Monitor {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.FailThreshold <= 0 {
+		cfg.FailThreshold = 2
+	}
+	if cfg.SelfTestTimeout <= 0 {
+		cfg.SelfTestTimeout = 10 * time.Second
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Monitor{r: r, pool: pool, cfg: cfg, log: log, fails: map[uint64]int{}, seen: map[uint64]bool{}}
+}
+
+// Start runs the checks until Stop.
+func (m *Monitor) Start() {
+	if m.cfg.Interval <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel, m.done = cancel, make(chan struct{})
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(m.cfg.Interval)
+		defer t.Stop()
+		for {
+			m.CheckAll(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends the checks and waits for the current round.
+func (m *Monitor) Stop() {
+	if m.cancel != nil {
+		m.cancel()
+		<-m.done
+	}
+}
+
+// CheckAll checks every registered worker with a URL once, concurrently.
+func (m *Monitor) CheckAll(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, mr := range m.r.Fleet.Mirrors() {
+		spec := mr.Spec
+		if spec.URL == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.check(ctx, spec)
+		}()
+	}
+	wg.Wait()
+}
+
+func (m *Monitor) check(ctx context.Context, spec registry.Spec) {
+	ep, err := m.pool.Get(spec)
+	if err != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	err = ep.Health(cctx)
+	var met client.Metrics
+	if err == nil {
+		met, err = ep.ScrapeMetrics(cctx)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	m.mu.Lock()
+	if err != nil {
+		m.fails[spec.ID]++
+	} else {
+		m.fails[spec.ID] = 0
+	}
+	fails := m.fails[spec.ID]
+	first := !m.seen[spec.ID] && err == nil
+	if first {
+		m.seen[spec.ID] = true
+	}
+	m.mu.Unlock()
+
+	switch {
+	case err != nil && fails == m.cfg.FailThreshold:
+		m.log.Warn("worker unhealthy: out of routing, its blocks leave the index", "worker", spec.ID, "err", err)
+		_ = m.r.SetHealthy(spec.ID, false, err.Error())
+	case err == nil:
+		if st, ok := m.r.Fleet.StatusOf(spec.ID); ok && !st.Healthy {
+			m.log.Info("worker healthy again: resyncing", "worker", spec.ID)
+			_ = m.r.SetHealthy(spec.ID, true, "")
+		}
+		m.applyMetrics(spec, met)
+		if first {
+			m.checkCompat(spec, met)
+		}
+	}
+}
+
+// applyMetrics feeds the worker's own KV usage to the busy thresholds.
+func (m *Monitor) applyMetrics(spec registry.Spec, met client.Metrics) {
+	total := spec.TotalKVBlocks
+	if total == 0 {
+		total = met.NumGPUBlocks
+	}
+	if total == 0 {
+		return
+	}
+	for r := 0; r < spec.DPRanks(); r++ {
+		usage := met.KVUsage
+		if r < len(met.Engines) {
+			usage = met.Engines[r].KVUsage
+		}
+		m.r.SetKVUsage(scoring.WorkerKey{WorkerID: spec.ID, DPRank: uint32(r)}, uint64(usage*float64(total)+0.5))
+	}
+}
+
+// checkCompat is the registration self-test's first half: the block size the worker reports must be the
+// router's. The canary (SelfTest) checks the hashing itself.
+func (m *Monitor) checkCompat(spec registry.Spec, met client.Metrics) {
+	if met.BlockSize != 0 && met.BlockSize != m.r.BlockSize() {
+		reason := fmt.Sprintf("worker block size %d != router block size %d: overlaps will never match", met.BlockSize, m.r.BlockSize())
+		m.log.Error("worker degraded", "worker", spec.ID, "reason", reason)
+		m.r.SetDegraded(spec.ID, reason)
+		return
+	}
+	if m.cfg.SelfTest && spec.Events != "" {
+		go m.SelfTest(context.Background(), spec)
+	}
+}
+
+// SelfTest sends a canary prompt of two random full blocks straight to the worker and waits for its
+// BlockStored to reach the index under the router's own hashes of the canary. If it never does, the
+// worker's events cannot be matched (block size, tokenizer or hashing differ) and the worker is marked
+// degraded with the reason.
+func (m *Monitor) SelfTest(ctx context.Context, spec registry.Spec) error {
+	bs := m.r.BlockSize()
+	toks := make([]uint32, 2*bs)
+	for i := range toks {
+		toks[i] = uint32(1000 + rand.IntN(100000))
+	}
+	local := m.r.HashTokens(nil, toks, "")
+	ep, err := m.pool.Get(spec)
+	if err != nil {
+		return err
+	}
+	body := fmt.Sprintf(`{"model":%q,"prompt":%s,"max_tokens":1}`, m.cfg.ModelName, tokenList(toks))
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.SelfTestTimeout)
+	defer cancel()
+	var resp client.Response
+	if err := ep.Do(cctx, &client.Request{Path: "/v1/completions", Body: []byte(body)}, &resp); err != nil || resp.Status != 200 {
+		// The canary could not run; that says nothing about hashing, so the worker is not marked.
+		m.log.Info("self-test canary not served", "worker", spec.ID, "status", resp.Status, "err", err)
+		return err
+	}
+	for {
+		for _, s := range m.r.Overlap(local, nil) {
+			if s.Worker.WorkerID == spec.ID && s.Blocks == uint32(len(local)) {
+				m.r.SetDegraded(spec.ID, "")
+				return nil
+			}
+		}
+		select {
+		case <-cctx.Done():
+			reason := fmt.Sprintf("the canary's %d blocks never matched the router's hashes within %v: block size, tokenizer or event stream differ", len(local), m.cfg.SelfTestTimeout)
+			m.log.Error("worker degraded", "worker", spec.ID, "reason", reason)
+			m.r.SetDegraded(spec.ID, reason)
+			return fmt.Errorf("self-test: %s", reason)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func tokenList(toks []uint32) string {
+	b := make([]byte, 0, len(toks)*7)
+	b = append(b, '[')
+	for i, t := range toks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%d", t)
+	}
+	return string(append(b, ']'))
+}
