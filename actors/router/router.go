@@ -173,7 +173,9 @@ func (r *Router) SetHealthy(id uint64, healthy bool, reason string) error {
 }
 
 // SetKVUsage records a worker rank's own report of KV blocks in use (busy thresholds).
-func (r *Router) SetKVUsage(k scoring.WorkerKey, usedBlocks uint64) { r.sched.setKVUsage(k, usedBlocks) }
+func (r *Router) SetKVUsage(k scoring.WorkerKey, usedBlocks uint64) {
+	r.sched.setKVUsage(k, usedBlocks)
+}
 
 // SetDegraded marks a worker whose KV events cannot be trusted for prediction (failed compatibility
 // self-test); "" clears it. It stays routable.

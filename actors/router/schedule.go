@@ -113,7 +113,7 @@ type targets struct {
 	// unhealthy counts unhealthy targets (shared by every view), so the common case skips the filter.
 	unhealthy *atomic.Int32
 	list      []*target
-	pos  map[scoring.WorkerKey]int
+	pos       map[scoring.WorkerKey]int
 	// tmpl holds each target's static candidate fields (key, capacity, device), copied per decision.
 	tmpl []scoring.Candidate
 }
@@ -145,7 +145,7 @@ type scheduler struct {
 	cfg       atomic.Pointer[scoring.Config]
 	targets   atomic.Pointer[targets]
 	unhealthy *atomic.Int32
-	rr      atomic.Uint64
+	rr        atomic.Uint64
 
 	actMu  sync.Mutex
 	active map[string]*target
