@@ -72,7 +72,8 @@ type RouteCell struct {
 	// AllocsPerDecision and BytesPerDecision come from runtime.MemStats over the loop.
 	AllocsPerDecision float64 `json:"allocs_per_decision"`
 	BytesPerDecision  float64 `json:"bytes_per_decision"`
-	// StageMicros is the mean time per stage: hash, match, cands, select, add.
+	// StageMicros is the mean time per stage: hash (block + sequence hashes), match (FindMatches), cands,
+	// select, add (tracker AddRequest + snapshot), registry (active-prompt registry Add).
 	StageMicros map[string]float64 `json:"stage_mean_us"`
 	// MeanOverlap is the chosen worker's mean overlap in blocks.
 	MeanOverlap float64 `json:"mean_overlap_blocks"`
@@ -202,7 +203,7 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 		act    = make([]prefix.Score, 0, workers)
 		cands  = make([]scoring.Candidate, workers)
 		lat    = make([]float64, 0, cfg.Decisions)
-		stage  [5]time.Duration
+		stage  [6]time.Duration
 		ovl    int64
 	)
 	decide := func(i int, timed bool) error {
@@ -234,6 +235,7 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 			return err
 		}
 		snaps[d.Index] = tr.Snapshot()
+		t5a := time.Now()
 		if err := reg.Add("q", d.Worker, local, seq); err != nil {
 			return err
 		}
@@ -244,7 +246,8 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 			stage[1] += t2.Sub(t1)
 			stage[2] += t3.Sub(t2)
 			stage[3] += t4.Sub(t3)
-			stage[4] += t5.Sub(t4)
+			stage[4] += t5a.Sub(t4)
+			stage[5] += t5.Sub(t5a)
 			ovl += int64(d.Overlap)
 		}
 		tr.Free("q")
@@ -276,7 +279,7 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 	cell := &RouteCell{Workers: workers, PromptTokens: promptTokens, IndexedBlocks: indexed,
 		AllocsPerDecision: float64(m1.Mallocs-m0.Mallocs) / n, BytesPerDecision: float64(m1.TotalAlloc-m0.TotalAlloc) / n,
 		StageMicros: map[string]float64{}, MeanOverlap: float64(ovl) / n}
-	for i, name := range []string{"hash", "match", "cands", "select", "add"} {
+	for i, name := range []string{"hash", "match", "cands", "select", "add", "registry"} {
 		cell.StageMicros[name] = float64(stage[i].Nanoseconds()) / 1e3 / n
 	}
 	cell.latencies = lat
@@ -287,7 +290,7 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 // FillRouteReport adds the tables and plots of a route bench to rep.
 func FillRouteReport(rep *Report, cfg RouteConfig, cells []*RouteCell) {
 	rep.Data = map[string]any{"config": cfg, "cells": cells}
-	tab := Table{Title: "Routing decision latency", Columns: []string{"workers", "prompt tokens", "indexed blocks", "p50 µs", "p99 µs", "p999 µs", "mean µs", "allocs/decision", "B/decision", "hash µs", "match µs", "cands µs", "select µs", "add µs", "overlap blocks"}}
+	tab := Table{Title: "Routing decision latency", Columns: []string{"workers", "prompt tokens", "indexed blocks", "p50 µs", "p99 µs", "p999 µs", "mean µs", "allocs/decision", "B/decision", "hash µs", "match µs", "cands µs", "select µs", "add µs", "registry µs", "overlap blocks"}}
 	var cdf []Series
 	var labels []string
 	var p99 []float64
@@ -295,7 +298,7 @@ func FillRouteReport(rep *Report, cfg RouteConfig, cells []*RouteCell) {
 		s := c.StageMicros
 		tab.Rows = append(tab.Rows, []string{strconv.Itoa(c.Workers), strconv.Itoa(c.PromptTokens), binary(c.IndexedBlocks),
 			F(c.Micros.P50, 1), F(c.Micros.P99, 1), F(c.Micros.P999, 1), F(c.Micros.Mean, 1), F(c.AllocsPerDecision, 1), FormatNum(c.BytesPerDecision),
-			F(s["hash"], 1), F(s["match"], 1), F(s["cands"], 1), F(s["select"], 1), F(s["add"], 1), F(c.MeanOverlap, 0)})
+			F(s["hash"], 1), F(s["match"], 1), F(s["cands"], 1), F(s["select"], 1), F(s["add"], 1), F(s["registry"], 1), F(c.MeanOverlap, 0)})
 		xs, ys := CDF(c.latencies, 300)
 		cdf = append(cdf, Series{Name: c.Name(), X: xs, Y: ys})
 		labels, p99 = append(labels, c.Name()), append(p99, c.Micros.P99)
