@@ -40,6 +40,10 @@ type Config struct {
 	// TickInterval is how often expiries (approximate-mode TTL, stale requests) run. Default 1s; a
 	// negative value disables the ticker (tests call Tick).
 	TickInterval time.Duration
+	// OnLoad, when set, observes every local AddRequest / MarkPrefillCompleted / Free after the scheduler
+	// applied it (replica sync, --router-replica-sync; see replica.go). It runs on the request path and
+	// must not block. Default nil (off).
+	OnLoad func(LoadEvent)
 }
 
 // DefaultConfig returns the defaults for a block size: KV mode, Dynamo's cost weights.
@@ -93,6 +97,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 		ix.Stop()
 		return nil, err
 	}
+	sched.observe = cfg.OnLoad // replica sync hook (replica.go)
 	r := &Router{cfg: cfg, Index: ix, Fleet: fl, sched: sched, Metrics: m}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(newLoadCollector(sched)); err != nil {

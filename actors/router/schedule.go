@@ -157,6 +157,7 @@ type scheduler struct {
 	approx *scoring.Approx
 
 	metrics *Metrics
+	observe func(LoadEvent) // replica sync observer, Config.OnLoad (replica.go); nil when off
 }
 
 // lockedRNG makes a seeded math/rand source safe for concurrent routing.
@@ -439,6 +440,7 @@ func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl i
 		s.actMu.Unlock()
 		return err
 	}
+	s.observeCharge(t, req, sc.seq, isl, d.Overlap, reuse) // replica sync (replica.go)
 	return nil
 }
 
@@ -457,6 +459,7 @@ func (s *scheduler) prefillDone(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
 	}
+	s.observeLifecycle(LoadPrefillDone, id, t) // replica sync (replica.go)
 	s.drain()
 	return nil
 }
@@ -474,6 +477,7 @@ func (s *scheduler) free(id string) error {
 	t.t.Free(id)
 	t.publish()
 	t.mu.Unlock()
+	s.observeLifecycle(LoadFree, id, t) // replica sync (replica.go)
 	s.drain()
 	return nil
 }

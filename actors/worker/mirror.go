@@ -160,6 +160,8 @@ func (a *mirrorActor) Receive(ctx actor.Context) {
 		a.m.c.resets.Add(1)
 		// Same mailbox order as the applies that follow, so the clear lands before the new stream.
 		_ = a.deps.index.Send(a.m.Spec.ID, &indexer.ClearWorker{WorkerID: a.m.Spec.ID})
+	case *syncMirror: // barrier of external event sources (source.go)
+		close(msg.Done)
 	case *resync:
 		for _, s := range a.m.subs {
 			s.gen.Add(1)
