@@ -223,13 +223,12 @@ func Llama4Tiles(w, h uint32, tile, maxTiles int) int {
 	bestUp := cand{scale: math.Inf(1)}
 	bestDown := cand{scale: math.Inf(-1)}
 	haveUp := false
-	for t := 1; t <= maxTiles; t++ {
-		for ht := 1; ht <= t; ht++ {
-			if t%ht != 0 {
-				continue
-			}
-			wt := t / ht
-			s := math.Min(float64(ht*tile)/H, float64(wt*tile)/W)
+	// Every (ht, wt) with ht*wt <= maxTiles, i.e. every factor pair of every tile count.
+	for ht := 1; ht <= maxTiles; ht++ {
+		sh := float64(ht*tile) / H
+		for wt := 1; ht*wt <= maxTiles; wt++ {
+			t := ht * wt
+			s := math.Min(sh, float64(wt*tile)/W)
 			if s >= 1 {
 				haveUp = true
 				if s < bestUp.scale-1e-9 || (math.Abs(s-bestUp.scale) < 1e-9 && t < bestUp.area) {

@@ -131,6 +131,9 @@ func TestNormalizeURL(t *testing.T) {
 		{"https:example.com/a", "https://example.com/a"},
 		{"https:///example.com/a", "https://example.com/a"},
 		{"s3://Bucket/Key.png?versionId=1", "s3://Bucket/Key.png?versionId=1"},
+		{"file:///tmp/a b.png", "file:///tmp/a%20b.png"},
+		{"file://localhost/tmp/a.png", "file:///tmp/a.png"},
+		{"FILE://Server/share/a.png", "file://server/share/a.png"},
 		{"data:image/png;base64,iVBORw0K", "data:image/png;base64,iVBORw0K"},
 		{"DATA:image/png;base64,iVBORw0K", "data:image/png;base64,iVBORw0K"},
 	}

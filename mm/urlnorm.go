@@ -40,7 +40,34 @@ func NormalizeURL(raw string) (string, error) {
 	b.WriteString(scheme)
 	b.WriteByte(':')
 	special := isSpecialScheme(scheme)
-	if special {
+	if scheme == "file" {
+		// file: has an optional host ("localhost" is written as none) and no port or userinfo.
+		rest = strings.ReplaceAll(rest, "\\", "/")
+		host := ""
+		if strings.HasPrefix(rest, "//") {
+			rest = rest[2:]
+			end := strings.IndexAny(rest, "/?#")
+			if end < 0 {
+				end = len(rest)
+			}
+			h, err := serializeHost(rest[:end], true)
+			if err != nil && rest[:end] != "" {
+				return "", err
+			}
+			if h != "localhost" {
+				host = h
+			}
+			rest = rest[end:]
+		}
+		b.WriteString("//")
+		b.WriteString(host)
+		pathEnd := strings.IndexAny(rest, "?#")
+		if pathEnd < 0 {
+			pathEnd = len(rest)
+		}
+		writePath(&b, rest[:pathEnd], true)
+		rest = rest[pathEnd:]
+	} else if special {
 		rest = strings.TrimLeft(rest, "/\\")
 		end := strings.IndexAny(rest, "/\\?#")
 		if end < 0 {
