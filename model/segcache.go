@@ -14,9 +14,9 @@ import (
 // (100k-token) conversations' worth of distinct turns.
 const DefaultSegmentCacheBytes = 64 << 20
 
-// minCachedSegment is the shortest segment worth a cache lookup (bytes); shorter ones ("assistant\n") encode
-// faster than they hash.
-const minCachedSegment = 48
+// minCachedSegment is the shortest segment worth a cache lookup (bytes): even a 10-byte segment ("assistant\n")
+// costs more to normalize, split and look up word by word than one map probe.
+const minCachedSegment = 8
 
 // SegmentCache remembers the ids of text segments, the pieces between added tokens of a rendered prompt. Added
 // tokens are split out before normalization and pre-tokenization, so a segment's ids never depend on its

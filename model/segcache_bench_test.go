@@ -6,15 +6,16 @@ import (
 	"testing"
 )
 
-// longConversation returns about `tokens` tokens of multi-turn chat (20 turn pairs) from the corpus.
-func longConversation(tb testing.TB, m *Model, tokens int) []Message {
+// longConversation returns about `tokens` tokens of multi-turn chat (`turns` messages after a system prompt)
+// from the corpus.
+func longConversation(tb testing.TB, m *Model, tokens, turns int) []Message {
 	tb.Helper()
 	corpus := readCorpus(tb)
 	var msgs []Message
 	msgs = append(msgs, Message{Role: "system", Content: TextContent("You are a helpful assistant.")})
-	per := tokens / 40
+	per := tokens / turns
 	line := 0
-	for i := 0; i < 40; i++ {
+	for i := 0; i < turns; i++ {
 		var sb strings.Builder
 		n := 0
 		for n < per {
@@ -33,18 +34,26 @@ func longConversation(tb testing.TB, m *Model, tokens int) []Message {
 	return msgs
 }
 
-// BenchmarkEncodeChatLong: one op renders and tokenizes a ~100k-token, 40-turn conversation whose earlier turns
-// were seen before and whose last user turn (~60 tokens) is new every op — the steady state of a long chat
+// BenchmarkEncodeChatLong: one op renders and tokenizes a ~100k-token conversation of M messages whose earlier
+// turns were seen before and whose last user turn (~60 tokens) is new every op — the steady state of a long chat
 // session. Compare with full=true, the same prompt tokenized without the segment cache.
 func BenchmarkEncodeChatLong(b *testing.B) {
 	m := fixture(b)
-	msgs := longConversation(b, m, 100_000)
-	if _, err := m.EncodeChat(msgs, ChatOptions{AddGenerationPrompt: true}); err != nil { // warm the cache
-		b.Fatal(err)
+	for _, turns := range []int{40, 200} {
+		msgs := longConversation(b, m, 100_000, turns)
+		if _, err := m.EncodeChat(msgs, ChatOptions{AddGenerationPrompt: true}); err != nil { // warm the cache
+			b.Fatal(err)
+		}
+		for _, full := range []bool{false, true} {
+			benchChatLong(b, m, msgs, "T=100k/M="+strconv.Itoa(turns)+"/full="+strconv.FormatBool(full), full)
+		}
 	}
+}
+
+func benchChatLong(b *testing.B, m *Model, msgs []Message, name string, full bool) {
 	last := "Given everything above, summarise the three most important points, question number "
-	for _, full := range []bool{false, true} {
-		b.Run("T=100k/full="+strconv.FormatBool(full), func(b *testing.B) {
+	{
+		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			conv := append(msgs[:len(msgs):len(msgs)], Message{Role: "user"})
 			i, n := 0, 0
@@ -73,10 +82,10 @@ func BenchmarkEncodeChatLong(b *testing.B) {
 	}
 }
 
-// BenchmarkRender: one op renders the ~100k-token conversation (template only, no tokenization).
+// BenchmarkRender: one op renders the ~100k-token, 40-message conversation (template only, no tokenization).
 func BenchmarkRender(b *testing.B) {
 	m := fixture(b)
-	msgs := longConversation(b, m, 100_000)
+	msgs := longConversation(b, m, 100_000, 40)
 	b.ReportAllocs()
 	cpu := startCPU()
 	defer cpu.report(b, 0)

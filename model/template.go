@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"reflect"
 	"sort"
@@ -32,6 +31,7 @@ type ChatTemplate struct {
 	Source string
 	tmpl   *exec.Template
 	vars   map[string]any // bos_token, eos_token, ... from tokenizer_config.json
+	native nativeRenderer // non-nil for a known template source (template_native.go)
 }
 
 // ChatOptions are the per-request inputs of a chat template besides the messages.
@@ -62,7 +62,7 @@ func NewChatTemplate(source string, vars map[string]any) (*ChatTemplate, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: parse: %v", ErrTemplate, err)
 	}
-	return &ChatTemplate{Source: source, tmpl: tmpl, vars: vars}, nil
+	return &ChatTemplate{Source: source, tmpl: tmpl, vars: vars, native: nativeFor(source)}, nil
 }
 
 func templateEnvironment() *exec.Environment {
@@ -112,7 +112,10 @@ var renderBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // maxPooledRender is the largest buffer kept for reuse.
 const maxPooledRender = 8 << 20
 
-func (ct *ChatTemplate) execute(w io.Writer, msgs []Message, opts ChatOptions) error {
+func (ct *ChatTemplate) execute(w stringWriter, msgs []Message, opts ChatOptions) error {
+	if ct.native != nil && nativeUsable(msgs, opts) {
+		return ct.native(w, msgs, opts)
+	}
 	data := make(map[string]any, len(ct.vars)+len(opts.Kwargs)+3)
 	for k, v := range ct.vars {
 		data[k] = v
