@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goccy/go-json"
+)
+
+// TestLaunchScript runs scripts/launch.sh with `kvroute mocker` in place of `vllm serve`: two workers and the
+// frontend come up on loopback, a repeated long prompt is routed by the workers' KV events, and SIGTERM to the
+// script leaves no process and no listener behind.
+func TestLaunchScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts three processes")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not found")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	bin := buildKVRoute(t, root)
+	t.Logf("built in %v", time.Since(start).Round(time.Millisecond))
+	ports := freePortRange(t, 7)
+	frontendPort, httpBase, eventsBase, replayBase := ports, ports+1, ports+3, ports+5
+	modelDir := filepath.Join(root, "testdata", "models", "Qwen3-VL-2B-Instruct")
+
+	var out syncBuffer
+	cmd := exec.Command(bash, filepath.Join(root, "scripts", "launch.sh"))
+	cmd.Dir = t.TempDir()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(),
+		"VLLM_CMD="+bin+" mocker",
+		"KVROUTE="+bin,
+		"MODEL="+modelDir,
+		"SERVED_MODEL_NAME=", // the default: the model argument, as vLLM names it
+		"NUM_WORKERS=2",
+		"BLOCK_SIZE=16",
+		"SINGLE_GPU=0",
+		"WORKER_HOST=127.0.0.1",
+		"FRONTEND_HOST=127.0.0.1",
+		"FRONTEND_PORT="+strconv.Itoa(frontendPort),
+		"HTTP_PORT_BASE="+strconv.Itoa(httpBase),
+		"KV_EVENTS_PORT_BASE="+strconv.Itoa(eventsBase),
+		"KV_REPLAY_PORT_BASE="+strconv.Itoa(replayBase),
+		// Mocker-only flags, through the same hatch real deployments use for vLLM's.
+		"VLLM_EXTRA_ARGS=--speedup-ratio 20 --num-gpu-blocks 2048",
+		"FRONTEND_EXTRA_ARGS=",
+		"HEALTH_TIMEOUT=30", // race-built processes under a loaded `make test` start slowly
+		"STOP_TIMEOUT=5",
+		"LOG_DIR=",
+	)
+	cmd.WaitDelay = 2 * time.Second // a surviving child keeps the output pipes open
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for _, pgid := range startedPIDs(out.String()) { // children live in their own process groups
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		<-exited
+		if t.Failed() {
+			t.Logf("launch.sh output:\n%s", out.String())
+		}
+	})
+
+	base := "http://127.0.0.1:" + strconv.Itoa(frontendPort)
+	hc := &http.Client{Timeout: 5 * time.Second}
+	waitFor(t, 45*time.Second, exited, "frontend /health", func() bool {
+		resp, err := hc.Get(base + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	t.Logf("fleet up at %v", time.Since(start).Round(time.Millisecond))
+	var prompt strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&prompt, "Sentence %d of a long shared context that the router should find cached. ", i)
+	}
+	body, _ := json.Marshal(map[string]any{
+		"model":      modelDir,
+		"messages":   []map[string]string{{"role": "user", "content": prompt.String()}},
+		"max_tokens": 4,
+	})
+	first := chat(t, hc, base, body)
+	if first.worker != "1" && first.worker != "2" {
+		t.Fatalf("x-kvroute-worker-id = %q, want 1 or 2", first.worker)
+	}
+
+	// KV events reach the router asynchronously: repeat until the index holds the prompt.
+	var again chatResult
+	waitFor(t, 10*time.Second, exited, "x-kvroute-overlap-blocks > 0", func() bool {
+		again = chat(t, hc, base, body)
+		return again.overlap > 0
+	})
+	if again.worker != first.worker {
+		t.Errorf("repeat went to worker %s, the prompt's blocks are on worker %s", again.worker, first.worker)
+	}
+	if again.cached == 0 {
+		t.Errorf("repeat: usage.prompt_tokens_details.cached_tokens = 0 with %d overlap blocks predicted", again.overlap)
+	}
+
+	t.Logf("overlap %d blocks on worker %s at %v", again.overlap, again.worker, time.Since(start).Round(time.Millisecond))
+	pids := startedPIDs(out.String())
+	if len(pids) != 3 {
+		t.Fatalf("launch.sh reported %d started processes, want 3 (two workers, the frontend)", len(pids))
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		var ee *exec.ExitError
+		if !errors.As(exitErr, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+			t.Errorf("launch.sh after SIGTERM: %v, want exit status %d", exitErr, 128+int(syscall.SIGTERM))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("launch.sh still running 15s after SIGTERM")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pgid := range pids {
+		for syscall.Kill(-pgid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("process group %d still alive after launch.sh exited", pgid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for p := ports; p < ports+7; p++ {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(p), time.Second); err == nil {
+			c.Close()
+			t.Errorf("port %d still accepts connections after launch.sh exited", p)
+		}
+	}
+}
+
+// buildKVRoute builds the binary, with the race detector when this test binary has it (so the build reuses
+// the packages `go test -race` already compiled, and the race detector watches the real processes too).
+func buildKVRoute(t *testing.T, root string) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go not on PATH")
+	}
+	bin := filepath.Join(t.TempDir(), "kvroute")
+	args := []string{"build", "-o", bin}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				args = append(args, "-race")
+			}
+		}
+	}
+	build := exec.Command(goBin, append(args, "./cmd/kvroute")...)
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freePortRange finds n consecutive ports free on every interface (the workers' ZMQ sockets bind tcp://*).
+func freePortRange(t *testing.T, n int) int {
+	t.Helper()
+	for range 200 {
+		base := 20000 + rand.IntN(30000)
+		free := true
+		for p := base; p < base+n && free; p++ {
+			ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+			if err != nil {
+				free = false
+				break
+			}
+			ln.Close()
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+type chatResult struct {
+	worker  string
+	overlap int
+	cached  int
+}
+
+func chat(t *testing.T, hc *http.Client, base string, body []byte) chatResult {
+	t.Helper()
+	resp, err := hc.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("chat: status %d: %s", resp.StatusCode, b)
+	}
+	var parsed struct {
+		Usage struct {
+			Details struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &parsed); err != nil {
+		t.Fatalf("chat: %v: %s", err, b)
+	}
+	r := chatResult{worker: resp.Header.Get("x-kvroute-worker-id"), cached: parsed.Usage.Details.Cached}
+	if r.overlap, err = strconv.Atoi(resp.Header.Get("x-kvroute-overlap-blocks")); err != nil {
+		t.Fatalf("x-kvroute-overlap-blocks: %v", err)
+	}
+	return r
+}
+
+// waitFor polls cond until it holds, failing at the deadline or when the script exits first.
+func waitFor(t *testing.T, d time.Duration, exited <-chan struct{}, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		select {
+		case <-exited:
+			t.Fatalf("launch.sh exited while waiting for %s", what)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %v", what, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var startedRE = regexp.MustCompile(`launch: started \S+ \(pid (\d+)\)`)
+
+// startedPIDs reads the children's pids, which are also their process group ids, from the script's log.
+func startedPIDs(log string) []int {
+	var pids []int
+	for _, m := range startedRE.FindAllStringSubmatch(log, -1) {
+		if p, err := strconv.Atoi(m[1]); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// syncBuffer is a bytes.Buffer the script's stdout and stderr copiers may write concurrently.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
