@@ -11,8 +11,9 @@ var ErrBadConfig = errors.New("client: bad config")
 
 // Config configures the connections to one worker. One Config usually serves the whole fleet.
 type Config struct {
-	// MaxConns bounds the open connections to one worker (each carries one request at a time, HTTP/1.1).
-	// A request beyond it waits for a free connection or its context. Default 1024: above a vLLM
+	// MaxConns bounds the requests in flight to one worker, each on its own connection (HTTP/1.1); a
+	// request beyond it waits for a slot or its context. Open connections stay below MaxConns +
+	// MaxIdleConns. Default 1024: above a vLLM
 	// server's max_num_seqs (256 by default) plus streaming clients that read slowly.
 	MaxConns int
 	// MaxIdleConns bounds the idle connections kept for reuse per worker. Default 256.

@@ -28,7 +28,7 @@ type Endpoint struct {
 	addr string // host:port
 	host string // Host header
 
-	sem chan struct{} // one token per open connection (MaxConns)
+	sem chan struct{} // one token per request in flight (MaxConns); idle connections hold none
 
 	mu     sync.Mutex
 	idle   []*conn // LIFO: the most recently used connection is the warmest
@@ -111,7 +111,6 @@ func (e *Endpoint) Close() error {
 	e.mu.Unlock()
 	for _, c := range idle {
 		c.nc.Close()
-		<-e.sem
 	}
 	return nil
 }
@@ -177,6 +176,7 @@ func (e *Endpoint) release(c *conn, keep bool) {
 		if !e.closed && len(e.idle) < e.cfg.MaxIdleConns {
 			e.idle = append(e.idle, c)
 			e.mu.Unlock()
+			<-e.sem
 			return
 		}
 		e.mu.Unlock()
@@ -221,13 +221,19 @@ func (e *Endpoint) exchange(ctx context.Context, req *Request, resp *fasthttp.Re
 		received := c.read > 0
 		reused := c.reused
 		e.release(c, false)
-		timeout := errors.Is(err, os.ErrDeadlineExceeded)
+		timeout := isTimeout(err)
 		if ctx.Err() == nil && reused && !received && !timeout && attempt == 0 {
 			e.stats.retries.Add(1)
 			continue
 		}
 		return nil, nil, classify(ctx, e.addr, err, received, timeout)
 	}
+}
+
+// isTimeout reports a read or write deadline (fasthttp reports it as its own ErrTimeout).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 func (e *Endpoint) roundTrip(c *conn, req *Request, resp *fasthttp.Response, stream bool) error {

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"os"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -86,7 +84,7 @@ func (s *Stream) readAll(limit int64) ([]byte, error) {
 	s.c.nc.SetReadDeadline(time.Now().Add(s.e.cfg.StreamIdleTimeout))
 	body, err := io.ReadAll(io.LimitReader(s.resp.BodyStream(), limit))
 	if err != nil {
-		return nil, classify(s.ctx, s.e.addr, err, true, errors.Is(err, os.ErrDeadlineExceeded))
+		return nil, classify(s.ctx, s.e.addr, err, true, isTimeout(err))
 	}
 	return body, nil
 }
@@ -125,7 +123,7 @@ func (s *Stream) Next() (Event, error) {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			s.err = classify(s.ctx, s.e.addr, err, s.events > 0, errors.Is(err, os.ErrDeadlineExceeded))
+			s.err = classify(s.ctx, s.e.addr, err, s.events > 0, isTimeout(err))
 			return Event{}, s.err
 		}
 		start := len(s.raw)
