@@ -343,7 +343,10 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 	s, err := w.Submit(p.rank, p.req)
 	if err != nil {
 		status := fasthttp.StatusBadRequest
-		if !errors.Is(err, ErrBadRequest) {
+		switch {
+		case errors.Is(err, ErrStopped):
+			status = fasthttp.StatusServiceUnavailable
+		case !errors.Is(err, ErrBadRequest):
 			status = fasthttp.StatusInternalServerError
 		}
 		writeError(ctx, status, err)

@@ -13,6 +13,9 @@ import (
 // ErrAborted ends a Stream whose request was aborted or whose worker shut down.
 var ErrAborted = errors.New("mocker: request aborted")
 
+// ErrStopped is returned by Submit once the worker is shutting down.
+var ErrStopped = errors.New("mocker: worker stopped")
+
 // EventPublisher sends one batch per engine step. workers/kvevents' Publisher satisfies it; tests use a
 // recorder. Publish may encode b synchronously but must not keep it after returning.
 type EventPublisher interface {
@@ -36,6 +39,7 @@ type rank struct {
 	mu      sync.Mutex
 	eng     *Engine
 	streams map[string]*Stream
+	closed  bool // the loop has stopped: submissions fail
 
 	wake     chan struct{}
 	inflight atomic.Int64 // submitted, not finished: the dp-rank load balancer reads it
@@ -74,7 +78,10 @@ func (r *rank) submit(req Request) (*Stream, error) {
 	s := newStream(req.ID, len(req.Prompt), r.clock.Now())
 	s.rankIdx = r.idx
 	r.mu.Lock()
-	err := r.eng.Add(req)
+	err := ErrStopped
+	if !r.closed {
+		err = r.eng.Add(req)
+	}
 	if err == nil {
 		r.streams[req.ID] = s
 	}
@@ -185,6 +192,7 @@ func (r *rank) run(stop <-chan struct{}) {
 
 func (r *rank) failAll() {
 	r.mu.Lock()
+	r.closed = true
 	streams := r.streams
 	r.streams = map[string]*Stream{}
 	r.mu.Unlock()

@@ -1,6 +1,7 @@
 package mocker
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -109,4 +110,13 @@ func TestRuntimeVirtualTimeSecondRequestFaster(t *testing.T) {
 		t.Fatalf("ttft %v, %v; want %v, %v", ttft[0], ttft[1], want0, want1)
 	}
 	t.Logf("saved %v of simulated prefill (model: %.3f ms → %.3f ms at speedup 2)", ttft[0]-ttft[1], PrefillMillis(3000)/2, PrefillMillis(8)/2)
+}
+
+func TestSubmitAfterCloseFails(t *testing.T) {
+	w, err := StartWorker(DefaultWorkerConfig())
+	must(t, err)
+	must(t, w.Close())
+	if _, err := w.Submit(0, Request{Prompt: seq(0, 4), MaxTokens: 1}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("err %v", err)
+	}
 }

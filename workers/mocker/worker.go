@@ -315,6 +315,9 @@ func (w *Worker) Close() error {
 	w.closeMu.Do(func() {
 		close(w.stop)
 		err = w.srv.Shutdown()
+		// Shutdown before Serve has registered the listener leaves Serve running: closing the listener
+		// ends it either way.
+		_ = w.ln.Close()
 		w.wg.Wait()
 		for _, p := range w.pubs {
 			if e := p.Close(); e != nil && err == nil {
