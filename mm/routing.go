@@ -114,13 +114,18 @@ func Expand(dst, tokens []uint32, find uint32, entries []Entry, bos uint32, hasB
 	if len(entries) == 0 {
 		return Routing{}, FallbackCountMismatch
 	}
-	placeholders := 0
-	for _, t := range tokens {
+	// One scan records the placeholder positions (on the stack for up to 32 images).
+	var posBuf [32]int
+	pos := posBuf[:0]
+	for i, t := range tokens {
 		if t == find {
-			placeholders++
+			if len(pos) == len(entries) {
+				return Routing{}, FallbackCountMismatch
+			}
+			pos = append(pos, i)
 		}
 	}
-	if placeholders != len(entries) {
+	if len(pos) != len(entries) {
 		return Routing{}, FallbackCountMismatch
 	}
 	maxTokens := lim.MaxRoutingTokens
@@ -153,22 +158,19 @@ func Expand(dst, tokens []uint32, find uint32, entries []Entry, bos uint32, hasB
 		out = append(out, bos)
 	}
 	hashes := make([]Hash, len(entries))
-	i := 0
-	for _, t := range tokens {
-		if t != find {
-			out = append(out, t)
-			continue
-		}
-		e := entries[i]
+	prev := 0
+	for i, e := range entries {
+		out = append(out, tokens[prev:pos[i]]...)
 		hashes[i] = e.Hash
 		pad := e.Hash.Pad()
 		start := len(out)
 		out = out[:start+e.NumTokens]
-		for j := start; j < len(out); j++ {
-			out[j] = pad
+		for k := start; k < len(out); k++ {
+			out[k] = pad
 		}
-		i++
+		prev = pos[i] + 1
 	}
+	out = append(out, tokens[prev:]...)
 	out = out[:padded]
 	clear(out[n:])
 	return Routing{Tokens: out, ExpandedLen: n, Hashes: hashes}, FallbackNone
