@@ -82,16 +82,29 @@ func benchChatLong(b *testing.B, m *Model, msgs []Message, name string, full boo
 	}
 }
 
-// BenchmarkRender: one op renders the ~100k-token, 40-message conversation (template only, no tokenization).
+// BenchmarkRender: one op renders a ~100k-token conversation of M messages (template only, no tokenization), with
+// the fixture template's native renderer or through gonja (the path of any template without one).
 func BenchmarkRender(b *testing.B) {
 	m := fixture(b)
-	msgs := longConversation(b, m, 100_000, 40)
-	b.ReportAllocs()
-	cpu := startCPU()
-	defer cpu.report(b, 0)
-	for b.Loop() {
-		if _, err := m.RenderChat(msgs, ChatOptions{AddGenerationPrompt: true}); err != nil {
-			b.Fatal(err)
+	gonja := *m.ChatTemplate
+	gonja.native = nil
+	for _, turns := range []int{40, 200} {
+		msgs := longConversation(b, m, 100_000, turns)
+		for _, engine := range []string{"native", "gonja"} {
+			ct := m.ChatTemplate
+			if engine == "gonja" {
+				ct = &gonja
+			}
+			b.Run("M="+strconv.Itoa(turns)+"/engine="+engine, func(b *testing.B) {
+				b.ReportAllocs()
+				cpu := startCPU()
+				defer cpu.report(b, 0)
+				for b.Loop() {
+					if _, err := ct.Render(msgs, ChatOptions{AddGenerationPrompt: true}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
