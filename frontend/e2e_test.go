@@ -42,7 +42,7 @@ type stackOpts struct {
 	migrationLimit int
 }
 
-func startStack(t *testing.T, o stackOpts) *stack {
+func startStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
 	m, err := model.Load(fixtureModel)
 	if err != nil {
@@ -103,6 +103,11 @@ func startStack(t *testing.T, o stackOpts) *stack {
 		}
 	}
 	return st
+}
+
+// startBenchStack is a stack tuned for measuring the frontend: simulated time ~free, no health checks.
+func startBenchStack(b *testing.B, workers int) *stack {
+	return startStack(b, stackOpts{workers: workers, speedup: 1e6})
 }
 
 type reply struct {

@@ -1,0 +1,103 @@
+package frontend
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func pct(lat []time.Duration, p float64) float64 {
+	slices.Sort(lat)
+	return float64(lat[int(p*float64(len(lat)-1))].Nanoseconds()) / 1e3
+}
+
+// BenchmarkFrontendOverhead measures what the frontend adds to a request: the same short completion
+// (a 16-token token-id prompt, 1 output token) sent to a simulated worker directly and through the
+// frontend, one at a time. One op is one request on each path. Reported: p50/p99 of both paths and the
+// added latency (frontend − direct) at p50 and p99.
+func BenchmarkFrontendOverhead(b *testing.B) {
+	st := startBenchStack(b, 1)
+	body := []byte(fmt.Sprintf(`{"model":%q,"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"max_tokens":1}`, st.name))
+	c := &fasthttp.Client{MaxConnsPerHost: 16}
+	do := func(url string) time.Duration {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI(url)
+		req.Header.SetMethod("POST")
+		req.Header.SetContentType("application/json")
+		req.SetBody(body)
+		t0 := time.Now()
+		if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+			b.Fatalf("%s: %v %d %s", url, err, resp.StatusCode(), resp.Body())
+		}
+		return time.Since(t0)
+	}
+	direct := st.fleet.Workers[0].URL() + "/v1/completions"
+	front := st.base + "/v1/completions"
+	for i := 0; i < 200; i++ { // warm both paths (connections, caches)
+		do(direct)
+		do(front)
+	}
+	dl, fl := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		dl = append(dl, do(direct))
+		fl = append(fl, do(front))
+	}
+	b.StopTimer()
+	d50, d99, f50, f99 := pct(dl, 0.5), pct(dl, 0.99), pct(fl, 0.5), pct(fl, 0.99)
+	b.ReportMetric(d50, "direct-p50-us")
+	b.ReportMetric(f50, "frontend-p50-us")
+	b.ReportMetric(f50-d50, "added-p50-us")
+	b.ReportMetric(f99-d99, "added-p99-us")
+}
+
+// BenchmarkRoutedThroughput drives the frontend with 64 concurrent clients sending short token-id
+// completions (16 tokens, 1 output token) to 4 simulated workers in the same process; reported:
+// routed requests per second. The workers share the two cores, so this bounds the frontend from below.
+func BenchmarkRoutedThroughput(b *testing.B) {
+	st := startBenchStack(b, 4)
+	c := &fasthttp.Client{MaxConnsPerHost: 128}
+	const clients = 64
+	var next atomic.Int64
+	var failed atomic.Int64
+	b.ResetTimer()
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				req.SetRequestURI(st.base + "/v1/completions")
+				req.Header.SetMethod("POST")
+				req.Header.SetContentType("application/json")
+				req.SetBodyString(fmt.Sprintf(`{"model":%q,"prompt":[%d,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"max_tokens":1}`, st.name, i%1000+100))
+				if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	b.StopTimer()
+	if failed.Load() > 0 {
+		b.Fatalf("%d of %d requests failed", failed.Load(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "req/s")
+}
