@@ -1,0 +1,168 @@
+package natsplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
+
+// Snapshot format (little-endian), version 1:
+//
+//	magic "KVRS" | u32 version | u64 stream seq
+//	u32 n states  | n × (u64 worker | u32 rank | u64 last seq | u8 has | u16 len | epoch bytes)
+//	u64 n entries | n × (u64 worker | u32 rank | u8 has parent | u64 parent | u64 engine hash | u64 local hash)
+//
+// Entries are prefix.Index.Dump's single-block stores, parents before children.
+var snapshotMagic = [4]byte{'K', 'V', 'R', 'S'}
+
+const snapshotVersion = 1
+
+// ErrBadSnapshot: the object store holds a snapshot this version cannot read.
+var ErrBadSnapshot = errors.New("natsplane: bad snapshot")
+
+// snapshot dumps the index as of streamSeq (every message up to it applied) to the object store. It runs
+// on the delivery goroutine, under mu, so no batch enters between the barrier and the dump.
+func (s *Source) snapshot(ctx context.Context, streamSeq uint64) error {
+	s.r.Fleet.Sync()
+	var buf bytes.Buffer
+	w := func(v any) { _ = binary.Write(&buf, binary.LittleEndian, v) }
+	buf.Write(snapshotMagic[:])
+	w(uint32(snapshotVersion))
+	w(streamSeq)
+	keys := make([]prefix.WorkerKey, 0, len(s.states))
+	for k := range s.states {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].WorkerID != keys[j].WorkerID {
+			return keys[i].WorkerID < keys[j].WorkerID
+		}
+		return keys[i].DPRank < keys[j].DPRank
+	})
+	w(uint32(len(keys)))
+	for _, k := range keys {
+		st := s.states[k]
+		w(k.WorkerID)
+		w(k.DPRank)
+		w(st.Last)
+		w(b2u(st.Has))
+		w(uint16(len(st.Epoch)))
+		buf.WriteString(st.Epoch)
+	}
+	var entries bytes.Buffer
+	n := uint64(0)
+	s.r.Index.Dump(func(e prefix.DumpEntry) {
+		n++
+		_ = binary.Write(&entries, binary.LittleEndian, struct {
+			W       uint64
+			R       uint32
+			HasP    uint8
+			P, E, L uint64
+		}{e.Worker.WorkerID, e.Worker.DPRank, b2u(e.HasParent), e.Parent, e.Block.EngineHash, e.Block.LocalHash})
+	})
+	w(n)
+	buf.Write(entries.Bytes())
+	if _, err := s.objs.PutBytes(ctx, SnapshotObject, buf.Bytes()); err != nil {
+		return fmt.Errorf("natsplane: snapshot put: %w", err)
+	}
+	return nil
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// restore loads the latest snapshot into the index and the sequence state, and returns its stream
+// sequence (0 when there is none: read the stream from the start).
+func (s *Source) restore(ctx context.Context) (uint64, error) {
+	data, err := s.objs.GetBytes(ctx, SnapshotObject)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("natsplane: snapshot get: %w", err)
+	}
+	rd := bytes.NewReader(data)
+	r := func(v any) error { return binary.Read(rd, binary.LittleEndian, v) }
+	var magic [4]byte
+	var version uint32
+	var streamSeq uint64
+	if _, err := io.ReadFull(rd, magic[:]); err != nil || magic != snapshotMagic {
+		return 0, fmt.Errorf("%w: magic", ErrBadSnapshot)
+	}
+	if err := r(&version); err != nil || version != snapshotVersion {
+		return 0, fmt.Errorf("%w: version %d", ErrBadSnapshot, version)
+	}
+	if err := r(&streamSeq); err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
+	var nStates uint32
+	if err := r(&nStates); err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
+	states := map[prefix.WorkerKey]*rankState{}
+	for i := uint32(0); i < nStates; i++ {
+		var k prefix.WorkerKey
+		var st rankState
+		var has uint8
+		var el uint16
+		if err := errors.Join(r(&k.WorkerID), r(&k.DPRank), r(&st.Last), r(&has), r(&el)); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		}
+		ep := make([]byte, el)
+		if _, err := io.ReadFull(rd, ep); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		}
+		st.Epoch, st.Has = string(ep), has == 1
+		states[k] = &st
+	}
+	var n uint64
+	if err := r(&n); err != nil || n > uint64(rd.Len())/37 {
+		return 0, fmt.Errorf("%w: entry count", ErrBadSnapshot)
+	}
+	// Group consecutive entries of one worker into one Apply (the index orders per worker only).
+	var cur *indexer.Apply
+	flush := func() {
+		if cur != nil && len(cur.Ops) > 0 {
+			_ = s.r.Index.Apply(cur)
+		}
+		cur = nil
+	}
+	for i := uint64(0); i < n; i++ {
+		var e struct {
+			W       uint64
+			R       uint32
+			HasP    uint8
+			P, E, L uint64
+		}
+		if err := r(&e); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		}
+		if cur == nil || cur.WorkerID != e.W || len(cur.Ops) >= 4096 {
+			flush()
+			cur = &indexer.Apply{WorkerID: e.W}
+		}
+		cur.Ops = append(cur.Ops, indexer.Op{Kind: indexer.OpStore, DPRank: e.R, Parent: e.P, HasParent: e.HasP == 1,
+			Blocks: []prefix.Block{{EngineHash: e.E, LocalHash: e.L}}})
+	}
+	flush()
+	s.r.Index.Flush()
+	s.mu.Lock()
+	s.states = states
+	s.mu.Unlock()
+	s.restored.Store(n)
+	s.streamSeq.Store(streamSeq)
+	return streamSeq, nil
+}

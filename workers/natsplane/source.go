@@ -1,0 +1,278 @@
+package natsplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/actors/worker"
+	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/workers/kvevents"
+)
+
+// SourceConfig configures a frontend's NATS event source.
+type SourceConfig struct {
+	// Durable reads the JetStream stream (--durable-kv-events) through an ordered consumer, which resumes
+	// after the last delivered stream sequence when the client reconnects to another node. Default false
+	// (core NATS subscription: events published while a frontend is disconnected are lost).
+	Durable bool
+	// Replicas is the event stream's replica count. Default 1.
+	Replicas int
+	// SnapshotThreshold (--router-snapshot-threshold) is the number of stream messages after which this
+	// frontend dumps its index to the object store; 0 disables snapshots. Dynamo's default is 1,000,000.
+	// Durable only.
+	SnapshotThreshold int
+	// Restore starts from the latest snapshot plus the stream tail instead of the whole stream. Durable
+	// only. Default true in DefaultSourceConfig.
+	Restore bool
+	// PendingMsgs bounds the core subscription's client-side queue ("natsplane.events"); messages beyond
+	// it are dropped by the client and counted in SourceStats.Dropped. Default 1,000,000.
+	PendingMsgs int
+}
+
+// DefaultSourceConfig is core NATS, restore on, snapshots off.
+func DefaultSourceConfig() SourceConfig {
+	return SourceConfig{Replicas: 1, Restore: true, PendingMsgs: 1_000_000}
+}
+
+// SourceStats are an event source's counters.
+type SourceStats struct {
+	Messages      uint64 // event messages received
+	Batches       uint64 // batches delivered to mirrors
+	Duplicates    uint64 // batches at or below the last sequence of their (worker, rank), skipped
+	Gaps          uint64 // sequence jumps (events lost upstream of the source)
+	Resets        uint64 // engine restarts and relay epochs that cleared a (worker, rank)
+	BadMessages   uint64 // undecodable messages
+	UnknownWorker uint64 // batches of workers not in the fleet, dropped
+	Dropped       uint64 // messages the NATS client dropped (slow consumer, core mode)
+	Snapshots     uint64 // snapshots written
+	Restored      uint64 // index entries restored from a snapshot
+	StreamSeq     uint64 // last stream sequence applied (durable)
+}
+
+// rankState is the sequence state of one (worker, dp rank) on the plane.
+type rankState struct {
+	Epoch string
+	Last  uint64
+	Has   bool
+}
+
+// Source feeds a router's index from the event plane: it decodes every worker's batches and delivers
+// them through the fleet's injector, so each mirror sees what its ZMQ subscriber would have delivered.
+//
+// One goroutine at a time runs handle (the NATS subscription's or the consumer's delivery goroutine);
+// mu makes that explicit across an ordered consumer's internal resets. Stats are atomics.
+type Source struct {
+	cfg SourceConfig
+	nc  *nats.Conn
+	r   *router.Router
+
+	mu     sync.Mutex // held by handle: inj, states, batch, sinceSnap
+	inj    *worker.Injector
+	states map[prefix.WorkerKey]*rankState
+	batch  kvevents.Batch
+	since  int
+
+	sub  *nats.Subscription
+	cc   jetstream.ConsumeContext
+	js   jetstream.JetStream
+	objs jetstream.ObjectStore
+
+	messages, batches, dups, gaps, resets, bad, unknown, snapshots, restored, streamSeq atomic.Uint64
+}
+
+// NewSource prepares an event source for r. Start subscribes.
+func NewSource(nc *nats.Conn, r *router.Router, cfg SourceConfig) (*Source, error) {
+	if cfg.PendingMsgs <= 0 {
+		cfg.PendingMsgs = 1_000_000
+	}
+	if !cfg.Durable && cfg.SnapshotThreshold > 0 {
+		return nil, fmt.Errorf("%w: snapshots need --durable-kv-events", ErrBadConfig)
+	}
+	s := &Source{cfg: cfg, nc: nc, r: r, inj: r.Fleet.NewInjector(), states: map[prefix.WorkerKey]*rankState{}}
+	if cfg.Durable {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		s.js = js
+	}
+	return s, nil
+}
+
+// Start restores the latest snapshot (durable, Restore) and subscribes to every worker's subject.
+func (s *Source) Start(ctx context.Context) error {
+	if !s.cfg.Durable {
+		sub, err := s.nc.Subscribe(EventSubjectPrefix+"*", func(m *nats.Msg) {
+			s.handle(m.Subject, m.Header, m.Data, 0)
+		})
+		if err != nil {
+			return fmt.Errorf("natsplane: subscribe: %w", err)
+		}
+		_ = sub.SetPendingLimits(s.cfg.PendingMsgs, -1)
+		s.sub = sub
+		return s.nc.FlushWithContext(ctx)
+	}
+	if _, err := EnsureEventStream(ctx, s.js, s.cfg.Replicas); err != nil {
+		return err
+	}
+	objs, err := s.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: SnapshotBucket, Replicas: max(1, s.cfg.Replicas)})
+	if err != nil {
+		return fmt.Errorf("natsplane: object store %s: %w", SnapshotBucket, err)
+	}
+	s.objs = objs
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: []string{EventSubjectPrefix + "*"}}
+	if s.cfg.Restore {
+		seq, err := s.restore(ctx)
+		if err != nil {
+			return err
+		}
+		if seq > 0 {
+			occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+		}
+	}
+	cons, err := s.js.OrderedConsumer(ctx, EventStream, occ)
+	if err != nil {
+		return fmt.Errorf("natsplane: ordered consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		s.handle(m.Subject(), m.Headers(), m.Data(), seq)
+	})
+	if err != nil {
+		return fmt.Errorf("natsplane: consume: %w", err)
+	}
+	s.cc = cc
+	return nil
+}
+
+// Stop unsubscribes. Batches already delivered still reach the index.
+func (s *Source) Stop() {
+	if s.sub != nil {
+		_ = s.sub.Unsubscribe()
+	}
+	if s.cc != nil {
+		s.cc.Stop()
+	}
+	s.mu.Lock() // wait for a handle in progress
+	s.mu.Unlock()
+}
+
+// Stats returns the counters.
+func (s *Source) Stats() SourceStats {
+	st := SourceStats{Messages: s.messages.Load(), Batches: s.batches.Load(), Duplicates: s.dups.Load(), Gaps: s.gaps.Load(),
+		Resets: s.resets.Load(), BadMessages: s.bad.Load(), UnknownWorker: s.unknown.Load(), Snapshots: s.snapshots.Load(),
+		Restored: s.restored.Load(), StreamSeq: s.streamSeq.Load()}
+	if s.sub != nil {
+		if d, err := s.sub.Dropped(); err == nil {
+			st.Dropped = uint64(d)
+		}
+	}
+	return st
+}
+
+// Forget drops a removed worker's sequence state and converters (discovery calls it).
+func (s *Source) Forget(workerID uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.states {
+		if k.WorkerID == workerID {
+			delete(s.states, k)
+		}
+	}
+	s.inj.Forget(workerID)
+}
+
+// handle applies one event message; streamSeq is its JetStream stream sequence (0 in core mode).
+func (s *Source) handle(subject string, h nats.Header, data []byte, streamSeq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.messages.Add(1)
+	if err := s.apply(subject, h, data); err != nil {
+		switch {
+		case errors.Is(err, worker.ErrUnknown):
+			s.unknown.Add(1)
+		default:
+			s.bad.Add(1)
+		}
+	}
+	if streamSeq == 0 {
+		return
+	}
+	s.streamSeq.Store(streamSeq)
+	s.since++
+	if s.cfg.SnapshotThreshold > 0 && s.since >= s.cfg.SnapshotThreshold {
+		s.since = 0
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := s.snapshot(ctx, streamSeq); err == nil {
+			s.snapshots.Add(1)
+		}
+		cancel()
+	}
+}
+
+func (s *Source) apply(subject string, h nats.Header, data []byte) error {
+	id, err := workerOf(subject)
+	if err != nil {
+		return err
+	}
+	rank, err := strconv.Atoi(h.Get(HeaderRank))
+	if err != nil || rank < 0 {
+		return fmt.Errorf("%w: rank %q", ErrBadMessage, h.Get(HeaderRank))
+	}
+	key := prefix.WorkerKey{WorkerID: id, DPRank: uint32(rank)}
+	st := s.states[key]
+	if st == nil {
+		st = &rankState{}
+		s.states[key] = st
+	}
+	epoch := h.Get(HeaderEpoch)
+	if h.Get(HeaderReset) == "1" {
+		s.resets.Add(1)
+		st.Epoch, st.Has = epoch, false
+		return s.inj.Reset(id, rank)
+	}
+	seq, err := strconv.ParseUint(h.Get(HeaderSeq), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: seq %q", ErrBadMessage, h.Get(HeaderSeq))
+	}
+	if st.Has && epoch != st.Epoch {
+		// A new relay replays the worker's ring from sequence 0, as a restarted ZMQ subscriber does: start
+		// the (worker, rank) over.
+		s.resets.Add(1)
+		st.Has = false
+		if err := s.inj.Reset(id, rank); err != nil {
+			return err
+		}
+	}
+	st.Epoch = epoch
+	if st.Has {
+		if seq <= st.Last {
+			s.dups.Add(1)
+			return nil
+		}
+		if seq > st.Last+1 {
+			s.gaps.Add(1)
+		}
+	}
+	if err := kvevents.Decode(data, &s.batch); err != nil {
+		return err
+	}
+	st.Last, st.Has = seq, true
+	if err := s.inj.Deliver(id, rank, seq, &s.batch); err != nil {
+		return err
+	}
+	s.batches.Add(1)
+	return nil
+}
