@@ -212,7 +212,11 @@ func (e *Endpoint) exchange(ctx context.Context, req *Request, resp *fasthttp.Re
 		}
 		// Closing the connection is what interrupts a blocked read or write, and what tells the worker to
 		// abort.
-		stop = context.AfterFunc(ctx, func() { c.nc.Close() })
+		if ctx.Done() == nil {
+			stop = neverCanceled
+		} else {
+			stop = context.AfterFunc(ctx, func() { c.nc.Close() })
+		}
 		err = e.roundTrip(c, req, resp, stream)
 		if err == nil {
 			return c, stop, nil
@@ -229,6 +233,8 @@ func (e *Endpoint) exchange(ctx context.Context, req *Request, resp *fasthttp.Re
 		return nil, nil, classify(ctx, e.addr, err, received, timeout)
 	}
 }
+
+func neverCanceled() bool { return true }
 
 // isTimeout reports a read or write deadline (fasthttp reports it as its own ErrTimeout).
 func isTimeout(err error) bool {
