@@ -71,7 +71,7 @@ func FuzzNormalizeURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if canonicalHTTP(s) {
+		if canonicalHTTP(s) || canonicalData(s) {
 			if full, err := NormalizeURL(" " + s); err != nil || full != s {
 				t.Fatalf("fast path accepted %q, full parser gives %q %v", s, full, err)
 			}

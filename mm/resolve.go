@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/pprof"
+	"slices"
 	"sync"
 )
 
@@ -130,16 +131,7 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 	case 1:
 		r.resolveOne(ctx, parts[todo[0]].URL, &images[todo[0]])
 	default:
-		var wg sync.WaitGroup
-		labels := pprof.Labels("mm", "resolve-image")
-		for _, i := range todo {
-			wg.Add(1)
-			go pprof.Do(ctx, labels, func(ctx context.Context) {
-				defer wg.Done()
-				r.resolveOne(ctx, parts[i].URL, &images[i])
-			})
-		}
-		wg.Wait()
+		r.fanOut(ctx, parts, images, todo)
 	}
 	var pixels uint64
 	for i := range images {
@@ -154,6 +146,23 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 		return images, FallbackLimits
 	}
 	return images, FallbackNone
+}
+
+// fanOut resolves images[i] for every i in todo, one goroutine each, and waits for all of them. The
+// indices are copied so that the caller's stack scratch does not escape (the warm path stays
+// allocation-free).
+func (r *Resolver) fanOut(ctx context.Context, parts []Part, images []Image, todo []int) {
+	idx := slices.Clone(todo)
+	var wg sync.WaitGroup
+	labels := pprof.Labels("mm", "resolve-image")
+	for _, i := range idx {
+		wg.Add(1)
+		go pprof.Do(ctx, labels, func(ctx context.Context) {
+			defer wg.Done()
+			r.resolveOne(ctx, parts[i].URL, &images[i])
+		})
+	}
+	wg.Wait()
 }
 
 func (r *Resolver) resolveOne(ctx context.Context, url string, im *Image) {

@@ -17,7 +17,7 @@ import (
 // no routing entry rather than a hash that could differ from Dynamo's) and Windows drive-letter
 // quirks of file: URLs. An already-canonical URL is returned unchanged and without allocation.
 func NormalizeURL(raw string) (string, error) {
-	if canonicalHTTP(raw) {
+	if canonicalHTTP(raw) || canonicalData(raw) {
 		return raw, nil
 	}
 	s := strings.TrimFunc(raw, func(r rune) bool { return r <= 0x20 })
@@ -598,4 +598,20 @@ func canonicalIPv4(s string) bool {
 		}
 	}
 	return parts == 4
+}
+
+// canonicalData is the fast path for data: URIs (which can be megabytes): lowercase scheme and only
+// printable ASCII that no percent-encode set touches, and no '?' or '#' (whose components have other
+// sets). A base64 image URI always qualifies.
+func canonicalData(s string) bool {
+	if !strings.HasPrefix(s, "data:") {
+		return false
+	}
+	for i := 5; i < len(s); i++ {
+		c := s[i]
+		if c <= 0x20 || c >= 0x7f || c == '"' || c == '<' || c == '>' || c == '`' || c == '#' || c == '?' || c == '\'' {
+			return false
+		}
+	}
+	return true
 }
