@@ -94,7 +94,7 @@ fi
 connect_host=$WORKER_HOST
 [[ $WORKER_HOST == 0.0.0.0 ]] && connect_host=127.0.0.1
 
-pids=()   # every child's pid, which is also its process group id (set -m)
+pids=()   # every child's pid, which is also its process group id (see start)
 names=()  # what each pid is, for the log
 stopping=0
 
@@ -130,9 +130,6 @@ trap 'on_signal SIGTERM 15' TERM
 trap 'on_signal SIGHUP 1' HUP
 trap '((stopping)) || stop_all' EXIT
 
-# Each background job gets its own process group, so one kill reaches a worker and all its subprocesses.
-set -m
-
 # quote_words WORD...: the words as a shell would read them back, quoted only where needed, for the log.
 quote_words() {
 	local w q="'\\''"
@@ -146,34 +143,40 @@ quote_words() {
 }
 
 # start NAME CMD...: runs CMD in the background in its own process group, output to LOG_DIR/NAME.log if set.
+# Job control (set -m) is on only while starting a job: it puts the job in a process group of its own, so one kill
+# reaches a worker and all its subprocesses; off, foreground commands stay in the script's group and Ctrl-C
+# reaches the script (and its trap) rather than a `sleep`.
 start() {
 	local name=$1
 	shift
+	[[ -n $LOG_DIR ]] && mkdir -p "$LOG_DIR"
+	set -m
 	if [[ -n $LOG_DIR ]]; then
-		mkdir -p "$LOG_DIR"
 		"$@" >"$LOG_DIR/$name.log" 2>&1 &
 	else
 		"$@" &
 	fi
+	set +m
 	pids+=("$!")
 	names+=("$name")
 	log "started $name (pid $!):$(quote_words "$@")"
 }
 
-# http_ok PORT: GET http://CONNECT_HOST:PORT/health answers 200 (bash's /dev/tcp: no curl needed).
+# http_ok HOST PORT: GET http://HOST:PORT/health answers 200 (bash's /dev/tcp: no curl needed).
 http_ok() {
 	local status=
 	{
-		printf 'GET /health HTTP/1.0\r\nHost: %s:%s\r\n\r\n' "$connect_host" "$1" >&3
+		printf 'GET /health HTTP/1.0\r\nHost: %s:%s\r\n\r\n' "$1" "$2" >&3
 		IFS= read -r -t 5 status <&3 || true
-	} 2>/dev/null 3<>"/dev/tcp/$connect_host/$1" || return 1
+	} 2>/dev/null 3<>"/dev/tcp/$1/$2" || return 1
 	[[ $status == "HTTP/1."?" 200"* ]]
 }
 
-# wait_healthy NAME PID PORT: polls GET /health until 200; fails when the child exits or HEALTH_TIMEOUT passes.
+# wait_healthy NAME PID HOST PORT: polls GET /health until 200; fails when the child exits or HEALTH_TIMEOUT
+# passes.
 wait_healthy() {
-	local name=$1 pid=$2 port=$3 deadline=$((SECONDS + HEALTH_TIMEOUT))
-	until http_ok "$port"; do
+	local name=$1 pid=$2 host=$3 port=$4 deadline=$((SECONDS + HEALTH_TIMEOUT))
+	until http_ok "$host" "$port"; do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			log "$name exited before it was healthy"
 			return 1
@@ -205,22 +208,21 @@ for ((i = 1; i <= NUM_WORKERS; i++)); do
 	worker_pids+=("$!")
 	worker_flags+=(--worker "id=$i,url=http://$connect_host:$port,events=tcp://$connect_host:$events,replay=tcp://$connect_host:$replay")
 	if [[ $SINGLE_GPU == 1 ]]; then
-		wait_healthy "worker-$i" "$!" "$port" || exit 1
+		wait_healthy "worker-$i" "$!" "$connect_host" "$port" || exit 1
 	fi
 done
 if [[ $SINGLE_GPU != 1 ]]; then
 	for ((i = 1; i <= NUM_WORKERS; i++)); do
-		wait_healthy "worker-$i" "${worker_pids[$((i - 1))]}" "$((HTTP_PORT_BASE + i - 1))" || exit 1
+		wait_healthy "worker-$i" "${worker_pids[$((i - 1))]}" "$connect_host" "$((HTTP_PORT_BASE + i - 1))" || exit 1
 	done
 fi
 
 start frontend "$KVROUTE" frontend --http-port "$FRONTEND_PORT" --host "$FRONTEND_HOST" \
 	--model-path "$MODEL" --model-name "$SERVED_MODEL_NAME" --kv-cache-block-size "$BLOCK_SIZE" \
 	"${worker_flags[@]}" "${frontend_extra[@]}"
-saved_host=$connect_host
-[[ $FRONTEND_HOST == 0.0.0.0 ]] && connect_host=127.0.0.1 || connect_host=$FRONTEND_HOST
-wait_healthy frontend "$!" "$FRONTEND_PORT" || exit 1
-connect_host=$saved_host
+frontend_host=$FRONTEND_HOST
+[[ $FRONTEND_HOST == 0.0.0.0 ]] && frontend_host=127.0.0.1
+wait_healthy frontend "$!" "$frontend_host" "$FRONTEND_PORT" || exit 1
 log "ready: curl http://localhost:$FRONTEND_PORT/v1/chat/completions -H 'content-type: application/json'" \
 	"-d '{\"model\":\"$SERVED_MODEL_NAME\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'"
 
