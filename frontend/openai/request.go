@@ -210,8 +210,8 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 			p.TokenLists = [][]uint32{}
 		}
 	case c == '-' || (c >= '0' && c <= '9'):
-		var ids []uint32
-		if err := json.Unmarshal(b, &ids); err != nil {
+		ids, ok := parseTokenIDs(b)
+		if !ok {
 			return errorf(ErrBadRequest, "prompt", "token ids must be non-negative integers below 2^32")
 		}
 		p.TokenLists = [][]uint32{ids}
@@ -219,6 +219,47 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 		return errPromptType
 	}
 	return nil
+}
+
+// parseTokenIDs parses a JSON list of non-negative integers below 2^32 (b starts with '['). Token-id
+// prompts run to 100k entries; this is several times faster than the reflective decoder and allocates
+// only the result.
+func parseTokenIDs(b []byte) ([]uint32, bool) {
+	ids := make([]uint32, 0, len(b)/6+1)
+	i := skipWS(b, 1)
+	if i < len(b) && b[i] == ']' {
+		return ids, skipWS(b, i+1) == len(b)
+	}
+	for {
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return nil, false
+		}
+		var v uint64
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			v = v*10 + uint64(b[i]-'0')
+			if v > 0xFFFFFFFF {
+				return nil, false
+			}
+			i++
+		}
+		if b[start] == '0' && i-start > 1 {
+			return nil, false // JSON has no leading zeros
+		}
+		ids = append(ids, uint32(v))
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return nil, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+		case ']':
+			return ids, skipWS(b, i+1) == len(b)
+		default:
+			return nil, false // '.', 'e', '-' inside: not an integer
+		}
+	}
 }
 
 // Stop is the stop field: a string or a list of strings.

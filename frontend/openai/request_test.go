@@ -113,6 +113,9 @@ func TestMalformedCompletion(t *testing.T) {
 		{"negative token", `{"model":"m","prompt":[1,-2,3]}`, ErrBadRequest, "non-negative"},
 		{"token too big", `{"model":"m","prompt":[1,4294967296]}`, ErrBadRequest, "non-negative"},
 		{"float token", `{"model":"m","prompt":[1,2.5]}`, ErrBadRequest, "non-negative"},
+		{"exponent token", `{"model":"m","prompt":[1,2e3]}`, ErrBadRequest, "non-negative"},
+		{"leading zero token", `{"model":"m","prompt":[01]}`, ErrBadRequest, "JSON"},
+		{"token trailing comma", `{"model":"m","prompt":[1,2,]}`, ErrBadRequest, "JSON"},
 		{"mixed list", `{"model":"m","prompt":["a",1]}`, ErrBadRequest, "prompt"},
 		{"batched strings", `{"model":"m","prompt":["a","b"]}`, ErrUnprocessable, "batched prompts (2)"},
 		{"batched tokens", `{"model":"m","prompt":[[1],[2]]}`, ErrUnprocessable, "batched"},
@@ -199,6 +202,7 @@ func TestValidCompletionForms(t *testing.T) {
 		{`{"model":"m","prompt":"hello"}`, nil, "hello"},
 		{`{"model":"m","prompt":["hello"]}`, nil, "hello"},
 		{`{"model":"m","prompt":[1,2,3]}`, []uint32{1, 2, 3}, ""},
+		{`{"model":"m","prompt":[ 0 , 4294967295 ]}`, []uint32{0, 4294967295}, ""},
 		{`{"model":"m","prompt":[[4,5]]}`, []uint32{4, 5}, ""},
 		{`{"model":"m","prompt":" [ 6 ] "}`, nil, " [ 6 ] "},
 	}
