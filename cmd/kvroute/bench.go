@@ -225,6 +225,8 @@ func benchOracle(args []string) error {
 	bs := fs.Int("block-size", 64, "engine KV block size in tokens")
 	workers := fs.String("workers", "8", "comma-separated fleet sizes for the pooled oracle")
 	capacity := fs.Int("capacity", 16384, "KV blocks per worker (pooled capacity = workers × capacity)")
+	rate := fs.Float64("prefill-rate", bench.DefaultPrefillRate, "simulated routing: prefill tokens/s per worker")
+	seed := fs.Uint64("seed", 42, "simulated routing: seed of the random policy")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -244,6 +246,8 @@ func benchOracle(args []string) error {
 	var labels []string
 	var vals []float64
 	labels, vals = append(labels, "unbounded"), append(vals, u.HitRate)
+	var sims []bench.SimResult
+	simTab := bench.Table{Title: "Simulated routing (per-worker LRUs, prefill backlog model)", Columns: []string{"workers", "policy", "hit rate", "of pooled", "imbalance (max/mean requests)", "wait p50 s", "wait p90 s", "wait p99 s"}}
 	for _, ws := range strings.Split(*workers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(ws))
 		if err != nil || n < 1 {
@@ -256,10 +260,20 @@ func benchOracle(args []string) error {
 		results = append(results, p)
 		tab.Rows = append(tab.Rows, []string{"pooled", strconv.Itoa(n), strconv.Itoa(n * *capacity), bench.Pct(p.HitRate), bench.Pct(p.BlockHitRate)})
 		labels, vals = append(labels, fmt.Sprintf("pooled W=%d", n)), append(vals, p.HitRate)
+		for _, pol := range bench.SimPolicies {
+			r, err := o.SimulateRouting(t, n, *capacity, pol, *rate, *seed)
+			if err != nil {
+				return err
+			}
+			sims = append(sims, r)
+			simTab.Rows = append(simTab.Rows, []string{strconv.Itoa(n), string(pol), bench.Pct(r.HitRate), bench.Pct(r.HitRate / p.HitRate),
+				bench.F(r.Imbalance, 2), bench.F(r.WaitSeconds.P50, 2), bench.F(r.WaitSeconds.P90, 2), bench.F(r.WaitSeconds.P99, 2)})
+		}
 	}
-	rep.Tables = append(rep.Tables, tab)
+	rep.Tables = append(rep.Tables, tab, simTab)
 	rep.AddPlot("hit_rate.svg", "Oracle hit rates", (&bench.BarPlot{Title: "Oracle token hit rate", YLabel: "hit rate", Labels: labels, Values: vals, Max: 1}).SVG())
-	rep.Data = map[string]any{"trace": t.Stats(), "block_size": *bs, "results": results}
+	rep.Data = map[string]any{"trace": t.Stats(), "block_size": *bs, "results": results, "simulated": sims, "prefill_rate": *rate}
+	rep.Notes = append(rep.Notes, "Simulated routing has no engine: each worker prefills its uncached tokens at --prefill-rate, one request after another; wait = backlog at arrival + own prefill. cost = argmin(backlog + uncached/rate), the shape of kvroute's kv cost; prefix = pure affinity (longest cached prefix).")
 	return finish(rep, *c.out)
 }
 
