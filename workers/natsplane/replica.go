@@ -1,0 +1,186 @@
+package natsplane
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// ReplicaConfig configures replica sync (--router-replica-sync).
+type ReplicaConfig struct {
+	// RouterID names this router on the subject; a router ignores its own events. Default: a fresh nuid
+	// (unique per process start, as Dynamo's random u64).
+	RouterID string
+	// QueueSize bounds the queue "natsplane.replica" between the request path and the publisher; when it
+	// is full the newest event is dropped and counted. Default 100,000 (Dynamo's enqueue channel).
+	QueueSize int
+}
+
+// ReplicaStats are replica sync's counters.
+type ReplicaStats struct {
+	Published   uint64 // local events sent
+	Dropped     uint64 // local events dropped because the queue was full
+	QueueDepth  int    // local events waiting
+	Applied     uint64 // remote events applied
+	Own         uint64 // own events received back and ignored
+	ApplyErrors uint64 // remote events that did not apply (unknown worker or request, bad message)
+}
+
+// replicaEvent is the wire form (JSON) of one load event: Dynamo's ActiveSequenceEvent.
+type replicaEvent struct {
+	RouterID             string   `json:"router_id"`
+	RequestID            string   `json:"request_id"`
+	WorkerID             uint64   `json:"worker_id"`
+	DPRank               uint32   `json:"dp_rank"`
+	Data                 string   `json:"data"` // "add_request" | "mark_prefill_completed" | "free"
+	TokenSequence        []uint64 `json:"token_sequence,omitempty"`
+	ISL                  int      `json:"isl,omitempty"`
+	Overlap              uint32   `json:"overlap,omitempty"`
+	ExpectedOutputTokens int      `json:"expected_output_tokens,omitempty"`
+	AssumeKVReuse        bool     `json:"assume_kv_reuse,omitempty"`
+	TrackPrefillTokens   *bool    `json:"track_prefill_tokens,omitempty"`
+}
+
+var kindNames = map[router.LoadEventKind]string{router.LoadAdd: "add_request", router.LoadPrefillDone: "mark_prefill_completed", router.LoadFree: "free"}
+
+// ReplicaSync publishes this router's load changes and applies other routers' (spec/router.md §7.1).
+// Best-effort: events travel on core NATS, lost events are repaired by stale-request expiry on the
+// receiving side, and a new replica starts with zero remote load and converges as requests end.
+//
+// Goroutines: the request path only enqueues (Observe never blocks); one publisher goroutine drains the
+// queue; the NATS subscription's goroutine applies remote events.
+type ReplicaSync struct {
+	cfg  ReplicaConfig
+	nc   *nats.Conn
+	q    chan router.LoadEvent
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	mu  sync.Mutex
+	r   *router.Router
+	sub *nats.Subscription
+
+	published, dropped, applied, own, applyErrs atomic.Uint64
+}
+
+// NewReplicaSync starts the publisher. Set router.Config.OnLoad to Observe before router.New, then call
+// Start with the router.
+func NewReplicaSync(nc *nats.Conn, cfg ReplicaConfig) *ReplicaSync {
+	if cfg.RouterID == "" {
+		cfg.RouterID = nuid.Next()
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 100_000
+	}
+	rs := &ReplicaSync{cfg: cfg, nc: nc, q: make(chan router.LoadEvent, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{})}
+	go rs.publishLoop()
+	return rs
+}
+
+// RouterID is this router's id on the subject.
+func (rs *ReplicaSync) RouterID() string { return rs.cfg.RouterID }
+
+// Observe is the router's load observer (router.Config.OnLoad): it enqueues without blocking, dropping
+// the event when the queue is full.
+func (rs *ReplicaSync) Observe(ev router.LoadEvent) {
+	select {
+	case rs.q <- ev:
+	default:
+		rs.dropped.Add(1)
+	}
+}
+
+func (rs *ReplicaSync) publishLoop() {
+	defer close(rs.done)
+	for {
+		select {
+		case <-rs.stop:
+			return
+		case ev := <-rs.q:
+			data, err := json.Marshal(replicaEvent{RouterID: rs.cfg.RouterID, RequestID: ev.RequestID, WorkerID: ev.Worker.WorkerID,
+				DPRank: ev.Worker.DPRank, Data: kindNames[ev.Kind], TokenSequence: ev.SeqHashes, ISL: ev.ISL, Overlap: ev.OverlapBlocks,
+				ExpectedOutputTokens: ev.ExpectedOutputTokens, AssumeKVReuse: ev.AssumeKVReuse, TrackPrefillTokens: ev.TrackPrefillTokens})
+			if err == nil && rs.nc.Publish(ReplicaSubject, data) == nil {
+				rs.published.Add(1)
+			} else {
+				rs.dropped.Add(1)
+			}
+		}
+	}
+}
+
+// Start subscribes to the other routers' events and applies them to r.
+func (rs *ReplicaSync) Start(r *router.Router) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.sub != nil {
+		return errors.New("natsplane: replica sync already started")
+	}
+	rs.r = r
+	sub, err := rs.nc.Subscribe(ReplicaSubject, rs.handle)
+	if err != nil {
+		return fmt.Errorf("natsplane: replica subscribe: %w", err)
+	}
+	_ = sub.SetPendingLimits(rs.cfg.QueueSize, -1)
+	rs.sub = sub
+	return rs.nc.Flush()
+}
+
+func (rs *ReplicaSync) handle(m *nats.Msg) {
+	var ev replicaEvent
+	if err := json.Unmarshal(m.Data, &ev); err != nil {
+		rs.applyErrs.Add(1)
+		return
+	}
+	if ev.RouterID == rs.cfg.RouterID {
+		rs.own.Add(1)
+		return
+	}
+	le := router.LoadEvent{RequestID: ev.RequestID, Worker: scoring.WorkerKey{WorkerID: ev.WorkerID, DPRank: ev.DPRank},
+		SeqHashes: ev.TokenSequence, ISL: ev.ISL, OverlapBlocks: ev.Overlap, ExpectedOutputTokens: ev.ExpectedOutputTokens,
+		AssumeKVReuse: ev.AssumeKVReuse, TrackPrefillTokens: ev.TrackPrefillTokens}
+	switch ev.Data {
+	case "add_request":
+		le.Kind = router.LoadAdd
+	case "mark_prefill_completed":
+		le.Kind = router.LoadPrefillDone
+	case "free":
+		le.Kind = router.LoadFree
+	default:
+		rs.applyErrs.Add(1)
+		return
+	}
+	if err := rs.r.ApplyRemote(ev.RouterID, le); err != nil {
+		rs.applyErrs.Add(1)
+		return
+	}
+	rs.applied.Add(1)
+}
+
+// Stats returns the counters.
+func (rs *ReplicaSync) Stats() ReplicaStats {
+	return ReplicaStats{Published: rs.published.Load(), Dropped: rs.dropped.Load(), QueueDepth: len(rs.q), Applied: rs.applied.Load(),
+		Own: rs.own.Load(), ApplyErrors: rs.applyErrs.Load()}
+}
+
+// Stop unsubscribes and stops the publisher (queued events are dropped).
+func (rs *ReplicaSync) Stop() {
+	rs.once.Do(func() {
+		rs.mu.Lock()
+		if rs.sub != nil {
+			_ = rs.sub.Unsubscribe()
+		}
+		rs.mu.Unlock()
+		close(rs.stop)
+		<-rs.done
+	})
+}
