@@ -1,10 +1,12 @@
 package mocker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/goccy/go-json"
 	"github.com/kvroute/kvroute/workers/kvevents"
@@ -31,6 +33,10 @@ type KVEventsConfig struct {
 	Topic string `json:"topic"`
 	// Layout is the event shape: kvevents.LayoutMap (current vLLM, default) or LayoutArray (legacy).
 	Layout kvevents.Layout `json:"-"`
+	// ReplayPoll is how often an idle publisher checks its replay socket. Default 20ms: a fleet of 64
+	// workers then idles at about 2 % of a core instead of 10 % (kvevents' own default is 5ms); a replay
+	// answer is delayed by at most this much.
+	ReplayPoll time.Duration `json:"-"`
 	// SkipSend, when set, withholds the batch with that seq from the PUB socket while keeping it in the
 	// replay ring (fault injection: a subscriber sees a gap and recovers it through replay).
 	SkipSend func(seq uint64) bool `json:"-"`
@@ -130,6 +136,7 @@ func newZMQPublisher(c KVEventsConfig, rank int) (EventPublisher, error) {
 		HWM:            c.HWM,
 		QueueSize:      c.MaxQueueSize,
 		SkipSend:       c.SkipSend,
+		PollInterval:   cmp.Or(c.ReplayPoll, 20*time.Millisecond),
 	})
 	if err != nil {
 		return nil, err
