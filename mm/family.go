@@ -120,6 +120,15 @@ type Spec struct {
 	Disabled string
 }
 
+// UUIDModality is the key of vLLM's multi_modal_uuids under which the image uuids go: "vision_chunk"
+// for Kimi (unified vision chunks), "image" otherwise (spec/multimodal.md §2.3).
+func (s *Spec) UUIDModality() string {
+	if s.Family == FamilyKimiK25 {
+		return "vision_chunk"
+	}
+	return "image"
+}
+
 // NumTokens is the placeholder count of an image of size sz.
 func (s *Spec) NumTokens(sz Size) int { return CalculateNumTokens(sz.W, sz.H, s.Family, s.Processor) }
 

@@ -131,3 +131,12 @@ func TestBOSRule(t *testing.T) {
 		t.Fatal("a multi-token BOS must not be prepended")
 	}
 }
+
+func TestUUIDModality(t *testing.T) {
+	if m := (&Spec{Family: FamilyKimiK25}).UUIDModality(); m != "vision_chunk" {
+		t.Fatal(m)
+	}
+	if m := (&Spec{Family: FamilyQwen3VL}).UUIDModality(); m != "image" {
+		t.Fatal(m)
+	}
+}

@@ -62,6 +62,18 @@ func NewGuard(allow []string) (*Guard, error) {
 	return g, nil
 }
 
+// ParseAllowHosts splits a --media-allow-hosts value ("127.0.0.1,images.internal,10.0.0.0/8") into
+// NewGuard entries.
+func ParseAllowHosts(flag string) []string {
+	var out []string
+	for _, f := range strings.Split(flag, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // hostAllowed reports whether host is named in the allow-list.
 func (g *Guard) hostAllowed(host string) bool {
 	return g != nil && g.allowHosts[strings.ToLower(strings.TrimSuffix(host, "."))]

@@ -122,3 +122,13 @@ func TestProbeSSRF(t *testing.T) {
 		t.Errorf("stats %+v", allowed.Stats())
 	}
 }
+
+func TestParseAllowHosts(t *testing.T) {
+	got := ParseAllowHosts(" 127.0.0.1, images.internal ,,10.0.0.0/8 ")
+	if len(got) != 3 || got[0] != "127.0.0.1" || got[1] != "images.internal" || got[2] != "10.0.0.0/8" {
+		t.Fatalf("got %q", got)
+	}
+	if ParseAllowHosts("") != nil {
+		t.Fatal("empty flag gives entries")
+	}
+}

@@ -11,7 +11,8 @@ import (
 // BenchmarkResolveWarm: one op resolves a request of N images whose sizes are cached (identity from
 // the URL, cache hit, token count); the metric ns/image is the per-image cost on the request path.
 func BenchmarkResolveWarm(b *testing.B) {
-	srv := newImageServer(b, map[string][]byte{"/a.png": encodePNG(b, 640, 480)})
+	png := encodePNG(b, 640, 480)
+	srv := newImageServer(b, map[string][]byte{"/a.png": png, "/images/a.png": png})
 	for _, n := range []int{1, 4} {
 		b.Run("images="+strconv.Itoa(n), func(b *testing.B) {
 			r, _ := newTestResolver(b, qwen3Spec(), DefaultResolveConfig(), "127.0.0.1")
@@ -19,7 +20,6 @@ func BenchmarkResolveWarm(b *testing.B) {
 			for i := range parts {
 				parts[i] = Part{URL: srv.URL + "/images/a.png?sig=0123456789abcdef&i=" + strconv.Itoa(i)}
 			}
-			srv.files["/images/a.png"] = srv.files["/a.png"]
 			ctx := context.Background()
 			dst, reason := r.Resolve(ctx, parts, nil)
 			if reason != FallbackNone {
