@@ -139,3 +139,30 @@ func BenchmarkStream(b *testing.B) {
 	}
 	b.ReportMetric(float64(events)/float64(b.N), "events/op")
 }
+
+// BenchmarkDispatchParallel: one op is one short non-streaming request, issued from GOMAXPROCS*4
+// goroutines over one Endpoint (the pool grows to that many connections); req/s is the loopback
+// throughput with the server sharing the same cores.
+func BenchmarkDispatchParallel(b *testing.B) {
+	url := startBenchServer(b)
+	e, err := NewEndpoint(url, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	cpu := processCPU()
+	b.RunParallel(func(pb *testing.PB) {
+		req := &Request{Path: "/v1/chat/completions", Body: benchBody}
+		var resp Response
+		for pb.Next() {
+			if err := e.Do(context.Background(), req, &resp); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	reportCPU(b, cpu)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+}

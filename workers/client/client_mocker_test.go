@@ -263,3 +263,18 @@ func TestMetricsSeeRunningRequest(t *testing.T) {
 		t.Fatalf("a scrape during a stream needs a second connection: %+v", st)
 	}
 }
+
+// TestHeadersReachWorker: Request.Headers go out as given (vLLM reads X-data-parallel-rank).
+func TestHeadersReachWorker(t *testing.T) {
+	w := startMocker(t, func(c *mocker.WorkerConfig) { c.DPSize = 2 })
+	e := newEndpoint(t, w.URL(), Config{})
+	var resp Response
+	req := &Request{Path: "/v1/completions", Body: []byte(`{"model":"m","prompt":[1,2,3],"max_tokens":2}`),
+		Headers: []Header{{Key: "X-data-parallel-rank", Value: "1"}}}
+	if err := e.Do(context.Background(), req, &resp); err != nil || resp.Status != 200 {
+		t.Fatalf("%v %d %s", err, resp.Status, resp.Body)
+	}
+	if w.Stats(1).PromptTokens != 3 || w.Stats(0).PromptTokens != 0 {
+		t.Fatalf("rank 0 %+v rank 1 %+v", w.Stats(0), w.Stats(1))
+	}
+}
