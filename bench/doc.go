@@ -6,6 +6,9 @@
 //
 //   - trace.go: Mooncake JSONL (spec/mocker.md §8.1), first-N-minutes filtering, the arrival schedule
 //     (trace time divided by --arrival-speedup, optional seeded jitter).
+//   - replay.go: Replay fires arrivals on schedule through an injected Sleeper (wall clock or a test fake).
+//   - simroute.go: cache-and-backlog routing simulation over per-worker LRUs (round-robin … cost).
+//   - arms.go: goodput under a TTFT SLO, load imbalance, load-over-time and hit-rate plots for the e2e report.
 //   - tokens.go: Blocks turns hash ids into deterministic token blocks (same id → same tokens, the last
 //     block cut to input_length) and into engine-size chunks.
 //   - oracle.go, lru.go: the unbounded oracle (every block seen before is a hit) and the pooled oracle (one
