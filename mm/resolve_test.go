@@ -211,6 +211,28 @@ func TestDynamoScenarios(t *testing.T) {
 	if o := overlap(two, three, bs); o < (5+3+300+3+300)/bs {
 		t.Errorf("staircase overlap %d", o)
 	}
+	// Two identical images in one request: one fetch, both expanded; a repeat overlaps fully.
+	twin := view(textA, cat, cat)
+	if o := overlap(twin, view(textA, cat, cat), bs); o != len(twin)/bs-1 && o != len(twin)/bs {
+		t.Errorf("repeated two-identical-image request overlap %d of %d blocks", o, len(twin)/bs)
+	}
+	// Same images with a different prompt before them: less than with the same prompt.
+	otherPrompt := func(tail []uint32, parts ...Part) []uint32 {
+		images, _ := resolve(t, r, parts...)
+		toks := append([]uint32{9, 9, 9, 9, 9}, prompt(len(parts), tail...)[5:]...)
+		rt, reason := r.Route(nil, toks, images, bs, DefaultLimits())
+		if reason != FallbackNone {
+			t.Fatalf("route: %s", reason)
+		}
+		return rt.Tokens
+	}
+	if o := overlap(first, otherPrompt(textA, cat), bs); o >= same {
+		t.Errorf("different prompt overlap %d >= same prompt %d", o, same)
+	}
+	// Text-only repeat (no images) is plain prefix routing: nothing to resolve.
+	if images, reason := resolve(t, r); reason != FallbackNone || len(images) != 0 {
+		t.Errorf("text-only: %s %v", reason, images)
+	}
 	// Swapped image order: near-zero overlap (only the text before the first image).
 	if o := overlap(two, view(textA, dog, cat), bs); o > 0 {
 		t.Errorf("swapped order overlap %d", o)
