@@ -48,13 +48,49 @@ func (r *recorder) snapshot() []*kvevents.Batch {
 	return append([]*kvevents.Batch(nil), r.batches...)
 }
 
-// wireMirror applies decoded batches: refcount per engine hash, as the router's worker actor does.
-type wireMirror map[uint64]int
+// wireMirror applies decoded batches as the router's worker actor does: refcount per engine hash, and
+// the block's content (tokens, parent, image identities in extra keys) from the BlockStored that announced
+// it.
+type wireMirror map[uint64]*mirrorBlock
+
+type mirrorBlock struct {
+	count   int
+	content string // tokens, parent and extra keys, printed
+}
 
 // fataler is the part of testing.T that wireMirror.apply needs.
 type fataler interface {
 	Helper()
 	Fatalf(format string, args ...any)
+}
+
+func blockContent(tokens []uint32, parent *uint64, extra string) string {
+	p := "none"
+	if parent != nil {
+		p = fmt.Sprint(*parent)
+	}
+	return fmt.Sprint(tokens, " parent=", p, " extra=", extra)
+}
+
+func wireExtra(keys []kvevents.ExtraKey) string {
+	if keys == nil {
+		return "null"
+	}
+	var ek ExtraKeys
+	for _, k := range keys {
+		switch k.Kind {
+		case kvevents.ExtraMM:
+			ek.MM = append(ek.MM, MMKey{ID: k.Str, Offset: int(k.Int)})
+		case kvevents.ExtraString:
+			if len(ek.MM) == 0 && ek.LoraName == "" {
+				ek.LoraName = k.Str
+			} else {
+				ek.CacheSalt = k.Str
+			}
+		}
+	}
+	b, _ := json.Marshal(&ek)
+	return string(b)
 }
 
 func (m wireMirror) apply(t fataler, b *kvevents.Batch) {
@@ -63,15 +99,38 @@ func (m wireMirror) apply(t fataler, b *kvevents.Batch) {
 		ev := &b.Events[i]
 		switch ev.Kind {
 		case kvevents.Stored:
-			for _, h := range ev.BlockHashes {
-				m[h]++
+			if len(ev.TokenIDs) != len(ev.BlockHashes)*ev.BlockSize {
+				t.Fatalf("stored %d hashes with %d tokens of block size %d", len(ev.BlockHashes), len(ev.TokenIDs), ev.BlockSize)
+			}
+			var parent *uint64
+			if ev.HasParent {
+				p := ev.ParentHash
+				parent = &p
+			}
+			for j, h := range ev.BlockHashes {
+				var extra []kvevents.ExtraKey
+				if j < len(ev.ExtraKeys) {
+					extra = ev.ExtraKeys[j]
+				}
+				c := blockContent(ev.TokenIDs[j*ev.BlockSize:(j+1)*ev.BlockSize], parent, wireExtra(extra))
+				e := m[h]
+				if e == nil {
+					e = &mirrorBlock{content: c}
+					m[h] = e
+				} else if e.content != c {
+					t.Fatalf("hash %x announced twice with different content", h)
+				}
+				e.count++
+				hh := h
+				parent = &hh
 			}
 		case kvevents.Removed:
 			for _, h := range ev.BlockHashes {
-				if m[h] == 0 {
+				e := m[h]
+				if e == nil {
 					t.Fatalf("removed unknown hash %x", h)
 				}
-				if m[h]--; m[h] == 0 {
+				if e.count--; e.count == 0 {
 					delete(m, h)
 				}
 			}
@@ -84,7 +143,17 @@ func (m wireMirror) apply(t fataler, b *kvevents.Batch) {
 func truthOf(blocks []CachedBlock) wireMirror {
 	m := wireMirror{}
 	for _, b := range blocks {
-		m[b.Hash]++
+		extra := "null"
+		if b.ExtraKeys != nil {
+			raw, _ := json.Marshal(b.ExtraKeys)
+			extra = string(raw)
+		}
+		c := blockContent(b.TokenIDs, b.Parent, extra)
+		if e := m[b.Hash]; e != nil {
+			e.count++
+		} else {
+			m[b.Hash] = &mirrorBlock{count: 1, content: c}
+		}
 	}
 	return m
 }
@@ -94,7 +163,7 @@ func equalMirrors(a, b wireMirror) bool {
 		return false
 	}
 	for k, v := range a {
-		if b[k] != v {
+		if w := b[k]; w == nil || w.count != v.count || w.content != v.content {
 			return false
 		}
 	}
@@ -396,16 +465,26 @@ func TestEventStreamReconstructsGroundTruth(t *testing.T) {
 			prefixes := [][]uint32{seq(0, 70), seq(5000, 40), seq(9000, 100)}
 			var wg sync.WaitGroup
 			sem := make(chan struct{}, 8)
+			images := []string{pngDataURI(t, 256, 256), pngDataURI(t, 320, 256)}
 			for i := range 120 {
 				p := append(append([]uint32(nil), prefixes[rng.IntN(3)]...), seq(20_000+i*13, rng.IntN(40))...)
 				body := map[string]any{"prompt": p, "max_tokens": 1 + rng.IntN(30)}
+				path := "/v1/completions"
+				if i%8 == 0 { // a chat request with an image: its blocks carry extra keys
+					path = "/v1/chat/completions"
+					img := rng.IntN(2)
+					body = map[string]any{"max_tokens": 1 + rng.IntN(10), "messages": []map[string]any{{"role": "user", "content": []map[string]any{
+						{"type": "text", "text": "see"},
+						{"type": "image_url", "image_url": map[string]any{"url": images[img]}, "uuid": fmt.Sprintf("%064x", img+1)},
+					}}}}
+				}
 				wg.Add(1)
 				sem <- struct{}{}
 				go func() {
 					defer wg.Done()
 					defer func() { <-sem }()
 					b, _ := json.Marshal(body)
-					resp, err := http.Post(w.URL()+"/v1/completions", "application/json", bytes.NewReader(b))
+					resp, err := http.Post(w.URL()+path, "application/json", bytes.NewReader(b))
 					if err == nil {
 						io.Copy(io.Discard, resp.Body)
 						resp.Body.Close()
@@ -417,7 +496,7 @@ func TestEventStreamReconstructsGroundTruth(t *testing.T) {
 			_, kb := getBody(t, w.URL()+"/debug/kv_blocks")
 			var resp KVBlocksResponse
 			must(t, json.Unmarshal(kb, &resp))
-			evictions := uint64(0)
+			evictions, withImages := uint64(0), 0
 			for rank := range 2 {
 				m := wireMirror{}
 				for _, b := range w.rec[rank].snapshot() {
@@ -425,6 +504,11 @@ func TestEventStreamReconstructsGroundTruth(t *testing.T) {
 						t.Fatalf("batch dp_rank %d on rank %d", b.DPRank, rank)
 					}
 					m.apply(t, b)
+				}
+				for _, b := range resp.Ranks[rank].Blocks {
+					if b.ExtraKeys != nil {
+						withImages++
+					}
 				}
 				if got := truthOf(resp.Ranks[rank].Blocks); !equalMirrors(got, m) {
 					t.Fatalf("rank %d: mirror %d hashes, truth %d", rank, len(m), len(got))
@@ -434,6 +518,7 @@ func TestEventStreamReconstructsGroundTruth(t *testing.T) {
 			if evictions == 0 {
 				t.Fatal("no eviction pressure")
 			}
+			t.Logf("%d evictions, %d cached image blocks at the end", evictions, withImages)
 		})
 	}
 }

@@ -159,7 +159,10 @@ func TestZMQSubscriberReconstructsGroundTruth(t *testing.T) {
 			if z.batches != total {
 				t.Fatalf("subscriber applied %d batches, publisher sent %d", z.batches, total)
 			}
-			if got := truthOf(w.CachedBlocks(0)); !equalMirrors(got, z.m) {
+			_, kb := getBody(t, w.URL()+"/debug/kv_blocks")
+			var truthResp KVBlocksResponse
+			must(t, json.Unmarshal(kb, &truthResp))
+			if got := truthOf(truthResp.Ranks[0].Blocks); !equalMirrors(got, z.m) {
 				t.Fatalf("mirror %d hashes, truth %d", len(z.m), len(got))
 			}
 			if w.Stats(0).Evictions == 0 {
