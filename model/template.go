@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
@@ -69,6 +71,7 @@ func templateEnvironment() *exec.Environment {
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{})
 	filters.Update(builtins.Filters)
 	_ = filters.Replace("tojson", filterPyJSON)
+	_ = filters.Replace("trim", filterPyTrim)
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	ctx.Set("raise_exception", func(msg string) (string, error) {
 		return "", fmt.Errorf("%w: raise_exception: %s", ErrTemplate, msg)
@@ -79,8 +82,72 @@ func templateEnvironment() *exec.Environment {
 		Filters:           filters,
 		Tests:             builtins.Tests,
 		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
+		Methods:           pyMethods(),
 	}
+}
+
+// pyMethods are gonja's methods with Python's strip family: gonja's lstrip/rstrip without an argument strip only
+// spaces and its strip uses Go's TrimSpace; Python strips every str.isspace character.
+func pyMethods() exec.Methods {
+	m := builtins.Methods
+	str := map[string]exec.Method[string]{}
+	for _, name := range []string{"capitalize", "capwords", "casefold", "center", "count", "encode", "endswith",
+		"expandtabs", "find", "format", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "islower",
+		"isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower", "partition",
+		"removeprefix", "removesuffix", "replace", "rfind", "rjust", "rpartition", "rsplit", "split",
+		"splitlines", "startswith", "swapcase", "title", "upper", "zfill"} {
+		if f, ok := m.Str.Get(name); ok {
+			str[name] = f
+		}
+	}
+	strip := func(left, right bool) exec.Method[string] {
+		return func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
+			if len(args.Args) > 1 || len(args.KwArgs) > 0 {
+				return nil, exec.ErrInvalidCall(errors.New("strip takes at most one argument"))
+			}
+			if len(args.Args) == 0 || args.Args[0].IsNil() {
+				return pyStrip(self, left, right, nil), nil
+			}
+			return pyStrip(self, left, right, []rune(args.Args[0].String())), nil
+		}
+	}
+	str["strip"], str["lstrip"], str["rstrip"] = strip(true, true), strip(true, false), strip(false, true)
+	m.Str = exec.NewMethodSet(str)
+	return m
+}
+
+// pyIsSpace is Python's str.isspace for one character: Go's unicode.IsSpace plus the separators U+001C..U+001F.
+func pyIsSpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
+
+// pyStrip is Python's str.strip / lstrip / rstrip: chars nil means white space.
+func pyStrip(s string, left, right bool, chars []rune) string {
+	in := func(r rune) bool {
+		if chars == nil {
+			return pyIsSpace(r)
+		}
+		return slices.Contains(chars, r)
+	}
+	if left {
+		s = strings.TrimLeftFunc(s, in)
+	}
+	if right {
+		s = strings.TrimRightFunc(s, in)
+	}
+	return s
+}
+
+// filterPyTrim is Jinja's trim: value.strip(chars).
+func filterPyTrim(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	var chars []rune
+	if v, ok := params.KwArgs["chars"]; ok && !v.IsNil() {
+		chars = []rune(v.String())
+	} else if len(params.Args) > 0 && !params.Args[0].IsNil() {
+		chars = []rune(params.Args[0].String())
+	}
+	return exec.AsValue(pyStrip(in.String(), true, true, chars))
 }
 
 // Render renders messages into the prompt text the engine will tokenize.
@@ -114,7 +181,9 @@ const maxPooledRender = 8 << 20
 
 func (ct *ChatTemplate) execute(w stringWriter, msgs []Message, opts ChatOptions) error {
 	if ct.native != nil && nativeUsable(msgs, opts) {
-		return ct.native(w, msgs, opts)
+		if err := ct.native(w, msgs, opts); err != errNotNative {
+			return err
+		}
 	}
 	data := make(map[string]any, len(ct.vars)+len(opts.Kwargs)+3)
 	for k, v := range ct.vars {

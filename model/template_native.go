@@ -3,6 +3,7 @@ package model
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -28,6 +29,10 @@ type stringWriter interface {
 var nativeTemplates = map[string]nativeRenderer{
 	// testdata/models/Qwen3-VL-2B-Instruct/chat_template.jinja (the fixture; Qwen-VL ChatML with vision parts).
 	"735dfb6b3e163a91ec7eba25282d213f3c44831a18cf1e547dc5fc7f156b88f8": renderQwenVL,
+	// The Qwen3 text template (tokenizer_config.json of the Qwen3 models, also the fixture's). Besides speed, the
+	// native form avoids a gonja failure on it: a method call on an empty string result (an assistant message
+	// ending in "</think>") does not evaluate.
+	"87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5": renderQwen3,
 }
 
 // nativeKwargs are the template kwargs native renderers understand; any other kwarg sends a request to gonja.
@@ -40,6 +45,9 @@ func sourceHash(src string) string {
 
 // nativeFor returns the native renderer of src, or nil.
 func nativeFor(src string) nativeRenderer { return nativeTemplates[sourceHash(src)] }
+
+// errNotNative is returned by a native renderer, before writing anything, for input it leaves to gonja.
+var errNotNative = errors.New("model: not for the native renderer")
 
 func isDict(v any) bool {
 	_, ok := v.(exec.Dict)
@@ -230,4 +238,114 @@ func contentTruthy(c *Content) bool {
 		return len(c.Parts) > 0
 	}
 	return !c.Null && c.Text != ""
+}
+
+// renderQwen3 is the native form of Qwen3's text template: ChatML, tools in the system turn, and the thinking rules:
+// an assistant turn after the last real user query shows its reasoning in <think>...</think> (the last turn
+// always), earlier ones drop it. It handles string contents only; anything else goes to gonja, as Jinja would
+// fail or stringify a list there.
+func renderQwen3(sb stringWriter, msgs []Message, opts ChatOptions) error {
+	for i := range msgs {
+		if msgs[i].Content.IsParts || msgs[i].Content.Null {
+			return errNotNative
+		}
+	}
+	if len(opts.Tools) > 0 {
+		sb.WriteString("<|im_start|>system\n")
+		if msgs[0].Role == "system" {
+			sb.WriteString(msgs[0].Content.Text)
+			sb.WriteString("\n\n")
+		}
+		sb.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+		for i, raw := range opts.Tools {
+			v, err := orderedJSON(raw)
+			if err != nil {
+				return templateErrorf("tools[%d]: %v", i, err)
+			}
+			sb.WriteString("\n")
+			if err := writeJSONTo(sb, v); err != nil {
+				return templateErrorf("tools[%d]: %v", i, err)
+			}
+		}
+		sb.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
+	} else if msgs[0].Role == "system" {
+		sb.WriteString("<|im_start|>system\n")
+		sb.WriteString(msgs[0].Content.Text)
+		sb.WriteString("<|im_end|>\n")
+	}
+	lastQuery := len(msgs) - 1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		c := msgs[i].Content.Text
+		if msgs[i].Role == "user" && !(strings.HasPrefix(c, "<tool_response>") && strings.HasSuffix(c, "</tool_response>")) {
+			lastQuery = i
+			break
+		}
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case m.Role == "user" || (m.Role == "system" && i > 0):
+			sb.WriteString("<|im_start|>")
+			sb.WriteString(m.Role)
+			sb.WriteString("\n")
+			sb.WriteString(m.Content.Text)
+			sb.WriteString("<|im_end|>\n")
+		case m.Role == "assistant":
+			content, reasoning := m.Content.Text, ""
+			if m.ReasoningContent != "" {
+				reasoning = m.ReasoningContent
+			} else if strings.Contains(content, "</think>") {
+				whole := content
+				content = strings.TrimLeft(whole[strings.LastIndex(whole, "</think>")+len("</think>"):], "\n")
+				before := strings.TrimRight(whole[:strings.Index(whole, "</think>")], "\n")
+				if k := strings.LastIndex(before, "<think>"); k >= 0 {
+					before = before[k+len("<think>"):]
+				}
+				reasoning = strings.TrimLeft(before, "\n")
+			}
+			sb.WriteString("<|im_start|>assistant\n")
+			if i > lastQuery && (i == len(msgs)-1 || reasoning != "") {
+				sb.WriteString("<think>\n")
+				sb.WriteString(strings.Trim(reasoning, "\n"))
+				sb.WriteString("\n</think>\n\n")
+				sb.WriteString(strings.TrimLeft(content, "\n"))
+			} else {
+				sb.WriteString(content)
+			}
+			for k, tc := range m.ToolCalls {
+				if (k == 0 && content != "") || k > 0 {
+					sb.WriteString("\n")
+				}
+				sb.WriteString("<tool_call>\n{\"name\": \"")
+				sb.WriteString(tc.Function.Name)
+				sb.WriteString("\", \"arguments\": ")
+				if v, err := orderedJSON([]byte(tc.Function.Arguments)); err == nil && isDict(v) {
+					if err := writeJSONTo(sb, v); err != nil {
+						return templateErrorf("tool call arguments: %v", err)
+					}
+				} else {
+					sb.WriteString(tc.Function.Arguments)
+				}
+				sb.WriteString("}\n</tool_call>")
+			}
+			sb.WriteString("<|im_end|>\n")
+		case m.Role == "tool":
+			if i == 0 || msgs[i-1].Role != "tool" {
+				sb.WriteString("<|im_start|>user")
+			}
+			sb.WriteString("\n<tool_response>\n")
+			sb.WriteString(m.Content.Text)
+			sb.WriteString("\n</tool_response>")
+			if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
+				sb.WriteString("<|im_end|>\n")
+			}
+		}
+	}
+	if opts.AddGenerationPrompt {
+		sb.WriteString("<|im_start|>assistant\n")
+		if v, ok := opts.Kwargs["enable_thinking"].(bool); ok && !v {
+			sb.WriteString("<think>\n\n</think>\n\n")
+		}
+	}
+	return nil
 }

@@ -189,3 +189,61 @@ func TestResolveHFCache(t *testing.T) {
 func errorsIs(err, target error) bool { return err != nil && errors.Is(err, target) }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestChatTemplateRandomJinja2: 900 random conversations (300 per template) rendered by Jinja2
+// (scripts/gen-template-golden.py) must render identically through gonja, and through the native renderer for the
+// fixture template.
+func TestChatTemplateRandomJinja2(t *testing.T) {
+	m := fixture(t)
+	llama, err := ReadTokenizerConfig("../testdata/tokenizers/llama3/tokenizer_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gonjaFixture := *m.ChatTemplate
+	gonjaFixture.native = nil
+	templates := map[string][]*ChatTemplate{"fixture": {m.ChatTemplate, &gonjaFixture}}
+	for name, tc := range map[string]TokenizerConfig{"qwen3-text": m.TokenizerConfig, "llama3": llama} {
+		ct, err := NewChatTemplate(tc.ChatTemplate, tc.TemplateVars())
+		if err != nil {
+			t.Fatal(err)
+		}
+		templates[name] = []*ChatTemplate{ct}
+	}
+	lines := readGzipLines(t, "testdata/chat/random.jsonl.gz")
+	if len(lines) < 900 {
+		t.Fatalf("%d random cases", len(lines))
+	}
+	bad := 0
+	for i, line := range lines {
+		var c struct {
+			Template string `json:"template"`
+			Request  struct {
+				Messages            json.RawMessage   `json:"messages"`
+				Tools               []json.RawMessage `json:"tools"`
+				AddGenerationPrompt bool              `json:"add_generation_prompt"`
+				Kwargs              map[string]any    `json:"kwargs"`
+			} `json:"request"`
+			Output string `json:"output"`
+		}
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := ParseMessages(c.Request.Messages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := ChatOptions{AddGenerationPrompt: c.Request.AddGenerationPrompt, Tools: c.Request.Tools, Kwargs: c.Request.Kwargs}
+		for k, ct := range templates[c.Template] {
+			got, err := ct.Render(msgs, opts)
+			if err != nil || got != c.Output {
+				bad++
+				if bad <= 3 {
+					t.Errorf("case %d (%s, renderer %d): err %v\nmessages %s\n got: %q\nwant: %q", i, c.Template, k, err, c.Request.Messages, got, c.Output)
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d renderings differ from Jinja2", bad)
+	}
+}

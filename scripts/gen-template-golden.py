@@ -104,6 +104,79 @@ def main():
             with open(os.path.join(CASES, name, case["name"] + ".txt"), "w") as f:
                 f.write(out)
             print(name, case["name"], len(out))
+    random_cases(templates)
+
+
+
+def random_cases(templates, count=300, seed=20261202):
+    """Random conversations rendered by Jinja2, for the gonja-vs-Jinja2 test (model/testdata/chat/random.jsonl.gz)."""
+    import gzip
+    import random
+
+    rng = random.Random(seed)
+    with open(os.path.join(ROOT, "testdata", "tokenizers", "corpus.jsonl")) as f:
+        corpus = [json.loads(line) for line in f]
+    corpus = [s for s in corpus if len(s) < 400]
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    args = ['{"city": "Zürich", "n": 1.5, "deep": {"a": [1, null, true, 1e-7]}}', "[1,2]", "not json", "{}"]
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "description": "°C “q”", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+        {"type": "function", "function": {"name": "f", "parameters": {"x": 0.5, "y": []}}},
+    ]
+
+    def text():
+        r = rng.random()
+        if r < 0.1:
+            return ""
+        if r < 0.2:
+            return "<think>\n" + rng.choice(corpus) + "\n</think>\n\n" + rng.choice(corpus)
+        if r < 0.25:
+            return "<tool_response>" + rng.choice(corpus) + "</tool_response>"
+        return rng.choice(corpus)
+
+    out = []
+    for name, (src, tc) in templates.items():
+        tmpl = env.from_string(src)
+        parts_ok = name == "fixture"
+        made = 0
+        while made < count:
+            msgs = []
+            if rng.random() < 0.5:
+                msgs.append({"role": "system", "content": text()})
+            for _ in range(rng.randint(1, 6)):
+                role = rng.choice(["user", "user", "assistant", "assistant", "tool"] + (["system"] if name != "llama3" else []))
+                m = {"role": role, "content": text()}
+                if parts_ok and rng.random() < 0.3:
+                    m["content"] = [rng.choice([{"type": "text", "text": text()}, {"type": "image_url", "image_url": {"url": "x"}}, {"type": "video_url", "video_url": {"url": "v"}}]) for _ in range(rng.randint(0, 3))]
+                if role == "assistant" and name != "llama3":
+                    if rng.random() < 0.3:
+                        m["tool_calls"] = [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": rng.choice(args)}} for _ in range(rng.randint(1, 2))]
+                    if rng.random() < 0.2:
+                        m["reasoning_content"] = text()
+                msgs.append(m)
+            req = {"messages": msgs, "add_generation_prompt": rng.random() < 0.6}
+            if name != "llama3" and rng.random() < 0.3:
+                req["tools"] = tools[: rng.randint(1, 2)]
+            if rng.random() < 0.3:
+                req["kwargs"] = {"enable_thinking": rng.choice([True, False]), "add_vision_id": rng.choice([True, False])}
+            try:
+                rendered = tmpl.render(
+                    messages=[shape(m) for m in msgs],
+                    tools=req.get("tools") or None,
+                    add_generation_prompt=req["add_generation_prompt"],
+                    bos_token=tc.get("bos_token") or "",
+                    eos_token=tc.get("eos_token") or "",
+                    **(req.get("kwargs") or {}),
+                )
+            except Exception:
+                continue
+            out.append(json.dumps({"template": name, "request": req, "output": rendered}, ensure_ascii=False))
+            made += 1
+    with gzip.GzipFile(os.path.join(CASES, "random.jsonl.gz"), "wb", mtime=0) as f:
+        f.write(("\n".join(out) + "\n").encode())
+    print("random", len(out))
 
 
 if __name__ == "__main__":
