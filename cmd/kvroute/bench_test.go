@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestBenchSubcommands runs every bench subcommand on tiny inputs and checks the reports land in --out.
+func TestBenchSubcommands(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.jsonl")
+	var b strings.Builder
+	for i := 0; i < 40; i++ {
+		b.WriteString(`{"timestamp": ` + strconv.Itoa(i*50) + `, "input_length": 1100, "output_length": 4, "hash_ids": [` + strconv.Itoa(i%3) + `, ` + strconv.Itoa(100+i%5) + `, ` + strconv.Itoa(200+i) + `]}` + "\n")
+	}
+	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join("..", "..")
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"indexer", []string{"indexer", "--trace", trace, "--workers", "4", "--duplicate", "2", "--block-size", "64", "--sweep", "--sweep-max", "200ms", "--sweep-min", "50ms", "--sweep-steps", "2"}},
+		{"oracle", []string{"oracle", "--trace", trace, "--workers", "2,4", "--capacity", "20"}},
+		{"route", []string{"route", "--workers", "4", "--prompt-tokens", "256", "--indexed-blocks", "1k", "--decisions", "50"}},
+		{"tokenizer", []string{"tokenizer", "--root", root, "--tokenizers", filepath.Join(root, "testdata", "tokenizers", "llama2", "tokenizer.json"), "--bytes", "4096", "--cold-runs", "1", "--warm-runs", "1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(dir, tc.name)
+			if code := runBench(append(tc.args, "--out", out)); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			for _, f := range []string{"report.json", "report.md"} {
+				if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+					t.Fatalf("%s: %v", f, err)
+				}
+			}
+			svgs, _ := filepath.Glob(filepath.Join(out, "*.svg"))
+			if len(svgs) == 0 {
+				t.Fatal("no plots")
+			}
+		})
+	}
+	if code := runBench([]string{"nope"}); code != 2 {
+		t.Fatalf("unknown bench exit %d", code)
+	}
+	if code := runBench([]string{"indexer"}); code != 1 {
+		t.Fatalf("missing --trace exit %d", code)
+	}
+}
