@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,13 +38,13 @@ func TestLaunchScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	bin := buildKVRoute(t, root)
+	bin := buildKVRouteBinary(t, root)
 	t.Logf("built in %v", time.Since(start).Round(time.Millisecond))
-	ports := freePortRange(t, 7)
+	ports := launchPortRange(t, 7)
 	frontendPort, httpBase, eventsBase, replayBase := ports, ports+1, ports+3, ports+5
 	modelDir := filepath.Join(root, "testdata", "models", "Qwen3-VL-2B-Instruct")
 
-	var out syncBuffer
+	var out launchOutput
 	cmd := exec.Command(bash, filepath.Join(root, "scripts", "launch.sh"))
 	cmd.Dir = t.TempDir()
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -66,7 +65,7 @@ func TestLaunchScript(t *testing.T) {
 		// Mocker-only flags, through the same hatch real deployments use for vLLM's.
 		"VLLM_EXTRA_ARGS=--speedup-ratio 20 --num-gpu-blocks 2048",
 		"FRONTEND_EXTRA_ARGS=",
-		"HEALTH_TIMEOUT=30", // race-built processes under a loaded `make test` start slowly
+		"HEALTH_TIMEOUT=30", // generous: `make test` loads both cores
 		"STOP_TIMEOUT=5",
 		"LOG_DIR=",
 	)
@@ -79,7 +78,7 @@ func TestLaunchScript(t *testing.T) {
 	go func() { exitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		for _, pgid := range startedPIDs(out.String()) { // children live in their own process groups
+		for _, pgid := range launchedPIDs(out.String()) { // children live in their own process groups
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
 		<-exited
@@ -90,7 +89,7 @@ func TestLaunchScript(t *testing.T) {
 
 	base := "http://127.0.0.1:" + strconv.Itoa(frontendPort)
 	hc := &http.Client{Timeout: 5 * time.Second}
-	waitFor(t, 45*time.Second, exited, "frontend /health", func() bool {
+	launchWaitFor(t, 45*time.Second, exited, "frontend /health", func() bool {
 		resp, err := hc.Get(base + "/health")
 		if err != nil {
 			return false
@@ -109,15 +108,15 @@ func TestLaunchScript(t *testing.T) {
 		"messages":   []map[string]string{{"role": "user", "content": prompt.String()}},
 		"max_tokens": 4,
 	})
-	first := chat(t, hc, base, body)
+	first := launchChat(t, hc, base, body)
 	if first.worker != "1" && first.worker != "2" {
 		t.Fatalf("x-kvroute-worker-id = %q, want 1 or 2", first.worker)
 	}
 
 	// KV events reach the router asynchronously: repeat until the index holds the prompt.
-	var again chatResult
-	waitFor(t, 10*time.Second, exited, "x-kvroute-overlap-blocks > 0", func() bool {
-		again = chat(t, hc, base, body)
+	var again launchChatResult
+	launchWaitFor(t, 10*time.Second, exited, "x-kvroute-overlap-blocks > 0", func() bool {
+		again = launchChat(t, hc, base, body)
 		return again.overlap > 0
 	})
 	if again.worker != first.worker {
@@ -128,7 +127,7 @@ func TestLaunchScript(t *testing.T) {
 	}
 
 	t.Logf("overlap %d blocks on worker %s at %v", again.overlap, again.worker, time.Since(start).Round(time.Millisecond))
-	pids := startedPIDs(out.String())
+	pids := launchedPIDs(out.String())
 	if len(pids) != 3 {
 		t.Fatalf("launch.sh reported %d started processes, want 3 (two workers, the frontend)", len(pids))
 	}
@@ -161,24 +160,17 @@ func TestLaunchScript(t *testing.T) {
 	}
 }
 
-// buildKVRoute builds the binary, with the race detector when this test binary has it (so the build reuses
-// the packages `go test -race` already compiled, and the race detector watches the real processes too).
-func buildKVRoute(t *testing.T, root string) string {
+// buildKVRouteBinary builds the binary as `make build` does (sharing its build cache). Not with -race even under
+// `go test -race`: race-built processes load the model several times slower, and the processes are not what this
+// test checks.
+func buildKVRouteBinary(t *testing.T, root string) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("go not on PATH")
 	}
 	bin := filepath.Join(t.TempDir(), "kvroute")
-	args := []string{"build", "-o", bin}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "-race" && s.Value == "true" {
-				args = append(args, "-race")
-			}
-		}
-	}
-	build := exec.Command(goBin, append(args, "./cmd/kvroute")...)
+	build := exec.Command(goBin, "build", "-o", bin, "./cmd/kvroute")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -186,8 +178,8 @@ func buildKVRoute(t *testing.T, root string) string {
 	return bin
 }
 
-// freePortRange finds n consecutive ports free on every interface (the workers' ZMQ sockets bind tcp://*).
-func freePortRange(t *testing.T, n int) int {
+// launchPortRange finds n consecutive ports free on every interface (the workers' ZMQ sockets bind tcp://*).
+func launchPortRange(t *testing.T, n int) int {
 	t.Helper()
 	for range 200 {
 		base := 20000 + rand.IntN(30000)
@@ -208,13 +200,13 @@ func freePortRange(t *testing.T, n int) int {
 	return 0
 }
 
-type chatResult struct {
+type launchChatResult struct {
 	worker  string
 	overlap int
 	cached  int
 }
 
-func chat(t *testing.T, hc *http.Client, base string, body []byte) chatResult {
+func launchChat(t *testing.T, hc *http.Client, base string, body []byte) launchChatResult {
 	t.Helper()
 	resp, err := hc.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
@@ -235,15 +227,15 @@ func chat(t *testing.T, hc *http.Client, base string, body []byte) chatResult {
 	if err := json.Unmarshal(b, &parsed); err != nil {
 		t.Fatalf("chat: %v: %s", err, b)
 	}
-	r := chatResult{worker: resp.Header.Get("x-kvroute-worker-id"), cached: parsed.Usage.Details.Cached}
+	r := launchChatResult{worker: resp.Header.Get("x-kvroute-worker-id"), cached: parsed.Usage.Details.Cached}
 	if r.overlap, err = strconv.Atoi(resp.Header.Get("x-kvroute-overlap-blocks")); err != nil {
 		t.Fatalf("x-kvroute-overlap-blocks: %v", err)
 	}
 	return r
 }
 
-// waitFor polls cond until it holds, failing at the deadline or when the script exits first.
-func waitFor(t *testing.T, d time.Duration, exited <-chan struct{}, what string, cond func() bool) {
+// launchWaitFor polls cond until it holds, failing at the deadline or when the script exits first.
+func launchWaitFor(t *testing.T, d time.Duration, exited <-chan struct{}, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -259,12 +251,12 @@ func waitFor(t *testing.T, d time.Duration, exited <-chan struct{}, what string,
 	}
 }
 
-var startedRE = regexp.MustCompile(`launch: started \S+ \(pid (\d+)\)`)
+var launchedRE = regexp.MustCompile(`launch: started \S+ \(pid (\d+)\)`)
 
-// startedPIDs reads the children's pids, which are also their process group ids, from the script's log.
-func startedPIDs(log string) []int {
+// launchedPIDs reads the children's pids, which are also their process group ids, from the script's log.
+func launchedPIDs(log string) []int {
 	var pids []int
-	for _, m := range startedRE.FindAllStringSubmatch(log, -1) {
+	for _, m := range launchedRE.FindAllStringSubmatch(log, -1) {
 		if p, err := strconv.Atoi(m[1]); err == nil {
 			pids = append(pids, p)
 		}
@@ -272,19 +264,19 @@ func startedPIDs(log string) []int {
 	return pids
 }
 
-// syncBuffer is a bytes.Buffer the script's stdout and stderr copiers may write concurrently.
-type syncBuffer struct {
+// launchOutput is a bytes.Buffer the script's stdout and stderr copiers may write concurrently.
+type launchOutput struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *launchOutput) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *launchOutput) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
