@@ -37,7 +37,7 @@
 // Long conversations: added tokens split a chat prompt into segments (each message body sits between
 // <|im_start|>role and <|im_end|>), and a segment's ids never depend on its neighbors, so the SegmentCache keeps
 // ids per segment text and a 100k-token conversation with one new turn tokenizes only that turn. Rendering the
-// template then dominates: gonja costs ~10 µs per message. Known templates (today the fixture's, matched by the
+// template then dominates: gonja costs ~10 µs per message. Known templates (the fixture's and Qwen3's, matched by the
 // SHA-256 of the source) have a native renderer in Go, tested byte-equal to gonja on random conversations; every
 // other template renders through gonja.
 //
