@@ -42,6 +42,10 @@ type IndexerConfig struct {
 	// Replayers is the number of goroutines replaying worker timelines (workers are dealt round-robin).
 	// Default 2 × GOMAXPROCS.
 	Replayers int
+	// MaxBatchBlocks splits every Stored event into events of at most this many blocks, each sent as its
+	// own Apply, so a shard's write lock is held for at most that many blocks at a time (an experiment on
+	// the query tail under writes; engines batch per scheduler step). Default 0: one event per request.
+	MaxBatchBlocks int
 	// Seed seeds the partition of requests over workers. Default 42.
 	Seed uint64
 	// Blocks maps hash ids to tokens.
@@ -59,7 +63,7 @@ func (c *IndexerConfig) Validate() error {
 	if c.Workers < 1 || c.Duplicate < 1 || c.Replayers < 1 {
 		return fmt.Errorf("bench: workers %d, duplicate %d, replayers %d must be positive", c.Workers, c.Duplicate, c.Replayers)
 	}
-	if c.Duration < 0 || c.CapacityBlocks < 0 {
+	if c.Duration < 0 || c.CapacityBlocks < 0 || c.MaxBatchBlocks < 0 {
 		return fmt.Errorf("bench: negative duration or capacity")
 	}
 	if err := c.Blocks.Validate(); err != nil {
@@ -170,11 +174,18 @@ func PrepareIndexer(t *Trace, cfg IndexerConfig) (*IndexerWorkload, error) {
 			evicted = cache.EvictOver(evicted[:0])
 			e := ixEntry{at: (t.Requests[ri].Timestamp - t0) * int64(time.Millisecond), worker: int32(wk), req: ri}
 			if from < len(bl) {
-				op := indexer.Op{Kind: indexer.OpStore, Blocks: bl[from:]}
-				if from > 0 {
-					op.Parent, op.HasParent = bl[from-1].EngineHash, true
+				step := len(bl) - from
+				if cfg.MaxBatchBlocks > 0 {
+					step = cfg.MaxBatchBlocks
 				}
-				e.ops = append(e.ops, op)
+				for lo := from; lo < len(bl); lo += step {
+					op := indexer.Op{Kind: indexer.OpStore, Blocks: bl[lo:min(lo+step, len(bl))]}
+					if lo > 0 {
+						op.Parent, op.HasParent = bl[lo-1].EngineHash, true
+					}
+					e.ops = append(e.ops, op)
+					w.Stores++
+				}
 				e.stored = int32(len(bl) - from)
 			}
 			if len(evicted) > 0 {
@@ -187,9 +198,6 @@ func PrepareIndexer(t *Trace, cfg IndexerConfig) (*IndexerWorkload, error) {
 			w.QueryBlocks += int64(len(bl))
 			w.StoredBlocks += int64(e.stored)
 			w.RemovedBlocks += int64(e.remove)
-			if e.stored > 0 {
-				w.Stores++
-			}
 			if e.remove > 0 {
 				w.Removes++
 			}
@@ -303,7 +311,16 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 					out = x.FindMatches(local, out[:0])
 					lat = append(lat, time.Since(q0).Nanoseconds())
 					matches += int64(len(out))
-					if e.nOps > 0 {
+					switch {
+					case e.nOps == 0:
+					case cfg.MaxBatchBlocks > 0:
+						for k := range e.ops {
+							if err := x.Apply(&indexer.Apply{WorkerID: id, Ops: e.ops[k : k+1]}); err != nil {
+								results[r].err = err
+								return
+							}
+						}
+					default:
 						if err := x.Apply(&indexer.Apply{WorkerID: id, Ops: e.ops}); err != nil {
 							results[r].err = err
 							return

@@ -57,6 +57,19 @@ func TestIndexerBenchConsistent(t *testing.T) {
 			t.Fatalf("paced run took %.3f s of %v", run.ElapsedSeconds, d)
 		}
 	}
+	// Split stores chain correctly: the index ends identical.
+	cfg.MaxBatchBlocks = 3
+	ws, err := PrepareIndexer(tr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := ws.RunIndexer(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.Stores <= w.Stores || ws.StoredBlocks != w.StoredBlocks || int64(run.IndexEntries) != 2*w.HeldBlocks {
+		t.Fatalf("split stores: %d events (unsplit %d), %d entries, want %d", ws.Stores, w.Stores, run.IndexEntries, 2*w.HeldBlocks)
+	}
 	if _, err := PrepareIndexer(tr, IndexerConfig{Workers: 1, Duplicate: 1, Replayers: 1, BlockSize: 100, Blocks: DefaultBlocks()}); err == nil {
 		t.Fatal("block size 100 does not divide 512")
 	}
