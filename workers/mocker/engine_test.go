@@ -138,6 +138,9 @@ func TestSecondIdenticalRequestFasterByModel(t *testing.T) {
 			}
 			l.run(t, e)
 			start := l.now
+			if got, want := e.PrefixHitTokens(Request{Prompt: p}), (tc.prompt-1)/tc.blockSize*tc.blockSize; got != want {
+				t.Fatalf("PrefixHitTokens %d, want %d", got, want)
+			}
 			if err := e.Add(Request{ID: "b", Prompt: p, MaxTokens: 1}); err != nil {
 				t.Fatal(err)
 			}

@@ -515,39 +515,44 @@ func parseTokenIDs(raw []byte) ([]uint32, bool) {
 	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
 		return nil, false
 	}
-	ids := make([]uint32, 0, len(raw)/4)
-	i, n := 1, len(raw)-1
-	skip := func() {
-		for i < n && (raw[i] == ' ' || raw[i] == '\n' || raw[i] == '\t' || raw[i] == '\r') {
-			i++
-		}
+	body := raw[1 : len(raw)-1]
+	ids := make([]uint32, 0, len(body)/4+1)
+	i, n := 0, len(body)
+	for i < n && isJSONSpace(body[i]) {
+		i++
 	}
-	skip()
 	if i == n {
 		return ids, true
 	}
 	for {
-		skip()
-		start := i
-		var v uint64
-		for i < n && raw[i] >= '0' && raw[i] <= '9' {
-			v = v*10 + uint64(raw[i]-'0')
-			if v > 1<<32-1 {
-				return nil, false
-			}
+		for i < n && isJSONSpace(body[i]) {
 			i++
 		}
-		if i == start || i-start > 10 || (raw[start] == '0' && i-start > 1) {
+		start := i
+		var v uint64
+		for i < n {
+			c := body[i] - '0'
+			if c > 9 {
+				break
+			}
+			v = v*10 + uint64(c)
+			i++
+		}
+		if d := i - start; d == 0 || d > 10 || (d > 1 && body[start] == '0') || v > 1<<32-1 {
 			return nil, false
 		}
 		ids = append(ids, uint32(v))
-		skip()
+		for i < n && isJSONSpace(body[i]) {
+			i++
+		}
 		if i == n {
 			return ids, true
 		}
-		if raw[i] != ',' {
+		if body[i] != ',' {
 			return nil, false
 		}
 		i++
 	}
 }
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
