@@ -22,6 +22,11 @@ import (
 // DefaultMaxDecodeBytes bounds a full image download for --frontend-decoding.
 const DefaultMaxDecodeBytes = 64 << 20
 
+// MaxDecodePixels bounds W*H of an image decoded for its content hash (64 M pixels, 256 MiB as RGBA):
+// a few hundred bytes of header can declare dimensions whose pixel buffer would exhaust memory, so the
+// header is read and checked before any decoding.
+const MaxDecodePixels = 1 << 26
+
 // DecodeImage decodes a whole image file and returns its content hash (ContentHash over HWC pixels in
 // the native channel count) and its size. Channel mapping of Go's decoders to the Rust image crate's
 // native layouts: gray → 1, gray+alpha → 2 (Go has no such type: gray PNGs with alpha arrive as NRGBA,
@@ -30,6 +35,13 @@ const DefaultMaxDecodeBytes = 64 << 20
 // through Go's IDCT and YCbCr→RGB conversion, which can differ from zune-jpeg by one level, so such
 // hashes agree across kvroute instances but not necessarily with a Dynamo frontend.
 func DecodeImage(data []byte) (Hash, Size, error) {
+	hdr, _, err := HeaderSize(data)
+	if err != nil {
+		return 0, Size{}, err
+	}
+	if hdr.Pixels() > MaxDecodePixels {
+		return 0, Size{}, fmt.Errorf("%w: %dx%d image exceeds %d pixels for decoding", ErrLimit, hdr.W, hdr.H, MaxDecodePixels)
+	}
 	img, err := decodeAny(data)
 	if err != nil {
 		return 0, Size{}, err

@@ -260,3 +260,10 @@ func TestDecodeImageContentHash(t *testing.T) {
 		t.Fatalf("tiff rgba: %#x %v", uint64(h3), err)
 	}
 }
+
+// TestDecodeImageBomb: a tiny file declaring huge dimensions is refused before decoding.
+func TestDecodeImageBomb(t *testing.T) {
+	if _, _, err := DecodeImage(webpVP8X(16000, 16000)); !errors.Is(err, ErrLimit) {
+		t.Fatalf("err %v", err)
+	}
+}
