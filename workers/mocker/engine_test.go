@@ -225,6 +225,7 @@ func TestEvictionOrderAndRemovedBeforeStored(t *testing.T) {
 	l := newRunLog()
 	must(t, e.Add(Request{ID: "a", Prompt: seq(0, 9), MaxTokens: 1})) // 2 full blocks + 1 partial
 	l.run(t, e)
+	aStored := l.events[0].Hashes // a's two full blocks, in chain order
 	l.events = nil
 	must(t, e.Add(Request{ID: "b", Prompt: seq(1000, 13), MaxTokens: 1})) // 4 blocks: evicts a's 2 blocks
 	l.run(t, e)
@@ -236,9 +237,9 @@ func TestEvictionOrderAndRemovedBeforeStored(t *testing.T) {
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("event kinds %v, want %v", kinds, want)
 	}
-	// a's blocks were freed tail first, so its second block is evicted before its first.
-	if l.events[0].Hashes[0] == l.events[1].Hashes[0] {
-		t.Fatal("same block removed twice")
+	// a's blocks were freed tail first, so its second (leaf) block is evicted before its first.
+	if l.events[0].Hashes[0] != aStored[1] || l.events[1].Hashes[0] != aStored[0] {
+		t.Fatalf("evicted %x then %x, want leaf %x then root %x", l.events[0].Hashes[0], l.events[1].Hashes[0], aStored[1], aStored[0])
 	}
 }
 
