@@ -50,18 +50,38 @@ func FuzzEncode(f *testing.F) {
 	})
 }
 
-// FuzzChatMessages: any messages JSON either fails to parse or renders and encodes without panicking.
+// FuzzChatMessages: any messages JSON either fails to parse or renders and encodes without panicking, and the
+// native renderers (fixture, Qwen3 text) agree with gonja wherever gonja renders.
 func FuzzChatMessages(f *testing.F) {
 	f.Add([]byte(`[{"role":"user","content":"hi"}]`))
 	f.Add([]byte(`[{"role":"system","content":null},{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:,"}},{"type":"text","text":"x"}]}]`))
 	f.Add([]byte(`[{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":"{\"a\":[1,2.5e300,null]}"}}]},{"role":"tool","content":"r"}]`))
 	m := fixture(f)
+	qwen3, err := NewChatTemplate(m.TokenizerConfig.ChatTemplate, m.TokenizerConfig.TemplateVars())
+	if err != nil {
+		f.Fatal(err)
+	}
+	var pairs [][2]*ChatTemplate
+	for _, ct := range []*ChatTemplate{m.ChatTemplate, qwen3} {
+		slow := *ct
+		slow.native = nil
+		pairs = append(pairs, [2]*ChatTemplate{ct, &slow})
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		msgs, err := ParseMessages(data)
 		if err != nil || len(msgs) == 0 {
 			return
 		}
 		_, _ = m.EncodeChat(msgs, ChatOptions{AddGenerationPrompt: true})
+		for i, p := range pairs {
+			want, err := p[1].Render(msgs, ChatOptions{AddGenerationPrompt: true})
+			if err != nil {
+				continue
+			}
+			if got, err := p[0].Render(msgs, ChatOptions{AddGenerationPrompt: true}); err != nil || got != want {
+				t.Fatalf("template %d: native %q (%v), gonja %q", i, got, err, want)
+			}
+		}
 	})
 }
 
