@@ -419,3 +419,45 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestExtraKeysIsolateCache: the same tokens under another LoRA, cache salt or image identity never hit
+// each other's blocks, and the extra keys say why (vLLM's lora + mm + salt order).
+func TestExtraKeysIsolateCache(t *testing.T) {
+	prompt := seq(1, 13)
+	tests := []struct {
+		name   string
+		req    Request
+		block0 string
+		block1 string
+	}{
+		{"plain", Request{}, "<nil>", "<nil>"},
+		{"lora", Request{LoraName: "ad"}, "&{ad [] }", "&{ad [] }"},
+		{"salt", Request{CacheSalt: "s1"}, "&{ [] s1}", "<nil>"},
+		{"lora+salt", Request{LoraName: "ad", CacheSalt: "s1"}, "&{ad [] s1}", "&{ad [] }"},
+		{"image", Request{MM: []MMItem{{ID: "img", Offset: 2, Length: 4}}}, "&{ [{img 2}] }", "&{ [{img -2}] }"},
+	}
+	e := testEngine(t, nil)
+	seen := map[BlockHash]string{}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.req
+			req.ID, req.Prompt, req.MaxTokens = fmt.Sprint(i), prompt, 1
+			must(t, e.Add(req))
+			l := newRunLog()
+			l.run(t, e)
+			if l.cached[req.ID] != 0 {
+				t.Fatalf("hit %d tokens of another variant", l.cached[req.ID])
+			}
+			ev := l.events[0]
+			if got := []string{fmt.Sprint(ev.Extra[0]), fmt.Sprint(ev.Extra[1])}; got[0] != tc.block0 || got[1] != tc.block1 {
+				t.Fatalf("extra keys %v, want [%s %s]", got, tc.block0, tc.block1)
+			}
+			for _, h := range ev.Hashes {
+				if other, ok := seen[h]; ok {
+					t.Fatalf("hash shared with %s", other)
+				}
+				seen[h] = tc.name
+			}
+		})
+	}
+}
