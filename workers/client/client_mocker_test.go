@@ -278,3 +278,29 @@ func TestHeadersReachWorker(t *testing.T) {
 		t.Fatalf("rank 0 %+v rank 1 %+v", w.Stats(0), w.Stats(1))
 	}
 }
+
+// TestStopAtDoneReusesConnection: a caller that stops reading at [DONE] (without waiting for EOF) still
+// gets its connection pooled.
+func TestStopAtDoneReusesConnection(t *testing.T) {
+	w := startMocker(t, nil)
+	e := newEndpoint(t, w.URL(), Config{})
+	for range 3 {
+		s, err := e.Stream(context.Background(), &Request{Path: "/v1/chat/completions", Body: chatBody(true, 3)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			ev, err := s.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Done {
+				break
+			}
+		}
+		s.Close()
+	}
+	if st := e.Stats(); st.Dials != 1 || st.Reuses != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}

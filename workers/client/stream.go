@@ -247,11 +247,37 @@ func (s *Stream) markFirst(ev *Event) {
 	}
 }
 
+// drainTimeout bounds the wait for the end of the body after [DONE]: a worker ends the chunked body
+// right after it, so the terminator is usually already buffered.
+const drainTimeout = 20 * time.Millisecond
+
+// drainEnd reads the end of the body after [DONE] (the caller stopped there), so the connection can go
+// back to the pool instead of being closed: otherwise every streamed request would cost a new
+// connection.
+func (s *Stream) drainEnd() {
+	s.c.nc.SetReadDeadline(time.Now().Add(drainTimeout))
+	var buf [512]byte
+	for total := 0; total < 64<<10; {
+		n, err := s.br.Read(buf[:])
+		total += n
+		if err == io.EOF {
+			s.eof = true
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // Close ends the stream and releases its connection: back to the pool when the body was read to its
 // end, closed otherwise (which aborts the request on the worker). Safe to call more than once.
 func (s *Stream) Close() error {
 	if s.c == nil {
 		return nil
+	}
+	if s.done && !s.eof && s.err == nil {
+		s.drainEnd()
 	}
 	keep := s.stop() && s.eof && !s.resp.ConnectionClose()
 	if !keep {
