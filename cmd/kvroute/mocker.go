@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/mocker"
 )
 
@@ -136,8 +137,9 @@ func runMocker(args []string) int {
 	return 0
 }
 
-// startFleetWithEndpoints starts workers whose endpoints come from --kv-events-config: worker i uses the
-// configured endpoints with tcp ports offset by i*dp (ranks add their own offset on top).
+// startFleetWithEndpoints starts workers whose endpoints come from --kv-events-config: worker i binds the
+// configured endpoints with tcp ports offset by i*dp (ranks add their own offset on top); a connect endpoint
+// is shared by all workers, each with its own topic.
 func startFleetWithEndpoints(fc mocker.FleetConfig, kv mocker.KVEventsConfig, dp int) (*mocker.Fleet, error) {
 	f := &mocker.Fleet{}
 	for i := range fc.NumWorkers {
@@ -145,8 +147,14 @@ func startFleetWithEndpoints(fc mocker.FleetConfig, kv mocker.KVEventsConfig, dp
 		wc.ID = i
 		wc.HTTPAddr = fc.HTTPHost + ":" + strconv.Itoa(fc.HTTPPortBase+i)
 		wc.KVEvents = kv
-		wc.KVEvents.Endpoint = mocker.OffsetEndpoint(kv.Endpoint, i*dp)
 		wc.KVEvents.ReplayEndpoint = mocker.OffsetEndpoint(kv.ReplayEndpoint, i*dp)
+		if kvevents.ShouldBind(kv.Endpoint) {
+			wc.KVEvents.Endpoint = mocker.OffsetEndpoint(kv.Endpoint, i*dp)
+		} else if fc.NumWorkers > 1 {
+			// Connect mode: every worker dials the router's one SUB endpoint (ranks still offset the port, as
+			// vLLM does); the topic tells the workers apart, terminated so no topic prefixes another.
+			wc.KVEvents.Topic = kv.Topic + "worker-" + strconv.Itoa(i) + "/"
+		}
 		w, err := mocker.StartWorker(wc)
 		if err != nil {
 			f.Close()
