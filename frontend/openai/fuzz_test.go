@@ -96,3 +96,36 @@ func FuzzParseCompletion(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTokenIDs checks the hand-rolled token-id parser against the decoder: on valid JSON both agree,
+// and invalid JSON is never accepted.
+func FuzzTokenIDs(f *testing.F) {
+	for _, s := range []string{`[1,2,3]`, `[ 0 , 4294967295 ]`, `[4294967296]`, `[1.5]`, `[01]`, `[1,]`, `[]`, `[-1]`, `[1e2]`, "[1\n,\t2]"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '[' {
+			return
+		}
+		ids, ok := parseTokenIDs(b)
+		if !json.Valid(b) {
+			if ok {
+				t.Fatalf("accepted invalid JSON %q", b)
+			}
+			return
+		}
+		var want []uint32
+		werr := json.Unmarshal(b, &want)
+		if ok != (werr == nil) {
+			t.Fatalf("%q: parser ok=%v, decoder err=%v", b, ok, werr)
+		}
+		if ok && len(ids) != len(want) {
+			t.Fatalf("%q: %v vs %v", b, ids, want)
+		}
+		for i := range ids {
+			if ids[i] != want[i] {
+				t.Fatalf("%q: %v vs %v", b, ids, want)
+			}
+		}
+	})
+}
