@@ -259,11 +259,12 @@ func converge(t testing.TB, fs []*frontend, ws []*mocker.Worker, d time.Duration
 	t.Helper()
 	waitFor(t, d, "indexes equal ground truth", func() string {
 		want := groundTruth(ws)
+		var out string
 		for i, f := range fs {
 			if msg := want.diff(indexTruth(f, ws)); msg != "" {
-				return fmt.Sprintf("frontend %d: %s (stats %+v)", i, msg, f.src.Stats())
+				out += fmt.Sprintf("\nfrontend %d: %s (stats %+v)", i, msg, f.src.Stats())
 			}
 		}
-		return ""
+		return out
 	})
 }

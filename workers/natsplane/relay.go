@@ -90,15 +90,26 @@ func (r *Relay) Stats() RelayStats {
 	return RelayStats{Batches: r.batches.Load(), Events: r.events.Load(), Resets: r.resets.Load(), PublishErrors: r.pubErrs.Load()}
 }
 
-// Run relays until ctx is done. It fails only when a subscriber cannot be built or the durable stream
-// cannot be created.
+// Run relays until ctx is done. It fails only when a subscriber cannot be built.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.js != nil {
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := EnsureEventStream(sctx, r.js, r.cfg.Replicas)
-		cancel()
-		if err != nil {
-			return err
+		// The stream may be unavailable for a while (a node lost, a leader being elected): retry until it
+		// exists. Batches published meanwhile wait in the worker's replay ring.
+		backoff := r.cfg.RetryMin
+		for {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := EnsureEventStream(sctx, r.js, r.cfg.Replicas)
+			cancel()
+			if err == nil {
+				break
+			}
+			r.pubErrs.Add(1)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, r.cfg.RetryMax)
 		}
 	}
 	var subs []*kvevents.Subscriber
@@ -183,7 +194,7 @@ func (p *rankPublisher) publish(m *nats.Msg, id string) {
 	}
 	backoff := p.r.cfg.RetryMin
 	for p.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
 		_, err := p.r.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
 		cancel()
 		if err == nil {

@@ -56,6 +56,8 @@ type SourceStats struct {
 	Snapshots     uint64 // snapshots written
 	Restored      uint64 // index entries restored from a snapshot
 	StreamSeq     uint64 // last stream sequence applied (durable)
+	ConsumeErrors uint64 // consumer errors (missed heartbeats, node loss); the ordered consumer recovers
+	LastError     string // the latest consumer error
 }
 
 // rankState is the sequence state of one (worker, dp rank) on the plane.
@@ -86,7 +88,8 @@ type Source struct {
 	js   jetstream.JetStream
 	objs jetstream.ObjectStore
 
-	messages, batches, dups, gaps, resets, bad, unknown, snapshots, restored, streamSeq atomic.Uint64
+	messages, batches, dups, gaps, resets, bad, unknown, snapshots, restored, streamSeq, consumeErrs atomic.Uint64
+	lastErr atomic.Pointer[string]
 }
 
 // NewSource prepares an event source for r. Start subscribes.
@@ -149,7 +152,12 @@ func (s *Source) Start(ctx context.Context) error {
 			seq = md.Sequence.Stream
 		}
 		s.handle(m.Subject(), m.Headers(), m.Data(), seq)
-	})
+	}, jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(500*time.Millisecond),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			s.consumeErrs.Add(1)
+			msg := err.Error()
+			s.lastErr.Store(&msg)
+		}))
 	if err != nil {
 		return fmt.Errorf("natsplane: consume: %w", err)
 	}
@@ -173,7 +181,10 @@ func (s *Source) Stop() {
 func (s *Source) Stats() SourceStats {
 	st := SourceStats{Messages: s.messages.Load(), Batches: s.batches.Load(), Duplicates: s.dups.Load(), Gaps: s.gaps.Load(),
 		Resets: s.resets.Load(), BadMessages: s.bad.Load(), UnknownWorker: s.unknown.Load(), Snapshots: s.snapshots.Load(),
-		Restored: s.restored.Load(), StreamSeq: s.streamSeq.Load()}
+		Restored: s.restored.Load(), StreamSeq: s.streamSeq.Load(), ConsumeErrors: s.consumeErrs.Load()}
+	if e := s.lastErr.Load(); e != nil {
+		st.LastError = *e
+	}
 	if s.sub != nil {
 		if d, err := s.sub.Dropped(); err == nil {
 			st.Dropped = uint64(d)
