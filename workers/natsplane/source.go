@@ -89,7 +89,7 @@ type Source struct {
 	objs jetstream.ObjectStore
 
 	messages, batches, dups, gaps, resets, bad, unknown, snapshots, restored, streamSeq, consumeErrs atomic.Uint64
-	lastErr atomic.Pointer[string]
+	lastErr                                                                                          atomic.Pointer[string]
 }
 
 // NewSource prepares an event source for r. Start subscribes.
