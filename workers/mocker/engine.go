@@ -190,7 +190,7 @@ func (e *Engine) Abort(id string) bool {
 	if r.running {
 		e.running = slices.DeleteFunc(e.running, func(x *reqState) bool { return x == r })
 		e.pool.release(r.blocks)
-		r.blocks = nil
+		r.blocks, r.running = nil, false
 	} else {
 		e.waiting = slices.DeleteFunc(e.waiting, func(x *reqState) bool { return x == r })
 	}
