@@ -461,3 +461,19 @@ func TestExtraKeysIsolateCache(t *testing.T) {
 		})
 	}
 }
+
+func TestAbortFreesBlocks(t *testing.T) {
+	e := testEngine(t, func(c *EngineConfig) { c.MaxNumSeqs = 1 })
+	must(t, e.Add(Request{ID: "a", Prompt: seq(0, 9), MaxTokens: 5}))
+	must(t, e.Add(Request{ID: "b", Prompt: seq(100, 9), MaxTokens: 5}))
+	e.Step()
+	if st := e.Stats(); st.UsedBlocks != 3 || st.Running != 1 || st.Waiting != 1 {
+		t.Fatalf("before abort %+v", st)
+	}
+	if !e.Abort("a") || !e.Abort("b") || e.Abort("a") {
+		t.Fatal("abort results")
+	}
+	if st := e.Stats(); st.UsedBlocks != 0 || e.HasWork() || len(e.CachedBlocks(nil)) != 2 {
+		t.Fatalf("after abort %+v, %d cached", st, len(e.CachedBlocks(nil)))
+	}
+}
