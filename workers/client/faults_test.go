@@ -293,3 +293,29 @@ func TestNewEndpointRejects(t *testing.T) {
 		t.Errorf("MaxConns -1: %v", err)
 	}
 }
+
+// TestLastEventWithoutBlankLine: a body that ends right after "data: [DONE]\n" still yields [DONE]
+// (framed with its blank line) and a clean EOF.
+func TestLastEventWithoutBlankLine(t *testing.T) {
+	srv := hijackServer(t, func(conn net.Conn, rw *bufio.ReadWriter) {
+		b := "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n"
+		rw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " + itoa(len(b)) + "\r\n\r\n" + b)
+		rw.Flush()
+	})
+	e := newEndpoint(t, srv.URL, Config{})
+	s, err := e.Stream(context.Background(), &Request{Path: "/v1/completions", Body: body}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if ev, err := s.Next(); err != nil || !ev.FirstToken {
+		t.Fatalf("first: %v", err)
+	}
+	ev, err := s.Next()
+	if err != nil || !ev.Done || string(ev.Raw) != "data: [DONE]\n\n" {
+		t.Fatalf("done event: %v %q", err, ev.Raw)
+	}
+	if _, err := s.Next(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+}

@@ -51,6 +51,7 @@ type Stream struct {
 	done      bool
 	err       error
 	eof       bool
+	atEOF     bool // the body ended; the last event is being delivered
 }
 
 // Stream sends req (a body with "stream": true) and returns once the worker's response headers arrive.
@@ -109,6 +110,10 @@ func (s *Stream) Next() (Event, error) {
 	if s.err != nil {
 		return Event{}, s.err
 	}
+	if s.atEOF {
+		s.eof, s.err = true, io.EOF
+		return Event{}, io.EOF
+	}
 	s.raw, s.data = s.raw[:0], s.data[:0]
 	dataLines := 0
 	for {
@@ -119,6 +124,13 @@ func (s *Stream) Next() (Event, error) {
 				s.eof = true
 				s.err = io.EOF
 				return Event{}, io.EOF
+			}
+			if err == io.EOF && dataLines > 0 {
+				// The body ended after a complete event without its blank line: deliver it, framed, and
+				// end the stream on the next call.
+				s.raw = append(s.raw, '\n')
+				s.atEOF = true
+				break
 			}
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
