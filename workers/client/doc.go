@@ -26,7 +26,9 @@
 //     connection died after the request was sent, before any response byte), ErrStatus for 5xx, and
 //     ErrTimeout before any byte are Retryable on another worker; ErrBroken (failure after events were
 //     delivered), ErrCanceled and 4xx are not. A pooled connection that turns out closed before any
-//     response byte is retried once on a fresh connection inside the call (Stats.Retries).
+//     response byte is retried once on a fresh connection inside the call (Stats.Retries), as net/http
+//     does: the worker closed it while idle. (If the worker instead died holding the request, the
+//     fresh dial fails with ErrConnect and the caller migrates.)
 //
 // # Concurrency model
 //
@@ -43,9 +45,10 @@
 //   - Request.Body: borrowed for the call (sent as is, never modified or kept).
 //   - Response: the caller's, reused across calls; Body and ContentType are overwritten by the next Do.
 //   - Event.Raw and Event.Data: valid until the next Next; copy to keep.
-//   - Stream: the caller's until Close, which must be called on every path (it returns the connection
-//     to the pool only when the body was read to its end; otherwise it closes it, aborting the worker's
-//     request).
+//   - Stream: the caller's until Close, which must be called on every path. Close returns the
+//     connection to the pool when the body was read to its end (or ends within 20 ms of [DONE]);
+//     otherwise it closes it, which aborts the worker's request.
+//   - Error.Body of a Do 5xx aliases Response.Body.
 //
 // # Data flow
 //
