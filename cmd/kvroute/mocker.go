@@ -21,7 +21,9 @@ func init() {
 var mockerIgnoredFlags = map[string]bool{ // name → takes a value
 	"gpu-memory-utilization": true, "tensor-parallel-size": true, "pipeline-parallel-size": true,
 	"dtype": true, "seed": true, "prefix-caching-hash-algo": true, "uvicorn-log-level": true, "swap-space": true,
-	"kv-cache-dtype": true, "max-logprobs": true, "tokenizer": true, "trust-remote-code": false,
+	"kv-cache-dtype": true, "max-logprobs": true, "tokenizer": true, "kv-transfer-config": true,
+	"limit-mm-per-prompt": true, "mm-processor-kwargs": true, "tool-call-parser": true, "compilation-config": true,
+	"reasoning-parser": true, "trust-remote-code": false, "enable-auto-tool-choice": false, "async-scheduling": false,
 	"enable-prefix-caching": false, "no-enable-prefix-caching": false, "enable-chunked-prefill": false,
 	"enforce-eager": false, "disable-log-requests": false, "disable-log-stats": false,
 	"enable-prompt-tokens-details": false, "no-enable-log-requests": false,
