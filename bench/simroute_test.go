@@ -52,7 +52,7 @@ func TestConversationRoutingBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := map[SimPolicy]SimResult{}
-	for _, p := range SimPolicies {
+	for _, p := range []SimPolicy{SimRoundRobin, SimCost} { // the others: kvroute bench oracle
 		r, err := o.SimulateRouting(tr, 8, 16384, p, 0, 1)
 		if err != nil {
 			t.Fatal(err)

@@ -6,26 +6,36 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// conversationTrace returns the shared Mooncake conversation trace, or skips. $KVROUTE_TRACE overrides
-// the path.
+var (
+	convOnce  sync.Once
+	convTrace *Trace
+	convErr   error
+	convPath  string
+)
+
+// conversationTrace returns the shared Mooncake conversation trace (loaded once per test binary), or
+// skips. $KVROUTE_TRACE overrides the path. Callers must not modify it.
 func conversationTrace(t testing.TB) *Trace {
 	t.Helper()
-	path := os.Getenv("KVROUTE_TRACE")
-	if path == "" {
-		path = filepath.Join("..", "..", "shared", "traces", "mooncake_conversation_trace.jsonl")
+	convOnce.Do(func() {
+		convPath = os.Getenv("KVROUTE_TRACE")
+		if convPath == "" {
+			convPath = filepath.Join("..", "..", "shared", "traces", "mooncake_conversation_trace.jsonl")
+		}
+		convTrace, convErr = LoadTrace(convPath)
+	})
+	if errors.Is(convErr, os.ErrNotExist) {
+		t.Skipf("trace not found at %s (set KVROUTE_TRACE)", convPath)
 	}
-	tr, err := LoadTrace(path)
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("trace not found at %s (set KVROUTE_TRACE)", path)
+	if convErr != nil {
+		t.Fatal(convErr)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr
+	return convTrace
 }
 
 const tinyTrace = `{"timestamp": 0, "input_length": 700, "output_length": 5, "hash_ids": [0, 1]}
