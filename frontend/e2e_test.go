@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
@@ -33,6 +34,7 @@ type stack struct {
 	base   string
 	fleet  *mocker.Fleet
 	router *router.Router
+	api    *OpenAIAPI
 	name   string
 }
 
@@ -40,6 +42,10 @@ type stackOpts struct {
 	workers        int
 	speedup        float64
 	migrationLimit int
+	// mm turns on multimodal routing; allowHosts are --media-allow-hosts; decode is --frontend-decoding.
+	mm         bool
+	allowHosts []string
+	decode     bool
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -80,13 +86,33 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	}
 	pool := NewWorkerPool(client.DefaultConfig())
 	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
+	if o.mm {
+		spec, err := mm.LoadSpec(fixtureModel, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := mm.DefaultProbeConfig()
+		pc.AllowHosts = o.allowHosts
+		prober, err := mm.NewProber(pc, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(prober.Close)
+		rc := mm.DefaultResolveConfig()
+		rc.FrontendDecoding = o.decode
+		res, err := mm.NewResolver(spec, prober, rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		api.EnableMM(&MMConfig{Resolver: res, Limits: mm.DefaultLimits()}, nil)
+	}
 	srv := NewServer(ServerConfig{MaxBodyBytes: 1 << 20}, api, &RouterAPI{R: r})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(ln) }()
-	st := &stack{base: "http://" + ln.Addr().String(), fleet: fleet, router: r, name: name}
+	st := &stack{base: "http://" + ln.Addr().String(), fleet: fleet, router: r, api: api, name: name}
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
 		pool.Close()

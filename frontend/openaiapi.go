@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/actors/router"
@@ -36,8 +37,11 @@ type OpenAIAPI struct {
 	Pool      *WorkerPool
 	Cfg       OpenAIConfig
 	Metrics   *FrontendMetrics
+	// MM, when set, turns on multimodal KV routing (nil: images are routed on the text prefix).
+	MM *MMConfig
 
-	props  *actor.Props
+	mmMetrics *mmMetrics
+	props     *actor.Props
 	nextID atomic.Uint64
 	served []string
 }
@@ -50,6 +54,14 @@ func NewOpenAIAPI(r *router.Router, m *model.Model, name string, system *actor.A
 	a := &OpenAIAPI{R: r, Model: m, ModelName: name, System: system, Pool: pool, Cfg: cfg, Metrics: fm, served: []string{name}}
 	a.props = actor.PropsFromProducer(func() actor.Actor { return &requestActor{api: a} })
 	return a
+}
+
+// EnableMM turns on multimodal routing, registering its metrics with reg (nil: private).
+func (a *OpenAIAPI) EnableMM(cfg *MMConfig, reg prometheus.Registerer) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	a.MM, a.mmMetrics = cfg, newMMMetrics(reg)
 }
 
 // Handle serves the OpenAI paths and reports whether ctx was one of them.

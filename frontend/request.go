@@ -110,19 +110,31 @@ func (a *OpenAIAPI) tokenize(j *job) ([]uint32, error) {
 	}
 }
 
-// prepare runs stages 2–7 of the request path: template + tokenize, routing tokens, hash, route.
+// prepare runs stages 2–7 of the request path: template + tokenize while the images are resolved,
+// routing tokens, hash, route.
 func (a *OpenAIAPI) prepare(j *job) prepared {
+	imgs := a.startImages(j.ctx, j) // per image, concurrently: mm_hash · size probe · token count
 	tokens, err := a.tokenize(j)
 	if err != nil {
+		if imgs != nil {
+			<-imgs.done
+		}
 		return prepared{err: err}
 	}
 	if len(tokens) == 0 {
 		return prepared{err: errorf(ErrBadRequest, "the prompt is empty")}
 	}
+	routing, isl, err := a.routingView(imgs, j, tokens) // placeholders → N × pad_value(mm_hash)
+	if err != nil {
+		return prepared{err: err}
+	}
 	// cache_salt is not folded into the routing hashes: vLLM's events carry token ids re-keyed without
 	// it, so salted hashes could never match. A salted request may therefore be predicted more overlap
 	// than its worker will reuse.
 	rr := &router.RouteRequest{ID: j.id, Tokens: tokens, ReturnCosts: j.returnRoute}
+	if routing != nil {
+		rr.Tokens, rr.ISL = routing, isl
+	}
 	rr.Priority = j.common.PriorityJump()
 	if j.priority != nil {
 		rr.Priority = *j.priority
@@ -138,5 +150,5 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if err != nil {
 		return prepared{err: mapRouteErr(err)}
 	}
-	return prepared{tokens: tokens, route: res}
+	return prepared{tokens: rr.Tokens, route: res}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
@@ -41,6 +42,11 @@ type frontendFlags struct {
 	timeout   *time.Duration
 	health    *time.Duration
 	selfTest  *bool
+	mmOn      *bool
+	allow     *string
+	decode    *bool
+	maxImages *int
+	maxPixels *uint64
 }
 
 func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
@@ -63,6 +69,11 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.timeout = fs.Duration("request-timeout", 10*time.Minute, "bound on one request, queue wait included")
 	f.health = fs.Duration("health-check-interval", 2*time.Second, "how often each worker's /health and /metrics are checked (0 disables)")
 	f.selfTest = fs.Bool("worker-self-test", true, "on registration, send a canary prompt and check its KV events match the router's hashes")
+	f.mmOn = fs.Bool("mm-routing", true, "route images by identity (mm_hash pad values) when the model family is known")
+	f.allow = fs.String("media-allow-hosts", "", "comma-separated hosts, IPs or CIDRs that image URLs may reach although internal (SSRF guard)")
+	f.decode = fs.Bool("frontend-decoding", false, "download and decode images in the frontend; identity = hash of the decoded pixels")
+	f.maxImages = fs.Int("mm-max-images", 32, "most images per request routed on their identity")
+	f.maxPixels = fs.Uint64("mm-max-total-pixels", 1<<28, "bound on the sum of W×H over a request's images")
 	return f, nil
 }
 
@@ -118,6 +129,12 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	fm := frontend.NewFrontendMetrics(reg)
 	api := frontend.NewOpenAIAPI(app.router, m, name, app.system, app.pool,
 		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout}, fm)
+	if *f.mmOn {
+		if err := enableMM(api, f, dir, name, reg, log); err != nil {
+			app.stop()
+			return nil, err
+		}
+	}
 	app.server = frontend.NewServer(frontend.ServerConfig{MaxBodyBytes: *f.maxBody, Gatherer: reg},
 		api, &frontend.RouterAPI{R: app.router})
 	hc := frontend.DefaultHealthConfig()
@@ -132,6 +149,34 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	log.Info("kvroute frontend listening", "addr", app.ln.Addr().String(), "model", name, "router_mode", cfg.Mode,
 		"block_size", cfg.BlockSize, "workers", len(f.workers))
 	return app, nil
+}
+
+// enableMM turns on multimodal routing when the model's family is known; otherwise it says why not.
+func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg *prometheus.Registry, log *slog.Logger) error {
+	spec, err := mm.LoadSpec(dir, name)
+	if err != nil {
+		return err
+	}
+	if !spec.Enabled {
+		log.Info("multimodal routing off: images route on the text prefix", "reason", spec.Disabled)
+		return nil
+	}
+	pc := mm.DefaultProbeConfig()
+	pc.AllowHosts = mm.ParseAllowHosts(*f.allow)
+	prober, err := mm.NewProber(pc, nil, nil)
+	if err != nil {
+		return err
+	}
+	rc := mm.DefaultResolveConfig()
+	rc.FrontendDecoding, rc.MaxImages, rc.MaxTotalPixels = *f.decode, *f.maxImages, *f.maxPixels
+	res, err := mm.NewResolver(spec, prober, rc)
+	if err != nil {
+		prober.Close()
+		return err
+	}
+	api.EnableMM(&frontend.MMConfig{Resolver: res, Limits: mm.DefaultLimits()}, reg)
+	log.Info("multimodal routing on", "family", spec.Family.String(), "frontend_decoding", *f.decode)
+	return nil
 }
 
 func (a *frontendApp) stop() {

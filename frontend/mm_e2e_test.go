@@ -1,0 +1,167 @@
+package frontend
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	_ = c.Write(&m)
+	return m.GetCounter().GetValue()
+}
+
+// imageServer serves generated PNGs on loopback. /img/<name> honours Range (206); /norange/<name>
+// ignores it (200 with the whole body), as some CDNs do.
+type imageServer struct {
+	base string
+	pngs map[string][]byte
+}
+
+func pngOf(w, h int, seed uint8) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			img.Set(x, y, color.RGBA{R: seed, G: uint8(x), B: uint8(y), A: 255})
+		}
+	}
+	var b bytes.Buffer
+	_ = png.Encode(&b, img)
+	return b.Bytes()
+}
+
+func startImageServer(t *testing.T) *imageServer {
+	t.Helper()
+	s := &imageServer{pngs: map[string][]byte{
+		"cat.png": pngOf(320, 240, 1), "dog.png": pngOf(320, 240, 2), "copy-of-cat.png": pngOf(320, 240, 1),
+	}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/img/", func(w http.ResponseWriter, r *http.Request) {
+		b, ok := s.pngs[strings.TrimPrefix(r.URL.Path, "/img/")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeContent(w, r, "x.png", time.Time{}, bytes.NewReader(b))
+	})
+	mux.HandleFunc("/norange/", func(w http.ResponseWriter, r *http.Request) {
+		b, ok := s.pngs[strings.TrimPrefix(r.URL.Path, "/norange/")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		_, _ = w.Write(b)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	s.base = "http://" + ln.Addr().String()
+	return s
+}
+
+func imageChat(model string, urls []string, text string) string {
+	var parts []string
+	for _, u := range urls {
+		parts = append(parts, fmt.Sprintf(`{"type":"image_url","image_url":{"url":%q}}`, u))
+	}
+	parts = append(parts, fmt.Sprintf(`{"type":"text","text":%q}`, text))
+	return fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[%s]}],"nvext":{"return_routing":true}}`, model, strings.Join(parts, ","))
+}
+
+func overlapOf(r reply) int {
+	n, _ := strconv.Atoi(r.overlap)
+	return n
+}
+
+func TestE2EImageRouting(t *testing.T) {
+	imgs := startImageServer(t)
+	s := startStack(t, stackOpts{workers: 3, speedup: 100, mm: true, allowHosts: []string{"127.0.0.1"}})
+	cat := imgs.base + "/img/cat.png"
+
+	// 320×240 on Qwen3-VL is 80 image tokens (5 blocks of 16) — the first request warms one worker.
+	first := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{cat}, "What is in this picture?"))
+	if first.status != 200 {
+		t.Fatalf("first: %d %s", first.status, first.raw)
+	}
+	s.waitOverlap(t, "", first.worker)
+	// The same image with different text after it: same worker, and the overlap covers the image blocks.
+	second := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{cat}, "Describe the colours, in detail please."))
+	if second.status != 200 || second.worker != first.worker || overlapOf(second) < 5 {
+		t.Fatalf("same image: worker %s (first %s), overlap %s", second.worker, first.worker, second.overlap)
+	}
+	// The worker agrees: it reused the cached image blocks.
+	usage := second.body["usage"].(map[string]any)
+	if cached := usage["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64); cached < 80 {
+		t.Fatalf("worker reused only %v tokens", cached)
+	}
+
+	// The same bytes under another URL: a different identity by default (URL identity), so no image overlap.
+	copyURL := imgs.base + "/img/copy-of-cat.png"
+	third := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{copyURL}, "What is in this picture?"))
+	if third.status != 200 || overlapOf(third) >= overlapOf(second) {
+		t.Fatalf("different URL matched the image: overlap %s", third.overlap)
+	}
+
+	// Swapping two images' order changes the hashes: the swapped prompt shares only the text before them.
+	dog := imgs.base + "/img/dog.png"
+	ab := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{cat, dog}, "Compare them."))
+	s.waitOverlap(t, "", ab.worker)
+	time.Sleep(50 * time.Millisecond)
+	ab2 := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{cat, dog}, "Compare them again."))
+	ba := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{dog, cat}, "Compare them."))
+	if overlapOf(ab2) < 10 || overlapOf(ba) >= overlapOf(ab2) {
+		t.Fatalf("order: same order overlap %s, swapped overlap %s", ab2.overlap, ba.overlap)
+	}
+
+	// A server that ignores Range: text-only routing, counted, and the request still succeeds.
+	nr := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/norange/dog.png"}, "hi"))
+	if nr.status != 200 {
+		t.Fatalf("no-range server: %d %s", nr.status, nr.raw)
+	}
+	if n := counterValue(s.api.mmMetrics.fallbacks.WithLabelValues("probe_failed")); n != 1 {
+		t.Fatalf("probe_failed fallbacks counted: %v", n)
+	}
+	if n := counterValue(s.api.mmMetrics.routed); n < 5 {
+		t.Fatalf("requests routed on images: %v", n)
+	}
+
+	// A private address without the allow flag is refused with a 400.
+	strict := startStack(t, stackOpts{workers: 1, speedup: 100, mm: true})
+	blocked := strict.post(t, "/v1/chat/completions", imageChat(strict.name, []string{cat}, "hi"))
+	if blocked.status != 400 {
+		t.Fatalf("private address: %d %s", blocked.status, blocked.raw)
+	}
+}
+
+func TestE2EImageFrontendDecoding(t *testing.T) {
+	imgs := startImageServer(t)
+	s := startStack(t, stackOpts{workers: 3, speedup: 100, mm: true, allowHosts: []string{"127.0.0.1"}, decode: true})
+	first := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/cat.png"}, "What is in this picture?"))
+	if first.status != 200 {
+		t.Fatalf("first: %d %s", first.status, first.raw)
+	}
+	s.waitOverlap(t, "", first.worker)
+	// Same pixels under another URL: the content hash is the identity, so it matches.
+	second := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/copy-of-cat.png"}, "What is in this picture?"))
+	if second.status != 200 || second.worker != first.worker || overlapOf(second) < 5 {
+		t.Fatalf("same pixels, other URL: worker %s (first %s), overlap %s", second.worker, first.worker, second.overlap)
+	}
+}
