@@ -1,0 +1,229 @@
+package natsplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/goccy/go-json"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// DiscoveryConfig configures worker discovery in a JetStream key-value bucket (--discovery nats).
+type DiscoveryConfig struct {
+	// TTL is how long a registration lives without a heartbeat; it is the bucket's MaxAge and the
+	// watchers' expiry. Default 10s.
+	TTL time.Duration
+	// Heartbeat is how often a registrar re-puts its entry. Default TTL/3.
+	Heartbeat time.Duration
+	// Replicas of the bucket. Default 1.
+	Replicas int
+	// Now is the watcher's clock for expiry; nil means time.Now. Entries carry the server's put time, so
+	// frontends and NATS servers must roughly agree on the time (well within TTL).
+	Now func() time.Time
+}
+
+func (c DiscoveryConfig) withDefaults() DiscoveryConfig {
+	if c.TTL <= 0 {
+		c.TTL = 10 * time.Second
+	}
+	if c.Heartbeat <= 0 || c.Heartbeat >= c.TTL {
+		c.Heartbeat = c.TTL / 3
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// EnsureDiscoveryBucket creates or updates the workers bucket: entries age out after TTL, and the
+// server writes a delete marker when one does (so watchers see the expiry), where it supports markers.
+func EnsureDiscoveryBucket(ctx context.Context, js jetstream.JetStream, cfg DiscoveryConfig) (jetstream.KeyValue, error) {
+	cfg = cfg.withDefaults()
+	kc := jetstream.KeyValueConfig{Bucket: DiscoveryBucket, TTL: cfg.TTL, Replicas: cfg.Replicas, LimitMarkerTTL: cfg.TTL}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, kc)
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		kc.LimitMarkerTTL = 0
+		kv, err = js.CreateOrUpdateKeyValue(ctx, kc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("natsplane: bucket %s: %w", DiscoveryBucket, err)
+	}
+	return kv, nil
+}
+
+// Register keeps spec registered until ctx is done: it puts the entry every Heartbeat (retrying through
+// NATS outages) and deletes it on the way out when deregister is true (a graceful stop; a crash leaves
+// the entry to expire after TTL). The simulator with --nats-url and `kvroute relay --discovery nats`
+// call it.
+func Register(ctx context.Context, nc *nats.Conn, spec registry.Spec, cfg DiscoveryConfig, deregister bool) error {
+	cfg = cfg.withDefaults()
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	val, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	key := strconv.FormatUint(spec.ID, 10)
+	var kv jetstream.KeyValue
+	t := time.NewTicker(cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		if kv == nil {
+			cctx, cancel := context.WithTimeout(ctx, cfg.Heartbeat)
+			kv, _ = EnsureDiscoveryBucket(cctx, js, cfg)
+			cancel()
+		}
+		if kv != nil {
+			cctx, cancel := context.WithTimeout(ctx, cfg.Heartbeat)
+			_, _ = kv.Put(cctx, key, val)
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			if deregister && kv != nil {
+				dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = kv.Delete(dctx, key)
+				cancel()
+			}
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// WorkerSet is what discovery drives: *router.Router satisfies it.
+type WorkerSet interface {
+	AddWorker(registry.Spec) error
+	RemoveWorker(id uint64) error
+}
+
+// WatcherStats are a watcher's counters.
+type WatcherStats struct {
+	Added, Removed, Expired, BadEntries, Errors uint64
+}
+
+// Watcher adds and removes workers as their registrations appear, change, get deleted or expire. Run owns
+// all of its state (one goroutine); OnRemove, when set, is called after a removal (the event source's
+// Forget).
+type Watcher struct {
+	cfg      DiscoveryConfig
+	nc       *nats.Conn
+	set      WorkerSet
+	OnRemove func(id uint64)
+
+	added, removed, expired, bad, errs atomic.Uint64
+}
+
+// NewWatcher prepares a watcher of the workers bucket that drives set.
+func NewWatcher(nc *nats.Conn, set WorkerSet, cfg DiscoveryConfig) *Watcher {
+	return &Watcher{cfg: cfg.withDefaults(), nc: nc, set: set}
+}
+
+// Stats returns the counters.
+func (w *Watcher) Stats() WatcherStats {
+	return WatcherStats{Added: w.added.Load(), Removed: w.removed.Load(), Expired: w.expired.Load(), BadEntries: w.bad.Load(), Errors: w.errs.Load()}
+}
+
+type known struct {
+	spec registry.Spec
+	seen time.Time
+}
+
+// Run watches until ctx is done.
+func (w *Watcher) Run(ctx context.Context) error {
+	js, err := jetstream.New(w.nc)
+	if err != nil {
+		return err
+	}
+	kv, err := EnsureDiscoveryBucket(ctx, js, w.cfg)
+	if err != nil {
+		return err
+	}
+	watch, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("natsplane: watch %s: %w", DiscoveryBucket, err)
+	}
+	defer watch.Stop()
+	cur := map[uint64]*known{}
+	remove := func(id uint64) {
+		delete(cur, id)
+		if err := w.set.RemoveWorker(id); err != nil {
+			w.errs.Add(1)
+			return
+		}
+		w.removed.Add(1)
+		if w.OnRemove != nil {
+			w.OnRemove(id)
+		}
+	}
+	tick := time.NewTicker(w.cfg.TTL / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			now := w.cfg.Now()
+			for id, k := range cur {
+				if now.Sub(k.seen) > w.cfg.TTL {
+					w.expired.Add(1)
+					remove(id)
+				}
+			}
+		case e, ok := <-watch.Updates():
+			if !ok {
+				return errors.New("natsplane: discovery watch closed")
+			}
+			if e == nil {
+				continue // initial values delivered
+			}
+			id, err := strconv.ParseUint(e.Key(), 10, 64)
+			if err != nil {
+				w.bad.Add(1)
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				if _, ok := cur[id]; ok {
+					remove(id)
+				}
+				continue
+			}
+			var spec registry.Spec
+			if err := json.Unmarshal(e.Value(), &spec); err != nil || spec.ID != id || spec.Validate() != nil {
+				w.bad.Add(1)
+				continue
+			}
+			if k, ok := cur[id]; ok {
+				if k.spec == spec {
+					k.seen = e.Created()
+					continue
+				}
+				remove(id) // the worker came back with another spec
+			}
+			if e.Created().Add(w.cfg.TTL).Before(w.cfg.Now()) {
+				continue // a stale entry the bucket has not aged out yet
+			}
+			if err := w.set.AddWorker(spec); err != nil {
+				w.errs.Add(1)
+				continue
+			}
+			w.added.Add(1)
+			cur[id] = &known{spec: spec, seen: e.Created()}
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package natsplane
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// TestDiscovery: on a single embedded node (--nats-embedded), registered workers appear at a frontend,
+// a gracefully stopped one leaves at once, a crashed one (heartbeats stop) leaves after the TTL, and a
+// returning one is added again.
+func TestDiscovery(t *testing.T) {
+	s, err := StartServer(ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	url := s.ClientURL()
+	cfg := DiscoveryConfig{TTL: time.Second, Heartbeat: 200 * time.Millisecond}
+
+	r, err := router.New(actor.NewActorSystem(), func() router.Config { c := router.DefaultConfig(testBlockSize); c.TickInterval = -1; return c }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	w := NewWatcher(connect(t, url), r, cfg)
+	wctx, wcancel := context.WithCancel(context.Background())
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _ = w.Run(wctx) }()
+	t.Cleanup(func() { wcancel(); <-wdone })
+
+	register := func(id uint64, deregister bool) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		spec := registry.Spec{ID: id, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+id), BlockSize: testBlockSize}
+		go func() { defer close(done); _ = Register(ctx, connect(t, url), spec, cfg, deregister) }()
+		return func() { cancel(); <-done }
+	}
+	workers := func(want ...uint64) func() string {
+		return func() string {
+			st := r.Workers()
+			if len(st) != len(want) {
+				return fmt.Sprintf("%d workers, want %v (%+v)", len(st), want, w.Stats())
+			}
+			for i, s := range st {
+				if s.ID != want[i] {
+					return fmt.Sprintf("worker %d, want %v", s.ID, want)
+				}
+			}
+			return ""
+		}
+	}
+	stop1 := register(1, false)
+	stop2 := register(2, true)
+	waitFor(t, 5*time.Second, "both registered", workers(1, 2))
+	stop2()
+	waitFor(t, 500*time.Millisecond, "graceful stop removes at once", workers(1))
+	stop1() // crash: no delete, the entry expires
+	start := time.Now()
+	waitFor(t, 5*time.Second, "crashed worker expires", workers())
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Fatalf("crashed worker removed after %v, before its TTL", d)
+	}
+	stop1 = register(1, true)
+	defer stop1()
+	waitFor(t, 5*time.Second, "returning worker added", workers(1))
+	t.Logf("watcher: %+v", w.Stats())
+}
