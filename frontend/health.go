@@ -160,8 +160,11 @@ func (m *Monitor) check(ctx context.Context, spec registry.Spec) {
 	}
 }
 
-// applyMetrics feeds the worker's own KV usage to the busy thresholds.
+// applyMetrics feeds the worker's own KV capacity and usage to the busy thresholds.
 func (m *Monitor) applyMetrics(spec registry.Spec, met client.Metrics) {
+	if spec.TotalKVBlocks == 0 && met.NumGPUBlocks > 0 {
+		m.r.SetCapacity(spec.ID, met.NumGPUBlocks, 0)
+	}
 	total := spec.TotalKVBlocks
 	if total == 0 {
 		total = met.NumGPUBlocks

@@ -182,6 +182,12 @@ func (r *Router) SetKVUsage(k scoring.WorkerKey, usedBlocks uint64) {
 	r.sched.setKVUsage(k, usedBlocks)
 }
 
+// SetCapacity records the KV capacity (blocks per rank) and token budget a worker reports about
+// itself, used when its registration gave none.
+func (r *Router) SetCapacity(id uint64, totalKVBlocks, maxBatchedTokens int) {
+	r.sched.setCapacity(id, totalKVBlocks, maxBatchedTokens)
+}
+
 // SetDegraded marks a worker whose KV events cannot be trusted for prediction (failed compatibility
 // self-test); "" clears it. It stays routable.
 func (r *Router) SetDegraded(id uint64, reason string) { r.Fleet.SetDegraded(id, reason) }

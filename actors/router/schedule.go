@@ -94,6 +94,9 @@ type target struct {
 	unhealthy atomic.Bool
 	kvUsed    atomic.Uint64
 	kvKnown   atomic.Bool
+	// learnedKV and learnedBatched are the capacity the worker reported, when its spec gave none.
+	learnedKV      atomic.Int64
+	learnedBatched atomic.Int64
 }
 
 func (t *target) publish() {
@@ -383,6 +386,12 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 		if t.kvKnown.Load() {
 			c.Capacity.KVUsedBlocks, c.Capacity.KVUsedKnown = t.kvUsed.Load(), true
 		}
+		if c.Capacity.TotalKVBlocks == 0 {
+			c.Capacity.TotalKVBlocks = uint64(t.learnedKV.Load())
+		}
+		if c.Capacity.MaxNumBatchedTokens == 0 {
+			c.Capacity.MaxNumBatchedTokens = uint64(t.learnedBatched.Load())
+		}
 		additional := uint64(len(sc.seq))
 		if reuse && snap.ActiveRequests > 0 && len(sc.seq) > 0 {
 			// Only a worker with active requests can already hold some of this prompt's blocks; the
@@ -640,5 +649,24 @@ func (s *scheduler) setKVUsage(k scoring.WorkerKey, used uint64) {
 		t := s.targets.Load().list[i]
 		t.kvUsed.Store(used)
 		t.kvKnown.Store(true)
+	}
+}
+
+// setCapacity records a worker's KV capacity and token budget learned from the worker itself (its
+// vllm:cache_config_info), for busy thresholds and approximate mode. Zero values leave a field as it is;
+// values given in the worker's spec are not overridden.
+func (s *scheduler) setCapacity(id uint64, totalKVBlocks, maxBatched int) {
+	for _, t := range s.targets.Load().list {
+		if t.key.WorkerID != id {
+			continue
+		}
+		if totalKVBlocks > 0 && t.spec.TotalKVBlocks == 0 && t.learnedKV.Swap(int64(totalKVBlocks)) != int64(totalKVBlocks) {
+			s.apMu.Lock()
+			s.approx.SetCapacity(t.key, totalKVBlocks)
+			s.apMu.Unlock()
+		}
+		if maxBatched > 0 && t.spec.MaxNumBatchedTokens == 0 {
+			t.learnedBatched.Store(int64(maxBatched))
+		}
 	}
 }
