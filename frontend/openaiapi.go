@@ -42,8 +42,8 @@ type OpenAIAPI struct {
 
 	mmMetrics *mmMetrics
 	props     *actor.Props
-	nextID atomic.Uint64
-	served []string
+	nextID    atomic.Uint64
+	served    []string
 }
 
 // NewOpenAIAPI wires the endpoints. m may be nil (token-id prompts only).
