@@ -37,6 +37,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// RouterID labels the overhead histograms.
 	RouterID string
+	// Selector, when set, replaces the configured mode's selection (scoring.Select) with another policy
+	// behind the same interface, e.g. a peer router's published formula for side-by-side benchmarks.
+	Selector scoring.Selector
 	// TickInterval is how often expiries (approximate-mode TTL, stale requests) run. Default 1s; a
 	// negative value disables the ticker (tests call Tick).
 	TickInterval time.Duration
@@ -92,6 +95,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 		ix.Stop()
 		return nil, err
 	}
+	sched.selector = cfg.Selector
 	fl, err := worker.NewFleet(system, ix, cfg.Worker)
 	if err != nil {
 		ix.Stop()

@@ -160,7 +160,9 @@ type scheduler struct {
 	approx *scoring.Approx
 
 	metrics *Metrics
-	observe func(LoadEvent) // replica sync observer, Config.OnLoad (replica.go); nil when off
+	// selector, when set, replaces scoring.Select (peer-style baselines in benchmarks).
+	selector scoring.Selector
+	observe  func(LoadEvent) // replica sync observer, Config.OnLoad (replica.go); nil when off
 }
 
 // lockedRNG makes a seeded math/rand source safe for concurrent routing.
@@ -349,7 +351,13 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		}
 
 		sreq.RoundRobin = s.rr.Add(1) - 1
-		d, err := scoring.Select(sreq, sc.cands, cfg, s.rng)
+		var d scoring.Decision
+		var err error
+		if s.selector != nil {
+			d, err = s.selector.Select(sreq, sc.cands, s.rng)
+		} else {
+			d, err = scoring.Select(sreq, sc.cands, cfg, s.rng)
+		}
 		tsel := s.now()
 		s.metrics.observeStage(stageScheduling, tsel.Sub(tf))
 		if err != nil {
