@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/workers/natsplane"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// natsFlags are the scale-out flags of kvroute frontend / serve (docs/scale-out.md). --router-replica-sync
+// is a scoring flag (scoring.Config.ReplicaSync); the rest live here.
+type natsFlags struct {
+	eventPlane  *string
+	url         *string
+	embedded    *bool
+	embedPort   *int
+	storeDir    *string
+	durable     *bool
+	snapshot    *int
+	replicas    *int
+	discovery   *string
+	discoveryTT *time.Duration
+	routerID    *string
+
+	plane *natsPlane // running components, set by newRouter
+}
+
+// addNATSFlags registers the scale-out flags on fs.
+func addNATSFlags(fs *flag.FlagSet) *natsFlags {
+	n := &natsFlags{}
+	n.eventPlane = fs.String("event-plane", envOr("DYN_EVENT_PLANE", "zmq"), "where KV events come from: zmq (each worker's socket) or nats (kv-events.<id> subjects fed by `kvroute relay`)")
+	n.url = fs.String("nats-url", envOr("NATS_SERVER", "nats://localhost:4222"), "NATS server URL(s), comma-separated")
+	n.embedded = fs.Bool("nats-embedded", false, "start an in-process single-node NATS server with JetStream and use it")
+	n.embedPort = fs.Int("nats-embedded-port", 4222, "client port of the embedded NATS server (0: a free port)")
+	n.storeDir = fs.String("nats-store-dir", "", "JetStream store of the embedded server (default: a temporary directory)")
+	n.durable = fs.Bool("durable-kv-events", false, "read KV events from the JetStream stream KV_EVENTS (with snapshots) instead of core NATS")
+	fs.BoolVar(n.durable, "router-durable-kv-events", false, "alias of --durable-kv-events (Dynamo's name)")
+	n.snapshot = fs.Int("router-snapshot-threshold", 1_000_000, "durable mode: dump the index to the object store after this many stream messages (0: never)")
+	n.replicas = fs.Int("nats-replicas", 1, "replicas of the JetStream stream, object store and discovery bucket (3 on a 3-node cluster)")
+	n.discovery = fs.String("discovery", "static", "worker discovery: static (--worker flags) or nats (the kvroute-workers key-value bucket)")
+	n.discoveryTT = fs.Duration("discovery-ttl", 10*time.Second, "nats discovery: a worker leaves after this long without a heartbeat")
+	n.routerID = fs.String("router-id", "", "replica sync: this router's id (default: random)")
+	return n
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// natsPlane is what newRouter started, stopped in reverse order.
+type natsPlane struct {
+	srv     *server.Server
+	nc      *nats.Conn
+	src     *natsplane.Source
+	replica *natsplane.ReplicaSync
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// needsNATS reports whether any flag asks for NATS.
+func (n *natsFlags) needsNATS(rcfg *router.Config) bool {
+	return *n.eventPlane == "nats" || *n.discovery == "nats" || rcfg.Scoring.ReplicaSync || *n.embedded
+}
+
+// newRouter is router.New plus the NATS planes the flags ask for. With the NATS plane on it registers
+// the --worker flags itself (their ZMQ endpoints stripped when events come over NATS) before the event
+// source subscribes, and empties *workers so the caller's registration loop adds nothing twice.
+func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, workers *workerFlags, log *slog.Logger) (*router.Router, error) {
+	if !n.needsNATS(&rcfg) {
+		return router.New(system, rcfg)
+	}
+	switch {
+	case *n.eventPlane != "zmq" && *n.eventPlane != "nats":
+		return nil, fmt.Errorf("--event-plane %q: want zmq or nats", *n.eventPlane)
+	case *n.discovery != "static" && *n.discovery != "nats":
+		return nil, fmt.Errorf("--discovery %q: want static or nats", *n.discovery)
+	case *n.durable && *n.eventPlane != "nats":
+		return nil, errors.New("--durable-kv-events needs --event-plane nats")
+	}
+	p := &natsPlane{}
+	n.plane = p
+	url := *n.url
+	if *n.embedded {
+		dir := *n.storeDir
+		if dir == "" {
+			d, err := os.MkdirTemp("", "kvroute-nats-")
+			if err != nil {
+				return nil, err
+			}
+			dir = d
+		}
+		port := *n.embedPort
+		if port == 0 {
+			port = -1
+		}
+		srv, err := natsplane.StartServer(natsplane.ServerConfig{Port: port, StoreDir: dir})
+		if err != nil {
+			return nil, err
+		}
+		p.srv, url = srv, srv.ClientURL()
+		log.Info("embedded NATS server", "url", url, "store", dir)
+	}
+	nc, err := nats.Connect(url, nats.Name("kvroute-frontend"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		n.stop()
+		return nil, fmt.Errorf("--nats-url %s: %w", url, err)
+	}
+	p.nc = nc
+	if rcfg.Scoring.ReplicaSync {
+		p.replica = natsplane.NewReplicaSync(nc, natsplane.ReplicaConfig{RouterID: *n.routerID})
+		rcfg.OnLoad = p.replica.Observe
+	}
+	r, err := router.New(system, rcfg)
+	if err != nil {
+		n.stop()
+		return nil, err
+	}
+	fail := func(err error) (*router.Router, error) {
+		n.stop()
+		r.Stop()
+		return nil, err
+	}
+	set := natsplane.WorkerSet(r)
+	if *n.eventPlane == "nats" {
+		set = strippedSet{r}
+	}
+	for _, w := range *workers {
+		if err := set.AddWorker(w); err != nil {
+			return fail(err)
+		}
+	}
+	*workers = nil
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan struct{})
+	if *n.eventPlane == "nats" {
+		scfg := natsplane.DefaultSourceConfig()
+		scfg.Durable, scfg.Replicas = *n.durable, *n.replicas
+		if *n.durable {
+			scfg.SnapshotThreshold = *n.snapshot
+		}
+		if p.src, err = natsplane.NewSource(nc, r, scfg); err != nil {
+			return fail(err)
+		}
+		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+		err = p.src.Start(sctx)
+		scancel()
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if p.replica != nil {
+		if err := p.replica.Start(r); err != nil {
+			return fail(err)
+		}
+	}
+	watch := *n.discovery == "nats"
+	go func() {
+		defer close(p.done)
+		if !watch {
+			return
+		}
+		w := natsplane.NewWatcher(nc, set, natsplane.DiscoveryConfig{TTL: *n.discoveryTT, Replicas: *n.replicas})
+		if p.src != nil {
+			w.OnRemove = p.src.Forget
+		}
+		if err := w.Run(ctx); err != nil {
+			log.Error("nats discovery stopped", "err", err)
+		}
+	}()
+	log.Info("nats planes", "url", url, "event_plane", *n.eventPlane, "durable", *n.durable, "replica_sync", rcfg.Scoring.ReplicaSync,
+		"discovery", *n.discovery)
+	return r, nil
+}
+
+// stop stops the planes (before the router stops); safe when nothing was started.
+func (n *natsFlags) stop() {
+	p := n.plane
+	if p == nil {
+		return
+	}
+	n.plane = nil
+	if p.cancel != nil {
+		p.cancel()
+		<-p.done
+	}
+	if p.src != nil {
+		p.src.Stop()
+	}
+	if p.replica != nil {
+		p.replica.Stop()
+	}
+	if p.nc != nil {
+		p.nc.Close()
+	}
+	if p.srv != nil {
+		p.srv.Shutdown()
+	}
+}
+
+// strippedSet adds workers without their ZMQ endpoints: their events arrive over NATS.
+type strippedSet struct{ r *router.Router }
+
+func (s strippedSet) AddWorker(spec registry.Spec) error {
+	spec.Events, spec.Replay, spec.Topic = "", "", ""
+	return s.r.AddWorker(spec)
+}
+
+func (s strippedSet) RemoveWorker(id uint64) error { return s.r.RemoveWorker(id) }
