@@ -21,7 +21,11 @@ var (
 	ErrUnprocessable = openai.ErrUnprocessable
 	ErrUnavailable   = openai.ErrUnavailable
 	ErrUnauthorized  = errors.New("unauthorized")
-	ErrMethod        = errors.New("method not allowed")
+	// ErrTooMany: the server is at its concurrent-request limit (429).
+	ErrTooMany = errors.New("too many requests")
+	// ErrHeaderTooLarge: request headers past the limit (431).
+	ErrHeaderTooLarge = errors.New("request headers too large")
+	ErrMethod         = errors.New("method not allowed")
 )
 
 // apiError is the OpenAI error body: {"error":{"message","type","param","code"}}.
@@ -49,6 +53,10 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusUnprocessableEntity, "invalid_request_error"
 	case errors.Is(err, ErrUnavailable):
 		return fasthttp.StatusServiceUnavailable, "service_unavailable_error"
+	case errors.Is(err, ErrTooMany):
+		return fasthttp.StatusTooManyRequests, "rate_limit_error"
+	case errors.Is(err, ErrHeaderTooLarge):
+		return fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error"
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized, "authentication_error"
 	case errors.Is(err, ErrMethod):

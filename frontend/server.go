@@ -1,7 +1,11 @@
 package frontend
 
 import (
+	"crypto/subtle"
+	"errors"
 	"net"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,13 +27,27 @@ type ServerConfig struct {
 	ReadTimeout time.Duration
 	// Gatherer serves /metrics; nil means the default Prometheus registry.
 	Gatherer prometheus.Gatherer
+	// MaxHeaderBytes bounds the request line plus headers; larger ones get 431. Default 64 KiB.
+	MaxHeaderBytes int
+	// MaxConcurrent bounds requests in flight; past it a request gets 429 at once rather than queueing
+	// behind the others (the router's own queue, --router-queue-threshold, is where waiting belongs).
+	// Default 16384.
+	MaxConcurrent int
+	// AdminToken, when set, is required as "Authorization: Bearer <token>" on every call that changes
+	// the fleet or the router (worker registration and removal, POST /busy_threshold) and on debug
+	// endpoints. Default unset (open, as Dynamo's frontend admin API).
+	AdminToken string
+	// TLSCert and TLSKey, when both set, make Serve speak HTTPS.
+	TLSCert, TLSKey string
 }
 
 // Server is the fasthttp edge: /health, /live, /metrics, then each mounted Handler in order, then 404.
 type Server struct {
 	srv      *fasthttp.Server
+	cfg      ServerConfig
 	handlers []Handler
 	metrics  fasthttp.RequestHandler
+	inflight atomic.Int64
 }
 
 // NewServer returns a server over handlers.
@@ -40,23 +58,35 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 30 * time.Second
 	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = 64 << 10
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 16384
+	}
 	g := cfg.Gatherer
 	if g == nil {
 		g = prometheus.DefaultGatherer
 	}
-	s := &Server{handlers: handlers}
+	s := &Server{handlers: handlers, cfg: cfg}
 	s.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	s.srv = &fasthttp.Server{
 		Handler:               s.handle,
 		Name:                  "kvroute",
 		MaxRequestBodySize:    cfg.MaxBodyBytes,
 		ReadTimeout:           cfg.ReadTimeout,
+		ReadBufferSize:        cfg.MaxHeaderBytes,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		Logger:                quietLogger{},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			if err == fasthttp.ErrBodyTooLarge {
 				writeError(ctx, errorf(ErrTooLarge, "request body larger than %d bytes", cfg.MaxBodyBytes))
+				return
+			}
+			var small *fasthttp.ErrSmallBuffer
+			if errors.As(err, &small) {
+				writeError(ctx, errorf(ErrHeaderTooLarge, "request headers larger than %d bytes", cfg.MaxHeaderBytes))
 				return
 			}
 			writeError(ctx, errorf(ErrBadRequest, "cannot parse request: %v", err))
@@ -66,6 +96,16 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
+		s.inflight.Add(-1)
+		writeError(ctx, errorf(ErrTooMany, "more than %d requests in flight", s.cfg.MaxConcurrent))
+		return
+	}
+	defer s.inflight.Add(-1)
+	if s.cfg.AdminToken != "" && isAdmin(ctx) && !s.authorized(ctx) {
+		writeError(ctx, errorf(ErrUnauthorized, "this endpoint needs the admin token (Authorization: Bearer ...)"))
+		return
+	}
 	switch string(ctx.Path()) {
 	case "/health", "/live":
 		ctx.SetStatusCode(fasthttp.StatusOK)
@@ -82,8 +122,34 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	writeError(ctx, errorf(ErrNotFound, "no route for %s %s", ctx.Method(), ctx.Path()))
 }
 
-// Serve serves on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// isAdmin reports whether a request changes the fleet or the router, or reads debug state.
+func isAdmin(ctx *fasthttp.RequestCtx) bool {
+	path := string(ctx.Path())
+	switch {
+	case strings.HasPrefix(path, "/v1/workers"):
+		return !ctx.IsGet()
+	case path == "/busy_threshold":
+		return !ctx.IsGet()
+	case strings.HasPrefix(path, "/debug/"):
+		return true
+	}
+	return false
+}
+
+// authorized checks the bearer token in constant time.
+func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+	got := ctx.Request.Header.Peek("Authorization")
+	want := "Bearer " + s.cfg.AdminToken
+	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
+}
+
+// Serve serves on ln until Shutdown, over TLS when TLSCert and TLSKey are set.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.cfg.TLSCert != "" && s.cfg.TLSKey != "" {
+		return s.srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+	}
+	return s.srv.Serve(ln)
+}
 
 // Shutdown stops accepting and waits for open requests.
 func (s *Server) Shutdown() error { return s.srv.Shutdown() }

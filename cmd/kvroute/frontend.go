@@ -47,6 +47,7 @@ type frontendFlags struct {
 	decode    *bool
 	maxImages *int
 	maxPixels *uint64
+	srv       serverFlags
 }
 
 func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
@@ -74,6 +75,7 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.decode = fs.Bool("frontend-decoding", false, "download and decode images in the frontend; identity = hash of the decoded pixels")
 	f.maxImages = fs.Int("mm-max-images", 32, "most images per request routed on their identity")
 	f.maxPixels = fs.Uint64("mm-max-total-pixels", 1<<28, "bound on the sum of W×H over a request's images")
+	f.srv.register(fs)
 	return f, nil
 }
 
@@ -135,7 +137,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 			return nil, err
 		}
 	}
-	app.server = frontend.NewServer(frontend.ServerConfig{MaxBodyBytes: *f.maxBody, Gatherer: reg},
+	app.server = frontend.NewServer(f.srv.config(*f.maxBody, reg),
 		api, &frontend.RouterAPI{R: app.router})
 	hc := frontend.DefaultHealthConfig()
 	hc.Interval, hc.SelfTest, hc.ModelName = *f.health, *f.selfTest, name

@@ -70,6 +70,8 @@ func runRouter(args []string) int {
 	port := fs.Int("http-port", 8000, "HTTP port")
 	host := fs.String("host", "0.0.0.0", "HTTP listen address")
 	bind := fs.String("kv-events-bind", "", "bind one SUB socket here (e.g. tcp://*:5557) for publishers that connect to the router; workers are matched by topic")
+	var sf serverFlags
+	sf.register(fs)
 	var workers workerFlags
 	fs.Var(&workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -106,7 +108,7 @@ func runRouter(args []string) int {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 1
 	}
-	srv := frontend.NewServer(frontend.ServerConfig{}, &frontend.RouterAPI{R: r})
+	srv := frontend.NewServer(sf.config(32<<20, nil), &frontend.RouterAPI{R: r})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {

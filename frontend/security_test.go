@@ -1,0 +1,170 @@
+package frontend
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/router"
+)
+
+func serveRouterAPI(t *testing.T, cfg ServerConfig, extra ...Handler) string {
+	t.Helper()
+	system := actors.NewSystem(nil)
+	r, err := router.New(system, router.DefaultConfig(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(cfg, append(extra, &RouterAPI{R: r})...)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(); r.Stop(); system.Shutdown() })
+	scheme := "http://"
+	if cfg.TLSCert != "" {
+		scheme = "https://"
+	}
+	return scheme + ln.Addr().String()
+}
+
+func doReq(t *testing.T, c *http.Client, method, url, body string, hdr map[string]string) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestAdminToken(t *testing.T) {
+	base := serveRouterAPI(t, ServerConfig{AdminToken: "s3cret"})
+	c := http.DefaultClient
+	bearer := map[string]string{"Authorization": "Bearer s3cret"}
+	wrong := map[string]string{"Authorization": "Bearer nope"}
+	tests := []struct {
+		method, path, body string
+		hdr                map[string]string
+		status             int
+	}{
+		{"POST", "/v1/workers", `{"id":1}`, nil, 401},
+		{"POST", "/v1/workers", `{"id":1}`, wrong, 401},
+		{"POST", "/v1/workers", `{"id":1}`, bearer, 200},
+		{"GET", "/v1/workers", "", nil, 200},
+		{"DELETE", "/v1/workers/1", "", nil, 401},
+		{"POST", "/busy_threshold", `{"active_prefill_tokens_threshold":5}`, nil, 401},
+		{"POST", "/busy_threshold", `{"active_prefill_tokens_threshold":5}`, bearer, 200},
+		{"GET", "/busy_threshold", "", nil, 200},
+		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, nil, 200},
+		{"DELETE", "/v1/workers/1", "", bearer, 200},
+	}
+	for _, tc := range tests {
+		if got := doReq(t, c, tc.method, base+tc.path, tc.body, tc.hdr); got != tc.status {
+			t.Errorf("%s %s (auth %v): %d, want %d", tc.method, tc.path, tc.hdr != nil, got, tc.status)
+		}
+	}
+}
+
+func TestHeaderLimit(t *testing.T) {
+	base := serveRouterAPI(t, ServerConfig{MaxHeaderBytes: 4096})
+	if got := doReq(t, http.DefaultClient, "GET", base+"/v1/workers", "", map[string]string{"X-Big": strings.Repeat("a", 8000)}); got != 431 {
+		t.Fatalf("big headers: %d, want 431", got)
+	}
+	if got := doReq(t, http.DefaultClient, "GET", base+"/v1/workers", "", nil); got != 200 {
+		t.Fatalf("server stopped serving: %d", got)
+	}
+}
+
+// blocker holds /block until released, to fill the concurrency limit.
+type blocker struct{ release chan struct{} }
+
+func (b *blocker) Handle(ctx *fasthttp.RequestCtx) bool {
+	if string(ctx.Path()) != "/block" {
+		return false
+	}
+	<-b.release
+	ctx.SetStatusCode(200)
+	return true
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	b := &blocker{release: make(chan struct{})}
+	base := serveRouterAPI(t, ServerConfig{MaxConcurrent: 2}, b)
+	done := make(chan int, 2)
+	for i := 0; i < 2; i++ {
+		go func() { done <- doReq(t, http.DefaultClient, "GET", base+"/block", "", nil) }()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := doReq(t, http.DefaultClient, "GET", base+"/v1/workers", "", nil)
+		if got == 429 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("third request: %d, want 429 while two are in flight", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(b.release)
+	for i := 0; i < 2; i++ {
+		if got := <-done; got != 200 {
+			t.Fatalf("held request: %d", got)
+		}
+	}
+	if got := doReq(t, http.DefaultClient, "GET", base+"/v1/workers", "", nil); got != 200 {
+		t.Fatalf("after release: %d", got)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	base := serveRouterAPI(t, ServerConfig{TLSCert: certFile, TLSKey: keyFile})
+	pool := x509.NewCertPool()
+	cert, _ := x509.ParseCertificate(der)
+	pool.AddCert(cert)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if got := doReq(t, c, "GET", base+"/health", "", nil); got != 200 {
+		t.Fatalf("https health: %d", got)
+	}
+	plain := strings.Replace(base, "https://", "http://", 1)
+	resp, err := http.Get(plain + "/health")
+	if err == nil && resp.StatusCode == 200 {
+		t.Fatal("plain HTTP accepted on the TLS port")
+	}
+	if resp != nil {
+		resp.Body.Close()
+	}
+}
