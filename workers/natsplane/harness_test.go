@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,3 +269,8 @@ func converge(t testing.TB, fs []*frontend, ws []*mocker.Worker, d time.Duration
 		return out
 	})
 }
+
+// atomicCounter hands out 0, 1, 2, ... to parallel benchmark goroutines.
+type atomicCounter struct{ n atomic.Uint64 }
+
+func (c *atomicCounter) add() uint64 { return c.n.Add(1) - 1 }

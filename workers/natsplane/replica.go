@@ -32,6 +32,9 @@ type ReplicaStats struct {
 	Applied     uint64 // remote events applied
 	Own         uint64 // own events received back and ignored
 	ApplyErrors uint64 // remote events that did not apply (unknown worker or request, bad message)
+	// RemoteDropped counts remote events the NATS client dropped because this router applied them too
+	// slowly (the subscription's pending limit, QueueSize messages).
+	RemoteDropped uint64
 }
 
 // replicaEvent is the wire form (JSON) of one load event: Dynamo's ActiveSequenceEvent.
@@ -168,8 +171,16 @@ func (rs *ReplicaSync) handle(m *nats.Msg) {
 
 // Stats returns the counters.
 func (rs *ReplicaSync) Stats() ReplicaStats {
-	return ReplicaStats{Published: rs.published.Load(), Dropped: rs.dropped.Load(), QueueDepth: len(rs.q), Applied: rs.applied.Load(),
+	st := ReplicaStats{Published: rs.published.Load(), Dropped: rs.dropped.Load(), QueueDepth: len(rs.q), Applied: rs.applied.Load(),
 		Own: rs.own.Load(), ApplyErrors: rs.applyErrs.Load()}
+	rs.mu.Lock()
+	if rs.sub != nil {
+		if d, err := rs.sub.Dropped(); err == nil {
+			st.RemoteDropped = uint64(d)
+		}
+	}
+	rs.mu.Unlock()
+	return st
 }
 
 // Stop unsubscribes and stops the publisher (queued events are dropped).
