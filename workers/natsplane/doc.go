@@ -1,0 +1,73 @@
+// Package natsplane scales kvroute out over NATS with JetStream (ARCHITECTURE.md §8, spec/router.md §7.1
+// and §11): several frontends share one fleet of workers, each with a complete index of every worker's
+// KV cache, and optionally each other's active load.
+//
+// # Overview
+//
+//   - embedded.go: StartServer, an in-process NATS server with JetStream (`--nats-embedded`), and
+//     StartCluster, an in-process three-node cluster on 127.0.0.1 for tests (Kill / Restart a node).
+//   - wire.go: subjects, headers and JetStream names shared by every component.
+//   - relay.go: Relay (`kvroute relay`), next to a worker: one kvevents.Subscriber per dp rank (with
+//     replay) republishing every batch on kv-events.<worker_id>.
+//   - source.go: Source, in a frontend: subscribes to kv-events.* and delivers every batch through the
+//     fleet's Injector (actors/worker/source.go), so the index is fed exactly as a ZMQ mirror feeds it.
+//   - snapshot.go: durable mode only: the index dumped to the object store every
+//     --router-snapshot-threshold stream messages, and restored by a frontend that starts later.
+//   - replica.go: ReplicaSync (`--router-replica-sync`): AddRequest / MarkPrefillCompleted / Free
+//     published on active_sequences_events with a router id and applied by the other routers.
+//   - discovery.go: Register (workers, or relays on their behalf) and Watcher (frontends) over the
+//     kvroute-workers key-value bucket with TTL heartbeats (`--discovery nats`).
+//
+// # Wire format of the event plane
+//
+// Subject kv-events.<worker_id>; headers Kv-Seq (the engine's batch sequence, per dp rank), Kv-Rank,
+// Kv-Epoch (one per relay process) and Kv-Reset ("1" when the engine restarted, no payload). The payload
+// is the batch re-encoded in the current vLLM layout (kvevents.AppendBatch, LayoutMap) with dp_rank
+// filled in: the relay normalizes legacy layouts, frontends decode one shape with the same decoder the
+// ZMQ path uses, and a capture of the subject replays through any vLLM-compatible tool. Re-keying
+// (token ids → router hashes) stays in the frontends, which know their block size and image token.
+//
+// Sequence rules at a frontend, per (worker, rank): a batch at or below the last sequence is a duplicate
+// and skipped (a relay that reconnected, a retried publish); a jump is counted as a gap (events lost
+// upstream, core mode only); Kv-Reset clears the worker rank's blocks; a new epoch (a restarted relay,
+// which replays the worker's ring from sequence 0) clears them too and starts over, as a restarted ZMQ
+// subscriber does.
+//
+// Durable mode (--durable-kv-events) publishes into the JetStream stream KV_EVENTS (subjects
+// kv-events.*, one hour MaxAge, R = --nats-replicas): each batch is acknowledged before the next one is
+// sent, retried with backoff until it is, and carries a Nats-Msg-Id (worker.rank.epoch.resets.seq) so a
+// retry is stored once. Frontends read it with an ordered consumer, which resumes after the last stream
+// sequence it delivered when its server goes away.
+//
+// # Concurrency model
+//
+//   - Relay: one goroutine per dp rank (kvevents.Subscriber.Run); each publishes its own rank's batches
+//     synchronously, so a rank's order on the subject is the engine's order.
+//   - Source: the NATS subscription's (or the consumer's) delivery goroutine runs handle; Source.mu makes
+//     the single writer explicit across the ordered consumer's internal resets. It owns the Injector, the
+//     per-rank sequence state and the decode Batch. A snapshot runs inline on that goroutine: no batch
+//     enters between Fleet.Sync (a barrier through every mirror and shard) and Indexer.Dump.
+//   - ReplicaSync: the request path only enqueues into the bounded queue "natsplane.replica"
+//     (QueueSize, default 100,000; full → the newest event is dropped and counted); one publisher
+//     goroutine drains it; the subscription's goroutine applies remote events (Router.ApplyRemote).
+//   - Watcher: Run owns the known-worker map; one goroutine.
+//   - Counters are atomics, readable from anywhere.
+//
+// # Ownership
+//
+//   - The index and the mirrors belong to actors/router and actors/worker; this package only delivers
+//     batches into them (Injector) and reads them for snapshots (Fleet.Sync, Indexer.Dump).
+//   - Remote load lives in the router's trackers under namespaced ids ("\x00replica/<router>/<id>"), so
+//     stale-request expiry and worker removal clean up remote requests whose Free was lost.
+//
+// # Data flow
+//
+//  1. vLLM (or the simulator) publishes a batch on its ZMQ PUB socket.
+//  2. The relay's subscriber decodes it (replaying gaps from the worker's ring), re-encodes it in the
+//     current layout and publishes it on kv-events.<id> (core) or into KV_EVENTS (durable).
+//  3. Every frontend's Source receives it, checks the sequence, decodes it and hands it to the
+//     worker's mirror (Injector.Deliver), which re-keys and applies it to the worker's index shard.
+//  4. Durable: every --router-snapshot-threshold messages the frontend dumps its index and sequence state
+//     to the object store radix-bucket/radix-state; a frontend started later loads it and consumes the
+//     stream from the next sequence.
+package natsplane
