@@ -310,3 +310,43 @@ func TestBindModeAttributesByTopic(t *testing.T) {
 		t.Fatal("removed bound worker still indexed")
 	}
 }
+
+// With CURVE on, the router takes a worker's events only from the holder of the worker's secret key:
+// a rogue publisher at the worker's address (another key, or none) injects nothing.
+func TestCurveKeepsRoguePublishersOut(t *testing.T) {
+	r := newRouter(t, 4)
+	workerPub, workerSec, err := kvevents.NewCurveKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*", CurveSecretKey: workerSec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = good.Run(ctx) }()
+	<-good.Ready()
+	if err := r.AddWorker(registry.Spec{ID: 1, Events: good.Addr(), Replay: good.ReplayAddr(), CurveKey: workerPub}); err != nil {
+		t.Fatal(err)
+	}
+	rogue := startPublisher(t, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", kvevents.LayoutMap, nil)
+	defer rogue.stop()
+	// Worker 2 claims the rogue's address but carries worker 1's public key: nothing may arrive.
+	if err := r.AddWorker(registry.Spec{ID: 2, Events: rogue.p.Addr(), Replay: rogue.p.ReplayAddr(), CurveKey: workerPub}); err != nil {
+		t.Fatal(err)
+	}
+	toks, evil := []uint32{1, 2, 3, 4}, []uint32{6, 6, 6, 6}
+	waitFor(t, "authenticated events", func() bool {
+		_ = good.Publish(ctx, stored(0, false, []uint64{1}, toks))
+		rogue.publish(t, stored(0, false, []uint64{9}, evil))
+		return overlapOf(r, toks, 1) == 1
+	})
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+		rogue.publish(t, stored(0, false, []uint64{9}, evil))
+		time.Sleep(10 * time.Millisecond)
+	}
+	if overlapOf(r, evil, 2) != 0 || r.Index.Size() != 1 {
+		t.Fatalf("rogue publisher injected events: size %d", r.Index.Size())
+	}
+}

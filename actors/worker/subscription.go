@@ -44,6 +44,7 @@ func newSubscription(spec registry.Spec, rank int, wcfg Config) (*subscription, 
 	}
 	cfg := kvevents.DefaultConfig()
 	cfg.Endpoint, cfg.ReplayEndpoint, cfg.Topic = ep, rep, spec.Topic
+	cfg.CurveServerKey = spec.CurveKey
 	if wcfg.ReplayTimeout > 0 {
 		cfg.ReplayTimeout = wcfg.ReplayTimeout
 	}

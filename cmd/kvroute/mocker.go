@@ -39,6 +39,7 @@ func runMocker(args []string) int {
 	eventsBase := fs.Int("kv-events-port-base", 5557, "ZMQ PUB port of worker 0 rank 0; worker i rank r binds tcp://*:base+i*dp_size+r")
 	replayBase := fs.Int("replay-port-base", 5757, "ZMQ replay ROUTER port base, numbered like --kv-events-port-base")
 	noEvents := fs.Bool("no-kv-events", false, "publish no KV events")
+	curveKey := fs.String("kv-events-curve-server-key", os.Getenv("KVROUTE_KV_EVENTS_CURVE_SECRET"), "Z85 CURVE secret key: authenticate and encrypt the KV event stream; routers need the public key (worker spec curve_key=...) (env KVROUTE_KV_EVENTS_CURVE_SECRET)")
 	dropEvery := fs.Uint64("kv-events-drop-every", 0, "fault injection: withhold every Nth batch from PUB (kept for replay), so subscribers must recover gaps (0: off)")
 	kvCfg := fs.String("kv-events-config", "", `vLLM's JSON, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'; overrides the port bases (worker i offsets the ports by i*dp_size)`)
 	eventFormat := fs.String("event-format", "map", "KV event layout: map (current vLLM) or array (legacy vLLM / SGLang)")
@@ -109,6 +110,7 @@ func runMocker(args []string) int {
 	}
 	kv.Enable = kv.Enable && !*noEvents
 	kv.Layout = layout
+	kv.CurveSecretKey = *curveKey
 	if n := *dropEvery; n > 0 {
 		kv.SkipSend = func(seq uint64) bool { return seq%n == n-1 }
 	}

@@ -44,6 +44,10 @@ type PublisherConfig struct {
 	QueueSize int
 	// PollInterval is how often replay requests are served when no batch is flowing. Default 5ms.
 	PollInterval time.Duration
+	// CurveSecretKey, when set (40 Z85 characters), makes the PUB and replay sockets CURVE servers:
+	// only subscribers that know the matching public key can read the stream, and they can be sure it
+	// comes from this publisher.
+	CurveSecretKey string
 	// SkipSend, when set, is asked for every seq: true keeps the batch in the replay ring but does not
 	// send it (fault injection for tests and the mocker's lossy mode).
 	SkipSend func(seq uint64) bool
@@ -224,6 +228,9 @@ func (p *Publisher) open(st *pubState) error {
 	if err := pub.SetSndhwm(p.cfg.HWM); err != nil {
 		return err
 	}
+	if err := curveServer(pub, p.cfg.CurveSecretKey); err != nil {
+		return err
+	}
 	if ShouldBind(p.cfg.Endpoint) {
 		if err := pub.Bind(p.cfg.Endpoint); err != nil {
 			return fmt.Errorf("kvevents: bind %s: %w", p.cfg.Endpoint, err)
@@ -246,6 +253,9 @@ func (p *Publisher) open(st *pubState) error {
 	}
 	st.router = r
 	if err := r.SetLinger(0); err != nil {
+		return err
+	}
+	if err := curveServer(r, p.cfg.CurveSecretKey); err != nil {
 		return err
 	}
 	if err := r.Bind(p.cfg.ReplayEndpoint); err != nil {

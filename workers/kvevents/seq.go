@@ -54,6 +54,20 @@ func (t *seqTracker) onLive(seq uint64) (v verdict, from uint64, reset, gap bool
 	return replayFirst, t.last + 1, false, true
 }
 
+// ambiguous reports a live seq that the sequence alone cannot explain: a forward gap (batches lost, or
+// an engine that restarted and already published past last) or a backward step outside the duplicate
+// window (a late batch of this engine, or an engine that restarted below last). Only the publisher can
+// tell which: the owner asks it whether it still holds our last batch under last (replay + digest).
+func (t *seqTracker) ambiguous(seq uint64) bool {
+	if !t.have {
+		return false
+	}
+	if seq > t.last+1 {
+		return true
+	}
+	return seq < t.last && !(t.dupWindow && seq >= t.dupLow)
+}
+
 // afterReplay is called once the replay requested for live seq trigger is over (complete or not). It
 // opens the duplicate window and reports whether the live batch itself still needs delivering.
 func (t *seqTracker) afterReplay(trigger uint64) (deliver bool) {

@@ -18,6 +18,7 @@ const endSeq = ^uint64(0)
 // socket queues meanwhile, up to its HWM).
 type stream struct {
 	replayEndpoint string // "" disables replay
+	curveServerKey string // the publisher's CURVE public key, "" for plain sockets
 	replayTimeout  time.Duration
 	poll           time.Duration
 
@@ -37,6 +38,9 @@ type stream struct {
 
 // handle processes one live message.
 func (s *stream) handle(ctx context.Context, seq uint64, payload []byte) {
+	if s.replayEndpoint != "" && s.tr.ambiguous(seq) && s.resolve(ctx, seq) {
+		return
+	}
 	v, from, reset, gap := s.tr.onLive(seq)
 	if reset {
 		s.c.Resets.Add(1)
@@ -59,6 +63,42 @@ func (s *stream) handle(ctx context.Context, seq uint64, payload []byte) {
 		}
 	}
 	s.deliver(seq, payload)
+}
+
+// resolve settles an ambiguous live seq (seqTracker.ambiguous) by asking the publisher, as catchUp does
+// on a reconnect: it replays from our last seq and checks that the batch under it is still the one we
+// consumed (payload digest).
+//   - Still ours: the same engine. A gap is filled by the replay; a late batch (reordered or delayed on
+//     the way) is a duplicate. The live sequence going backwards is not taken for a restart.
+//   - Not ours (the answer ended without it): the engine restarted, possibly already past our last seq,
+//     which the live sequence alone would take for a gap and fill with the new engine's batches on top of
+//     the old engine's blocks. The worker is reset and replayed from 0.
+//
+// handled is false when the publisher did not answer: the sequence rules decide alone.
+func (s *stream) resolve(ctx context.Context, seq uint64) (handled bool) {
+	if seq > s.tr.last+1 {
+		s.c.Gaps.Add(1)
+	}
+	completed, verified := s.replayVerify(ctx, s.tr.last)
+	switch {
+	case verified:
+	case completed:
+		s.tr = seqTracker{}
+		s.c.Resets.Add(1)
+		if s.onReset != nil {
+			s.onReset()
+		}
+		s.replay(ctx, 0)
+	default:
+		return false
+	}
+	if !s.tr.afterReplay(seq) {
+		s.c.Duplicates.Add(1)
+		return true
+	}
+	// The replay did not reach seq (the publisher's ring lags its PUB socket): the sequence rules take
+	// the live batch from here.
+	return false
 }
 
 // catchUp runs each time the SUB socket (re)connects. Batches published while no connection existed are
@@ -231,6 +271,10 @@ func (s *stream) openDealer() error {
 		return err
 	}
 	if err := d.SetLinger(0); err != nil {
+		d.Close()
+		return err
+	}
+	if err := curveClient(d, s.curveServerKey); err != nil {
 		d.Close()
 		return err
 	}

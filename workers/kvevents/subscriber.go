@@ -30,6 +30,10 @@ type Config struct {
 	PollInterval time.Duration
 	// ReplayTimeout is how long a replay may stay silent before it is abandoned. Default 2s.
 	ReplayTimeout time.Duration
+	// CurveServerKey, when set, is the publisher's CURVE public key (40 Z85 characters): the SUB and
+	// replay sockets then only complete handshakes with the holder of the matching secret key, and the
+	// stream is encrypted.
+	CurveServerKey string
 	// RcvHWM is the SUB socket's receive high-water mark in messages; past it ZMQ drops (seen as gaps).
 	// Default 100_000, vLLM's publisher default.
 	RcvHWM int
@@ -75,6 +79,9 @@ func (c Config) Validate() error {
 	if c.Endpoint == "" {
 		return fmt.Errorf("%w: Endpoint is required", ErrConfig)
 	}
+	if c.CurveServerKey != "" && len(c.CurveServerKey) != 40 {
+		return fmt.Errorf("%w: CurveServerKey must be 40 Z85 characters", ErrConfig)
+	}
 	if c.ReconnectMax > 0 && c.ReconnectMin > c.ReconnectMax {
 		return fmt.Errorf("%w: ReconnectMin %v > ReconnectMax %v", ErrConfig, c.ReconnectMin, c.ReconnectMax)
 	}
@@ -106,7 +113,7 @@ func NewSubscriber(cfg Config, h Handler) (*Subscriber, error) {
 	cfg = cfg.withDefaults()
 	s := &Subscriber{cfg: cfg}
 	s.st = stream{
-		replayEndpoint: cfg.ReplayEndpoint, replayTimeout: cfg.ReplayTimeout, poll: cfg.PollInterval,
+		replayEndpoint: cfg.ReplayEndpoint, replayTimeout: cfg.ReplayTimeout, poll: cfg.PollInterval, curveServerKey: cfg.CurveServerKey,
 		c: &s.c, onBatch: h.OnBatch, onReset: h.OnReset,
 	}
 	return s, nil
@@ -147,6 +154,9 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 		return false, err
 	}
 	defer sub.Close()
+	if err := curveClient(sub, s.cfg.CurveServerKey); err != nil {
+		return false, err
+	}
 	defer s.st.closeDealer()
 	// Every (re)connection of the SUB socket may have lost batches: watch for it and catch up.
 	mon, err := monitorConnects(sub)

@@ -103,6 +103,9 @@ type KVEventsConfig struct {
 	// workers then idles at about 2 % of a core instead of 10 % (kvevents' own default is 5ms); a replay
 	// answer is delayed by at most this much.
 	ReplayPoll time.Duration `json:"-"`
+	// CurveSecretKey, when set, makes the event and replay sockets CURVE servers with this Z85 secret
+	// key: only routers that know the matching public key can subscribe (--kv-events-curve-server-key).
+	CurveSecretKey string `json:"-"`
 	// SkipSend, when set, withholds the batch with that seq from the PUB socket while keeping it in the
 	// replay ring (fault injection: a subscriber sees a gap and recovers it through replay).
 	SkipSend func(seq uint64) bool `json:"-"`
@@ -202,6 +205,7 @@ func newZMQPublisher(c KVEventsConfig, rank int) (EventPublisher, error) {
 		HWM:            c.HWM,
 		QueueSize:      c.MaxQueueSize,
 		SkipSend:       c.SkipSend,
+		CurveSecretKey: c.CurveSecretKey,
 		PollInterval:   cmp.Or(c.ReplayPoll, 20*time.Millisecond),
 	})
 	if err != nil {

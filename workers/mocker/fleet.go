@@ -3,6 +3,7 @@ package mocker
 import (
 	"errors"
 	"fmt"
+	"github.com/kvroute/kvroute/workers/kvevents"
 	"net"
 	"strconv"
 	"sync"
@@ -110,6 +111,11 @@ func (w *Worker) Spec() string {
 	}
 	if ep := w.ReplayEndpoint(0); ep != "" {
 		s += ",replay=" + ep
+	}
+	if w.cfg.KVEvents.Enable && w.cfg.KVEvents.CurveSecretKey != "" {
+		if pub, err := kvevents.CurvePublicKey(w.cfg.KVEvents.CurveSecretKey); err == nil {
+			s += ",curve_key=" + pub
+		}
 	}
 	if w.cfg.KVEvents.Enable && w.cfg.KVEvents.Topic != "" {
 		s += ",topic=" + w.cfg.KVEvents.Topic

@@ -43,6 +43,9 @@ type Spec struct {
 	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
 	// Device is "gpu" (default) or "cpu", for device-aware-weighted routing.
 	Device string `json:"device,omitempty"`
+	// CurveKey is the worker's CURVE public key (40 Z85 characters): the router then accepts the event
+	// stream only from the holder of the matching secret key, encrypted.
+	CurveKey string `json:"curve_key,omitempty"`
 }
 
 // Parse reads the flag form: comma-separated key=value pairs, e.g.
@@ -83,6 +86,8 @@ func Parse(s string) (Spec, error) {
 			sp.MaxNumBatchedTokens, err = strconv.Atoi(v)
 		case "device":
 			sp.Device = v
+		case "curve_key":
+			sp.CurveKey = v
 		default:
 			return Spec{}, fmt.Errorf("%w: unknown key %q", ErrBadSpec, k)
 		}
@@ -122,6 +127,9 @@ func (s *Spec) Validate() error {
 		if ep != "" && !validZMQEndpoint(ep) {
 			return fmt.Errorf("%w: worker %d: %q is not a ZMQ endpoint (tcp://host:port, ipc://, inproc://)", ErrBadSpec, s.ID, ep)
 		}
+	}
+	if s.CurveKey != "" && len(s.CurveKey) != 40 {
+		return fmt.Errorf("%w: worker %d: curve_key must be 40 Z85 characters", ErrBadSpec, s.ID)
 	}
 	if s.Replay != "" && s.Events == "" {
 		return fmt.Errorf("%w: worker %d: replay given without events", ErrBadSpec, s.ID)
