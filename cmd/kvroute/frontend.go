@@ -48,6 +48,7 @@ type frontendFlags struct {
 	maxImages *int
 	maxPixels *uint64
 	srv       serverFlags
+	nats      *natsFlags
 }
 
 func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
@@ -76,6 +77,7 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.maxImages = fs.Int("mm-max-images", 32, "most images per request routed on their identity")
 	f.maxPixels = fs.Uint64("mm-max-total-pixels", 1<<28, "bound on the sum of W×H over a request's images")
 	f.srv.register(fs)
+	f.nats = addNATSFlags(fs)
 	return f, nil
 }
 
@@ -86,6 +88,7 @@ type frontendApp struct {
 	pool   *frontend.WorkerPool
 	server *frontend.Server
 	mon    *frontend.Monitor
+	nats   *natsFlags
 	ln     net.Listener
 	model  *model.Model
 	name   string
@@ -118,9 +121,10 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
 	}
 	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
-	if app.router, err = router.New(app.system, rcfg); err != nil {
+	if app.router, err = f.nats.newRouter(app.system, rcfg, &f.workers, log); err != nil {
 		return nil, err
 	}
+	app.nats = f.nats
 	for _, w := range f.workers {
 		if err := app.router.AddWorker(w); err != nil {
 			app.stop()
@@ -187,6 +191,9 @@ func (a *frontendApp) stop() {
 	}
 	if a.mon != nil {
 		a.mon.Stop()
+	}
+	if a.nats != nil {
+		a.nats.stop()
 	}
 	if a.pool != nil {
 		a.pool.Close()
