@@ -80,6 +80,7 @@ type loadCollector struct {
 	s              *scheduler
 	decode, pfTok  *prometheus.Desc
 	requests, apps *prometheus.Desc
+	approx         *prometheus.Desc
 }
 
 func newLoadCollector(s *scheduler) *loadCollector {
@@ -89,6 +90,7 @@ func newLoadCollector(s *scheduler) *loadCollector {
 		decode:   prometheus.NewDesc("dynamo_frontend_worker_active_decode_blocks", "Active decode blocks per worker rank.", labels, nil),
 		pfTok:    prometheus.NewDesc("dynamo_frontend_worker_active_prefill_tokens", "Active prefill tokens per worker rank.", labels, nil),
 		requests: prometheus.NewDesc("kvroute_worker_active_requests", "Requests routed to a worker rank and not yet freed.", labels, nil),
+		approx:   prometheus.NewDesc("kvroute_worker_events_degraded", "1 while a worker rank's KV events have stopped and its blocks are predicted from routing history.", labels, nil),
 		apps:     prometheus.NewDesc("dynamo_component_kv_cache_events_applied", "KV cache events applied to the index.", []string{"status", "event_type"}, nil),
 	}
 }
@@ -98,6 +100,7 @@ func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.pfTok
 	ch <- c.requests
 	ch <- c.apps
+	ch <- c.approx
 }
 
 func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
@@ -107,6 +110,11 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.decode, prometheus.GaugeValue, snap.ActiveDecodeBlocks, id, rank, "decode")
 		ch <- prometheus.MustNewConstMetric(c.pfTok, prometheus.GaugeValue, float64(snap.ActivePrefillTokens), id, rank, "decode")
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(snap.ActiveRequests), id, rank, "decode")
+		degraded := 0.0
+		if t.approx.Load() {
+			degraded = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.approx, prometheus.GaugeValue, degraded, id, rank, "decode")
 	}
 	ev := c.s.index.EventCounts()
 	for _, e := range ev {

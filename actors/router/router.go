@@ -40,6 +40,10 @@ type Config struct {
 	// Selector, when set, replaces the configured mode's selection (scoring.Select) with another policy
 	// behind the same interface, e.g. a peer router's published formula for side-by-side benchmarks.
 	Selector scoring.Selector
+	// EventsStaleAfter is per-worker degradation's patience: a worker sent requests but silent on its
+	// KV event stream this long is predicted from routing history until its events resume. Default 30s;
+	// a negative value disables it.
+	EventsStaleAfter time.Duration
 	// TickInterval is how often expiries (approximate-mode TTL, stale requests) run. Default 1s; a
 	// negative value disables the ticker (tests call Tick).
 	TickInterval time.Duration
@@ -55,7 +59,7 @@ func DefaultConfig(blockSize int) Config {
 	sc.Mode = scoring.ModeKV
 	sc.BlockSize = blockSize
 	return Config{BlockSize: blockSize, Indexer: indexer.DefaultConfig(), Worker: worker.DefaultConfig(blockSize),
-		Scoring: sc, RouterID: "kvroute", TickInterval: time.Second}
+		Scoring: sc, RouterID: "kvroute", TickInterval: time.Second, EventsStaleAfter: 30 * time.Second}
 }
 
 // Router is the routing core shared by `kvroute router` and the frontend: the sharded index, the fleet of
@@ -140,6 +144,43 @@ func (r *Router) tickLoop(ctx context.Context, iv time.Duration) {
 func (r *Router) Tick() {
 	r.sched.expireApprox()
 	r.sched.expireStale()
+	r.checkEventHealth()
+}
+
+// checkEventHealth is per-worker degradation. A worker that was sent requests but has published no KV
+// event batch for EventsStaleAfter since (its stream stopped, or cannot be recovered) is switched, alone,
+// to approximate prediction: its routed prompts are recorded in the index with the TTL, as in
+// --no-router-kv-events. When its batches flow again it is resynced (its index is dropped and rebuilt
+// from its replay buffer) and predicted from its events again.
+func (r *Router) checkEventHealth() {
+	stale := r.cfg.EventsStaleAfter
+	if stale <= 0 || !r.sched.config().UseKVEvents {
+		return
+	}
+	now := r.cfg.Now()
+	for _, t := range r.sched.targets.Load().list {
+		m, ok := r.Fleet.Get(t.key.WorkerID)
+		if !ok || m.Spec.Events == "" && m.Spec.Topic == "" {
+			continue
+		}
+		last := m.LastBatch()
+		pending := t.pendingSince.Load()
+		if pending != 0 && !last.IsZero() && last.UnixNano() >= pending {
+			t.pendingSince.CompareAndSwap(pending, 0) // the worker's events caught up with its requests
+			pending = 0
+		}
+		switch {
+		case !t.approx.Load() && pending != 0 && now.Sub(time.Unix(0, pending)) > stale && (last.IsZero() || now.Sub(last) > stale):
+			if t.approx.CompareAndSwap(false, true) {
+				r.Fleet.SetPrediction(t.key.WorkerID, worker.PredictionApprox)
+			}
+		case t.approx.Load() && !last.IsZero() && now.Sub(last) < stale && pending == 0:
+			if t.approx.CompareAndSwap(true, false) {
+				_ = r.Fleet.Resync(t.key.WorkerID)
+				r.Fleet.SetPrediction(t.key.WorkerID, worker.PredictionEvents)
+			}
+		}
+	}
 }
 
 // Config returns the current router configuration.

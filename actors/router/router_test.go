@@ -350,3 +350,51 @@ func TestCurveKeepsRoguePublishersOut(t *testing.T) {
 		t.Fatalf("rogue publisher injected events: size %d", r.Index.Size())
 	}
 }
+
+// A worker whose events stop while it is sent requests is predicted from routing history alone, until
+// its events resume and a resync completes.
+func TestPerWorkerDegradation(t *testing.T) {
+	system := actors.NewSystem(nil)
+	cfg := DefaultConfig(4)
+	cfg.TickInterval = -1
+	cfg.EventsStaleAfter = 150 * time.Millisecond
+	cfg.Worker.InitialBackoff, cfg.Worker.BackoffWindow = 10*time.Millisecond, time.Second
+	r, err := New(system, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { r.Stop(); system.Shutdown() }()
+	p := startPublisher(t, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", kvevents.LayoutMap, nil)
+	defer p.stop()
+	if err := r.AddWorker(registry.Spec{ID: 1, Events: p.p.Addr(), Replay: p.p.ReplayAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	first := []uint32{1, 2, 3, 4}
+	p.publish(t, stored(0, false, []uint64{1}, first))
+	waitFor(t, "first batch", func() bool { return overlapOf(r, first, 1) == 1 })
+
+	// Requests go out; the worker's stream falls silent.
+	if _, err := r.Route(context.Background(), &RouteRequest{ID: "a", Tokens: []uint32{7, 7, 7, 7, 8, 8, 8, 8}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	r.Tick()
+	if st, _ := r.Fleet.StatusOf(1); st.Prediction != "approximate" {
+		t.Fatalf("prediction %q after the stream stopped", st.Prediction)
+	}
+	// Now its routed prompts are predicted from history.
+	hist := []uint32{9, 9, 9, 9, 10, 10, 10, 10}
+	if _, err := r.Route(context.Background(), &RouteRequest{ID: "b", Tokens: hist}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "routing history indexed", func() bool { return overlapOf(r, hist, 1) == 2 })
+
+	// Events resume: resync drops the history and rebuilds from the worker's replay buffer.
+	p.publish(t, stored(1, true, []uint64{2}, []uint32{5, 6, 7, 8}))
+	waitFor(t, "events resumed", func() bool {
+		r.Tick()
+		st, _ := r.Fleet.StatusOf(1)
+		return st.Prediction == "events"
+	})
+	waitFor(t, "resynced", func() bool { return overlapOf(r, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, 1) == 2 && overlapOf(r, hist, 1) == 0 })
+}

@@ -97,6 +97,11 @@ type target struct {
 	// learnedKV and learnedBatched are the capacity the worker reported, when its spec gave none.
 	learnedKV      atomic.Int64
 	learnedBatched atomic.Int64
+	// pendingSince is when a request was first routed here after the worker's last KV event batch (0:
+	// none since); approx is set while the worker's events have stopped and its blocks are predicted
+	// from routing history instead (per-worker degradation).
+	pendingSince atomic.Int64
+	approx       atomic.Bool
 }
 
 func (t *target) publish() {
@@ -367,9 +372,10 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		if err := s.charge(tg, req, sc, isl, d, reuse); err != nil {
 			return RouteResult{}, err
 		}
-		if !cfg.UseKVEvents && cfg.NeedsIndexer() {
+		if (!cfg.UseKVEvents || tg.approx.Load()) && cfg.NeedsIndexer() {
 			s.recordApprox(tg.key, sc.local, sc.seq)
 		}
+		tg.pendingSince.CompareAndSwap(0, s.now().UnixNano())
 		s.metrics.observeStage(stageTotal, s.now().Sub(t0))
 		if len(sc.local) > 0 {
 			s.metrics.observeHitRate(float64(d.Overlap) / float64(len(sc.local)))

@@ -264,6 +264,13 @@ func (f *Fleet) SetHealth(id uint64, healthy bool, reason string) {
 	}
 }
 
+// SetPrediction records how a worker's cached blocks are predicted (PredictionEvents or PredictionApprox).
+func (f *Fleet) SetPrediction(id uint64, mode string) {
+	if m, ok := f.Get(id); ok {
+		m.prediction.Store(&mode)
+	}
+}
+
 // SetDegraded records why a worker's KV events cannot be trusted ("" clears it).
 func (f *Fleet) SetDegraded(id uint64, reason string) {
 	if m, ok := f.Get(id); ok {

@@ -41,9 +41,16 @@ type Mirror struct {
 	bound bool
 	// health is "" when healthy, else why the worker is out of routing; degraded is why its KV
 	// predictions cannot be trusted ("" when they can).
-	health   atomic.Pointer[string]
-	degraded atomic.Pointer[string]
+	health     atomic.Pointer[string]
+	degraded   atomic.Pointer[string]
+	prediction atomic.Pointer[string]
 }
+
+// Prediction modes of a worker's cached blocks, as /v1/workers shows them.
+const (
+	PredictionEvents = "events"      // from the worker's KV events
+	PredictionApprox = "approximate" // from routing history: its events stopped (per-worker degradation)
+)
 
 // Status is a point-in-time view of a mirror for /v1/workers.
 type Status struct {
@@ -72,6 +79,8 @@ type Status struct {
 	Unhealthy string `json:"unhealthy_reason,omitempty"`
 	// Degraded says why the worker's KV events cannot be trusted (compatibility self-test).
 	Degraded string `json:"degraded,omitempty"`
+	// Prediction is "events" or "approximate" (events stopped; routing history until they resume).
+	Prediction string `json:"prediction"`
 }
 
 // status builds the mirror's Status, reading the index for block counts.
@@ -93,6 +102,10 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 		Device:        m.Spec.Device,
 	}
 	st.Healthy = true
+	st.Prediction = PredictionEvents
+	if p := m.prediction.Load(); p != nil {
+		st.Prediction = *p
+	}
 	if h := m.health.Load(); h != nil && *h != "" {
 		st.Healthy, st.Unhealthy = false, *h
 	}
