@@ -375,7 +375,11 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		if (!cfg.UseKVEvents || tg.approx.Load()) && cfg.NeedsIndexer() {
 			s.recordApprox(tg.key, sc.local, sc.seq)
 		}
-		tg.pendingSince.CompareAndSwap(0, s.now().UnixNano())
+		if int(d.Overlap) < len(sc.local) {
+			// New full blocks: the engine must publish a BlockStored for them (a fully cached or
+			// sub-block prompt publishes nothing, so it proves nothing about the stream).
+			tg.pendingSince.CompareAndSwap(0, s.now().UnixNano())
+		}
 		s.metrics.observeStage(stageTotal, s.now().Sub(t0))
 		if len(sc.local) > 0 {
 			s.metrics.observeHitRate(float64(d.Overlap) / float64(len(sc.local)))
