@@ -249,4 +249,3 @@ func (s *Sender) Close() error {
 	}
 	return nil
 }
-
