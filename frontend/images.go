@@ -93,8 +93,14 @@ func (a *OpenAIAPI) routingView(w *imageWork, j *job, tokens []uint32) (routing 
 		a.countFallback("other_media")
 		return nil, 0, nil
 	}
-	if reason == mm.FallbackBlocked {
+	switch reason {
+	case mm.FallbackBlocked:
 		return nil, 0, errorf(ErrBadRequest, "image URL refused: internal addresses are not fetched (allow them with --media-allow-hosts)")
+	case mm.FallbackLimits:
+		// Too many images, or more pixels than --mm-max-total-pixels (a header can claim any size: a
+		// decompression bomb would cost the worker far more than this request is worth).
+		a.countFallback(reason.String())
+		return nil, 0, errorf(ErrBadRequest, "the request's images exceed the limits (--mm-max-images, --mm-max-total-pixels)")
 	}
 	var rt mm.Routing
 	if reason == mm.FallbackNone {

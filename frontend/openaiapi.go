@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,6 +120,9 @@ func (a *OpenAIAPI) fail(ctx *fasthttp.RequestCtx, ep endpoint, err error) {
 // parse decodes and validates the body and copies what the request path needs out of ctx.
 func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint) (*job, error) {
 	body := append([]byte(nil), ctx.PostBody()...)
+	if !utf8.Valid(body) {
+		return nil, errorf(ErrBadRequest, "the request body is not valid UTF-8")
+	}
 	j := &job{ep: ep, body: body, started: time.Now()}
 	switch ep {
 	case epChat:
