@@ -1,7 +1,6 @@
 package natsplane
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/kvroute/kvroute/actors/router"
-	"github.com/kvroute/kvroute/scoring"
 )
 
 // ReplicaConfig configures replica sync (--router-replica-sync).
@@ -36,23 +34,6 @@ type ReplicaStats struct {
 	// slowly (the subscription's pending limit, QueueSize messages).
 	RemoteDropped uint64
 }
-
-// replicaEvent is the wire form (JSON) of one load event: Dynamo's ActiveSequenceEvent.
-type replicaEvent struct {
-	RouterID             string   `json:"router_id"`
-	RequestID            string   `json:"request_id"`
-	WorkerID             uint64   `json:"worker_id"`
-	DPRank               uint32   `json:"dp_rank"`
-	Data                 string   `json:"data"` // "add_request" | "mark_prefill_completed" | "free"
-	TokenSequence        []uint64 `json:"token_sequence,omitempty"`
-	ISL                  int      `json:"isl,omitempty"`
-	Overlap              uint32   `json:"overlap,omitempty"`
-	ExpectedOutputTokens int      `json:"expected_output_tokens,omitempty"`
-	AssumeKVReuse        bool     `json:"assume_kv_reuse,omitempty"`
-	TrackPrefillTokens   *bool    `json:"track_prefill_tokens,omitempty"`
-}
-
-var kindNames = map[router.LoadEventKind]string{router.LoadAdd: "add_request", router.LoadPrefillDone: "mark_prefill_completed", router.LoadFree: "free"}
 
 // ReplicaSync publishes this router's load changes and applies other routers' (spec/router.md §7.1).
 // Best-effort: events travel on core NATS, lost events are repaired by stale-request expiry on the
@@ -104,15 +85,14 @@ func (rs *ReplicaSync) Observe(ev router.LoadEvent) {
 
 func (rs *ReplicaSync) publishLoop() {
 	defer close(rs.done)
+	var buf []byte
 	for {
 		select {
 		case <-rs.stop:
 			return
 		case ev := <-rs.q:
-			data, err := json.Marshal(replicaEvent{RouterID: rs.cfg.RouterID, RequestID: ev.RequestID, WorkerID: ev.Worker.WorkerID,
-				DPRank: ev.Worker.DPRank, Data: kindNames[ev.Kind], TokenSequence: ev.SeqHashes, ISL: ev.ISL, Overlap: ev.OverlapBlocks,
-				ExpectedOutputTokens: ev.ExpectedOutputTokens, AssumeKVReuse: ev.AssumeKVReuse, TrackPrefillTokens: ev.TrackPrefillTokens})
-			if err == nil && rs.nc.Publish(ReplicaSubject, data) == nil {
+			buf = appendReplicaEvent(buf[:0], rs.cfg.RouterID, &ev)
+			if rs.nc.Publish(ReplicaSubject, buf) == nil {
 				rs.published.Add(1)
 			} else {
 				rs.dropped.Add(1)
@@ -139,30 +119,16 @@ func (rs *ReplicaSync) Start(r *router.Router) error {
 }
 
 func (rs *ReplicaSync) handle(m *nats.Msg) {
-	var ev replicaEvent
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
+	routerID, ev, err := decodeReplicaEvent(m.Data)
+	if err != nil {
 		rs.applyErrs.Add(1)
 		return
 	}
-	if ev.RouterID == rs.cfg.RouterID {
+	if routerID == rs.cfg.RouterID {
 		rs.own.Add(1)
 		return
 	}
-	le := router.LoadEvent{RequestID: ev.RequestID, Worker: scoring.WorkerKey{WorkerID: ev.WorkerID, DPRank: ev.DPRank},
-		SeqHashes: ev.TokenSequence, ISL: ev.ISL, OverlapBlocks: ev.Overlap, ExpectedOutputTokens: ev.ExpectedOutputTokens,
-		AssumeKVReuse: ev.AssumeKVReuse, TrackPrefillTokens: ev.TrackPrefillTokens}
-	switch ev.Data {
-	case "add_request":
-		le.Kind = router.LoadAdd
-	case "mark_prefill_completed":
-		le.Kind = router.LoadPrefillDone
-	case "free":
-		le.Kind = router.LoadFree
-	default:
-		rs.applyErrs.Add(1)
-		return
-	}
-	if err := rs.r.ApplyRemote(ev.RouterID, le); err != nil {
+	if err := rs.r.ApplyRemote(routerID, ev); err != nil {
 		rs.applyErrs.Add(1)
 		return
 	}

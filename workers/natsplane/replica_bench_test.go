@@ -12,14 +12,18 @@ import (
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
-// BenchmarkRouteFrontends measures routing throughput of F router cores on the same 8 workers, with
-// replica sync over NATS when F > 1. One op is Route + PrefillDone + Free of one 1,024-token request on
+// BenchmarkRouteFrontends measures routing throughput of F router cores in one process on the same 8
+// workers, with and without replica sync over NATS. One op is Route + PrefillDone + Free of one 1,024-token request on
 // one frontend (frontends taken in turn, b.RunParallel over GOMAXPROCS goroutines); with sync each op also
 // publishes 3 load events that the other F−1 frontends apply. Reports routes/s and the sync events
 // applied per op.
 func BenchmarkRouteFrontends(b *testing.B) {
-	for _, fr := range []int{1, 3} {
-		b.Run(fmt.Sprintf("F=%d", fr), func(b *testing.B) {
+	for _, m := range []struct {
+		fr   int
+		sync bool
+	}{{1, false}, {3, false}, {3, true}} {
+		fr := m.fr
+		b.Run(fmt.Sprintf("F=%d/sync=%v", fr, m.sync), func(b *testing.B) {
 			s, err := StartServer(ServerConfig{StoreDir: b.TempDir()})
 			if err != nil {
 				b.Fatal(err)
@@ -31,7 +35,7 @@ func BenchmarkRouteFrontends(b *testing.B) {
 				cfg := router.DefaultConfig(testBlockSize)
 				cfg.TickInterval = -1
 				var sy *ReplicaSync
-				if fr > 1 {
+				if m.sync {
 					sy = NewReplicaSync(connect(b, s.ClientURL()), ReplicaConfig{RouterID: fmt.Sprint(i)})
 					b.Cleanup(sy.Stop)
 					cfg.OnLoad = sy.Observe
