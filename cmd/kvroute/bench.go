@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +18,7 @@ import (
 )
 
 func init() {
-	register("bench", "benchmarks: indexer (trace replay), route (decision latency), tokenizer, oracle", runBench)
+	register("bench", "benchmarks: indexer (trace replay), route (decision latency), tokenizer, oracle, e2e", runBench)
 }
 
 var benchCommands = map[string]struct {
@@ -28,6 +29,7 @@ var benchCommands = map[string]struct {
 	"route":     {"routing decision latency over workers × prompt length × indexed blocks", benchRoute},
 	"tokenizer": {"tokens/s, warm and cold, of every fixture tokenizer", benchTokenizer},
 	"oracle":    {"unbounded and pooled oracle hit rates of a trace", benchOracle},
+	"e2e":       {"frontend + simulated workers in-process, every routing arm on one trace (TTFT, ITL, hit rate, goodput)", benchE2E},
 }
 
 // errUsage marks flag errors (exit 2, the flag package has printed the usage).
@@ -403,5 +405,85 @@ func benchTokenizer(args []string) error {
 	p.Done()
 	bench.FillTokenizerReport(rep, cfg, results)
 	rep.Notes = append(rep.Notes, "One op encodes the whole text on one goroutine. Cold = a freshly parsed tokenizer (empty word cache); warm = the same text again on the same tokenizer; medians of the runs.")
+	return finish(rep, *c.out)
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) {
+			return nil, fmt.Errorf("bad positive number %q", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func benchE2E(args []string) error {
+	cfg := bench.DefaultE2EConfig()
+	fs := flag.NewFlagSet("bench e2e", flag.ContinueOnError)
+	c := commonFlags(fs, "e2e")
+	trace := fs.String("trace", "", "Mooncake JSONL trace (required)")
+	minutes := fs.Float64("minutes", 10, "use only the first N minutes of the trace (0: all)")
+	maxReq := fs.Int("max-requests", 0, "use only the first N requests (0: all)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated workers")
+	modes := fs.String("modes", strings.Join(bench.E2EArms, ","), "comma-separated arms: "+strings.Join(bench.E2EArms, ", "))
+	arrival := fs.Float64("arrival-speedup", 1, "divide trace time by this (ignored with --sweep-arrival)")
+	sweep := fs.String("sweep-arrival", "", "comma-separated arrival speedups: repeat every arm at each and report goodput")
+	fs.Float64Var(&cfg.SpeedupRatio, "speedup-ratio", cfg.SpeedupRatio, "mocker --speedup-ratio: divides simulated engine time")
+	fs.IntVar(&cfg.Blocks.BlockSize, "trace-block-size", cfg.Blocks.BlockSize, "tokens per trace hash id")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "engine and router KV block size in tokens")
+	fs.IntVar(&cfg.NumGPUBlocks, "num-gpu-blocks", cfg.NumGPUBlocks, "KV blocks per worker")
+	fs.DurationVar(&cfg.SLOTTFT, "slo-ttft", cfg.SLOTTFT, "TTFT p90 bound for goodput")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "after the last arrival, cancel what is still running after this long")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the router's random choices and the token blocks")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg.Blocks.Seed = cfg.Seed
+	cfg.Arms = nil
+	for _, m := range strings.Split(*modes, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			cfg.Arms = append(cfg.Arms, m)
+		}
+	}
+	cfg.ArrivalSpeedups = []float64{*arrival}
+	if *sweep != "" {
+		var err error
+		if cfg.ArrivalSpeedups, err = parseFloats(*sweep); err != nil {
+			return fmt.Errorf("--sweep-arrival: %w", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	t, err := loadTrace(*trace, *minutes)
+	if err != nil {
+		return err
+	}
+	if *maxReq > 0 && *maxReq < len(t.Requests) {
+		t = &bench.Trace{Requests: t.Requests[:*maxReq]}
+	}
+	rep := bench.NewReport("e2e", args)
+	fmt.Fprintf(os.Stderr, "e2e: %d requests over %.0f s of trace, %d workers, arms %v, arrival speedups %v, speedup ratio %v\n",
+		len(t.Requests), t.Span().Seconds(), cfg.Workers, cfg.Arms, cfg.ArrivalSpeedups, cfg.SpeedupRatio)
+	stop, err := c.startProfile()
+	if err != nil {
+		return err
+	}
+	p := bench.NewProgress(os.Stderr, "e2e", 0)
+	res, runs, err := bench.RunE2E(context.Background(), cfg, t, p)
+	p.Done()
+	stop()
+	if err != nil {
+		return err
+	}
+	bench.FillE2EReport(rep, res, runs)
+	rep.Notes = append(rep.Notes,
+		"Each arm runs on a fresh fleet, router and frontend, on the same arrivals; requests are token-id prompts on /v1/completions, streamed with usage. TTFT is from sending to the first data event with a token; ITL is each request's mean gap between tokens (AIPerf's per-request ITL); E2E is to the end of the stream.",
+		"Engine hit rate = Σ cached_tokens / Σ prompt_tokens from the usage chunks; predicted = Σ x-kvroute-overlap-blocks × block size / Σ prompt tokens (0 for modes that do not query the index).",
+		"Imbalance is the time average of max/mean in-flight requests per worker (counted on the client from the routing header to the end of the stream). Utilization is the engines' simulated busy time over workers × wall time. Replay lateness is how far behind schedule the replay fired at worst.",
+		"Failed requests (cancelled at the drain timeout or erroring) count in TTFT with their time to failure (a lower bound) and are excluded from the other figures.")
 	return finish(rep, *c.out)
 }
