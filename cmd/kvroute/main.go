@@ -1,4 +1,3 @@
-// Command kvroute is the single kvroute binary; each subcommand is a file in this package.
 package main
 
 import (

@@ -1,0 +1,17 @@
+// Command kvroute is kvroute's one binary. Each subcommand lives in its own file and registers itself in
+// init with register(name, summary, run):
+//
+//	serve      the one-command demo: frontend on :8000 plus simulated workers in-process (make run)
+//	frontend   the OpenAI-compatible frontend with the embedded KV router, pointed at real workers
+//	router     the standalone router service (overlap scores, routing decisions, worker registry)
+//	mocker     simulated vLLM workers: OpenAI API, prefix cache, vLLM KV events over ZMQ
+//	relay      re-publishes one worker's ZMQ KV events on NATS (scale-out)
+//	bench      the benchmark suite (indexer, route, tokenizer, oracle, e2e)
+//	tokenize   tokenizes a prompt or chat messages with a model directory
+//	hash       prints router block hashes for given tokens
+//
+// # Ownership
+//
+// Flags are read only here (STYLE §13): each subcommand builds its components' Config values from its
+// flags and environment, starts them, and stops them on SIGINT/SIGTERM.
+package main
