@@ -117,6 +117,7 @@ func (w *Worker) appendMetrics(b []byte) []byte {
 			`",gpu_memory_utilization="0.9",num_gpu_blocks="`+strconv.Itoa(w.cfg.Engine.NumGPUBlocks)+
 			`",prefix_caching_hash_algo="xxhash"} 1.0`+"\n"...)
 	}
+	b = w.mmx.appendMetrics(b, model) // mm transfer hook (mm_transfer.go)
 	return b
 }
 

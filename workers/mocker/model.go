@@ -23,10 +23,11 @@ type ChatMessage struct {
 
 // ChatPart is a text part or an image part.
 type ChatPart struct {
-	Text  string
-	Image bool
-	URL   string // image URL or data URI
-	UUID  string // the part's "uuid": the image's identity when set
+	Text     string
+	Image    bool
+	URL      string // image URL or data URI
+	UUID     string // the part's "uuid": the image's identity when set
+	MMKwargs []byte // mm transfer hook (mm_transfer.go): the part's "mm_kwargs" descriptor, raw JSON
 }
 
 // Model is the served model as the mocker sees it: tokenizer, chat rendering and the image geometry that

@@ -42,6 +42,7 @@ type rawPart struct {
 	Text     string          `json:"text"`
 	ImageURL json.RawMessage `json:"image_url"`
 	UUID     *string         `json:"uuid"`
+	MMKwargs json.RawMessage `json:"mm_kwargs"` // mm transfer hook (mm_transfer.go)
 }
 
 // prepared is a parsed request ready for the engine.
@@ -168,7 +169,7 @@ func parseMessages(raw []rawMessage) ([]ChatMessage, error) {
 				case "text", "input_text":
 					cm.Parts = append(cm.Parts, ChatPart{Text: p.Text})
 				case "image_url", "image":
-					cp := ChatPart{Image: true}
+					cp := ChatPart{Image: true, MMKwargs: p.MMKwargs} // mm transfer hook: MMKwargs
 					if p.UUID != nil {
 						cp.UUID = *p.UUID
 					}
@@ -223,7 +224,7 @@ func (w *Worker) chatPrompt(msgs []ChatMessage, addGen bool) ([]uint32, []MMItem
 			out = append(out, id)
 			continue
 		}
-		ident, iw, ih, err := w.images.resolve(images[next])
+		ident, iw, ih, err := w.resolveImage(images[next]) // mm transfer hook: was w.images.resolve
 		if err != nil {
 			return nil, nil, err
 		}

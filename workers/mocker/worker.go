@@ -73,6 +73,7 @@ type Worker struct {
 	closeMu sync.Once
 	nextReq atomic.Uint64
 	metrics serverMetrics
+	mmx     mmTransfer // mm transfer hook (mm_transfer.go)
 }
 
 // StartWorker validates cfg, opens the publishers and the HTTP listener, and starts the rank loops.
