@@ -92,11 +92,7 @@ func (r *Receiver) pull(ctx context.Context, d *Descriptor) (Tensor, error) {
 	if int64(n) != d.Length {
 		return Tensor{}, fmt.Errorf("%w: agent sends %d bytes, descriptor says %d", ErrCorrupt, n, d.Length)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		return Tensor{}, fmt.Errorf("%w: read item: %v", ErrUnavailable, err)
-	}
-	t, err := decodeItem(buf, d)
+	t, err := readItem(c, d)
 	if err != nil {
 		return Tensor{}, err
 	}

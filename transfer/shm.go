@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -72,11 +71,7 @@ func readShm(dir string, d *Descriptor) (Tensor, error) {
 		return Tensor{}, fmt.Errorf("%w: open segment: %v", ErrUnavailable, err)
 	}
 	defer f.Close()
-	buf := make([]byte, d.Length)
-	if _, err := io.ReadFull(f, buf); err != nil {
-		return Tensor{}, fmt.Errorf("%w: read segment: %v", ErrCorrupt, err)
-	}
-	return decodeItem(buf, d)
+	return readItem(f, d)
 }
 
 // JanitorConfig configures SweepShm.

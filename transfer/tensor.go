@@ -3,6 +3,7 @@ package transfer
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"unsafe"
 
 	"github.com/zeebo/xxh3"
@@ -81,37 +82,56 @@ func (t *Tensor) EncodeTo(b []byte) uint64 {
 	return sum
 }
 
-// decodeItem parses and verifies an encoded item against the descriptor: header fields, shape, hash and
-// the payload checksum. The returned tensor's Data is a copy, independent of b.
-func decodeItem(b []byte, d *Descriptor) (Tensor, error) {
+// decodeHeader parses and checks an item header against the descriptor (when non-nil) and returns the
+// tensor without data, the header's payload checksum and the payload length.
+func decodeHeader(b []byte, d *Descriptor) (Tensor, uint64, int, error) {
 	if len(b) < headerSize {
-		return Tensor{}, fmt.Errorf("%w: %d bytes, shorter than the header", ErrCorrupt, len(b))
+		return Tensor{}, 0, 0, fmt.Errorf("%w: %d bytes, shorter than the header", ErrCorrupt, len(b))
 	}
 	le := binary.LittleEndian
 	if [4]byte(b[0:4]) != magic || le.Uint16(b[4:]) != formatVersion || b[6] != dtypeFloat32 || b[7] != 2 {
-		return Tensor{}, fmt.Errorf("%w: bad magic, version or dtype", ErrCorrupt)
+		return Tensor{}, 0, 0, fmt.Errorf("%w: bad magic, version or dtype", ErrCorrupt)
 	}
 	rows, cols := le.Uint64(b[8:]), le.Uint64(b[16:])
 	n := le.Uint64(b[56:])
-	if rows > 1<<32 || cols > 1<<20 || n != rows*cols*4 || uint64(len(b)-headerSize) < n {
-		return Tensor{}, fmt.Errorf("%w: payload %d bytes for %d×%d (have %d)", ErrCorrupt, n, rows, cols, len(b)-headerSize)
+	if rows > 1<<32 || cols > 1<<20 || n != rows*cols*4 {
+		return Tensor{}, 0, 0, fmt.Errorf("%w: payload %d bytes for %d×%d", ErrCorrupt, n, rows, cols)
 	}
 	t := Tensor{Rows: int(rows), Cols: int(cols), Hash: mm.Hash(le.Uint64(b[40:]))}
 	for i := range t.GridTHW {
 		t.GridTHW[i] = int(le.Uint32(b[24+4*i:]))
 	}
 	sum := le.Uint64(b[48:])
-	payload := b[headerSize : headerSize+int(n)]
+	if d != nil {
+		if err := d.matches(&t, sum); err != nil {
+			return Tensor{}, 0, 0, err
+		}
+	}
+	return t, sum, int(n), nil
+}
+
+// readItem reads an encoded item from r straight into a new tensor (one copy: the payload lands in
+// Data) and verifies it against d: header fields, shape, mm_hash and the payload checksum.
+func readItem(r io.Reader, d *Descriptor) (Tensor, error) {
+	var hdr [headerSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return Tensor{}, fmt.Errorf("%w: read header: %v", ErrUnavailable, err)
+	}
+	t, sum, n, err := decodeHeader(hdr[:], d)
+	if err != nil {
+		return Tensor{}, err
+	}
+	if d != nil && int64(headerSize+n) != d.Length {
+		return Tensor{}, fmt.Errorf("%w: item length %d, descriptor says %d", ErrCorrupt, headerSize+n, d.Length)
+	}
+	t.Data = make([]float32, n/4)
+	payload := f32Bytes(t.Data)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return Tensor{}, fmt.Errorf("%w: read payload: %v", ErrUnavailable, err)
+	}
 	if got := xxh3.Hash(payload); got != sum {
 		return Tensor{}, fmt.Errorf("%w: checksum %016x, header says %016x", ErrCorrupt, got, sum)
 	}
-	if d != nil {
-		if err := d.matches(&t, sum); err != nil {
-			return Tensor{}, err
-		}
-	}
-	t.Data = make([]float32, rows*cols)
-	copy(f32Bytes(t.Data), payload)
 	return t, nil
 }
 
