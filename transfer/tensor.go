@@ -113,6 +113,10 @@ func decodeHeader(b []byte, d *Descriptor) (Tensor, uint64, int, error) {
 // readItem reads an encoded item from r straight into a new tensor (one copy: the payload lands in
 // Data) and verifies it against d: header fields, shape, mm_hash and the payload checksum.
 func readItem(r io.Reader, d *Descriptor) (Tensor, error) {
+	if d == nil {
+		// The descriptor bounds the allocation: a header alone could claim petabytes.
+		return Tensor{}, fmt.Errorf("%w: no descriptor", ErrBadDescriptor)
+	}
 	var hdr [headerSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return Tensor{}, fmt.Errorf("%w: read header: %v", ErrUnavailable, err)
@@ -121,7 +125,7 @@ func readItem(r io.Reader, d *Descriptor) (Tensor, error) {
 	if err != nil {
 		return Tensor{}, err
 	}
-	if d != nil && int64(headerSize+n) != d.Length {
+	if int64(headerSize+n) != d.Length {
 		return Tensor{}, fmt.Errorf("%w: item length %d, descriptor says %d", ErrCorrupt, headerSize+n, d.Length)
 	}
 	t.Data = make([]float32, n/4)
