@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,7 +116,23 @@ func (c *E2EConfig) Validate() error {
 	return nil
 }
 
+// armScalePrefix names diagnostic kv arms with another --router-prefill-load-scale: "kv-scale8" is kv
+// mode with PrefillLoadScale 8 (Dynamo's default is 1), which weighs the uncached prefill 8× against the
+// active decode blocks. Not in the default arm list: it answers "does the load term cost the hit rate?".
+const armScalePrefix = "kv-scale"
+
+func armScale(a string) (float64, bool) {
+	if !strings.HasPrefix(a, armScalePrefix) {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(strings.TrimPrefix(a, armScalePrefix), 64)
+	return v, err == nil && v >= 0
+}
+
 func isArm(a string) bool {
+	if _, ok := armScale(a); ok {
+		return true
+	}
 	for _, b := range E2EArms {
 		if a == b {
 			return true
@@ -195,6 +212,10 @@ func armRouterConfig(arm string, bs int) router.Config {
 		rcfg.Selector = NewLLMDSelector(bs)
 	case ArmSGLang:
 		rcfg.Selector = NewSGLangSelector(bs)
+	default:
+		if v, ok := armScale(arm); ok {
+			rcfg.Scoring.PrefillLoadScale = v
+		}
 	}
 	return rcfg
 }

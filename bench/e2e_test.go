@@ -182,3 +182,25 @@ func TestE2EAcceptanceChecks(t *testing.T) {
 		t.Errorf("saturation check %q", r.Acceptance[2].Value)
 	}
 }
+
+func TestE2EArmNames(t *testing.T) {
+	tests := []struct {
+		arm   string
+		ok    bool
+		scale float64
+	}{{"kv", true, 1}, {"llmd", true, 1}, {"kv-scale8", true, 8}, {"kv-scale0.5", true, 0.5}, {"kv-scale", false, 0}, {"kv-scale-1", false, 0}, {"foo", false, 0}}
+	for _, tc := range tests {
+		t.Run(tc.arm, func(t *testing.T) {
+			cfg := DefaultE2EConfig()
+			cfg.Arms = []string{tc.arm}
+			if err := cfg.Validate(); (err == nil) != tc.ok {
+				t.Fatalf("validate: %v", err)
+			}
+			if tc.ok {
+				if got := armRouterConfig(tc.arm, 64).Scoring.PrefillLoadScale; got != tc.scale {
+					t.Fatalf("prefill load scale %v, want %v", got, tc.scale)
+				}
+			}
+		})
+	}
+}
