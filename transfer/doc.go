@@ -59,6 +59,15 @@
 // dtype 1 (float32), ndim 2, rows, cols, grid_thw, mm_hash, XXH3-64 of the payload, payload length —
 // then the payload (tensor.go). Pull protocol: agent.go.
 //
+// # Security
+//
+// A descriptor is a capability: a shm name has a 48-bit random suffix and a net token 128 random bits,
+// and neither is shown to clients. The frontend must therefore drop or refuse any "mm_kwargs" a client
+// sends (it would otherwise choose the address a worker dials). Receivers open only names matching
+// kvroute_mm_<pid>_<12 hex> in their shm directory (no path escapes), bound the allocation by
+// Receiver.MaxBytes before reading, and use nothing that fails verification. Segments are created 0600:
+// frontend and workers must run as the same user to share them.
+//
 // # Concurrency model
 //
 // Sender is shared by all request actors; Prepare preprocesses without any lock (the costly part) and

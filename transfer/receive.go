@@ -19,7 +19,14 @@ type Receiver struct {
 	DialTimeout time.Duration
 	// IOTimeout bounds a whole pull after connect. Default 30 s.
 	IOTimeout time.Duration
+	// MaxBytes bounds an item's length: the allocation happens before the bytes are verified, and the
+	// descriptor comes with a request. Default DefaultMaxItemBytes.
+	MaxBytes int64
 }
+
+// DefaultMaxItemBytes bounds one received item: 512 MiB, above Qwen3-VL's largest image (max_pixels
+// 16,777,216 → 65,536 patches × 6 KiB = 384 MiB of float32) and far below what a forged length could ask.
+const DefaultMaxItemBytes = 512 << 20
 
 // Receive reads the item of d with the default Receiver.
 func Receive(ctx context.Context, d Descriptor) (Tensor, error) {
@@ -34,6 +41,13 @@ func Receive(ctx context.Context, d Descriptor) (Tensor, error) {
 func (r *Receiver) Receive(ctx context.Context, d Descriptor) (Tensor, error) {
 	if err := d.Validate(); err != nil {
 		return Tensor{}, err
+	}
+	limit := r.MaxBytes
+	if limit <= 0 {
+		limit = DefaultMaxItemBytes
+	}
+	if d.Length > limit {
+		return Tensor{}, fmt.Errorf("%w: item of %d bytes exceeds %d", ErrBadDescriptor, d.Length, limit)
 	}
 	switch d.Kind {
 	case KindShm:
