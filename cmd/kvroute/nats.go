@@ -146,6 +146,28 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 	*workers = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan struct{})
+	// Discovery first: the workers already registered are added before the event source subscribes, so
+	// their events (the durable stream from its start) find their mirrors.
+	var w *natsplane.Watcher
+	if *n.discovery == "nats" {
+		w = natsplane.NewWatcher(nc, set, natsplane.DiscoveryConfig{TTL: *n.discoveryTT, Replicas: *n.replicas})
+	}
+	go func() {
+		defer close(p.done)
+		if w == nil {
+			return
+		}
+		if err := w.Run(ctx); err != nil {
+			log.Error("nats discovery stopped", "err", err)
+		}
+	}()
+	if w != nil {
+		select {
+		case <-w.Ready():
+		case <-time.After(30 * time.Second):
+			return fail(errors.New("nats discovery: the workers bucket did not answer within 30s"))
+		}
+	}
 	if *n.eventPlane == "nats" {
 		scfg := natsplane.DefaultSourceConfig()
 		scfg.Durable, scfg.Replicas = *n.durable, *n.replicas
@@ -154,6 +176,9 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 		}
 		if p.src, err = natsplane.NewSource(nc, r, scfg); err != nil {
 			return fail(err)
+		}
+		if w != nil {
+			w.SetOnRemove(p.src.Forget)
 		}
 		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 		err = p.src.Start(sctx)
@@ -167,20 +192,6 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 			return fail(err)
 		}
 	}
-	watch := *n.discovery == "nats"
-	go func() {
-		defer close(p.done)
-		if !watch {
-			return
-		}
-		w := natsplane.NewWatcher(nc, set, natsplane.DiscoveryConfig{TTL: *n.discoveryTT, Replicas: *n.replicas})
-		if p.src != nil {
-			w.OnRemove = p.src.Forget
-		}
-		if err := w.Run(ctx); err != nil {
-			log.Error("nats discovery stopped", "err", err)
-		}
-	}()
 	log.Info("nats planes", "url", url, "event_plane", *n.eventPlane, "durable", *n.durable, "replica_sync", rcfg.Scoring.ReplicaSync,
 		"discovery", *n.discovery)
 	return r, nil

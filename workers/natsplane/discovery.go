@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -118,21 +119,33 @@ type WatcherStats struct {
 }
 
 // Watcher adds and removes workers as their registrations appear, change, get deleted or expire. Run owns
-// all of its state (one goroutine); OnRemove, when set, is called after a removal (the event source's
-// Forget).
+// all of its state (one goroutine); the SetOnRemove callback, when set, is called after a removal (the
+// event source's Forget).
 type Watcher struct {
 	cfg      DiscoveryConfig
 	nc       *nats.Conn
 	set      WorkerSet
-	OnRemove func(id uint64)
+	onRemove atomic.Pointer[func(id uint64)]
+
+	ready     chan struct{}
+	readyOnce sync.Once
 
 	added, removed, expired, bad, errs atomic.Uint64
 }
 
 // NewWatcher prepares a watcher of the workers bucket that drives set.
 func NewWatcher(nc *nats.Conn, set WorkerSet, cfg DiscoveryConfig) *Watcher {
-	return &Watcher{cfg: cfg.withDefaults(), nc: nc, set: set}
+	return &Watcher{cfg: cfg.withDefaults(), nc: nc, set: set, ready: make(chan struct{})}
 }
+
+// SetOnRemove sets the callback run after each removal; safe while Run runs.
+func (w *Watcher) SetOnRemove(fn func(id uint64)) { w.onRemove.Store(&fn) }
+
+// Ready is closed once the workers registered when Run started have been added (or Run failed), so a
+// frontend can start its event source after them and drop no event of a known worker.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
+func (w *Watcher) markReady() { w.readyOnce.Do(func() { close(w.ready) }) }
 
 // Stats returns the counters.
 func (w *Watcher) Stats() WatcherStats {
@@ -146,6 +159,7 @@ type known struct {
 
 // Run watches until ctx is done.
 func (w *Watcher) Run(ctx context.Context) error {
+	defer w.markReady()
 	js, err := jetstream.New(w.nc)
 	if err != nil {
 		return err
@@ -167,8 +181,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return
 		}
 		w.removed.Add(1)
-		if w.OnRemove != nil {
-			w.OnRemove(id)
+		if fn := w.onRemove.Load(); fn != nil {
+			(*fn)(id)
 		}
 	}
 	tick := time.NewTicker(w.cfg.TTL / 4)
@@ -190,7 +204,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 				return errors.New("natsplane: discovery watch closed")
 			}
 			if e == nil {
-				continue // initial values delivered
+				w.markReady() // initial values delivered
+				continue
 			}
 			id, err := strconv.ParseUint(e.Key(), 10, 64)
 			if err != nil {

@@ -50,7 +50,9 @@
 //   - ReplicaSync: the request path only enqueues into the bounded queue "natsplane.replica"
 //     (QueueSize, default 100,000; full → the newest event is dropped and counted); one publisher
 //     goroutine drains it; the subscription's goroutine applies remote events (Router.ApplyRemote).
-//   - Watcher: Run owns the known-worker map; one goroutine.
+//   - Watcher: Run owns the known-worker map; one goroutine. Ready is closed once the registrations present
+//     at start are added: a frontend starts its Source after it, so no event of a known worker is
+//     dropped as unknown.
 //   - Counters are atomics, readable from anywhere.
 //
 // # Ownership
