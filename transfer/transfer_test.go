@@ -138,6 +138,7 @@ func TestFallbacks(t *testing.T) {
 		if _, err := r.Receive(ctx, d); err != nil {
 			t.Fatalf("right token after a wrong one: %v", err)
 		}
+		waitFor(t, 5*time.Second, "ack frees the buffer", func() bool { return a.Stats().InUse == 0 })
 	})
 	t.Run("ttl expiry", func(t *testing.T) {
 		d := register()
