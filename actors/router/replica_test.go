@@ -1,0 +1,84 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/worker"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// TestReplicaObserveAndApply: local lifecycle calls reach the observer in order; a remote AddRequest
+// charges the same worker under a namespaced id (no collision with a local id, no echo to the observer)
+// and its Free releases it.
+func TestReplicaObserveAndApply(t *testing.T) {
+	var mu sync.Mutex
+	var seen []LoadEvent
+	cfg := DefaultConfig(16)
+	cfg.TickInterval = -1
+	cfg.OnLoad = func(ev LoadEvent) { mu.Lock(); seen = append(seen, ev); mu.Unlock() }
+	r, err := New(actors.NewSystem(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	for id := uint64(1); id <= 2; id++ {
+		if err := r.AddWorker(registry.Spec{ID: id, URL: "http://127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toks := make([]uint32, 64)
+	res, err := r.Route(context.Background(), &RouteRequest{ID: "a", Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PrefillDone("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Free("a"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	kinds := []LoadEventKind{}
+	for _, ev := range seen {
+		kinds = append(kinds, ev.Kind)
+	}
+	mu.Unlock()
+	if len(kinds) != 3 || kinds[0] != LoadAdd || kinds[1] != LoadPrefillDone || kinds[2] != LoadFree ||
+		seen[0].Worker != res.Worker || len(seen[0].SeqHashes) != 4 || seen[0].ISL != 64 {
+		t.Fatalf("observed %+v", seen)
+	}
+
+	w2 := scoring.WorkerKey{WorkerID: 2}
+	add := LoadEvent{Kind: LoadAdd, RequestID: "a", Worker: w2, SeqHashes: []uint64{1, 2, 3, 4}, ISL: 64}
+	if err := r.ApplyRemote("other", add); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ApplyRemote("other", add); !errors.Is(err, ErrDuplicateRequest) {
+		t.Fatalf("duplicate remote add: %v", err)
+	}
+	if _, err := r.Route(context.Background(), &RouteRequest{ID: "a", Tokens: toks}); err != nil {
+		t.Fatalf("local id collides with a remote one: %v", err)
+	}
+	if n := r.ActiveRequests(); n != 2 {
+		t.Fatalf("%d active, want local a + remote a", n)
+	}
+	if err := r.ApplyRemote("other", LoadEvent{Kind: LoadAdd, RequestID: "b", Worker: scoring.WorkerKey{WorkerID: 9}}); !errors.Is(err, worker.ErrUnknown) {
+		t.Fatalf("unknown worker: %v", err)
+	}
+	if err := r.ApplyRemote("other", LoadEvent{Kind: LoadFree, RequestID: "a", Worker: w2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ApplyRemote("other", LoadEvent{Kind: LoadFree, RequestID: "a", Worker: w2}); !errors.Is(err, ErrUnknownRequest) {
+		t.Fatalf("second remote free: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 4 { // the three above plus the local Route of the second "a"; remote events never echo
+		t.Fatalf("observer saw %d events, want 4", len(seen))
+	}
+}
