@@ -22,6 +22,10 @@ type Config struct {
 	// JanitorTTL: segments older than this are removed by the janitor even when their owner lives.
 	// Default 10 min. JanitorEvery is the janitor period. Default 1 min.
 	JanitorTTL, JanitorEvery time.Duration
+	// JanitorTTLOnly disables the dead-pid check: set it when frontends in different pid namespaces
+	// (containers) share one /dev/shm, where another container's live pid looks dead from here.
+	// Default false (one pid namespace: orphans of a crashed frontend go at its successor's start).
+	JanitorTTLOnly bool
 	// Agent configures the transfer agent (net). Zero fields take DefaultAgentConfig values.
 	Agent AgentConfig
 	// Fetch downloads an http(s) image. The frontend passes its SSRF-guarded fetcher; nil refuses
@@ -199,7 +203,11 @@ func (s *Sender) fetch(ctx context.Context, url string) ([]byte, error) {
 
 // Sweep runs the shm janitor once over the sender's directory.
 func (s *Sender) Sweep() (int, error) {
-	return SweepShm(JanitorConfig{Dir: s.cfg.ShmDir, TTL: s.cfg.JanitorTTL, Now: s.cfg.Now})
+	jc := JanitorConfig{Dir: s.cfg.ShmDir, TTL: s.cfg.JanitorTTL, Now: s.cfg.Now}
+	if s.cfg.JanitorTTLOnly {
+		jc.Alive = func(int) bool { return true }
+	}
+	return SweepShm(jc)
 }
 
 func (s *Sender) janitorLoop() {
