@@ -218,7 +218,40 @@ func toRGB(img image.Image) ([]byte, int, int) {
 				out[o], out[o+1], out[o+2] = v, v, v
 			}
 		}
+	case *image.NRGBA:
+		for y := range h {
+			row := m.Pix[m.PixOffset(b.Min.X, b.Min.Y+y):]
+			for x := range w {
+				p, o := row[4*x:4*x+4], (y*w+x)*3
+				out[o], out[o+1], out[o+2] = overWhite(p[0], p[3]), overWhite(p[1], p[3]), overWhite(p[2], p[3])
+			}
+		}
+	case *image.RGBA:
+		// Premultiplied: opaque pixels (the common case: Go decodes RGB PNGs as RGBA) copy as they are;
+		// translucent ones go through the un-premultiplying conversion first, like the default path.
+		for y := range h {
+			row := m.Pix[m.PixOffset(b.Min.X, b.Min.Y+y):]
+			for x := range w {
+				p, o := row[4*x:4*x+4], (y*w+x)*3
+				if p[3] == 255 {
+					out[o], out[o+1], out[o+2] = p[0], p[1], p[2]
+					continue
+				}
+				c := color.NRGBAModel.Convert(color.RGBA{p[0], p[1], p[2], p[3]}).(color.NRGBA)
+				out[o], out[o+1], out[o+2] = overWhite(c.R, c.A), overWhite(c.G, c.A), overWhite(c.B, c.A)
+			}
+		}
 	default:
+		toRGBGeneric(img, out)
+	}
+	return out, w, h
+}
+
+// toRGBGeneric is the conversion for every image type: NRGBA per pixel, then over white.
+func toRGBGeneric(img image.Image, out []byte) {
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
+	{
 		for y := range h {
 			for x := range w {
 				c := color.NRGBAModel.Convert(img.At(b.Min.X+x, b.Min.Y+y)).(color.NRGBA)
@@ -227,7 +260,6 @@ func toRGB(img image.Image) ([]byte, int, int) {
 			}
 		}
 	}
-	return out, w, h
 }
 
 // overWhite composites level v with alpha a over 255, rounded.

@@ -224,3 +224,43 @@ func TestMatchesHFSlowProcessor(t *testing.T) {
 		t.Errorf("sum %v, want -542.7843561172485", sum)
 	}
 }
+
+// TestToRGBFastPaths: the per-type fast paths give the generic conversion's bytes, for opaque and
+// translucent pixels and a sub-image with a non-zero origin.
+func TestToRGBFastPaths(t *testing.T) {
+	nrgba := image.NewNRGBA(image.Rect(0, 0, 17, 11))
+	rgba := image.NewRGBA(image.Rect(0, 0, 17, 11))
+	gray := image.NewGray(image.Rect(0, 0, 17, 11))
+	for i := range nrgba.Pix {
+		nrgba.Pix[i] = byte(i * 37)
+		rgba.Pix[i] = byte(i * 53)
+	}
+	for i := 3; i < len(rgba.Pix); i += 4 {
+		rgba.Pix[i] = max(rgba.Pix[i], rgba.Pix[i-1], rgba.Pix[i-2], rgba.Pix[i-3]) // valid premultiplied
+		if i%3 == 0 {
+			rgba.Pix[i], nrgba.Pix[i] = 255, 255
+		}
+	}
+	for i := range gray.Pix {
+		gray.Pix[i] = byte(i * 11)
+	}
+	ycc := image.NewYCbCr(image.Rect(0, 0, 17, 11), image.YCbCrSubsampleRatio420)
+	for i := range ycc.Y {
+		ycc.Y[i] = byte(i * 13)
+	}
+	for i := range ycc.Cb {
+		ycc.Cb[i], ycc.Cr[i] = byte(i*29), byte(i*31)
+	}
+	imgs := map[string]image.Image{
+		"nrgba": nrgba, "rgba": rgba, "gray": gray, "ycbcr": ycc,
+		"nrgba-sub": nrgba.SubImage(image.Rect(3, 2, 15, 9)), "ycbcr-sub": ycc.SubImage(image.Rect(3, 2, 15, 9)),
+	}
+	for name, img := range imgs {
+		got, w, h := toRGB(img)
+		want := make([]byte, w*h*3)
+		toRGBGeneric(img, want)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: fast path differs from the generic conversion", name)
+		}
+	}
+}
