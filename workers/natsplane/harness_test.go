@@ -82,6 +82,22 @@ func startRelay(t testing.TB, url string, w *mocker.Worker, durable bool) *Relay
 	return rl
 }
 
+// startStoppableRelay is startRelay (core mode) with a stop function for restart tests.
+func startStoppableRelay(t testing.TB, url string, w *mocker.Worker) (stop func()) {
+	t.Helper()
+	rl, err := NewRelay(connect(t, url), RelayConfig{WorkerID: uint64(w.ID()), Events: []string{w.EventsEndpoint(0)}, Replay: []string{w.ReplayEndpoint(0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = rl.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
 // frontend is one router core fed by the NATS event plane.
 type frontend struct {
 	r   *router.Router
