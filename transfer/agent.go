@@ -31,8 +31,8 @@ type AgentConfig struct {
 	// TTL releases a buffer whose worker never acknowledged: Dynamo's DYN_MM_NIXL_CLEANUP_TIMEOUT_S.
 	// Default 60 s.
 	TTL time.Duration
-	// SweepEvery is how often the background sweep runs. Default TTL/4. 0 after defaults means
-	// "never" is not possible; tests call Sweep directly with a fake clock.
+	// SweepEvery is how often the background sweep runs (wall-clock ticker). Default TTL/4, so a buffer
+	// outlives its TTL by at most a quarter. Tests set it long and call Sweep with a fake clock.
 	SweepEvery time.Duration
 	// IOTimeout bounds one pull (request read, payload write, ack read). Default 30 s.
 	IOTimeout time.Duration

@@ -8,7 +8,7 @@ import (
 
 // Golden outputs of Pillow 9.4 Image.resize(size, Image.BICUBIC) on a 13×9 RGB pattern with
 // R = (37x + 11y) mod 256, G = (5x² + 29y) mod 256, B = (255 − 19x + 3y²) mod 256 (Python's modulo),
-// covering downscale in both axes, upscale, one axis only and mixed.
+// covering downscale in both axes, upscale, one axis only and mixed. Regenerate: testdata/golden.py.
 var pillowBicubic = []struct {
 	w, h int
 	want []byte

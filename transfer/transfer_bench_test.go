@@ -3,7 +3,6 @@ package transfer
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -122,7 +121,6 @@ func BenchmarkHandoff(b *testing.B) {
 func benchHandoff(b *testing.B, ctx context.Context, s *Sender, r *Receiver, tn *Tensor) {
 	b.ReportAllocs()
 	b.SetBytes(int64(tn.EncodedLen()))
-	want := tn.Checksum()
 	for b.Loop() {
 		d, release, err := s.PrepareTensor(ctx, tn)
 		if err != nil {
@@ -133,9 +131,8 @@ func benchHandoff(b *testing.B, ctx context.Context, s *Sender, r *Receiver, tn 
 			b.Fatal(err)
 		}
 		release()
-		if got.Rows != tn.Rows {
-			b.Fatal(fmt.Sprint("rows ", got.Rows))
+		if got.Rows != tn.Rows { // Receive verified the checksum; the shape is the cheap sanity check
+			b.Fatalf("rows %d", got.Rows)
 		}
 	}
-	_ = want
 }
