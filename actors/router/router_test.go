@@ -396,5 +396,7 @@ func TestPerWorkerDegradation(t *testing.T) {
 		st, _ := r.Fleet.StatusOf(1)
 		return st.Prediction == "events"
 	})
-	waitFor(t, "resynced", func() bool { return overlapOf(r, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, 1) == 2 && overlapOf(r, hist, 1) == 0 })
+	waitFor(t, "resynced", func() bool {
+		return overlapOf(r, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, 1) == 2 && overlapOf(r, hist, 1) == 0
+	})
 }
