@@ -28,6 +28,10 @@ type AgentConfig struct {
 	// BufferSize is each pre-allocated buffer's size in bytes. Default 8 MiB. A larger item takes a slot
 	// with a dedicated allocation that is dropped at release (Dynamo's "dynamic descriptor").
 	BufferSize int
+	// MaxItemBytes bounds one item, so the pool's memory is at most Buffers × MaxItemBytes. Default
+	// 64 MiB (a 1920×1080 Qwen3-VL image is 50 MB); a larger item is refused with ErrExhausted and
+	// its request falls back to the URL.
+	MaxItemBytes int
 	// TTL releases a buffer whose worker never acknowledged: Dynamo's DYN_MM_NIXL_CLEANUP_TIMEOUT_S.
 	// Default 60 s.
 	TTL time.Duration
@@ -42,14 +46,14 @@ type AgentConfig struct {
 
 // DefaultAgentConfig returns the defaults above.
 func DefaultAgentConfig() AgentConfig {
-	return AgentConfig{ListenAddr: "127.0.0.1:0", Buffers: 16, BufferSize: 8 << 20, TTL: 60 * time.Second,
+	return AgentConfig{ListenAddr: "127.0.0.1:0", Buffers: 16, BufferSize: 8 << 20, MaxItemBytes: 64 << 20, TTL: 60 * time.Second,
 		IOTimeout: 30 * time.Second, Now: time.Now}
 }
 
 // Validate reports the first invalid field.
 func (c AgentConfig) Validate() error {
-	if c.Buffers <= 0 || c.BufferSize <= 0 || c.TTL <= 0 || c.IOTimeout <= 0 {
-		return fmt.Errorf("%w: agent buffers %d size %d ttl %v io timeout %v", ErrConfig, c.Buffers, c.BufferSize, c.TTL, c.IOTimeout)
+	if c.Buffers <= 0 || c.BufferSize <= 0 || c.MaxItemBytes < c.BufferSize || c.TTL <= 0 || c.IOTimeout <= 0 {
+		return fmt.Errorf("%w: agent buffers %d size %d max item %d ttl %v io timeout %v", ErrConfig, c.Buffers, c.BufferSize, c.MaxItemBytes, c.TTL, c.IOTimeout)
 	}
 	return nil
 }
@@ -128,6 +132,9 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.BufferSize == 0 {
 		cfg.BufferSize = def.BufferSize
 	}
+	if cfg.MaxItemBytes == 0 {
+		cfg.MaxItemBytes = max(def.MaxItemBytes, cfg.BufferSize)
+	}
 	if cfg.TTL == 0 {
 		cfg.TTL = def.TTL
 	}
@@ -176,6 +183,9 @@ func (a *Agent) Addr() string { return a.cfg.AdvertiseAddr }
 // Register takes a free buffer, lets fill write n bytes into it, and returns the buffer id and the
 // one-time token (hex). The bytes are visible to a pull only after fill returns.
 func (a *Agent) Register(n int, fill func(b []byte)) (id uint32, token string, gen uint64, err error) {
+	if n > a.cfg.MaxItemBytes {
+		return 0, "", 0, fmt.Errorf("%w: item of %d bytes exceeds %d", ErrExhausted, n, a.cfg.MaxItemBytes)
+	}
 	var tok [tokenLen]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return 0, "", 0, err
@@ -195,23 +205,30 @@ func (a *Agent) Register(n int, fill func(b []byte)) (id uint32, token string, g
 	s := &a.slots[i]
 	s.gen++
 	gen = s.gen
-	s.state = slotServing // reserved: invisible to pulls while filling
-	if n <= a.cfg.BufferSize && s.buf == nil {
-		s.buf = make([]byte, a.cfg.BufferSize)
-	}
-	if n <= a.cfg.BufferSize {
-		s.item = s.buf[:n]
-	} else {
-		s.item = make([]byte, n)
-	}
-	item := s.item
+	s.state = slotServing // reserved: invisible to pulls, untouched by others, while filling
+	buf := s.buf
 	a.mu.Unlock()
 
-	fill(item) // outside the lock: copying megabytes must not stall other registrations
+	// Allocation and copy happen outside the lock: zeroing and copying megabytes must not stall other
+	// registrations or pulls.
+	var item []byte
+	if n <= a.cfg.BufferSize {
+		if buf == nil {
+			buf = make([]byte, a.cfg.BufferSize)
+		}
+		item = buf[:n]
+	} else {
+		item = make([]byte, n)
+	}
+	fill(item)
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s = &a.slots[i]
+	if n <= a.cfg.BufferSize {
+		s.buf = buf
+	}
+	s.item = item
 	if s.release || a.closed {
 		a.freeLocked(i)
 		return 0, "", 0, ErrClosed

@@ -157,6 +157,9 @@ func TestFallbacks(t *testing.T) {
 		if _, _, _, err := a.Register(10, func([]byte) {}); !errors.Is(err, ErrExhausted) {
 			t.Fatalf("third register: %v", err)
 		}
+		if _, _, _, err := a.Register(64<<20+1, func([]byte) { t.Fatal("filled an oversize item") }); !errors.Is(err, ErrExhausted) {
+			t.Fatalf("oversize register: %v", err)
+		}
 		for _, d := range []Descriptor{d1, d2} {
 			if _, err := r.Receive(ctx, d); err != nil {
 				t.Fatal(err)
