@@ -1,16 +1,22 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/kvroute/kvroute/workers/kvevents"
+	"github.com/nats-io/nats.go"
+
 	"github.com/kvroute/kvroute/workers/mocker"
+	"github.com/kvroute/kvroute/workers/natsplane"
+	"github.com/kvroute/kvroute/workers/registry"
 )
 
 func init() {
@@ -39,6 +45,7 @@ func runMocker(args []string) int {
 	eventsBase := fs.Int("kv-events-port-base", 5557, "ZMQ PUB port of worker 0 rank 0; worker i rank r binds tcp://*:base+i*dp_size+r")
 	replayBase := fs.Int("replay-port-base", 5757, "ZMQ replay ROUTER port base, numbered like --kv-events-port-base")
 	noEvents := fs.Bool("no-kv-events", false, "publish no KV events")
+	natsURL := fs.String("nats-url", "", "register every worker in the NATS discovery bucket (kvroute frontend --discovery nats), with TTL heartbeats")
 	curveKey := fs.String("kv-events-curve-server-key", os.Getenv("KVROUTE_KV_EVENTS_CURVE_SECRET"), "Z85 CURVE secret key: authenticate and encrypt the KV event stream; routers need the public key (worker spec curve_key=...) (env KVROUTE_KV_EVENTS_CURVE_SECRET)")
 	dropEvery := fs.Uint64("kv-events-drop-every", 0, "fault injection: withhold every Nth batch from PUB (kept for replay), so subscribers must recover gaps (0: off)")
 	kvCfg := fs.String("kv-events-config", "", `vLLM's JSON, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'; overrides the port bases (worker i offsets the ports by i*dp_size)`)
@@ -131,9 +138,23 @@ func runMocker(args []string) int {
 	for _, w := range fleet.Workers {
 		fmt.Fprintf(os.Stderr, "mocker: worker %s\n", w.Spec())
 	}
+	regCtx, stopReg := context.WithCancel(context.Background())
+	regDone := make(chan struct{})
+	close(regDone)
+	if *natsURL != "" {
+		var err error
+		if regDone, err = registerWorkersNATS(regCtx, *natsURL, fleet); err != nil {
+			fmt.Fprintln(os.Stderr, "mocker:", err)
+			stopReg()
+			_ = fleet.Close()
+			return 1
+		}
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
+	stopReg() // deregister (graceful stop) before the workers go away
+	<-regDone
 	if err := fleet.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -167,4 +188,35 @@ func startFleetWithEndpoints(fc mocker.FleetConfig, kv mocker.KVEventsConfig, dp
 		f.Workers = append(f.Workers, w)
 	}
 	return f, nil
+}
+
+// registerWorkersNATS keeps every worker registered in the NATS discovery bucket until ctx is done; the
+// returned channel closes once every registration has been deleted.
+func registerWorkersNATS(ctx context.Context, url string, fleet *mocker.Fleet) (chan struct{}, error) {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("--nats-url %s: %w", url, err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, w := range fleet.Workers {
+		spec, err := registry.Parse(w.Spec())
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{}, true); err != nil && ctx.Err() == nil {
+				fmt.Fprintf(os.Stderr, "mocker: worker %d: discovery: %v\n", spec.ID, err)
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		nc.Close()
+		close(done)
+	}()
+	return done, nil
 }
