@@ -44,7 +44,8 @@
 // decoding: Go's JPEG IDCT and chroma upsampling can differ from libjpeg by a level; alpha
 // compositing uses exact rounding where Pillow's alpha_composite uses a fixed-point approximation
 // (equal on the tested values). HF's fast processor (torchvision, the default for Qwen3-VL) fuses
-// rescale and normalise and so differs from the slow one by an ulp or so; vLLM accepts either.
+// rescale and normalise and so can differ from the slow one in the last bit of a value; that variant
+// is not reproduced here.
 //
 // # Wire format
 //
