@@ -79,7 +79,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		if err != nil {
 			a.finish(j, route)
 			a.fail(ctx, j.ep, errorf(ErrUnavailable, "worker %d has no usable URL: %v", route.Worker.WorkerID, err))
-			j.cancel()
+			j.close()
 			return
 		}
 		req := &client.Request{Path: j.ep.path(), Body: j.body, Headers: []client.Header{{Key: "X-Request-Id", Value: j.id}}}
@@ -99,7 +99,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		a.finish(j, route)
 		if !client.Retryable(err) || attempt >= a.Cfg.MigrationLimit {
 			a.fail(ctx, j.ep, errorf(ErrUnavailable, "worker %d failed: %v", route.Worker.WorkerID, err))
-			j.cancel()
+			j.close()
 			return
 		}
 		if a.Metrics != nil {
@@ -109,7 +109,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		res, rerr := a.R.Route(j.ctx, &router.RouteRequest{ID: j.id, Tokens: p.tokens, ReturnCosts: j.returnRoute, Exclude: excluded})
 		if rerr != nil {
 			a.fail(ctx, j.ep, mapRouteErr(rerr))
-			j.cancel()
+			j.close()
 			return
 		}
 		p.route = res
@@ -145,7 +145,7 @@ func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router
 	if err := ep.Do(j.ctx, req, &resp); err != nil {
 		return err, false
 	}
-	defer j.cancel()
+	defer j.close()
 	_ = a.R.PrefillDone(j.id)
 	a.finish(j, route)
 	body := resp.Body
@@ -201,7 +201,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 			if a.Metrics != nil {
 				a.Metrics.requests(j.ep, ce.Status)
 			}
-			j.cancel()
+			j.close()
 			return nil, true
 		}
 		return err, false
@@ -217,7 +217,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 		defer func() {
 			_ = s.Close()
 			a.finish(j, route)
-			j.cancel()
+			j.close()
 			if a.Metrics != nil {
 				a.Metrics.inflight.Dec()
 				a.Metrics.requests(j.ep, fasthttp.StatusOK)

@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -36,6 +37,7 @@ type stack struct {
 	router *router.Router
 	api    *OpenAIAPI
 	name   string
+	sender *transfer.Sender
 }
 
 type stackOpts struct {
@@ -46,6 +48,8 @@ type stackOpts struct {
 	mm         bool
 	allowHosts []string
 	decode     bool
+	// transfer is --mm-transfer (shm or net); "" is off.
+	transfer string
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -85,6 +89,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		}
 	}
 	pool := NewWorkerPool(client.DefaultConfig())
+	var st0 *transfer.Sender
 	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
 	if o.mm {
 		spec, err := mm.LoadSpec(fixtureModel, name)
@@ -104,7 +109,22 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		if err != nil {
 			t.Fatal(err)
 		}
-		api.EnableMM(&MMConfig{Resolver: res, Limits: mm.DefaultLimits()}, nil)
+		mc := &MMConfig{Resolver: res, Limits: mm.DefaultLimits()}
+		if o.transfer != "" {
+			mode, err := transfer.ParseMode(o.transfer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sender, err := transfer.NewSender(transfer.Config{Mode: mode, Processor: transfer.Qwen3VLProcessor(),
+				Fetch: func(ctx context.Context, u string) ([]byte, error) { return prober.Fetch(ctx, u, 0) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sender.Close() })
+			mc.Transfer = sender
+			st0 = sender
+		}
+		api.EnableMM(mc, nil)
 	}
 	srv := NewServer(ServerConfig{MaxBodyBytes: 1 << 20}, api, &RouterAPI{R: r})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -112,7 +132,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(ln) }()
-	st := &stack{base: "http://" + ln.Addr().String(), fleet: fleet, router: r, api: api, name: name}
+	st := &stack{base: "http://" + ln.Addr().String(), fleet: fleet, router: r, api: api, name: name, sender: st0}
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
 		pool.Close()

@@ -2,17 +2,24 @@ package frontend
 
 import (
 	"context"
+	"sync"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/frontend/openai"
 	"github.com/kvroute/kvroute/mm"
+	"github.com/kvroute/kvroute/transfer"
 )
 
 // MMConfig turns on multimodal KV routing: images are identified (mm_hash), sized (Range probe) and
 // expanded into pad-value routing tokens, so repeated images route to the worker that holds their blocks.
 type MMConfig struct {
 	Resolver *mm.Resolver
+	// Transfer, when set, preprocesses each image in the frontend and hands the tensor (mm_kwargs) to
+	// the chosen worker over shared memory or the network (--mm-transfer).
+	Transfer *transfer.Sender
 	// Limits bound the routing view (block-padded length, expanded prompt length).
 	Limits mm.Limits
 }
@@ -22,6 +29,7 @@ type mmMetrics struct {
 	fallbacks *prometheus.CounterVec
 	images    prometheus.Counter
 	routed    prometheus.Counter
+	transfers *prometheus.CounterVec
 }
 
 func newMMMetrics(reg prometheus.Registerer) *mmMetrics {
@@ -31,8 +39,10 @@ func newMMMetrics(reg prometheus.Registerer) *mmMetrics {
 		images: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_mm_images_total", Help: "Images seen in chat requests."}),
 		routed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_mm_routed_requests_total",
 			Help: "Requests routed on their images (pad-value routing tokens, uuids forwarded)."}),
+		transfers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_mm_transfers_total",
+			Help: "mm_kwargs handoffs by path: shm, net, or failed (the worker fetches the URL)."}, []string{"path"}),
 	}
-	reg.MustRegister(m.fallbacks, m.images, m.routed)
+	reg.MustRegister(m.fallbacks, m.images, m.routed, m.transfers)
 	for _, r := range mm.FallbackReasons() {
 		m.fallbacks.WithLabelValues(r.String())
 	}
@@ -79,28 +89,35 @@ func (a *OpenAIAPI) startImages(ctx context.Context, j *job) *imageWork {
 	return w
 }
 
+// imageView is the routing view of a request with images: the tokens to hash (nil: route on the text
+// tokens) and what to forward when routing on images.
+type imageView struct {
+	tokens []uint32
+	isl    int
+	uuids  []string
+}
+
 // routingView joins the image stage and builds the routing tokens: each image placeholder expanded to
-// its token count of pad_value(mm_hash). It returns the tokens to hash (nil: route on the text tokens)
-// and the body to forward (with the images' uuids when routing on them). A URL refused by the SSRF guard
-// is the client's error.
-func (a *OpenAIAPI) routingView(w *imageWork, j *job, tokens []uint32) (routing []uint32, isl int, err error) {
+// its token count of pad_value(mm_hash). A URL refused by the SSRF guard and images over the limits are
+// the client's errors; other failures fall back to text-prefix routing, counted by reason.
+func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error) {
 	if w == nil {
-		return nil, 0, nil
+		return imageView{}, nil
 	}
 	<-w.done
 	reason := w.reason
 	if w.other {
 		a.countFallback("other_media")
-		return nil, 0, nil
+		return imageView{}, nil
 	}
 	switch reason {
 	case mm.FallbackBlocked:
-		return nil, 0, errorf(ErrBadRequest, "image URL refused: internal addresses are not fetched (allow them with --media-allow-hosts)")
+		return imageView{}, errorf(ErrBadRequest, "image URL refused: internal addresses are not fetched (allow them with --media-allow-hosts)")
 	case mm.FallbackLimits:
 		// Too many images, or more pixels than --mm-max-total-pixels (a header can claim any size: a
 		// decompression bomb would cost the worker far more than this request is worth).
 		a.countFallback(reason.String())
-		return nil, 0, errorf(ErrBadRequest, "the request's images exceed the limits (--mm-max-images, --mm-max-total-pixels)")
+		return imageView{}, errorf(ErrBadRequest, "the request's images exceed the limits (--mm-max-images, --mm-max-total-pixels)")
 	}
 	var rt mm.Routing
 	if reason == mm.FallbackNone {
@@ -108,19 +125,89 @@ func (a *OpenAIAPI) routingView(w *imageWork, j *job, tokens []uint32) (routing 
 	}
 	if reason != mm.FallbackNone {
 		a.countFallback(reason.String())
-		return nil, 0, nil
+		return imageView{}, nil
 	}
-	body, err := openai.SetMediaUUIDs(j.body, w.media, rt.VLLMUUIDs())
+	// The zero padding of the tail makes a block that no engine ever stores; hash the expanded prompt.
+	return imageView{tokens: rt.Tokens[:rt.ExpandedLen], isl: rt.ExpandedLen, uuids: rt.VLLMUUIDs()}, nil
+}
+
+// forwardImages writes the images' uuids (and mm_kwargs descriptors) into the worker-bound body, only
+// when the request is routed on its images.
+func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][]byte) error {
+	if v.tokens == nil {
+		return nil
+	}
+	if members == nil {
+		members = make([][]byte, len(w.media))
+	}
+	body, err := openai.RewriteMedia(j.body, w.media, v.uuids, "mm_kwargs", members)
 	if err != nil {
 		a.countFallback("rewrite_failed")
-		return nil, 0, nil
+		return nil
 	}
 	j.body = body
 	if a.mmMetrics != nil {
 		a.mmMetrics.routed.Inc()
 	}
-	// The zero padding of the tail makes a block that no engine ever stores; hash the expanded prompt.
-	return rt.Tokens[:rt.ExpandedLen], rt.ExpandedLen, nil
+	return nil
+}
+
+// transferWork is the mm_kwargs handoff of one request: one Prepare per image, run while the request
+// is routed.
+type transferWork struct {
+	wg       sync.WaitGroup
+	members  [][]byte
+	releases []func()
+}
+
+// startTransfers preprocesses each image and hands the tensor to a shared-memory segment or the
+// transfer agent (--mm-transfer), concurrently with routing. nil when off or not routing on images.
+func (a *OpenAIAPI) startTransfers(ctx context.Context, w *imageWork, v imageView) *transferWork {
+	if a.MM == nil || a.MM.Transfer == nil || v.tokens == nil {
+		return nil
+	}
+	x := &transferWork{members: make([][]byte, len(w.media)), releases: make([]func(), len(w.media))}
+	for i := range w.media {
+		x.wg.Add(1)
+		go func() {
+			defer x.wg.Done()
+			d, release, err := a.MM.Transfer.Prepare(ctx, transfer.Source{URL: w.media[i].URL}, w.images[i].Hash)
+			if err != nil {
+				a.countTransfer("failed")
+				return // this image goes without mm_kwargs: the worker fetches the URL
+			}
+			b, err := json.Marshal(d)
+			if err != nil {
+				release()
+				return
+			}
+			x.members[i], x.releases[i] = b, release
+			a.countTransfer(string(d.Kind))
+		}()
+	}
+	return x
+}
+
+// wait joins the handoff and hands the releases to the request, which runs them when it ends.
+func (x *transferWork) wait(j *job) [][]byte {
+	if x == nil {
+		return nil
+	}
+	x.wg.Wait()
+	j.release = func() {
+		for _, r := range x.releases {
+			if r != nil {
+				r()
+			}
+		}
+	}
+	return x.members
+}
+
+func (a *OpenAIAPI) countTransfer(path string) {
+	if a.mmMetrics != nil {
+		a.mmMetrics.transfers.WithLabelValues(path).Inc()
+	}
 }
 
 func (a *OpenAIAPI) countFallback(reason string) {

@@ -165,3 +165,53 @@ func TestE2EImageFrontendDecoding(t *testing.T) {
 		t.Fatalf("same pixels, other URL: worker %s (first %s), overlap %s", second.worker, first.worker, second.overlap)
 	}
 }
+
+// With --mm-transfer the frontend preprocesses each image and hands the tensor to the chosen worker; the
+// simulated worker uses it instead of fetching the URL, and nothing is left behind once the response
+// has ended.
+func TestE2EImageTransfer(t *testing.T) {
+	for _, mode := range []string{"shm", "net"} {
+		t.Run(mode, func(t *testing.T) {
+			imgs := startImageServer(t)
+			s := startStack(t, stackOpts{workers: 1, speedup: 100, mm: true, allowHosts: []string{"127.0.0.1"}, transfer: mode})
+			for i := 0; i < 3; i++ {
+				r := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/cat.png"}, fmt.Sprint("look ", i)))
+				if r.status != 200 {
+					t.Fatalf("%d %s", r.status, r.raw)
+				}
+			}
+			resp, err := http.Get(s.fleet.Workers[0].URL() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var metrics bytes.Buffer
+			_, _ = metrics.ReadFrom(resp.Body)
+			resp.Body.Close()
+			want := fmt.Sprintf(`path=%q} 3`, mode)
+			if !strings.Contains(metrics.String(), want) {
+				t.Fatalf("worker metrics lack %s:\n%s", want, grepLines(metrics.String(), "mm_kwargs"))
+			}
+			if n := counterValue(s.api.mmMetrics.transfers.WithLabelValues(mode)); n != 3 {
+				t.Fatalf("frontend counted %v %s transfers", n, mode)
+			}
+			if live := s.sender.Live(); live != 0 {
+				t.Fatalf("%d transfer items still held after the responses ended", live)
+			}
+			// A client may not choose where the worker reads from.
+			evil := strings.Replace(imageChat(s.name, []string{imgs.base + "/img/cat.png"}, "x"), `"image_url":{`, `"mm_kwargs":{"kind":"net","addr":"10.0.0.1:1"},"image_url":{`, 1)
+			if r := s.post(t, "/v1/chat/completions", evil); r.status != 400 {
+				t.Fatalf("client-supplied mm_kwargs: %d %s", r.status, r.raw)
+			}
+		})
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"sync/atomic"
@@ -103,7 +104,7 @@ func (a *OpenAIAPI) serveGenerate(ctx *fasthttp.RequestCtx, ep endpoint) {
 	}
 	p := a.runRequestActor(j) // 2–7 request actor: template + tokenize → (images) → hash → route
 	if p.err != nil {
-		j.cancel()
+		j.close()
 		a.fail(ctx, ep, p.err)
 		return
 	}
@@ -122,6 +123,11 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint) (*job, error) {
 	body := append([]byte(nil), ctx.PostBody()...)
 	if !utf8.Valid(body) {
 		return nil, errorf(ErrBadRequest, "the request body is not valid UTF-8")
+	}
+	if bytes.Contains(body, []byte(`"mm_kwargs"`)) {
+		// Transfer descriptors name addresses and shared-memory segments the worker will open: only
+		// the router may write them.
+		return nil, errorf(ErrBadRequest, "mm_kwargs is set by the router, not by clients")
 	}
 	j := &job{ep: ep, body: body, started: time.Now()}
 	switch ep {

@@ -40,6 +40,8 @@ type job struct {
 	// ctx bounds the request: the queue wait, the upstream call. Cancelled when the client goes away.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// release frees what the request holds beyond its context (mm_kwargs transfer buffers); nil if none.
+	release func()
 
 	// Routing inputs from headers (they take precedence over the body).
 	priority    *float64
@@ -47,6 +49,15 @@ type job struct {
 	pinWorker   *uint64
 	pinRank     *uint32
 	returnRoute bool
+}
+
+// close ends the request: its context, and the resources it held for the worker.
+func (j *job) close() {
+	j.cancel()
+	if j.release != nil {
+		j.release()
+		j.release = nil
+	}
 }
 
 // prepared is the request actor's answer: the routing decision (or why there is none).
@@ -124,10 +135,12 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if len(tokens) == 0 {
 		return prepared{err: errorf(ErrBadRequest, "the prompt is empty")}
 	}
-	routing, isl, err := a.routingView(imgs, j, tokens) // placeholders → N × pad_value(mm_hash)
+	view, err := a.routingView(imgs, tokens) // placeholders → N × pad_value(mm_hash)
 	if err != nil {
 		return prepared{err: err}
 	}
+	xfer := a.startTransfers(j.ctx, imgs, view) // mm_kwargs handoff, concurrently with routing
+	routing, isl := view.tokens, view.isl
 	// cache_salt is not folded into the routing hashes: vLLM's events carry token ids re-keyed without
 	// it, so salted hashes could never match. A salted request may therefore be predicted more overlap
 	// than its worker will reuse.
@@ -147,8 +160,12 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 		rr.Pin, rr.PinRank = pin, j.pinRank != nil
 	}
 	res, err := a.R.Route(j.ctx, rr)
+	members := xfer.wait(j) // joined before dispatch; the buffers are released when the request ends
 	if err != nil {
 		return prepared{err: mapRouteErr(err)}
+	}
+	if err := a.forwardImages(j, imgs, view, members); err != nil {
+		return prepared{err: err}
 	}
 	return prepared{tokens: rr.Tokens, route: res}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/workers/client"
 )
 
@@ -49,6 +50,8 @@ type frontendFlags struct {
 	maxPixels *uint64
 	srv       serverFlags
 	nats      *natsFlags
+	xfer      *string
+	xferAddr  *string
 }
 
 func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
@@ -78,6 +81,8 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.maxPixels = fs.Uint64("mm-max-total-pixels", 1<<28, "bound on the sum of W×H over a request's images")
 	f.srv.register(fs)
 	f.nats = addNATSFlags(fs)
+	f.xfer = fs.String("mm-transfer", "", "hand preprocessed images (mm_kwargs) to workers: shm (same node), net (transfer agent) or off; env KVROUTE_MM_TRANSFER, DYNAMO_MM_TRANSFER; DYNAMO_DISABLE_NIXL_MM=1 means off")
+	f.xferAddr = fs.String("mm-transfer-advertise", "", "net mode: host:port of the transfer agent as workers reach it (default: its loopback listen address)")
 	return f, nil
 }
 
@@ -180,8 +185,25 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg *
 		prober.Close()
 		return err
 	}
-	api.EnableMM(&frontend.MMConfig{Resolver: res, Limits: mm.DefaultLimits()}, reg)
-	log.Info("multimodal routing on", "family", spec.Family.String(), "frontend_decoding", *f.decode)
+	mc := &frontend.MMConfig{Resolver: res, Limits: mm.DefaultLimits()}
+	mode, err := transfer.ResolveMode(*f.xfer, nil)
+	if err != nil {
+		return err
+	}
+	if mode != transfer.ModeOff {
+		proc, err := transfer.LoadProcessor(dir)
+		if err != nil {
+			return fmt.Errorf("--mm-transfer: %w", err)
+		}
+		tc := transfer.Config{Mode: mode, Processor: proc,
+			Fetch: func(ctx context.Context, u string) ([]byte, error) { return prober.Fetch(ctx, u, 0) }}
+		tc.Agent.AdvertiseAddr = *f.xferAddr
+		if mc.Transfer, err = transfer.NewSender(tc); err != nil {
+			return err
+		}
+	}
+	api.EnableMM(mc, reg)
+	log.Info("multimodal routing on", "family", spec.Family.String(), "frontend_decoding", *f.decode, "mm_transfer", mode.String())
 	return nil
 }
 

@@ -120,3 +120,45 @@ func SetMediaUUIDs(body []byte, media []MediaPart, uuids []string) ([]byte, erro
 	}
 	return append(out, body[prev:]...), nil
 }
+
+// RewriteMedia is SetMediaUUIDs plus one more member per part: members[i], when non-nil, is inserted as
+// `,"<key>":<members[i]>` (raw JSON) before part i's closing brace, in the same single pass. The frontend
+// uses it to attach the mm_kwargs transfer descriptor next to the uuid.
+func RewriteMedia(body []byte, media []MediaPart, uuids []string, key string, members [][]byte) ([]byte, error) {
+	if len(uuids) != len(media) || len(members) != len(media) {
+		return nil, errorf(ErrBadRequest, "messages", "%d uuids and %d members for %d media parts", len(uuids), len(members), len(media))
+	}
+	extra := 0
+	for i := range media {
+		extra += len(uuids[i]) + 12 + len(key) + len(members[i]) + 4
+	}
+	out := make([]byte, 0, len(body)+extra)
+	prev := 0
+	for i, p := range media {
+		u := uuids[i]
+		if p.end < prev || p.end >= len(body) || body[p.end] != '}' {
+			return nil, errorf(ErrBadRequest, "messages", "media parts do not belong to this body")
+		}
+		switch {
+		case u == "" || (p.HasUUID && p.UUID == u):
+		case p.HasUUID:
+			out = append(out, body[prev:p.uuidStart]...)
+			out = appendString(out, u)
+			prev = p.uuidEnd
+		default:
+			out = append(out, body[prev:p.end]...)
+			out = append(out, `,"uuid":`...)
+			out = appendString(out, u)
+			prev = p.end
+		}
+		if members[i] != nil {
+			out = append(out, body[prev:p.end]...)
+			out = append(out, ',')
+			out = appendString(out, key)
+			out = append(out, ':')
+			out = append(out, members[i]...)
+			prev = p.end
+		}
+	}
+	return append(out, body[prev:]...), nil
+}

@@ -315,3 +315,22 @@ func TestSSE(t *testing.T) {
 		t.Fatalf("got %q", b)
 	}
 }
+
+func TestRewriteMedia(t *testing.T) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://a/x.png"}},{"type":"image_url","image_url":{"url":"http://a/y.png"},"uuid":"old"},{"type":"text","text":"hi"}]}]}`)
+	req, err := ParseChat(body)
+	if err != nil || len(req.Media) != 2 {
+		t.Fatalf("parse: %v %d", err, len(req.Media))
+	}
+	out, err := RewriteMedia(body, req.Media, []string{"u1", "u2"}, "mm_kwargs", [][]byte{[]byte(`{"kind":"shm"}`), nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://a/x.png"},"uuid":"u1","mm_kwargs":{"kind":"shm"}},{"type":"image_url","image_url":{"url":"http://a/y.png"},"uuid":"u2"},{"type":"text","text":"hi"}]}]}`
+	if string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+	if _, err := RewriteMedia(body, req.Media, []string{"u1"}, "k", [][]byte{nil}); err == nil {
+		t.Fatal("length mismatch accepted")
+	}
+}
