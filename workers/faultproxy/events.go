@@ -23,6 +23,7 @@ type eventPair struct {
 	p        *Proxy
 	sub, pub *zmq.Socket
 	addr     string // the bound PUB address, reused by the rebind after a cut
+	upstream string // the endpoint the SUB is connected to
 
 	faults   *Faults
 	rng      *rand.Rand
@@ -55,6 +56,7 @@ func (e *eventPair) open() error {
 	for _, set := range []func() error{
 		func() error { return sub.SetLinger(0) },
 		func() error { return sub.SetRcvhwm(cfg.HWM) },
+		// Reconnect fast to a restarted worker (ZMQ's default is 100ms).
 		func() error { return sub.SetReconnectIvl(20 * time.Millisecond) },
 		func() error { return sub.SetReconnectIvlMax(200 * time.Millisecond) },
 		func() error { return sub.SetSubscribe(cfg.Topic) },
@@ -70,6 +72,7 @@ func (e *eventPair) open() error {
 	}
 	e.pub = pub
 	e.addr, err = pub.GetLastEndpoint()
+	e.upstream = cfg.Upstream
 	return err
 }
 
@@ -106,8 +109,12 @@ func (e *eventPair) close() {
 func (e *eventPair) step() {
 	now := time.Now()
 	e.handleCuts(now)
-	if f := e.p.faults.Load(); f != e.faults {
-		e.faults, e.rng = f, newRNG(f.Seed)
+	if up := *e.p.upstream.Load(); up != e.upstream {
+		_ = e.sub.Disconnect(e.upstream)
+		if err := e.sub.Connect(up); err != nil {
+			e.p.c.sendErrors.Add(1)
+		}
+		e.upstream = up
 	}
 	wait := e.p.cfg.PollInterval
 	poller := zmq.NewPoller()
@@ -133,14 +140,19 @@ func (e *eventPair) handleCuts(now time.Time) {
 	for {
 		select {
 		case d := <-e.p.cuts:
-			e.p.c.cuts.Add(1)
-			if e.pub != nil {
+			if d > 0 {
+				e.p.c.cuts.Add(1)
+			}
+			if d > 0 && e.pub != nil {
 				e.pub.Close()
 				e.pub = nil
 			}
 			e.p.c.cutDropped.Add(uint64(len(e.hold)))
 			e.hold = e.hold[:0]
-			if until := now.Add(d); until.After(e.cutUntil) {
+			switch until := now.Add(d); {
+			case d <= 0:
+				e.cutUntil = now // Cut(0) ends the cut
+			case until.After(e.cutUntil):
 				e.cutUntil = until
 			}
 			continue
@@ -170,6 +182,10 @@ func (e *eventPair) onMessage(msg [][]byte, now time.Time) {
 		return
 	}
 	seq := binary.BigEndian.Uint64(msg[1])
+	// Faults are read per batch: a SetFaults that returned applies to every batch received after it.
+	if f := e.p.faults.Load(); f != e.faults {
+		e.faults, e.rng = f, newRNG(f.Seed)
+	}
 	switch e.faults.decide(seq, e.rng) {
 	case Drop:
 		e.p.c.dropped.Add(1)

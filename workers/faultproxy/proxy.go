@@ -80,8 +80,8 @@ type Stats struct {
 
 type counters struct {
 	received, forwarded, dropped, duplicated, reordered, delayed atomic.Uint64
-	cutDropped, cuts, replays, replayMsgs, replayLost           atomic.Uint64
-	sendErrors, rebindFails                                     atomic.Uint64
+	cutDropped, cuts, replays, replayMsgs, replayLost            atomic.Uint64
+	sendErrors, rebindFails                                      atomic.Uint64
 }
 
 // Proxy is a running fault-injecting proxy of one worker's event stream.
@@ -91,6 +91,9 @@ type Proxy struct {
 
 	faults atomic.Pointer[Faults]
 	cuts   chan time.Duration // "faultproxy.cuts": cut requests for the events goroutine
+	// upstream is the worker's PUB endpoint, read by the events goroutine each step (SetUpstream);
+	// upReplay the worker's ROUTER, read by the replay goroutine for each new request.
+	upstream, upReplay atomic.Pointer[string]
 
 	addr, replayAddr string
 
@@ -108,6 +111,8 @@ func Start(cfg Config) (*Proxy, error) {
 	cfg = cfg.withDefaults()
 	p := &Proxy{cfg: cfg, cuts: make(chan time.Duration, 16), stop: make(chan struct{})}
 	p.faults.Store(&Faults{})
+	p.upstream.Store(&cfg.Upstream)
+	p.upReplay.Store(&cfg.UpstreamReplay)
 	ready := make(chan error, 2)
 	var addrMu sync.Mutex
 	p.goRun(func() {
@@ -140,8 +145,6 @@ func Start(cfg Config) (*Proxy, error) {
 		p.Close()
 		return nil, err
 	}
-	addrMu.Lock()
-	defer addrMu.Unlock()
 	return p, nil
 }
 
@@ -174,12 +177,21 @@ func (p *Proxy) SetFaults(f Faults) {
 }
 
 // Cut closes the proxy's PUB socket for d (subscribers see a disconnect), drops every batch meanwhile,
-// then binds the same address again. A cut requested during a cut extends it.
+// then binds the same address again. A cut requested during a cut extends it; Cut(0) ends a cut now.
+// A TCP-level middlebox shows a worker's death this way: cut while the worker is down.
 func (p *Proxy) Cut(d time.Duration) {
 	select {
 	case p.cuts <- d:
 	case <-p.stop:
 	}
+}
+
+// SetUpstream points the proxy at a worker's new endpoints (a worker restarted on other ports): the SUB
+// disconnects from the old PUB and connects to the new one, and replay requests from now on go to the
+// new ROUTER. Subscribers of the proxy keep their connection, as behind a relay or a load balancer.
+func (p *Proxy) SetUpstream(events, replay string) {
+	p.upReplay.Store(&replay)
+	p.upstream.Store(&events)
 }
 
 // Stats returns the counters; safe from any goroutine.

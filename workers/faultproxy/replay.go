@@ -95,7 +95,7 @@ func (p *Proxy) openSession(id, seq8 []byte) (*session, error) {
 		d.Close()
 		return nil, err
 	}
-	if err := d.Connect(p.cfg.UpstreamReplay); err != nil {
+	if err := d.Connect(*p.upReplay.Load()); err != nil {
 		d.Close()
 		return nil, err
 	}
