@@ -50,8 +50,13 @@ bench: build
 fuzz: deps
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
+# Soak: bench/soak runs load against the in-process `kvroute serve` stack for SOAK_DURATION (alone, so
+# that its req/s, RSS and goroutine figures are its own; other SOAK_* knobs in bench/soak/doc.go), then
+# every test under the soak tag (the long fault suite among them).
+SOAK_DURATION ?= 60s
 soak: deps
-	$(GO) test -tags soak -count=1 -timeout 60m $(PKGS)
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -tags soak -count=1 -timeout 60m -run '^TestSoak$$' -v ./bench/soak
+	$(GO) test -tags soak -count=1 -timeout 60m -skip '^TestSoak$$' $(PKGS)
 
 clean:
 	rm -rf bin

@@ -1,0 +1,264 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/workers/client"
+	"github.com/kvroute/kvroute/workers/mocker"
+	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// badWorker is an OpenAI-compatible worker that fails in one way, on every request.
+type badWorker struct {
+	mode string // "refuse" (connection closed before any byte), "500", "hang" (never answers), "midstream"
+	ln   net.Listener
+	hits sync.WaitGroup
+	mu   sync.Mutex
+	n    int
+}
+
+func startBadWorker(t *testing.T, mode string) *badWorker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &badWorker{mode: mode, ln: ln}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go b.serve(c, stop)
+		}
+	}()
+	return b
+}
+
+func (b *badWorker) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}
+
+func (b *badWorker) serve(c net.Conn, stop chan struct{}) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		req, err := http.ReadRequest(r)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		if req.URL.Path == "/health" || req.URL.Path == "/metrics" {
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+			continue
+		}
+		b.mu.Lock()
+		b.n++
+		b.mu.Unlock()
+		switch b.mode {
+		case "refuse":
+			return
+		case "500":
+			body := `{"error":{"message":"engine dead","type":"internal_error","code":500}}`
+			fmt.Fprintf(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		case "hang":
+			<-stop
+			return
+		case "midstream":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			chunk := `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n"
+			fmt.Fprintf(c, "%x\r\n%s\r\n", len(chunk), chunk)
+			return // dies after the first chunk reached the client
+		}
+	}
+}
+
+// faultStack is one healthy simulated worker (id 1) and one bad worker (id 2) behind the frontend.
+func faultStack(t *testing.T, mode string, migration int, timeout time.Duration) (base string, bad *badWorker) {
+	t.Helper()
+	m, err := model.Load(fixtureModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "Qwen3-VL-2B-Instruct"
+	wm, err := mocker.LoadModel(fixtureModel, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
+	tmpl.Engine.BlockSize = 16
+	tmpl.Engine.NumGPUBlocks = 1024
+	tmpl.Engine.SpeedupRatio = 100
+	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: 1, Template: tmpl, FirstID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	system := actors.NewSystem(nil)
+	rcfg := router.DefaultConfig(16)
+	rcfg.Scoring.MigrationLimit = migration
+	seed := uint64(3)
+	rcfg.Seed = &seed
+	r, err := router.New(system, rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := registry.Parse(fleet.Specs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddWorker(good); err != nil {
+		t.Fatal(err)
+	}
+	bad = startBadWorker(t, mode)
+	if err := r.AddWorker(registry.Spec{ID: 2, URL: "http://" + bad.ln.Addr().String(), BlockSize: 16, TotalKVBlocks: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	ccfg := client.DefaultConfig()
+	ccfg.ResponseTimeout = timeout // a worker that never answers is given up on (before any byte: migrated)
+	pool := NewWorkerPool(ccfg)
+	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: migration, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
+	srv := NewServer(ServerConfig{}, api, &RouterAPI{R: r})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		pool.Close()
+		r.Stop()
+		system.Shutdown()
+		_ = fleet.Close()
+	})
+	return "http://" + ln.Addr().String(), bad
+}
+
+// fire sends n distinct requests concurrently, each bounded by a client deadline, and returns their
+// statuses, bodies and serving workers. A request that exceeds the deadline fails the test: none may hang.
+func fire(t *testing.T, base string, n int, stream bool) (status []int, body []string, worker []string) {
+	t.Helper()
+	status, body, worker = make([]int, n), make([]string, n), make([]string, n)
+	hc := &http.Client{Timeout: 20 * time.Second}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			b := fmt.Sprintf(`{"model":"Qwen3-VL-2B-Instruct","messages":[{"role":"user","content":"fault %d %s"}],"max_tokens":4,"stream":%v}`,
+				i, strings.Repeat("x ", 40+i), stream)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(b))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Errorf("request %d body: %v", i, err)
+			}
+			status[i], body[i], worker[i] = resp.StatusCode, string(raw), resp.Header.Get("x-kvroute-worker-id")
+		}()
+	}
+	wg.Wait()
+	return status, body, worker
+}
+
+// A worker that fails before any byte reached the client: every request routed to it is migrated to the
+// healthy worker and succeeds; none hangs.
+func TestFaultsBeforeFirstByteMigrate(t *testing.T) {
+	tests := []struct {
+		name, mode string
+		stream     bool
+	}{
+		{"connection closed, unary", "refuse", false},
+		{"connection closed, streaming", "refuse", true},
+		{"500, unary", "500", false},
+		{"500, streaming", "500", true},
+		{"no answer, unary", "hang", false},
+		{"no answer, streaming", "hang", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base, bad := faultStack(t, tc.mode, 1, time.Second)
+			status, body, worker := fire(t, base, 12, tc.stream)
+			if bad.count() == 0 {
+				t.Fatalf("no request was routed to the failing worker")
+			}
+			for i := range status {
+				if status[i] != 200 || worker[i] != "1" {
+					t.Errorf("request %d: status %d on worker %q: %.200s", i, status[i], worker[i], body[i])
+				}
+				if tc.stream && !strings.Contains(body[i], "[DONE]") {
+					t.Errorf("request %d: stream did not end: %.200s", i, body[i])
+				}
+			}
+			t.Logf("%d requests hit the failing worker, all migrated", bad.count())
+		})
+	}
+}
+
+// Without migration the same failures are answered with an error at once, never a hang.
+func TestFaultsWithoutMigrationFailFast(t *testing.T) {
+	base, bad := faultStack(t, "refuse", 0, time.Second)
+	status, body, _ := fire(t, base, 12, false)
+	failed := 0
+	for i := range status {
+		switch {
+		case status[i] == 200:
+		case status[i] >= 500 && strings.Contains(body[i], `"error"`):
+			failed++
+		default:
+			t.Errorf("request %d: status %d: %.200s", i, status[i], body[i])
+		}
+	}
+	if failed == 0 || failed != bad.count() {
+		t.Fatalf("%d requests failed, %d reached the failing worker", failed, bad.count())
+	}
+}
+
+// A worker that dies after the first streamed chunk reached the client: the request cannot move, and its
+// stream ends with an error event and [DONE] instead of hanging.
+func TestFaultsDuringStreamEndWithError(t *testing.T) {
+	base, bad := faultStack(t, "midstream", 1, time.Second)
+	status, body, worker := fire(t, base, 12, true)
+	if bad.count() == 0 {
+		t.Fatalf("no request was routed to the failing worker")
+	}
+	broken := 0
+	for i := range status {
+		if status[i] != 200 || !strings.Contains(body[i], "[DONE]") {
+			t.Errorf("request %d: status %d, stream not terminated: %.300s", i, status[i], body[i])
+			continue
+		}
+		if worker[i] == "2" {
+			broken++
+			if !strings.Contains(body[i], `"error"`) || !strings.Contains(body[i], `"hi"`) {
+				t.Errorf("request %d: want the first chunk then an error event: %.300s", i, body[i])
+			}
+		}
+	}
+	if broken != bad.count() {
+		t.Fatalf("%d broken streams, %d requests reached the failing worker", broken, bad.count())
+	}
+}

@@ -1,0 +1,47 @@
+//go:build soak
+
+package faultproxy_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/workers/faultproxy"
+)
+
+// TestFaultSuiteSoak is the long form of TestFaultSuite (`make soak`): every scenario with six workers
+// and ten times the requests, then one rig that goes through FAULTSUITE_ROUNDS (default 5) rounds of
+// mixed faults, a cut and a restart of one worker, converging after each round.
+func TestFaultSuiteSoak(t *testing.T) {
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			runScenario(t, sc, rigOpts{workers: 6, gpuBlocks: 256, speedup: 100}, 1200)
+		})
+	}
+	t.Run("rounds", func(t *testing.T) {
+		rounds := 5
+		if v, err := strconv.Atoi(os.Getenv("FAULTSUITE_ROUNDS")); err == nil && v > 0 {
+			rounds = v
+		}
+		rg := newRig(t, rigOpts{workers: 4, gpuBlocks: 256, speedup: 100})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rounds)*2*time.Minute)
+		defer cancel()
+		for round := range rounds {
+			for i, s := range rg.workers {
+				s.px.SetFaults(faultproxy.Faults{Seed: uint64(100*round + i), Drop: 0.05, Duplicate: 0.05,
+					Reorder: 0.05, Delay: 0.05, DelayFor: 20 * time.Millisecond})
+			}
+			rg.driveAll(ctx, uint64(1000*round), 300, 8)
+			rg.workers[round%len(rg.workers)].px.Cut(300 * time.Millisecond)
+			rg.driveAll(ctx, uint64(1000*round+1), 300, 8)
+			rg.restart(rg.workers[(round+1)%len(rg.workers)])
+			rg.driveAll(ctx, uint64(1000*round+2), 300, 8)
+			rg.settle()
+			rg.converged(30 * time.Second)
+			t.Logf("round %d converged", round)
+		}
+	})
+}
