@@ -7,7 +7,7 @@
 //
 // # Overview
 //
-//   - proxy.go: Config, Start, Proxy (SetFaults, Cut, Stats, Close).
+//   - proxy.go: Config, Start, Proxy (SetFaults, Cut, SetUpstream, Stats, Close).
 //   - faults.go: Faults (the probabilities and the per-seq rules) and the pure decision of one batch.
 //   - events.go: the event pair (SUB upstream, PUB downstream) and its hold queue.
 //   - replay.go: the replay pair (ROUTER downstream, one DEALER upstream per request).
@@ -17,8 +17,9 @@
 // Two goroutines, one per socket pair, both started by Start through one tracked helper and stopped by
 // Close. pebbe/zmq4 sockets are not thread-safe and closing one from another goroutine crashes the
 // process, so every socket is opened, used and closed by the goroutine of its pair. Control calls from
-// other goroutines (SetFaults, Cut) go through an atomic.Pointer (faults) and a buffered channel (cuts,
-// "faultproxy.cuts", 16); counters are atomics.
+// other goroutines go through atomic.Pointers (SetFaults: the faults, read per batch; SetUpstream: the
+// worker's endpoints, read per poll and per replay request) and a buffered channel (Cut: "faultproxy.cuts",
+// 16); counters are atomics.
 //
 // # Ownership
 //
@@ -26,6 +27,12 @@
 //   - ROUTER and the per-request DEALERs: the replay goroutine.
 //   - Faults: immutable once stored; SetFaults swaps the pointer and the events goroutine re-seeds its RNG
 //     when it sees a new one.
+//
+// A worker's death is not mirrored by itself (the proxy's subscribers keep their connection, as behind a
+// relay); tests that want the disconnect a direct subscriber would see cut the proxy while the worker is
+// down. (A socket monitor on the upstream SUB would do it automatically, but with a monitor attached the
+// SUB intermittently never received from an ipc:// worker in our runs; the cut is explicit and
+// deterministic, and the suite's workers publish on loopback TCP.)
 //
 // # Data flow
 //

@@ -25,7 +25,6 @@ import (
 // router subscribed to the proxies (everything on loopback TCP).
 type rig struct {
 	t       *testing.T
-	dir     string
 	engine  mocker.EngineConfig
 	ring    int
 	hide    bool
@@ -65,7 +64,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	eng.MaxNumBatchedTokens = 2048
 	eng.MaxNumSeqs = 32
 	eng.SpeedupRatio = o.speedup
-	rg := &rig{t: t, dir: t.TempDir(), engine: eng, ring: o.ringSteps, hide: o.hideDisconnects}
+	rg := &rig{t: t, engine: eng, ring: o.ringSteps, hide: o.hideDisconnects}
 	rcfg := router.DefaultConfig(16)
 	rcfg.TickInterval = -1
 	system := actors.NewSystem(nil)
