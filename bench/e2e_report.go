@@ -20,6 +20,8 @@ type ArmResult struct {
 	Requests  int `json:"requests"`
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
+	// Errors counts the failures by message (cut to 80 bytes).
+	Errors map[string]int `json:"errors,omitempty"`
 	// TTFT covers every sent request (a failed one counts with its time to failure, a lower bound);
 	// ITL (per-request mean gap) and E2E cover completed requests.
 	TTFT Summary `json:"ttft_s"`
@@ -71,6 +73,10 @@ func SummarizeArm(run *ArmRun) ArmResult {
 			perWorker[s.Worker]++
 		}
 		if !s.OK() {
+			if res.Errors == nil {
+				res.Errors = map[string]int{}
+			}
+			res.Errors[s.Err[:min(len(s.Err), 80)]]++
 			continue
 		}
 		res.Completed++
@@ -332,6 +338,11 @@ func FillE2EReport(rep *Report, r *E2EResult, runs []*ArmRun) {
 		acc.Rows = append(acc.Rows, []string{c.Target, c.Value, met})
 	}
 	rep.Tables = append(rep.Tables, lat, thr, or, gp, acc)
+	for _, a := range r.Arms {
+		if a.Failed > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s at arrival ×%s: %d failed requests: %v", a.Arm, FormatNum(a.ArrivalSpeedup), a.Failed, a.Errors))
+		}
+	}
 
 	// Plots: TTFT CDF and hit rates per sweep point, per-worker load at the highest rate, latency vs rate.
 	speeds := []float64{}

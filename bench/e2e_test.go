@@ -135,7 +135,7 @@ func TestSummarizeArmKnownSamples(t *testing.T) {
 	run.Samples[9].Err = "status 503"                                                    // failed: counts in TTFT only
 	run.Samples = append(run.Samples, E2ESample{Index: 10, Worker: -1, Err: errNotSent}) // never fired
 	a := SummarizeArm(run)
-	if a.Requests != 10 || a.Completed != 9 || a.Failed != 1 {
+	if a.Requests != 10 || a.Completed != 9 || a.Failed != 1 || a.Errors["status 503"] != 1 {
 		t.Fatalf("counts %+v", a)
 	}
 	// TTFT (model time = ×10): 0.1 … 1.0 s; nearest rank p50 = 5th = 0.5, p90 = 9th = 0.9, p99 = 1.0.
