@@ -15,13 +15,21 @@ import (
 // TestFaultSuiteSoak is the long form of TestFaultSuite (`make soak`): every scenario with six workers
 // and ten times the requests, then one rig that goes through FAULTSUITE_ROUNDS (default 5) rounds of
 // mixed faults, a cut and a restart of one worker, converging after each round.
+//
+// OPEN (found 2026-12-02, not yet explained): "combined-rounds" fails in most runs: after a few rounds a
+// worker's index holds MORE blocks than its simulator caches (every cached chain does score fully, so the
+// extra entries are stale blocks whose removal was lost), with many more resets than the worker had
+// restarts (e.g. 11 resets for one restart: each one a full replay from 0) and a few replay sessions
+// lost at the proxy. "restart-with-drops" at this size fails about one run in three (no reset detected
+// after a restart behind a cut). See the report of the fault-suite work; TestFaultSuite (short form) and
+// the deterministic cases in restart_test.go pass.
 func TestFaultSuiteSoak(t *testing.T) {
 	for _, sc := range scenarios() {
 		t.Run(sc.name, func(t *testing.T) {
 			runScenario(t, sc, rigOpts{workers: 6, gpuBlocks: 256, speedup: 100}, 1200)
 		})
 	}
-	t.Run("rounds", func(t *testing.T) {
+	t.Run("combined-rounds", func(t *testing.T) {
 		rounds := 5
 		if v, err := strconv.Atoi(os.Getenv("FAULTSUITE_ROUNDS")); err == nil && v > 0 {
 			rounds = v
