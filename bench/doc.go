@@ -15,6 +15,9 @@
 //     LRU with the whole fleet's capacity), in tokens, the unit of vLLM's cached_tokens.
 //   - peers.go: llm-d-style (2:1:1 prefix/queue/KV scorers, max score) and SGLang-style (cache-aware with
 //     load-imbalance thresholds) selectors behind scoring.Selector.
+//   - e2e.go, e2e_report.go: the end-to-end bench — per arm a fresh mocker fleet, router and frontend on
+//     loopback, the trace replayed as streamed token-id completions; samples → SummarizeArm → goodput and
+//     the issue's acceptance checks.
 //   - indexer.go: Dynamo's mooncake_bench method (§9.3) on actors/indexer.
 //   - route.go: the whole routing decision over a workers × prompt × index-size matrix.
 //   - tokenizer.go: Encode tokens/s, cold and warm, per fixture tokenizer.
@@ -48,6 +51,10 @@
 //	results → Fill*Report → Report.Write(out) → report.json, report.md, *.svg
 //
 // The end-to-end bench (issue 9 item 4: frontend + simulated workers, every routing arm on one trace)
-// is built on these pieces once the frontend exists: prompts from Blocks, arrivals from Arrivals, the
-// oracle rates for its report, the peer selectors as arms.
+// is built on these pieces: prompts from Blocks, arrivals from Arrivals through Replay, the oracle rates
+// for its report, the peer selectors as arms. Its request goroutines (one per arrival) each own their
+// sample slot; the load sampler goroutine owns LoadT/Load; RunArm reads both only after joining them.
+//
+//	trace → Arrivals → RunArm (stack per arm: fleet + router + frontend) → ArmRun samples →
+//	SummarizeArm → E2EResult.Finish (goodput, checks) → FillE2EReport
 package bench
