@@ -116,11 +116,13 @@ func (s *stream) catchUp(ctx context.Context) {
 		return
 	}
 	if s.tr.have {
-		completed, verified := s.replayVerify(ctx, s.tr.last)
+		from := s.tr.last
+		completed, verified := s.replayVerify(ctx, from)
 		if verified || !completed {
-			// Verified: the outage is filled in. Not completed (the replay socket is unreachable): keep
-			// what we know and let the live stream's sequence checks decide.
-			s.tr.afterCatchUp(s.tr.last)
+			// Verified: the outage is filled in; live batches queued meanwhile from `from` on were just
+			// replayed and are duplicates. Not completed (the replay socket is unreachable): keep what we
+			// know and let the live stream's sequence checks decide.
+			s.tr.afterCatchUp(from)
 			return
 		}
 		s.tr = seqTracker{}
