@@ -45,6 +45,7 @@ bench: build
 		set -e; \
 		./$(BIN) bench indexer --trace "$(BENCH_TRACE)" --workers 1000 --sweep --sweep-max 8s --sweep-min 250ms --sweep-steps 4 --out $(BENCH_OUT)/indexer; \
 		./$(BIN) bench oracle --trace "$(BENCH_TRACE)" --minutes 10 --workers 8,16 --out $(BENCH_OUT)/oracle; \
+		./$(BIN) bench e2e --trace "$(BENCH_TRACE)" --minutes 2 --max-requests 120 --workers 4 --modes kv,round-robin,least-loaded,llmd --arrival-speedup 20 --speedup-ratio 4 --out $(BENCH_OUT)/e2e; \
 	else echo "bench: $(BENCH_TRACE) not found, trace benches skipped (set BENCH_TRACE)"; fi
 
 fuzz: deps
