@@ -90,18 +90,13 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
+	if err := checkQuery(req.Tokens, req.BlockHashes); err != nil {
+		writeError(ctx, err)
+		return
+	}
 	switch {
 	case req.RequestID == "":
 		writeError(ctx, errorf(ErrBadRequest, "missing field: request_id"))
-		return
-	case req.Tokens != nil && req.BlockHashes != nil:
-		writeError(ctx, errorf(ErrBadRequest, "give either tokens or block_hashes, not both"))
-		return
-	case req.Tokens == nil && req.BlockHashes == nil:
-		writeError(ctx, errorf(ErrBadRequest, "missing field: tokens or block_hashes"))
-		return
-	case len(req.Tokens) > maxQueryTokens || len(req.BlockHashes) > maxQueryTokens:
-		writeError(ctx, errorf(ErrTooLarge, "query longer than %d tokens", maxQueryTokens))
 		return
 	case req.ISL < 0:
 		writeError(ctx, errorf(ErrBadRequest, "isl must not be negative"))

@@ -104,15 +104,8 @@ func (a *RouterAPI) overlap(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	switch {
-	case req.Tokens != nil && req.BlockHashes != nil:
-		writeError(ctx, errorf(ErrBadRequest, "give either tokens or block_hashes, not both"))
-		return
-	case req.Tokens == nil && req.BlockHashes == nil:
-		writeError(ctx, errorf(ErrBadRequest, "missing field: tokens or block_hashes"))
-		return
-	case len(req.Tokens) > maxQueryTokens || len(req.BlockHashes) > maxQueryTokens:
-		writeError(ctx, errorf(ErrTooLarge, "query longer than %d tokens", maxQueryTokens))
+	if err := checkQuery(req.Tokens, req.BlockHashes); err != nil {
+		writeError(ctx, err)
 		return
 	}
 	local := req.BlockHashes
@@ -121,6 +114,20 @@ func (a *RouterAPI) overlap(ctx *fasthttp.RequestCtx) {
 	}
 	scores := a.R.Overlap(local, nil)
 	writeJSON(ctx, overlapResponse{Scores: toOverlapScores(scores), Blocks: len(local)})
+}
+
+// checkQuery validates the prompt of an overlap or route request: exactly one of tokens and block
+// hashes, within the size bound.
+func checkQuery(tokens []uint32, hashes []uint64) error {
+	switch {
+	case tokens != nil && hashes != nil:
+		return errorf(ErrBadRequest, "give either tokens or block_hashes, not both")
+	case tokens == nil && hashes == nil:
+		return errorf(ErrBadRequest, "missing field: tokens or block_hashes")
+	case len(tokens) > maxQueryTokens || len(hashes) > maxQueryTokens:
+		return errorf(ErrTooLarge, "query longer than %d tokens", maxQueryTokens)
+	}
+	return nil
 }
 
 func toOverlapScores(scores []prefix.Score) []overlapScore {
