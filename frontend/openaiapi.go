@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend/openai"
 	"github.com/kvroute/kvroute/model"
@@ -54,7 +55,10 @@ func NewOpenAIAPI(r *router.Router, m *model.Model, name string, system *actor.A
 		cfg.RequestTimeout = 10 * time.Minute
 	}
 	a := &OpenAIAPI{R: r, Model: m, ModelName: name, System: system, Pool: pool, Cfg: cfg, Metrics: fm, served: []string{name}}
-	a.props = actor.PropsFromProducer(func() actor.Actor { return &requestActor{api: a} })
+	// Request actors run on reused goroutines: their stage work needs tens of KiB of stack, which a fresh
+	// goroutine per request would grow and copy every time (actors.ReuseDispatcher).
+	a.props = actor.PropsFromProducer(func() actor.Actor { return &requestActor{api: a} },
+		actor.WithDispatcher(actors.NewReuseDispatcher(300, 10*time.Second)))
 	return a
 }
 
