@@ -88,7 +88,18 @@ func TestAdminToken(t *testing.T) {
 
 func TestHeaderLimit(t *testing.T) {
 	base := serveRouterAPI(t, ServerConfig{MaxHeaderBytes: 4096})
-	if got := doReq(t, http.DefaultClient, "GET", base+"/v1/workers", "", map[string]string{"X-Big": strings.Repeat("a", 8000)}); got != 431 {
+	// The server answers 431 and closes with the rest of the headers unread, which makes the kernel reset
+	// the connection; the client can lose the answer to that reset, so a few attempts are allowed.
+	got := 0
+	for attempt := 0; attempt < 5 && got != 431; attempt++ {
+		req, _ := http.NewRequest("GET", base+"/v1/workers", nil)
+		req.Header.Set("X-Big", strings.Repeat("a", 8000))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			got = resp.StatusCode
+			resp.Body.Close()
+		}
+	}
+	if got != 431 {
 		t.Fatalf("big headers: %d, want 431", got)
 	}
 	if got := doReq(t, http.DefaultClient, "GET", base+"/v1/workers", "", nil); got != 200 {
