@@ -121,16 +121,16 @@ type targets struct {
 	// unhealthy counts unhealthy targets (shared by every view), so the common case skips the filter.
 	unhealthy *atomic.Int32
 	list      []*target
-	pos       map[scoring.WorkerKey]int
+	pos       map[uint64]int // posKey(worker, rank) → index in list (a uint64 key takes the fast map path)
 	// tmpl holds each target's static candidate fields (key, capacity, device), copied per decision.
 	tmpl []scoring.Candidate
 }
 
 // newTargets indexes a target list.
 func newTargets(list []*target, unhealthy *atomic.Int32) *targets {
-	ts := &targets{unhealthy: unhealthy, list: list, pos: make(map[scoring.WorkerKey]int, len(list)), tmpl: make([]scoring.Candidate, len(list))}
+	ts := &targets{unhealthy: unhealthy, list: list, pos: make(map[uint64]int, len(list)), tmpl: make([]scoring.Candidate, len(list))}
 	for i, t := range list {
-		ts.pos[t.key] = i
+		ts.pos[posKey(t.key)] = i
 		c := scoring.Candidate{Worker: t.key, Capacity: scoring.Capacity{
 			TotalKVBlocks: uint64(t.spec.TotalKVBlocks), MaxNumBatchedTokens: uint64(t.spec.MaxNumBatchedTokens)}}
 		if t.spec.Device == registry.DeviceCPU {
@@ -422,7 +422,7 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 		c.InFlight = uint32(snap.ActiveRequests)
 	}
 	for _, sco := range sc.scores {
-		if i, ok := ts.pos[scoring.WorkerKey(sco.Worker)]; ok {
+		if i, ok := ts.pos[posKey(scoring.WorkerKey(sco.Worker))]; ok && ts.list[i].key == scoring.WorkerKey(sco.Worker) {
 			cands[i].Overlap.Device = sco.Blocks
 		}
 	}
@@ -663,7 +663,7 @@ func (s *scheduler) setHealthy(id uint64, healthy bool) bool {
 
 // setKVUsage records a worker rank's reported KV blocks in use.
 func (s *scheduler) setKVUsage(k scoring.WorkerKey, used uint64) {
-	if i, ok := s.targets.Load().pos[k]; ok {
+	if i, ok := s.targets.Load().pos[posKey(k)]; ok && s.targets.Load().list[i].key == k {
 		t := s.targets.Load().list[i]
 		t.kvUsed.Store(used)
 		t.kvKnown.Store(true)
@@ -687,4 +687,11 @@ func (s *scheduler) setCapacity(id uint64, totalKVBlocks, maxBatched int) {
 			t.learnedBatched.Store(int64(maxBatched))
 		}
 	}
+}
+
+// posKey packs a worker rank into one map key: worker ids are Dynamo lease ids (64-bit), so the rank is
+// mixed in rather than shifted, and collisions between (id, rank) pairs are ruled out by the final
+// check against the target's own key.
+func posKey(k scoring.WorkerKey) uint64 {
+	return k.WorkerID*0x9e3779b97f4a7c15 ^ uint64(k.DPRank)
 }
