@@ -37,6 +37,9 @@ func DeriveSeed(loraName, cacheNamespace string) uint64 {
 // block's mm_hash values sorted ascending as u64le, hashed with XXH3-64 and seed. mmHashes is not
 // modified; offsets of multimodal objects never enter the hash.
 func BlockHash(tokens []uint32, mmHashes []uint64, seed uint64) uint64 {
+	if len(tokens) == 16 && len(mmHashes) == 0 {
+		return hash16Tokens((*[16]uint32)(tokens), seed)
+	}
 	n := 4*len(tokens) + 8*len(mmHashes)
 	if n > stackBlockBytes {
 		h, _ := blockHashBuf(make([]byte, 0, n), tokens, mmHashes, seed)
@@ -88,7 +91,13 @@ func LocalBlockHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64,
 		if i < len(blockMM) {
 			mm = blockMM[i]
 		}
-		h, buf = blockHashBuf(buf, tokens[i*blockSize:(i+1)*blockSize], mm, seed)
+		blk := tokens[i*blockSize : (i+1)*blockSize]
+		if blockSize == 16 && len(mm) == 0 {
+			// The common block size: XXH3 straight from the tokens (xxh3fast.go), no byte buffer.
+			dst = append(dst, hash16Tokens((*[16]uint32)(blk), seed))
+			continue
+		}
+		h, buf = blockHashBuf(buf, blk, mm, seed)
 		dst = append(dst, h)
 	}
 	return dst
@@ -110,10 +119,7 @@ func EagleBlockHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64)
 // NextSequenceHash chains one local hash onto the previous sequence hash:
 // XXH3(u64le(prev) || u64le(local), 1337).
 func NextSequenceHash(prev, local uint64) uint64 {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], prev)
-	binary.LittleEndian.PutUint64(b[8:], local)
-	return xxh3.HashSeed(b[:], Seed)
+	return hashPair(prev, local, Seed)
 }
 
 // SequenceHashes appends the chained sequence hash of every local hash to dst: seq[0] = local[0],

@@ -1,0 +1,43 @@
+package scoring
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/zeebo/xxh3"
+)
+
+func TestFastHashesMatchXXH3(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	seeds := []uint64{0, Seed, DeriveSeed("lora", ""), DeriveSeed("", "tenant"), ^uint64(0)}
+	for i := 0; i < 20000; i++ {
+		var blk [16]uint32
+		var buf []byte
+		for j := range blk {
+			blk[j] = rng.Uint32()
+			if i%3 == 0 {
+				blk[j] %= 200000 // realistic token ids
+			}
+			buf = binary.LittleEndian.AppendUint32(buf, blk[j])
+		}
+		seed := seeds[i%len(seeds)]
+		if i%7 == 0 {
+			seed = rng.Uint64()
+		}
+		if got, want := hash16Tokens(&blk, seed), xxh3.HashSeed(buf, seed); got != want {
+			t.Fatalf("block %v seed %d: %d, want %d", blk, seed, got, want)
+		}
+		a, b := rng.Uint64(), rng.Uint64()
+		var pair [16]byte
+		binary.LittleEndian.PutUint64(pair[:8], a)
+		binary.LittleEndian.PutUint64(pair[8:], b)
+		if got, want := hashPair(a, b, seed), xxh3.HashSeed(pair[:], seed); got != want {
+			t.Fatalf("pair %d,%d seed %d: %d, want %d", a, b, seed, got, want)
+		}
+	}
+	// The spec vectors through the fast paths.
+	if got := hashPair(14643705804678351452, 16777012769546811212, Seed); got != 4945711292740353085 {
+		t.Fatalf("chain vector: %d", got)
+	}
+}
