@@ -75,11 +75,21 @@ func (s *stream) handle(ctx context.Context, seq uint64, payload []byte) {
 //     the old engine's blocks. The worker is reset and replayed from 0.
 //
 // handled is false when the publisher did not answer: the sequence rules decide alone.
+// resolveAttempts bounds the verification replays of one ambiguous sequence.
+const resolveAttempts = 3
+
 func (s *stream) resolve(ctx context.Context, seq uint64) (handled bool) {
 	if seq > s.tr.last+1 {
 		s.c.Gaps.Add(1)
 	}
-	completed, verified := s.replayVerify(ctx, s.tr.last)
+	// An unanswered verification is retried: giving up would let the sequence rules fill a "gap" with a
+	// restarted engine's batches on top of the old engine's blocks, the one mistake that leaves stale
+	// blocks behind. A lost request or answer is the usual cause; a dead replay socket costs
+	// resolveAttempts × the replay timeout once.
+	var completed, verified bool
+	for attempt := 0; attempt < resolveAttempts && !completed && ctx.Err() == nil; attempt++ {
+		completed, verified = s.replayVerify(ctx, s.tr.last)
+	}
 	switch {
 	case verified:
 	case completed:
