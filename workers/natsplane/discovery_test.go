@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
+	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -24,7 +23,7 @@ func TestDiscovery(t *testing.T) {
 	url := s.ClientURL()
 	cfg := DiscoveryConfig{TTL: time.Second, Heartbeat: 200 * time.Millisecond}
 
-	r, err := router.New(actor.NewActorSystem(), func() router.Config { c := router.DefaultConfig(testBlockSize); c.TickInterval = -1; return c }())
+	r, err := router.New(actors.NewSystem(nil), func() router.Config { c := router.DefaultConfig(testBlockSize); c.TickInterval = -1; return c }())
 	if err != nil {
 		t.Fatal(err)
 	}

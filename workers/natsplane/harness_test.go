@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/mocker"
@@ -107,7 +107,7 @@ type frontend struct {
 
 func startFrontend(t testing.TB, url string, ws []*mocker.Worker, scfg SourceConfig, mod func(*router.Config)) *frontend {
 	t.Helper()
-	sys := actor.NewActorSystem()
+	sys := actors.NewSystem(nil)
 	cfg := router.DefaultConfig(testBlockSize)
 	cfg.TickInterval = -1
 	if mod != nil {

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
+	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -79,7 +78,7 @@ func BenchmarkRelayToFrontends(b *testing.B) {
 			scfg.Durable, scfg.Replicas = m.durable, m.nodes
 			var fs []*frontend
 			for i := 0; i < frontends; i++ {
-				sys := actor.NewActorSystem()
+				sys := actors.NewSystem(nil)
 				cfg := router.DefaultConfig(testBlockSize)
 				cfg.TickInterval = -1
 				r, err := router.New(sys, cfg)

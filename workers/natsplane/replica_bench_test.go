@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
+	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -41,7 +40,7 @@ func BenchmarkRouteFrontends(b *testing.B) {
 					cfg.OnLoad = sy.Observe
 					syncs = append(syncs, sy)
 				}
-				r, err := router.New(actor.NewActorSystem(), cfg)
+				r, err := router.New(actors.NewSystem(nil), cfg)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/actors/indexer"
@@ -88,6 +90,16 @@ func b2u(b bool) uint8 {
 // sequence (0 when there is none: read the stream from the start).
 func (s *Source) restore(ctx context.Context) (uint64, error) {
 	data, err := s.objs.GetBytes(ctx, SnapshotObject)
+	// JetStream answers "no responders" or times out while a cluster elects the object store's leader
+	// (a replica starting next to a NATS restart): retry for a bounded while before giving up.
+	for wait := 50 * time.Millisecond; err != nil && (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout)) && wait <= 2*time.Second; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(wait):
+		}
+		data, err = s.objs.GetBytes(ctx, SnapshotObject)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return 0, nil
 	}
