@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,24 +108,45 @@ func TestHeaderLimit(t *testing.T) {
 	}
 }
 
-// blocker holds /block until released, to fill the concurrency limit.
-type blocker struct{ release chan struct{} }
+// blocker holds /block until released, to fill the concurrency limit; arrived counts held requests.
+type blocker struct {
+	release chan struct{}
+	arrived chan struct{}
+}
 
 func (b *blocker) Handle(ctx *fasthttp.RequestCtx) bool {
 	if string(ctx.Path()) != "/block" {
 		return false
 	}
+	b.arrived <- struct{}{}
 	<-b.release
 	ctx.SetStatusCode(200)
 	return true
 }
 
 func TestConcurrencyLimit(t *testing.T) {
-	b := &blocker{release: make(chan struct{})}
+	b := &blocker{release: make(chan struct{}), arrived: make(chan struct{}, 2)}
+	var once sync.Once
+	release := func() { once.Do(func() { close(b.release) }) }
 	base := serveRouterAPI(t, ServerConfig{MaxConcurrent: 2}, b)
+	t.Cleanup(release) // runs before the server's shutdown, which waits for the held requests
 	done := make(chan int, 2)
+	get := func(url string) int {
+		resp, err := http.Get(url)
+		if err != nil {
+			return -1
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Hold two requests, one after the other, so no other request can take a slot in between.
 	for i := 0; i < 2; i++ {
-		go func() { done <- doReq(t, http.DefaultClient, "GET", base+"/block", "", nil) }()
+		go func() { done <- get(base + "/block") }()
+		select {
+		case <-b.arrived:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("held request %d never reached the handler", i)
+		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -137,7 +159,7 @@ func TestConcurrencyLimit(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(b.release)
+	release()
 	for i := 0; i < 2; i++ {
 		if got := <-done; got != 200 {
 			t.Fatalf("held request: %d", got)
