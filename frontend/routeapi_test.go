@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,17 +27,10 @@ func publisherFor(t *testing.T, base string, id int) *kvevents.Publisher {
 	return p
 }
 
-func tokensJSON(toks []uint32) string {
-	s := make([]string, len(toks))
-	for i, v := range toks {
-		s[i] = fmt.Sprint(v)
-	}
-	return "[" + strings.Join(s, ",") + "]"
-}
 
 func routeTo(t *testing.T, base, id string, toks []uint32) (int, map[string]any) {
 	t.Helper()
-	return call(t, "POST", base+"/v1/route", fmt.Sprintf(`{"request_id":%q,"tokens":%s}`, id, tokensJSON(toks)))
+	return call(t, "POST", base+"/v1/route", fmt.Sprintf(`{"request_id":%q,"tokens":%s}`, id, tokenList(toks)))
 }
 
 func TestRouteFollowsCacheThenLoad(t *testing.T) {
@@ -56,7 +48,7 @@ func TestRouteFollowsCacheThenLoad(t *testing.T) {
 		BlockHashes: hashes, TokenIDs: prompt, BlockSize: 4, Medium: "GPU"}}})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		code, b := call(t, "POST", base+"/v1/overlap_scores", `{"tokens":`+tokensJSON(prompt)+`}`)
+		code, b := call(t, "POST", base+"/v1/overlap_scores", `{"tokens":`+tokenList(prompt)+`}`)
 		if code == 200 && len(b["scores"].([]any)) == 1 {
 			break
 		}

@@ -16,8 +16,9 @@ import (
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
-// startRouterAPI serves a real router's API on 127.0.0.1 and returns its base URL.
-func startRouterAPI(t *testing.T, blockSize int, cfg ServerConfig) (string, *router.Router) {
+// startRouterAPI serves a real router's API (after any extra handlers) on 127.0.0.1 and returns its base
+// URL, https:// when cfg sets TLS.
+func startRouterAPI(t *testing.T, blockSize int, cfg ServerConfig, extra ...Handler) (string, *router.Router) {
 	t.Helper()
 	system := actors.NewSystem(nil)
 	r, err := router.New(system, router.DefaultConfig(blockSize))
@@ -28,14 +29,18 @@ func startRouterAPI(t *testing.T, blockSize int, cfg ServerConfig) (string, *rou
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(cfg, &RouterAPI{R: r})
+	srv := NewServer(cfg, append(extra, &RouterAPI{R: r})...)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
 		r.Stop()
 		system.Shutdown()
 	})
-	return "http://" + ln.Addr().String(), r
+	scheme := "http://"
+	if cfg.TLSCert != "" {
+		scheme = "https://"
+	}
+	return scheme + ln.Addr().String(), r
 }
 
 func call(t *testing.T, method, url, body string) (int, map[string]any) {

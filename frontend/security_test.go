@@ -19,31 +19,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/kvroute/kvroute/actors"
-	"github.com/kvroute/kvroute/actors/router"
 )
-
-func serveRouterAPI(t *testing.T, cfg ServerConfig, extra ...Handler) string {
-	t.Helper()
-	system := actors.NewSystem(nil)
-	r, err := router.New(system, router.DefaultConfig(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(cfg, append(extra, &RouterAPI{R: r})...)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown(); r.Stop(); system.Shutdown() })
-	scheme := "http://"
-	if cfg.TLSCert != "" {
-		scheme = "https://"
-	}
-	return scheme + ln.Addr().String()
-}
 
 func doReq(t *testing.T, c *http.Client, method, url, body string, hdr map[string]string) int {
 	t.Helper()
@@ -60,7 +36,7 @@ func doReq(t *testing.T, c *http.Client, method, url, body string, hdr map[strin
 }
 
 func TestAdminToken(t *testing.T) {
-	base := serveRouterAPI(t, ServerConfig{AdminToken: "s3cret"})
+	base, _ := startRouterAPI(t, 4, ServerConfig{AdminToken: "s3cret"})
 	c := http.DefaultClient
 	bearer := map[string]string{"Authorization": "Bearer s3cret"}
 	wrong := map[string]string{"Authorization": "Bearer nope"}
@@ -88,7 +64,7 @@ func TestAdminToken(t *testing.T) {
 }
 
 func TestHeaderLimit(t *testing.T) {
-	base := serveRouterAPI(t, ServerConfig{MaxHeaderBytes: 4096})
+	base, _ := startRouterAPI(t, 4, ServerConfig{MaxHeaderBytes: 4096})
 	// The server answers 431 and closes with the rest of the headers unread, which makes the kernel reset
 	// the connection; the client can lose the answer to that reset, so a few attempts are allowed.
 	got := 0
@@ -128,7 +104,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	b := &blocker{release: make(chan struct{}), arrived: make(chan struct{}, 2)}
 	var once sync.Once
 	release := func() { once.Do(func() { close(b.release) }) }
-	base := serveRouterAPI(t, ServerConfig{MaxConcurrent: 2}, b)
+	base, _ := startRouterAPI(t, 4, ServerConfig{MaxConcurrent: 2}, b)
 	t.Cleanup(release) // runs before the server's shutdown, which waits for the held requests
 	done := make(chan int, 2)
 	get := func(url string) int {
@@ -184,7 +160,7 @@ func TestTLS(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	base := serveRouterAPI(t, ServerConfig{TLSCert: certFile, TLSKey: keyFile})
+	base, _ := startRouterAPI(t, 4, ServerConfig{TLSCert: certFile, TLSKey: keyFile})
 	pool := x509.NewCertPool()
 	cert, _ := x509.ParseCertificate(der)
 	pool.AddCert(cert)
