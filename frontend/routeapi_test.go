@@ -27,7 +27,6 @@ func publisherFor(t *testing.T, base string, id int) *kvevents.Publisher {
 	return p
 }
 
-
 func routeTo(t *testing.T, base, id string, toks []uint32) (int, map[string]any) {
 	t.Helper()
 	return call(t, "POST", base+"/v1/route", fmt.Sprintf(`{"request_id":%q,"tokens":%s}`, id, tokenList(toks)))
