@@ -663,8 +663,9 @@ func (s *scheduler) setHealthy(id uint64, healthy bool) bool {
 
 // setKVUsage records a worker rank's reported KV blocks in use.
 func (s *scheduler) setKVUsage(k scoring.WorkerKey, used uint64) {
-	if i, ok := s.targets.Load().pos[posKey(k)]; ok && s.targets.Load().list[i].key == k {
-		t := s.targets.Load().list[i]
+	ts := s.targets.Load() // one view: a fleet change between loads could index another list
+	if i, ok := ts.pos[posKey(k)]; ok && ts.list[i].key == k {
+		t := ts.list[i]
 		t.kvUsed.Store(used)
 		t.kvKnown.Store(true)
 	}
