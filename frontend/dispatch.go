@@ -77,7 +77,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		route := p.route
 		ep, err := a.Pool.Get(route.Spec)
 		if err != nil {
-			a.finish(j, route)
+			a.finish(j)
 			a.fail(ctx, j.ep, errorf(ErrUnavailable, "worker %d has no usable URL: %v", route.Worker.WorkerID, err))
 			j.close()
 			return
@@ -96,7 +96,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 			return
 		}
 		// The worker failed before any byte reached the client.
-		a.finish(j, route)
+		a.finish(j)
 		if !client.Retryable(err) || attempt >= a.Cfg.MigrationLimit {
 			a.fail(ctx, j.ep, errorf(ErrUnavailable, "worker %d failed: %v", route.Worker.WorkerID, err))
 			j.close()
@@ -117,7 +117,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 }
 
 // finish frees a routed request (idempotent: an already freed id is not an error here).
-func (a *OpenAIAPI) finish(j *job, route router.RouteResult) {
+func (a *OpenAIAPI) finish(j *job) {
 	_ = a.R.Free(j.id)
 }
 
@@ -147,7 +147,7 @@ func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router
 	}
 	defer j.close()
 	_ = a.R.PrefillDone(j.id)
-	a.finish(j, route)
+	a.finish(j)
 	body := resp.Body
 	if resp.HasUsage {
 		a.observeUsage(route, resp.Usage)
@@ -193,7 +193,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 {
 			// The worker refused the request itself: forward its answer.
-			a.finish(j, route)
+			a.finish(j)
 			routingHeaders(ctx, route)
 			ctx.SetStatusCode(ce.Status)
 			ctx.Response.Header.SetContentType("application/json")
@@ -216,7 +216,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer func() {
 			_ = s.Close()
-			a.finish(j, route)
+			a.finish(j)
 			j.close()
 			if a.Metrics != nil {
 				a.Metrics.inflight.Dec()

@@ -133,9 +133,9 @@ func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error
 
 // forwardImages writes the images' uuids (and mm_kwargs descriptors) into the worker-bound body, only
 // when the request is routed on its images.
-func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][]byte) error {
+func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][]byte) {
 	if v.tokens == nil {
-		return nil
+		return
 	}
 	if members == nil {
 		members = make([][]byte, len(w.media))
@@ -143,13 +143,12 @@ func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][
 	body, err := openai.RewriteMedia(j.body, w.media, v.uuids, "mm_kwargs", members)
 	if err != nil {
 		a.countFallback("rewrite_failed")
-		return nil
+		return
 	}
 	j.body = body
 	if a.mmMetrics != nil {
 		a.mmMetrics.routed.Inc()
 	}
-	return nil
 }
 
 // transferWork is the mm_kwargs handoff of one request: one Prepare per image, run while the request

@@ -62,7 +62,7 @@ func (j *job) close() {
 
 // prepared is the request actor's answer: the routing decision (or why there is none).
 type prepared struct {
-	tokens []uint32 // worker-bound prompt tokens
+	tokens []uint32 // the routing tokens (image positions expanded), re-routed on migration
 	route  router.RouteResult
 	err    error
 }
@@ -164,8 +164,6 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if err != nil {
 		return prepared{err: mapRouteErr(err)}
 	}
-	if err := a.forwardImages(j, imgs, view, members); err != nil {
-		return prepared{err: err}
-	}
+	a.forwardImages(j, imgs, view, members)
 	return prepared{tokens: rr.Tokens, route: res}
 }

@@ -201,12 +201,11 @@ func (a *mirrorActor) start(ctx actor.Context) {
 		return
 	}
 	setState(a.m.c, StateConnecting)
-	for r, sub := range a.m.subs {
+	for _, sub := range a.m.subs {
 		sub := sub
 		props := actor.PropsFromProducer(func() actor.Actor {
 			return &subscriberActor{sub: sub, mirror: ctx.Self(), system: ctx.ActorSystem(), c: a.m.c}
 		})
-		_ = r
 		a.pids = append(a.pids, ctx.Spawn(props))
 	}
 }
