@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -311,14 +312,15 @@ func (a *fleetActor) Receive(ctx actor.Context) {
 	}
 }
 
-func (a *fleetActor) publish(mod func(map[uint64]*Mirror)) {
-	cur := *a.f.mirrors.Load()
-	next := make(map[uint64]*Mirror, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
+// publishMap replaces the immutable map behind p with a modified copy (copy on write: readers load the
+// pointer without locks; the fleet actor is the only writer).
+func publishMap[K comparable](p *atomic.Pointer[map[K]*Mirror], mod func(map[K]*Mirror)) {
+	next := maps.Clone(*p.Load())
+	if next == nil {
+		next = map[K]*Mirror{}
 	}
 	mod(next)
-	a.f.mirrors.Store(&next)
+	p.Store(&next)
 }
 
 func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
@@ -355,22 +357,12 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 		actor.WithSupervisor(actor.NewExponentialBackoffStrategy(d.cfg.BackoffWindow, d.cfg.InitialBackoff)))
 	m.pid = ctx.Spawn(props)
 	a.pids[spec.ID] = m.pid
-	a.publish(func(mm map[uint64]*Mirror) { mm[spec.ID] = m })
+	publishMap(&a.f.mirrors, func(mm map[uint64]*Mirror) { mm[spec.ID] = m })
 	if m.bound {
-		a.publishTopics(func(mt map[string]*Mirror) { mt[spec.Topic] = m })
+		publishMap(&a.f.byTopic, func(mt map[string]*Mirror) { mt[spec.Topic] = m })
 		a.f.bind.AddTopic(spec.Topic, spec.Replay)
 	}
 	return nil
-}
-
-func (a *fleetActor) publishTopics(mod func(map[string]*Mirror)) {
-	cur := *a.f.byTopic.Load()
-	next := make(map[string]*Mirror, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
-	}
-	mod(next)
-	a.f.byTopic.Store(&next)
 }
 
 func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
@@ -385,10 +377,10 @@ func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
 		setState(m.c, StateRemoved)
 		if m.bound {
 			a.f.bind.RemoveTopic(m.Spec.Topic)
-			a.publishTopics(func(mt map[string]*Mirror) { delete(mt, m.Spec.Topic) })
+			publishMap(&a.f.byTopic, func(mt map[string]*Mirror) { delete(mt, m.Spec.Topic) })
 		}
 	}
-	a.publish(func(mm map[uint64]*Mirror) { delete(mm, id) })
+	publishMap(&a.f.mirrors, func(mm map[uint64]*Mirror) { delete(mm, id) })
 	return a.f.deps.index.RemoveWorker(id)
 }
 
