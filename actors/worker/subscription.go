@@ -61,12 +61,16 @@ func (s *subscription) stats() (gaps, replays, decodeErrors uint64) {
 	cur := s.cur
 	s.mu.Unlock()
 	if cur != nil {
-		c := cur.Stats()
-		st.Gaps += c.Gaps
-		st.Replays += c.Replays
-		st.DecodeErrors += c.DecodeErrors
+		addStats(&st, cur.Stats())
 	}
 	return st.Gaps, st.Replays, st.DecodeErrors
+}
+
+// addStats adds the counters a subscription reports (gaps, replays, decode errors) of c to st.
+func addStats(st *kvevents.Stats, c kvevents.Stats) {
+	st.Gaps += c.Gaps
+	st.Replays += c.Replays
+	st.DecodeErrors += c.DecodeErrors
 }
 
 // open builds a new subscriber that forwards to mirror, retiring the previous one's counters into base.
@@ -84,10 +88,7 @@ func (s *subscription) open(system *actor.ActorSystem, mirror *actor.PID) (*kvev
 	}
 	s.mu.Lock()
 	if s.cur != nil {
-		c := s.cur.Stats()
-		s.base.Gaps += c.Gaps
-		s.base.Replays += c.Replays
-		s.base.DecodeErrors += c.DecodeErrors
+		addStats(&s.base, s.cur.Stats())
 	}
 	s.cur = sub
 	s.mu.Unlock()
