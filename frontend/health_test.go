@@ -57,41 +57,54 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
+// startHealthRig starts n simulated workers with the given block size, a router (block size 16) with
+// them registered (edit may change each spec first) and a health monitor checking every 20 ms.
+func startHealthRig(t *testing.T, n, workerBlockSize int, edit func(i int, sp *registry.Spec)) *router.Router {
+	t.Helper()
 	wm, err := mocker.LoadModel(fixtureModel, "m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
-	tmpl.Engine.BlockSize, tmpl.Engine.SpeedupRatio = 16, 100
-	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: 2, Template: tmpl, FirstID: 1})
+	tmpl.Engine.BlockSize, tmpl.Engine.SpeedupRatio = workerBlockSize, 100
+	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: n, Template: tmpl, FirstID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fleet.Close()
+	t.Cleanup(func() { _ = fleet.Close() })
 	system := actors.NewSystem(nil)
 	r, err := router.New(system, router.DefaultConfig(16))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { r.Stop(); system.Shutdown() }()
-	proxy := startFlakyProxy(t, fleet.Workers[0].URL())
+	t.Cleanup(func() { r.Stop(); system.Shutdown() })
 	for i, s := range fleet.Specs() {
 		sp, _ := registry.Parse(s)
-		if i == 0 {
-			sp.URL = proxy.url
+		if edit != nil {
+			edit(i, &sp)
 		}
 		if err := r.AddWorker(sp); err != nil {
 			t.Fatal(err)
 		}
 	}
 	pool := NewWorkerPool(client.DefaultConfig())
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	cfg := DefaultHealthConfig()
 	cfg.Interval, cfg.ModelName = 20*time.Millisecond, "m"
 	mon := NewMonitor(r, pool, cfg, nil)
 	mon.Start()
-	defer mon.Stop()
+	t.Cleanup(mon.Stop)
+	return r
+}
+
+func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
+	var proxy *flakyProxy
+	r := startHealthRig(t, 2, 16, func(i int, sp *registry.Spec) {
+		if i == 0 {
+			proxy = startFlakyProxy(t, sp.URL)
+			sp.URL = proxy.url
+		}
+	})
 
 	// Both workers pass the compatibility self-test: the canary's blocks come back under our hashes.
 	eventually(t, "self-tests", func() bool {
@@ -126,34 +139,7 @@ func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
 }
 
 func TestSelfTestFlagsBlockSizeMismatch(t *testing.T) {
-	wm, err := mocker.LoadModel(fixtureModel, "m")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
-	tmpl.Engine.BlockSize, tmpl.Engine.SpeedupRatio = 32, 100 // the router hashes blocks of 16
-	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: 1, Template: tmpl, FirstID: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
-	system := actors.NewSystem(nil)
-	r, err := router.New(system, router.DefaultConfig(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { r.Stop(); system.Shutdown() }()
-	sp, _ := registry.Parse(fleet.Specs()[0])
-	if err := r.AddWorker(sp); err != nil {
-		t.Fatal(err)
-	}
-	pool := NewWorkerPool(client.DefaultConfig())
-	defer pool.Close()
-	cfg := DefaultHealthConfig()
-	cfg.Interval, cfg.ModelName = 20*time.Millisecond, "m"
-	mon := NewMonitor(r, pool, cfg, nil)
-	mon.Start()
-	defer mon.Stop()
+	r := startHealthRig(t, 1, 32, nil) // the router hashes blocks of 16
 	eventually(t, "degraded", func() bool {
 		st, _ := r.Fleet.StatusOf(1)
 		return strings.Contains(st.Degraded, "block size 32")
