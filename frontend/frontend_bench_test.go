@@ -5,11 +5,23 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
+
+// processCPU is the process's user+system CPU time. Load generator, frontend and simulated workers
+// share the process, so CPU per request counts all three, and not the time spent waiting for a core,
+// which on a shared 2-core machine swings req/s by 2x between runs.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 func pct(lat []time.Duration, p float64) float64 {
 	slices.Sort(lat)
@@ -18,8 +30,8 @@ func pct(lat []time.Duration, p float64) float64 {
 
 // BenchmarkFrontendOverhead measures what the frontend adds to a request: the same short completion
 // (a 16-token token-id prompt, 1 output token) sent to a simulated worker directly and through the
-// frontend, one at a time. One op is one request on each path. Reported: p50/p99 of both paths and the
-// added latency (frontend − direct) at p50 and p99.
+// frontend, one at a time. One op is one request on each path. Reported: p50/p99 of both paths, the
+// added latency (frontend − direct) at p50 and p99, and the process CPU per op (both requests).
 func BenchmarkFrontendOverhead(b *testing.B) {
 	st := startBenchStack(b, 1)
 	body := []byte(fmt.Sprintf(`{"model":%q,"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"max_tokens":1}`, st.name))
@@ -47,11 +59,14 @@ func BenchmarkFrontendOverhead(b *testing.B) {
 	dl, fl := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := processCPU()
 	for i := 0; i < b.N; i++ {
 		dl = append(dl, do(direct))
 		fl = append(fl, do(front))
 	}
+	cpu = processCPU() - cpu
 	b.StopTimer()
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 	d50, d99, f50, f99 := pct(dl, 0.5), pct(dl, 0.99), pct(fl, 0.5), pct(fl, 0.99)
 	b.ReportMetric(d50, "direct-p50-us")
 	b.ReportMetric(f50, "frontend-p50-us")
@@ -61,8 +76,9 @@ func BenchmarkFrontendOverhead(b *testing.B) {
 
 // BenchmarkRoutedThroughput drives the frontend with 64 concurrent clients sending short token-id
 // completions (16 tokens, 1 output token) to 4 simulated workers in the same process; reported:
-// routed requests per second after a warm-up of 4,000 requests. The workers share the two cores, so this
-// bounds the frontend from below.
+// routed requests per second after a warm-up of 4,000 requests, and the process CPU per request (load
+// generator, frontend and workers together). The workers share the two cores, so this bounds the
+// frontend from below.
 func BenchmarkRoutedThroughput(b *testing.B) {
 	st := startBenchStack(b, 4)
 	c := &fasthttp.Client{MaxConnsPerHost: 128}
@@ -99,11 +115,15 @@ func BenchmarkRoutedThroughput(b *testing.B) {
 		return time.Since(t0)
 	}
 	run(4000)
+	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := processCPU()
 	el := run(int64(b.N))
+	cpu = processCPU() - cpu
 	b.StopTimer()
 	if failed.Load() > 0 {
 		b.Fatalf("%d of %d requests failed", failed.Load(), b.N)
 	}
 	b.ReportMetric(float64(b.N)/el.Seconds(), "req/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/req")
 }
