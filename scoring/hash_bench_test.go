@@ -46,6 +46,14 @@ func BenchmarkPromptHashes(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*blocks), "ns/block")
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/prompt")
 	})
+	b.Run("B=512/T=16/fused", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			local, seq = PromptHashes(local[:0], seq[:0], tokens, blockSize, Seed)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*blocks), "ns/block")
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/prompt")
+	})
 	b.Run("B=512/T=16/local-only", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {

@@ -3,6 +3,7 @@ package scoring
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/zeebo/xxh3"
@@ -39,5 +40,26 @@ func TestFastHashesMatchXXH3(t *testing.T) {
 	// The spec vectors through the fast paths.
 	if got := hashPair(14643705804678351452, 16777012769546811212, Seed); got != 4945711292740353085 {
 		t.Fatalf("chain vector: %d", got)
+	}
+}
+
+// TestPromptHashesMatchTwoPasses: the fused pass gives the values of LocalBlockHashes then SequenceHashes,
+// appended after existing elements, for the fast block size and others, with a trailing partial block.
+func TestPromptHashesMatchTwoPasses(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	for _, bs := range []int{16, 1, 4, 32} {
+		for _, n := range []int{0, 1, 15, 16, 17, 100, 16*37 + 5} {
+			tokens := make([]uint32, n)
+			for i := range tokens {
+				tokens[i] = rng.Uint32N(200000)
+			}
+			seed := DeriveSeed("lora", "")
+			wantLocal := LocalBlockHashes([]uint64{1, 2}, tokens, bs, seed, nil)
+			wantSeq := SequenceHashes([]uint64{3}, wantLocal[2:])
+			gotLocal, gotSeq := PromptHashes([]uint64{1, 2}, []uint64{3}, tokens, bs, seed)
+			if !slices.Equal(gotLocal, wantLocal) || !slices.Equal(gotSeq, wantSeq) {
+				t.Fatalf("block size %d, %d tokens: fused %v %v, two passes %v %v", bs, n, gotLocal, gotSeq, wantLocal, wantSeq)
+			}
+		}
 	}
 }

@@ -300,18 +300,20 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 	isl := req.ISL
 	if req.Local != nil {
 		sc.local = append(sc.local[:0], req.Local...)
+		t1 := s.now()
+		s.metrics.observeStage(stageBlockHashing, t1.Sub(t0))
+		sc.seq = scoring.SequenceHashes(sc.seq[:0], sc.local)
+		s.metrics.observeStage(stageSeqHashing, s.now().Sub(t1))
 	} else {
-		sc.local = scoring.LocalBlockHashes(sc.local[:0], req.Tokens, blockSize, scoring.DeriveSeed(req.LoraName, ""), nil)
+		// One pass computes both (the chain step overlaps the block hashes); it is recorded as block
+		// hashing, and the sequence-hashing stage times only the chain over given local hashes.
+		sc.local, sc.seq = scoring.PromptHashes(sc.local[:0], sc.seq[:0], req.Tokens, blockSize, scoring.DeriveSeed(req.LoraName, ""))
 		isl = len(req.Tokens)
+		s.metrics.observeStage(stageBlockHashing, s.now().Sub(t0))
 	}
 	if isl < len(sc.local)*blockSize {
 		isl = len(sc.local) * blockSize
 	}
-	t1 := s.now()
-	s.metrics.observeStage(stageBlockHashing, t1.Sub(t0))
-	sc.seq = scoring.SequenceHashes(sc.seq[:0], sc.local)
-	t2 := s.now()
-	s.metrics.observeStage(stageSeqHashing, t2.Sub(t1))
 
 	var queued time.Duration
 	for attempt := 0; ; attempt++ {
