@@ -45,6 +45,7 @@ type OpenAIAPI struct {
 
 	mmMetrics *mmMetrics
 	props     *actor.Props
+	actors    requestActors
 	nextID    atomic.Uint64
 	served    []string
 }
@@ -212,12 +213,21 @@ func (a *OpenAIAPI) pin(j *job) *scoring.WorkerKey {
 	return &k
 }
 
-// runRequestActor spawns a request actor for j and waits for its answer.
+// runRequestActor hands j to an idle request actor (a new one when none is idle) and waits for its
+// answer.
 func (a *OpenAIAPI) runRequestActor(j *job) prepared {
-	reply := make(chan prepared, 1)
-	pid := a.System.Root.Spawn(a.props)
-	a.System.Root.Send(pid, &prepareJob{j: j, reply: reply})
-	return <-reply
+	s := a.actors.get()
+	if s == nil {
+		s = &requestSlot{pid: a.System.Root.Spawn(a.props), reply: make(chan prepared, 1)}
+	}
+	s.msg = prepareJob{j: j, reply: s.reply}
+	a.System.Root.Send(s.pid, &s.msg)
+	p := <-s.reply
+	s.msg = prepareJob{} // the actor is done with it: the reply was its last use
+	if !a.actors.put(s) {
+		a.System.Root.Stop(s.pid)
+	}
+	return p
 }
 
 type modelCard struct {

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -74,8 +75,9 @@ type prepareJob struct {
 }
 
 // requestActor runs the CPU stages of one request — chat template, tokenization, (images), hashing,
-// routing — off the fasthttp goroutine, and stops after answering. A panic in a stage (a template bug on
-// hostile input) stops only this actor; the handler sees a 500 instead of a crashed process.
+// routing — off the fasthttp goroutine. A panic in a stage (a template bug on hostile input) is turned
+// into this request's error; the handler sees a 500 instead of a crashed process. An actor serves one
+// request at a time and is then reused (requestActors).
 type requestActor struct {
 	api *OpenAIAPI
 }
@@ -93,8 +95,53 @@ func (a *requestActor) Receive(ctx actor.Context) {
 			out = a.api.prepare(m.j)
 		}()
 		m.reply <- out
-		ctx.Stop(ctx.Self())
 	}
+}
+
+// maxIdleRequestActors bounds the idle request actors kept for reuse: above the requests a 2-core
+// frontend prepares at once, small next to an actor's footprint (~2 KiB idle).
+const maxIdleRequestActors = 256
+
+// requestActors keeps idle request actors for reuse. Spawning one per request (PID, mailbox, process
+// registry entry, then a Stop through the mailbox) cost ~15 allocations and a second dispatcher run per
+// request; a reused actor costs one Send. Each actor still serves one request at a time: a handler takes
+// it off the idle list and puts it back after the answer, so a slow request (a long chat template, an
+// image probe) never holds up another.
+type requestActors struct {
+	mu   sync.Mutex
+	idle []*requestSlot
+}
+
+// requestSlot is one request actor with its message and reply channel, owned by the handler that took
+// it until it is put back.
+type requestSlot struct {
+	pid   *actor.PID
+	msg   prepareJob
+	reply chan prepared
+}
+
+func (r *requestActors) get() *requestSlot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.idle)
+	if n == 0 {
+		return nil
+	}
+	s := r.idle[n-1]
+	r.idle[n-1] = nil
+	r.idle = r.idle[:n-1]
+	return s
+}
+
+// put keeps s for reuse and reports false when the idle list is full (the caller stops the actor).
+func (r *requestActors) put(s *requestSlot) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.idle) >= maxIdleRequestActors {
+		return false
+	}
+	r.idle = append(r.idle, s)
+	return true
 }
 
 // tokenize renders and tokenizes the prompt the worker will see.
