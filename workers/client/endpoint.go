@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,27 +245,9 @@ func isTimeout(err error) bool {
 }
 
 func (e *Endpoint) roundTrip(c *conn, req *Request, resp *fasthttp.Response, stream bool) error {
-	r := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(r)
-	r.Header.DisableNormalizing()
-	if req.Body == nil {
-		r.Header.SetMethod(fasthttp.MethodGet)
-	} else {
-		r.Header.SetMethod(fasthttp.MethodPost)
-		r.Header.SetContentTypeBytes(contentTypeJSON)
-		r.SetBodyRaw(req.Body)
-	}
-	r.SetRequestURI(req.Path)
-	r.Header.SetHost(e.host)
-	for _, h := range req.Headers {
-		r.Header.Set(h.Key, h.Value)
-	}
-	if stream {
-		r.Header.Set("Accept", "text/event-stream")
-	}
 	now := time.Now()
 	c.nc.SetWriteDeadline(now.Add(e.cfg.WriteTimeout))
-	if err := r.Write(c.bw); err != nil {
+	if err := e.writeRequest(c.bw, req, stream); err != nil {
 		return err
 	}
 	if err := c.bw.Flush(); err != nil {
@@ -273,6 +257,69 @@ func (e *Endpoint) roundTrip(c *conn, req *Request, resp *fasthttp.Response, str
 	c.nc.SetReadDeadline(now.Add(e.cfg.ResponseTimeout))
 	resp.StreamBody = stream
 	return resp.ReadLimitBody(c.br, e.cfg.MaxResponseBodySize)
+}
+
+// writeRequest writes req as HTTP/1.1 (the bytes fasthttp.Request.Write produces for it, without its
+// per-request URI parse and header table): POST with the body when there is one, else GET. Header
+// keys and values have CR and LF replaced by spaces, as fasthttp does, so a client-chosen value (the
+// request id) cannot inject a header.
+func (e *Endpoint) writeRequest(w *bufio.Writer, req *Request, stream bool) error {
+	if req.Body == nil {
+		w.WriteString("GET ")
+	} else {
+		w.WriteString("POST ")
+	}
+	writePath(w, req.Path)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(e.host)
+	if req.Body != nil {
+		w.WriteString("\r\nContent-Type: application/json\r\nContent-Length: ")
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(len(req.Body)), 10))
+	}
+	w.WriteString("\r\n")
+	for _, h := range req.Headers {
+		writeHeaderText(w, h.Key)
+		w.WriteString(": ")
+		writeHeaderText(w, h.Value)
+		w.WriteString("\r\n")
+	}
+	if stream {
+		w.WriteString("Accept: text/event-stream\r\n")
+	}
+	w.WriteString("\r\n")
+	_, err := w.Write(req.Body)
+	return err
+}
+
+// writePath writes the request target, percent-encoding spaces and control bytes (the paths are the
+// code's own, so this only keeps the request line well formed).
+func writePath(w *bufio.Writer, p string) {
+	const hex = "0123456789ABCDEF"
+	start := 0
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c == 0x7f {
+			w.WriteString(p[start:i])
+			w.WriteByte('%')
+			w.WriteByte(hex[c>>4])
+			w.WriteByte(hex[c&15])
+			start = i + 1
+		}
+	}
+	w.WriteString(p[start:])
+}
+
+// writeHeaderText writes a header key or value with CR and LF replaced by spaces.
+func writeHeaderText(w *bufio.Writer, s string) {
+	for {
+		i := strings.IndexAny(s, "\r\n")
+		if i < 0 {
+			w.WriteString(s)
+			return
+		}
+		w.WriteString(s[:i])
+		w.WriteByte(' ')
+		s = s[i+1:]
+	}
 }
 
 var contentTypeJSON = []byte("application/json")

@@ -3,7 +3,10 @@ package client
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -142,5 +145,59 @@ func TestSSEFraming(t *testing.T) {
 	}
 	if _, err := s.Next(); err == nil {
 		t.Fatal("no EOF after the last chunk")
+	}
+}
+
+// TestRequestWire: the request as a net/http server reads it: method, path, Host, body with its length
+// and type, extra headers; a CR or LF in a header value cannot start a header of its own.
+func TestRequestWire(t *testing.T) {
+	type seen struct {
+		method, path, host, ctype, accept, id, rank, injected string
+		length                                                int64
+		body                                                  string
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.URL.Path, r.Host, r.Header.Get("Content-Type"), r.Header.Get("Accept"),
+			r.Header.Get("X-Request-Id"), r.Header.Get("X-data-parallel-rank"), r.Header.Get("Injected"), r.ContentLength, string(b)}
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	e := newEndpoint(t, srv.URL, Config{})
+	host := strings.TrimPrefix(srv.URL, "http://")
+	tests := []struct {
+		name   string
+		req    Request
+		stream bool
+		want   seen
+	}{
+		{"post", Request{Path: "/v1/completions", Body: []byte(`{"prompt":[1]}`), Headers: []Header{{"X-Request-Id", "r1"}, {"X-data-parallel-rank", "1"}}}, false,
+			seen{method: "POST", path: "/v1/completions", host: host, ctype: "application/json", id: "r1", rank: "1", length: 14, body: `{"prompt":[1]}`}},
+		{"stream", Request{Path: "/v1/chat/completions", Body: []byte(`{}`)}, true,
+			seen{method: "POST", path: "/v1/chat/completions", host: host, ctype: "application/json", accept: "text/event-stream", length: 2, body: `{}`}},
+		{"get", Request{Path: "/health"}, false, seen{method: "GET", path: "/health", host: host}},
+		{"injection", Request{Path: "/a b", Body: []byte(`{}`), Headers: []Header{{"X-Request-Id", "x\r\nInjected: yes"}}}, false,
+			seen{method: "POST", path: "/a b", host: host, ctype: "application/json", id: "x  Injected: yes", length: 2, body: `{}`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.stream {
+				var s *Stream
+				if s, err = e.Stream(context.Background(), &tc.req, nil); err == nil {
+					s.Close()
+				}
+			} else {
+				var resp Response
+				err = e.Do(context.Background(), &tc.req, &resp)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := <-got; g != tc.want {
+				t.Fatalf("got %+v\nwant %+v", g, tc.want)
+			}
+		})
 	}
 }
