@@ -4,8 +4,9 @@
 // # Overview
 //
 // A Tracker holds the requests routed to its worker and not yet freed. AddRequest (at routing time)
-// refcounts the request's prompt blocks by router sequence hash, so requests sharing a prefix count their
-// common blocks once when KV reuse is assumed, and charges ISL − cached prefill tokens. MarkPrefillCompleted
+// adds the request's chain of router sequence hashes to a compressed trie of the active chains
+// (trie.go), so requests sharing a prefix count their common blocks once when KV reuse is assumed, and
+// charges ISL − cached prefill tokens. MarkPrefillCompleted
 // (first output token) drops the prefill charge and keeps the blocks; Free (end, error or cancel) drops
 // both. Requests never freed expire after StaleExpiry (3600 s): the owner calls MaybeExpire before
 // AddRequest (a sweep at most every CleanupInterval, 30 s, as Dynamo does lazily on add) and learns the
@@ -14,7 +15,9 @@
 //
 // Projection gives additional_active_blocks for a candidate request: its blocks not already active on
 // the worker. Because every request adds its whole sequence-hash chain, the active part of any chain is
-// a prefix of it, so Projection binary-searches instead of probing every block.
+// a prefix of it, so Projection walks the trie (binary search inside an edge) instead of probing every
+// block, and AddRequest and Free walk one root path: their cost grows with the branch points on the
+// path, not with the prompt's blocks.
 //
 // # Concurrency model
 //
@@ -22,7 +25,7 @@
 // RecordOutput, Expire, MaybeExpire) come from one goroutine. A Registry (registry.go) is the fleet-wide
 // alternative for projections: one owner mirrors every tracker's AddRequest/Free into it, and one
 // FindMatches answers additional blocks for all workers. Readers on the routing path either call Snapshot/
-// Projection under a read lock the owner takes around writes (sync.RWMutex; writes are O(blocks)), or
+// Projection under a read lock the owner takes around writes (sync.RWMutex; writes are O(branch points)), or
 // read a published Snapshot (atomic.Pointer) and accept a projection computed by the owner.
 //
 // # Ownership

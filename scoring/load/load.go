@@ -101,7 +101,8 @@ type Request struct {
 }
 
 type entry struct {
-	hashes      []uint64 // tracked prompt hashes (strided), owned
+	end         *chainNode // where the request's tracked chain ends in the trie (nil: none)
+	private     int        // tracked blocks unique to the request (no KV reuse)
 	prefill     uint64   // outstanding prefill charge in tokens
 	prefilling  bool     // charged and not yet completed
 	started     time.Time
@@ -115,45 +116,37 @@ type entry struct {
 // actor. Projection and Snapshot are reads; see the package doc for how readers reach them.
 type Tracker struct {
 	cfg         Config
-	blocks      *refTable // tracked hash → refcount
+	blocks      chainTrie // the union of the active requests' tracked chains
+	private     int       // tracked blocks of requests without KV reuse (never shared)
+	scratch     []uint64  // strided chain of the call in progress
 	reqs        map[string]*entry
 	prefill     uint64
 	fractional  float64
 	prefilling  int
-	nextRandom  uint64
 	lastCleanup time.Time
 }
 
 // New returns an empty tracker. cfg must be valid.
 func New(cfg Config) *Tracker {
-	return &Tracker{cfg: cfg, blocks: newRefTable(), reqs: make(map[string]*entry)}
+	return &Tracker{cfg: cfg, reqs: make(map[string]*entry)}
 }
 
 // Config returns the tracker's configuration.
 func (t *Tracker) Config() Config { return t.cfg }
 
-// randomHash returns a fresh hash for blocks that must not dedupe (no KV reuse, output blocks):
-// splitmix64 over a counter, so it is deterministic per tracker and never repeats within 2^64 calls.
-func (t *Tracker) randomHash() uint64 {
-	t.nextRandom += 0x9e3779b97f4a7c15
-	z := t.nextRandom
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-// strided calls fn with the tracked hashes of a prompt: every Stride-th block, the incomplete last group
-// dropped.
-func strided(hashes []uint64, stride int, fn func(h uint64)) {
+// tracked returns the hashes a prompt's chain is tracked by: every Stride-th block, the incomplete last
+// group dropped. With stride 1 that is the chain itself; otherwise a scratch copy valid until the next
+// call.
+func (t *Tracker) tracked(seq []uint64) []uint64 {
+	stride := t.cfg.Stride
 	if stride == 1 {
-		for _, h := range hashes {
-			fn(h)
-		}
-		return
+		return seq
 	}
-	for i := stride - 1; i < len(hashes); i += stride {
-		fn(hashes[i])
+	t.scratch = t.scratch[:0]
+	for i := stride - 1; i < len(seq); i += stride {
+		t.scratch = append(t.scratch, seq[i])
 	}
+	return t.scratch
 }
 
 // AddRequest charges a routed request to this worker: refcount every tracked prompt hash and charge
@@ -173,17 +166,12 @@ func (t *Tracker) AddRequest(r Request) error {
 	}
 	e := &entry{started: r.Now, expectedOut: r.ExpectedOutputTokens}
 	if t.cfg.TrackActiveBlocks {
-		n := len(r.SeqHashes) / t.cfg.Stride
-		e.hashes = make([]uint64, 0, n)
 		if reuse {
-			strided(r.SeqHashes, t.cfg.Stride, func(h uint64) { e.hashes = append(e.hashes, h) })
+			e.end = t.blocks.insert(t.tracked(r.SeqHashes))
 		} else {
-			for range n {
-				e.hashes = append(e.hashes, t.randomHash())
-			}
-		}
-		for _, h := range e.hashes {
-			t.blocks.Inc(h)
+			// Fresh hashes never match another chain: counting them is all they would do.
+			e.private = len(r.SeqHashes) / t.cfg.Stride
+			t.private += e.private
 		}
 	}
 	if trackPrefill {
@@ -230,9 +218,8 @@ func (t *Tracker) Free(id string) bool {
 
 func (t *Tracker) free(id string, e *entry) {
 	t.clearPrefill(e)
-	for _, h := range e.hashes {
-		t.blocks.Dec(h)
-	}
+	t.blocks.release(e.end)
+	t.private -= e.private
 	t.fractional -= e.outWeight
 	if len(t.reqs) == 1 {
 		t.fractional = 0 // no drift once idle
@@ -304,54 +291,31 @@ type Snapshot struct {
 func (t *Tracker) Snapshot() Snapshot {
 	return Snapshot{
 		ActivePrefillTokens: t.prefill,
-		ActiveDecodeBlocks:  float64(t.blocks.Len()*t.cfg.Stride) + t.fractional,
-		UniqueBlocks:        t.blocks.Len(),
+		ActiveDecodeBlocks:  float64(t.uniqueBlocks()*t.cfg.Stride) + t.fractional,
+		UniqueBlocks:        t.uniqueBlocks(),
 		ActiveRequests:      len(t.reqs),
 		PrefillingRequests:  t.prefilling,
 	}
 }
 
+// uniqueBlocks is the number of distinct tracked hashes.
+func (t *Tracker) uniqueBlocks() int { return t.blocks.unique + t.private }
+
 // Projection returns additional_active_blocks for a candidate request: how many of its blocks (sequence
 // hashes, unstrided) are not active here.
 //
 // Sequence hashes chain, and every request adds the whole chain of its prompt, so the hashes of one chain
-// that are active on a worker always form a prefix of it. Projection therefore binary-searches the first
-// inactive position: O(log n) lookups instead of n, which keeps per-candidate projection cheap at 256+
-// workers. ProjectionLinear is the exact count, for tests.
+// that are active on a worker always form a prefix of it: Projection is one walk down the trie of active
+// chains (trie.go), with a binary search inside each edge, cheap at 256+ workers.
 func (t *Tracker) Projection(seqHashes []uint64, assumeReuse bool) uint64 {
-	stride := t.cfg.Stride
-	n := len(seqHashes) / stride // tracked positions
 	if !t.cfg.TrackActiveBlocks {
 		return 0
 	}
-	if !assumeReuse || t.blocks.Len() == 0 {
-		return uint64(n * stride)
+	q := t.tracked(seqHashes)
+	if !assumeReuse || t.blocks.unique == 0 {
+		return uint64(len(q) * t.cfg.Stride)
 	}
-	at := func(k int) uint64 { return seqHashes[(k+1)*stride-1] }
-	lo, hi := 0, n // first inactive position lies in [lo, hi]
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if t.blocks.Has(at(mid)) {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return uint64((n - lo) * stride)
-}
-
-// ProjectionLinear is Projection by counting every absent hash.
-func (t *Tracker) ProjectionLinear(seqHashes []uint64, assumeReuse bool) uint64 {
-	if !t.cfg.TrackActiveBlocks {
-		return 0
-	}
-	var absent uint64
-	strided(seqHashes, t.cfg.Stride, func(h uint64) {
-		if !assumeReuse || !t.blocks.Has(h) {
-			absent++
-		}
-	})
-	return absent * uint64(t.cfg.Stride)
+	return uint64((len(q) - t.blocks.activePrefix(q)) * t.cfg.Stride)
 }
 
 // Load returns the scoring view of this worker for a request: the snapshot plus the request's projection.

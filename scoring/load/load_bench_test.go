@@ -52,10 +52,4 @@ func BenchmarkProjection(b *testing.B) {
 			_ = tr.Projection(half, true)
 		}
 	})
-	b.Run("linear/B=512", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			_ = tr.ProjectionLinear(half, true)
-		}
-	})
 }

@@ -84,9 +84,6 @@ func TestLifecycle(t *testing.T) {
 			if got := tr.Projection(b, reuse); got != tc.projB {
 				t.Errorf("projection of b = %d, want %d", got, tc.projB)
 			}
-			if got := tr.ProjectionLinear(b, reuse); got != tc.projB {
-				t.Errorf("linear projection of b = %d, want %d", got, tc.projB)
-			}
 			must(t, tr.AddRequest(Request{ID: "b", SeqHashes: b, ISL: 6, OverlapBlocks: 2, Now: t0}))
 			check(t, "after b", tr.Snapshot(), tc.afterB)
 			if !tr.MarkPrefillCompleted("a") || !tr.MarkPrefillCompleted("a") {
@@ -139,36 +136,6 @@ func TestOutputBlocks(t *testing.T) {
 	tr.Free("a")
 	if got := tr.Snapshot().ActiveDecodeBlocks; got != 1+2 {
 		t.Fatalf("decode blocks %v, want 3", got)
-	}
-}
-
-// TestProjectionMatchesLinear checks the prefix-closure invariant that Projection relies on, over random
-// request mixes sharing prefixes.
-func TestProjectionMatchesLinear(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	tr := newTracker(nil)
-	var live []string
-	prompt := func() []uint64 {
-		toks := make([]uint32, 2*(1+rng.IntN(12)))
-		for i := range toks {
-			toks[i] = uint32(rng.IntN(2)) // tiny alphabet: many shared prefixes
-		}
-		return chain(toks...)
-	}
-	for i := range 2000 {
-		if len(live) > 0 && rng.IntN(3) == 0 {
-			k := rng.IntN(len(live))
-			tr.Free(live[k])
-			live = append(live[:k], live[k+1:]...)
-		} else {
-			id := string(rune('a'+i%26)) + string(rune(i))
-			must(t, tr.AddRequest(Request{ID: id, SeqHashes: prompt(), Now: t0}))
-			live = append(live, id)
-		}
-		q := prompt()
-		if a, b := tr.Projection(q, true), tr.ProjectionLinear(q, true); a != b {
-			t.Fatalf("step %d: projection %d, linear %d", i, a, b)
-		}
 	}
 }
 
