@@ -103,8 +103,8 @@ type Request struct {
 type entry struct {
 	end         *chainNode // where the request's tracked chain ends in the trie (nil: none)
 	private     int        // tracked blocks unique to the request (no KV reuse)
-	prefill     uint64   // outstanding prefill charge in tokens
-	prefilling  bool     // charged and not yet completed
+	prefill     uint64     // outstanding prefill charge in tokens
+	prefilling  bool       // charged and not yet completed
 	started     time.Time
 	expectedOut int
 	outTokens   int
