@@ -69,8 +69,7 @@ func (r *Router) ApplyRemote(routerID string, ev LoadEvent) error {
 	switch ev.Kind {
 	case LoadAdd:
 		ts := s.targets.Load()
-		i, ok := ts.pos[posKey(ev.Worker)]
-		ok = ok && ts.list[i].key == ev.Worker
+		i, ok := ts.pos.find(ev.Worker)
 		if !ok {
 			return fmt.Errorf("%w: %d rank %d", worker.ErrUnknown, ev.Worker.WorkerID, ev.Worker.DPRank)
 		}

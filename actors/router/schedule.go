@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -84,19 +85,10 @@ type target struct {
 	key  scoring.WorkerKey
 	spec registry.Spec
 
-	mu   sync.Mutex
-	t    *load.Tracker
-	snap atomic.Pointer[load.Snapshot]
+	mu  sync.Mutex
+	t   *load.Tracker
+	hot *hotLoad // the published load and the state every decision reads
 
-	// unhealthy takes the worker out of the candidate set (health checks); kvUsed is the worker's own
-	// report of KV blocks in use (vllm:kv_cache_usage_perc × capacity), for the decode-blocks busy
-	// threshold, valid when kvKnown.
-	unhealthy atomic.Bool
-	kvUsed    atomic.Uint64
-	kvKnown   atomic.Bool
-	// learnedKV and learnedBatched are the capacity the worker reported, when its spec gave none.
-	learnedKV      atomic.Int64
-	learnedBatched atomic.Int64
 	// pendingSince is when a request was first routed here after the worker's last KV event batch (0:
 	// none since); approx is set while the worker's events have stopped and its blocks are predicted
 	// from routing history instead (per-worker degradation).
@@ -104,16 +96,71 @@ type target struct {
 	approx       atomic.Bool
 }
 
-func (t *target) publish() {
-	s := t.t.Snapshot()
-	t.snap.Store(&s)
+// hotLoad is the part of a target that every routing decision reads, in one cache line: the published
+// load snapshot, the worker's own KV usage report and learned capacity, health. The lines come from
+// shared chunks (hotLines), so the candidate loop over a fleet reads adjacent memory (16 KiB for 256
+// workers) instead of chasing a target and a snapshot pointer per worker.
+//
+// Fields are written one by one (the load under the target's mutex), so a reader may see one update
+// half applied; each field is a value some consistent state had, which is all the cost function needs.
+type hotLoad struct {
+	prefill    atomic.Uint64 // ActivePrefillTokens
+	decode     atomic.Uint64 // ActiveDecodeBlocks, float64 bits
+	unique     atomic.Uint64 // UniqueBlocks
+	active     atomic.Uint32 // ActiveRequests
+	prefilling atomic.Uint32 // PrefillingRequests
+	// kvUsed is the worker's own report of KV blocks in use (vllm:kv_cache_usage_perc × capacity), for
+	// the decode-blocks busy threshold, valid when kvKnown.
+	kvUsed atomic.Uint64
+	// learnedKV and learnedBatched are the capacity the worker reported, when its spec gave none.
+	learnedKV      atomic.Int64
+	learnedBatched atomic.Int64
+	kvKnown        atomic.Bool
+	// unhealthy takes the worker out of the candidate set (health checks).
+	unhealthy atomic.Bool
+	_         [6]byte
 }
 
-func (t *target) snapshot() load.Snapshot {
-	if s := t.snap.Load(); s != nil {
-		return *s
+// hotLines hands out hotLoad lines from chunks of adjacent lines. Lines are never reused: a removed
+// worker's line may still be written by a request that routed to it, and the garbage collector frees a
+// chunk once no target points into it.
+type hotLines struct {
+	mu    sync.Mutex
+	chunk *[64]hotLoad
+	next  int
+}
+
+func (h *hotLines) alloc() *hotLoad {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.chunk == nil || h.next == len(h.chunk) {
+		h.chunk, h.next = new([64]hotLoad), 0
 	}
-	return load.Snapshot{}
+	h.next++
+	return &h.chunk[h.next-1]
+}
+
+// publish stores the tracker's load for readers; callers hold t.mu.
+func (t *target) publish() {
+	s := t.t.Snapshot()
+	h := t.hot
+	h.prefill.Store(s.ActivePrefillTokens)
+	h.decode.Store(math.Float64bits(s.ActiveDecodeBlocks))
+	h.unique.Store(uint64(s.UniqueBlocks))
+	h.active.Store(uint32(s.ActiveRequests))
+	h.prefilling.Store(uint32(s.PrefillingRequests))
+}
+
+func (t *target) snapshot() load.Snapshot { return t.hot.snapshot() }
+
+func (h *hotLoad) snapshot() load.Snapshot {
+	return load.Snapshot{
+		ActivePrefillTokens: h.prefill.Load(),
+		ActiveDecodeBlocks:  math.Float64frombits(h.decode.Load()),
+		UniqueBlocks:        int(h.unique.Load()),
+		ActiveRequests:      int(h.active.Load()),
+		PrefillingRequests:  int(h.prefilling.Load()),
+	}
 }
 
 // targets is an immutable view of every routable (worker, rank), replaced whenever the fleet changes.
@@ -121,16 +168,19 @@ type targets struct {
 	// unhealthy counts unhealthy targets (shared by every view), so the common case skips the filter.
 	unhealthy *atomic.Int32
 	list      []*target
-	pos       map[uint64]int // posKey(worker, rank) → index in list (a uint64 key takes the fast map path)
+	hot       []*hotLoad // hot[i] is list[i].hot
+	pos       posTable   // (worker, rank) → index in list
 	// tmpl holds each target's static candidate fields (key, capacity, device), copied per decision.
 	tmpl []scoring.Candidate
 }
 
 // newTargets indexes a target list.
 func newTargets(list []*target, unhealthy *atomic.Int32) *targets {
-	ts := &targets{unhealthy: unhealthy, list: list, pos: make(map[uint64]int, len(list)), tmpl: make([]scoring.Candidate, len(list))}
+	ts := &targets{unhealthy: unhealthy, list: list, hot: make([]*hotLoad, len(list)), pos: newPosTable(len(list)),
+		tmpl: make([]scoring.Candidate, len(list))}
 	for i, t := range list {
-		ts.pos[posKey(t.key)] = i
+		ts.hot[i] = t.hot
+		ts.pos.put(t.key, i)
 		c := scoring.Candidate{Worker: t.key, Capacity: scoring.Capacity{
 			TotalKVBlocks: uint64(t.spec.TotalKVBlocks), MaxNumBatchedTokens: uint64(t.spec.MaxNumBatchedTokens)}}
 		if t.spec.Device == registry.DeviceCPU {
@@ -154,6 +204,7 @@ type scheduler struct {
 	targets   atomic.Pointer[targets]
 	unhealthy *atomic.Int32
 	rr        atomic.Uint64
+	hot       hotLines
 
 	actMu  sync.Mutex
 	active map[string]*target
@@ -235,7 +286,7 @@ func (s *scheduler) addWorker(spec registry.Spec) {
 	lc := load.ConfigFrom(cfg)
 	list := append([]*target(nil), s.targets.Load().list...)
 	for r := 0; r < spec.DPRanks(); r++ {
-		t := &target{key: scoring.WorkerKey{WorkerID: spec.ID, DPRank: uint32(r)}, spec: spec, t: load.New(lc)}
+		t := &target{key: scoring.WorkerKey{WorkerID: spec.ID, DPRank: uint32(r)}, spec: spec, t: load.New(lc), hot: s.hot.alloc()}
 		t.publish()
 		list = append(list, t)
 		if spec.TotalKVBlocks > 0 {
@@ -400,38 +451,40 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Config, reuse bool, exclude []uint64) []scoring.Candidate {
 	cands := append(sc.cands[:0], ts.tmpl...)
 	sc.tgts = append(sc.tgts[:0], ts.list...)
-	for i, t := range ts.list {
+	for i, h := range ts.hot {
 		c := &cands[i]
-		snap := t.snapshot()
-		if t.kvKnown.Load() {
-			c.Capacity.KVUsedBlocks, c.Capacity.KVUsedKnown = t.kvUsed.Load(), true
+		if h.kvKnown.Load() {
+			c.Capacity.KVUsedBlocks, c.Capacity.KVUsedKnown = h.kvUsed.Load(), true
 		}
 		if c.Capacity.TotalKVBlocks == 0 {
-			c.Capacity.TotalKVBlocks = uint64(t.learnedKV.Load())
+			c.Capacity.TotalKVBlocks = uint64(h.learnedKV.Load())
 		}
 		if c.Capacity.MaxNumBatchedTokens == 0 {
-			c.Capacity.MaxNumBatchedTokens = uint64(t.learnedBatched.Load())
+			c.Capacity.MaxNumBatchedTokens = uint64(h.learnedBatched.Load())
 		}
+		active := h.active.Load()
 		additional := uint64(len(sc.seq))
-		if reuse && snap.ActiveRequests > 0 && len(sc.seq) > 0 {
+		if reuse && active > 0 && len(sc.seq) > 0 {
 			// Only a worker with active requests can already hold some of this prompt's blocks; the
-			// tracker binary-searches the chain (its active part is always a prefix of it).
+			// tracker walks its trie of active chains (the active part of a chain is a prefix of it).
+			t := ts.list[i]
 			t.mu.Lock()
 			additional = t.t.Projection(sc.seq, true)
 			t.mu.Unlock()
 		}
-		c.Load = snap.Load(additional)
-		c.InFlight = uint32(snap.ActiveRequests)
+		c.Load = scoring.Load{Known: true, ActivePrefillTokens: h.prefill.Load(), ActiveDecodeBlocks: math.Float64frombits(h.decode.Load()),
+			AdditionalBlocks: additional, ActiveRequests: active}
+		c.InFlight = active
 	}
 	for _, sco := range sc.scores {
-		if i, ok := ts.pos[posKey(scoring.WorkerKey(sco.Worker))]; ok && ts.list[i].key == scoring.WorkerKey(sco.Worker) {
+		if i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker)); ok {
 			cands[i].Overlap.Device = sco.Blocks
 		}
 	}
 	if len(exclude) > 0 || ts.unhealthy.Load() > 0 {
 		n := 0
 		for i := range cands {
-			if !slices.Contains(exclude, cands[i].Worker.WorkerID) && !sc.tgts[i].unhealthy.Load() {
+			if !slices.Contains(exclude, cands[i].Worker.WorkerID) && !sc.tgts[i].hot.unhealthy.Load() {
 				cands[n], sc.tgts[n] = cands[i], sc.tgts[i]
 				n++
 			}
@@ -648,7 +701,7 @@ func (s *scheduler) setHealthy(id uint64, healthy bool) bool {
 		if t.key.WorkerID != id {
 			continue
 		}
-		if t.unhealthy.Swap(!healthy) != !healthy {
+		if t.hot.unhealthy.Swap(!healthy) != !healthy {
 			changed = true
 			if healthy {
 				s.unhealthy.Add(-1)
@@ -666,10 +719,10 @@ func (s *scheduler) setHealthy(id uint64, healthy bool) bool {
 // setKVUsage records a worker rank's reported KV blocks in use.
 func (s *scheduler) setKVUsage(k scoring.WorkerKey, used uint64) {
 	ts := s.targets.Load() // one view: a fleet change between loads could index another list
-	if i, ok := ts.pos[posKey(k)]; ok && ts.list[i].key == k {
+	if i, ok := ts.pos.find(k); ok {
 		t := ts.list[i]
-		t.kvUsed.Store(used)
-		t.kvKnown.Store(true)
+		t.hot.kvUsed.Store(used)
+		t.hot.kvKnown.Store(true)
 	}
 }
 
@@ -681,20 +734,63 @@ func (s *scheduler) setCapacity(id uint64, totalKVBlocks, maxBatched int) {
 		if t.key.WorkerID != id {
 			continue
 		}
-		if totalKVBlocks > 0 && t.spec.TotalKVBlocks == 0 && t.learnedKV.Swap(int64(totalKVBlocks)) != int64(totalKVBlocks) {
+		if totalKVBlocks > 0 && t.spec.TotalKVBlocks == 0 && t.hot.learnedKV.Swap(int64(totalKVBlocks)) != int64(totalKVBlocks) {
 			s.apMu.Lock()
 			s.approx.SetCapacity(t.key, totalKVBlocks)
 			s.apMu.Unlock()
 		}
 		if maxBatched > 0 && t.spec.MaxNumBatchedTokens == 0 {
-			t.learnedBatched.Store(int64(maxBatched))
+			t.hot.learnedBatched.Store(int64(maxBatched))
 		}
 	}
 }
 
-// posKey packs a worker rank into one map key: worker ids are Dynamo lease ids (64-bit), so the rank is
-// mixed in rather than shifted, and collisions between (id, rank) pairs are ruled out by the final
-// check against the target's own key.
-func posKey(k scoring.WorkerKey) uint64 {
-	return k.WorkerID*0x9e3779b97f4a7c15 ^ uint64(k.DPRank)
+// posTable maps a worker rank to its index in a targets list: open addressing with linear probing over
+// a power-of-two array at most half full, keys in place. The candidate loop scatters every overlap score
+// through it, so it must cost a probe or two, not a general map's hashing and indirection.
+type posTable struct {
+	shift uint
+	slots []posSlot
+}
+
+type posSlot struct {
+	key scoring.WorkerKey
+	pos int32 // index + 1; 0 marks an empty slot
+}
+
+func newPosTable(n int) posTable {
+	size, bits := 2, uint(1)
+	for size < 2*n {
+		size, bits = size*2, bits+1
+	}
+	return posTable{shift: 64 - bits, slots: make([]posSlot, size)}
+}
+
+// home is Fibonacci hashing of the id with the rank mixed in: worker ids are Dynamo lease ids (64-bit,
+// often sequential in tests), so the multiply spreads them over the high bits the slot is taken from.
+func (p *posTable) home(k scoring.WorkerKey) uint64 {
+	return ((k.WorkerID ^ uint64(k.DPRank)<<48) * 0x9e3779b97f4a7c15) >> p.shift
+}
+
+func (p *posTable) put(k scoring.WorkerKey, i int) {
+	mask := uint64(len(p.slots) - 1)
+	for h := p.home(k); ; h = (h + 1) & mask {
+		if s := &p.slots[h]; s.pos == 0 || s.key == k {
+			s.key, s.pos = k, int32(i+1)
+			return
+		}
+	}
+}
+
+func (p *posTable) find(k scoring.WorkerKey) (int, bool) {
+	mask := uint64(len(p.slots) - 1)
+	for h := p.home(k); ; h = (h + 1) & mask {
+		s := &p.slots[h]
+		if s.pos == 0 {
+			return 0, false
+		}
+		if s.key == k {
+			return int(s.pos - 1), true
+		}
+	}
 }
