@@ -82,9 +82,11 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 			j.close()
 			return
 		}
-		req := &client.Request{Path: j.ep.path(), Body: j.body, Headers: []client.Header{{Key: "X-Request-Id", Value: j.id}}}
+		j.headers[0] = client.Header{Key: "X-Request-Id", Value: j.id}
+		req := &client.Request{Path: j.ep.path(), Body: j.body, Headers: j.headers[:1]}
 		if route.Spec.DPRanks() > 1 {
-			req.Headers = append(req.Headers, client.Header{Key: "X-data-parallel-rank", Value: strconv.FormatUint(uint64(route.Worker.DPRank), 10)})
+			j.headers[1] = client.Header{Key: "X-data-parallel-rank", Value: strconv.FormatUint(uint64(route.Worker.DPRank), 10)}
+			req.Headers = j.headers[:2]
 		}
 		var done bool
 		if j.stream {
@@ -141,10 +143,11 @@ func nvextOf(route router.RouteResult) *openai.NVExtResponse {
 // dispatchUnary handles a non-streaming request. done is false only for a failure before any byte,
 // which the caller may migrate.
 func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router.RouteResult, ep *client.Endpoint, req *client.Request) (error, bool) {
-	var resp client.Response
-	if err := ep.Do(j.ctx, req, &resp); err != nil {
-		return err, false
+	resp := responsePool.Get().(*client.Response)
+	if err := ep.Do(j.ctx, req, resp); err != nil {
+		return err, false // not pooled: a 5xx error's Body aliases resp.Body
 	}
+	defer responsePool.Put(resp) // ctx.SetBody copies the body; nothing else keeps resp's buffers
 	defer j.close()
 	_ = a.R.PrefillDone(j.id)
 	a.finish(j)
@@ -168,6 +171,9 @@ func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router
 	}
 	return nil, true
 }
+
+// responsePool recycles the worker responses of unary requests with their body buffers.
+var responsePool = sync.Pool{New: func() any { return new(client.Response) }}
 
 // observeUsage compares the worker's cached tokens with the router's prediction.
 func (a *OpenAIAPI) observeUsage(route router.RouteResult, u openai.Usage) {

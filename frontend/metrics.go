@@ -3,6 +3,7 @@ package frontend
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -20,13 +21,21 @@ type FrontendMetrics struct {
 	migr     prometheus.Counter
 	predErr  prometheus.Histogram
 
+	// byStatus caches the requests counter of each endpoint and status (100..599): WithLabelValues hashes
+	// both labels and takes the vector's lock on every call, once per request.
+	byStatus [2][500]atomic.Pointer[prometheus.Counter]
+
 	mu        sync.Mutex
 	precision map[uint64]*precision
 	precGauge *prometheus.GaugeVec
 }
 
-// precision counts, per worker, how often the predicted cached tokens matched what the worker reported.
-type precision struct{ hits, total float64 }
+// precision counts, per worker, how often the predicted cached tokens matched what the worker reported;
+// gauge is the worker's kvroute_worker_prediction_precision child.
+type precision struct {
+	hits, total float64
+	gauge       prometheus.Gauge
+}
 
 // NewFrontendMetrics registers the metrics with reg (nil: private).
 func NewFrontendMetrics(reg prometheus.Registerer) *FrontendMetrics {
@@ -64,7 +73,18 @@ func NewFrontendMetrics(reg prometheus.Registerer) *FrontendMetrics {
 }
 
 func (m *FrontendMetrics) requests(ep endpoint, status int) {
-	m.reqs.WithLabelValues(ep.path(), strconv.Itoa(status)).Inc()
+	if ep > epCompletion || status < 100 || status >= 600 {
+		m.reqs.WithLabelValues(ep.path(), strconv.Itoa(status)).Inc()
+		return
+	}
+	slot := &m.byStatus[ep][status-100]
+	c := slot.Load()
+	if c == nil {
+		counter := m.reqs.WithLabelValues(ep.path(), strconv.Itoa(status))
+		slot.Store(&counter)
+		c = &counter
+	}
+	(*c).Inc()
 }
 
 // prediction records one comparison of predicted and reported cached tokens.
@@ -74,7 +94,7 @@ func (m *FrontendMetrics) prediction(worker uint64, predicted, reported, blockSi
 	m.mu.Lock()
 	p := m.precision[worker]
 	if p == nil {
-		p = &precision{}
+		p = &precision{gauge: m.precGauge.WithLabelValues(strconv.FormatUint(worker, 10))}
 		m.precision[worker] = p
 	}
 	p.total++
@@ -82,6 +102,7 @@ func (m *FrontendMetrics) prediction(worker uint64, predicted, reported, blockSi
 		p.hits++
 	}
 	v := p.hits / p.total
+	g := p.gauge
 	m.mu.Unlock()
-	m.precGauge.WithLabelValues(strconv.FormatUint(worker, 10)).Set(v)
+	g.Set(v)
 }

@@ -155,7 +155,12 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint) (*job, error) {
 	j.returnRoute = j.common.ReturnRouting()
 	j.id = j.common.RequestID
 	if j.id == "" {
-		j.id = "kvr-" + strconv.FormatUint(a.nextID.Add(1), 36) + "-" + strconv.FormatInt(j.started.UnixNano(), 36)
+		var b [48]byte
+		id := append(b[:0], "kvr-"...)
+		id = strconv.AppendUint(id, a.nextID.Add(1), 36)
+		id = append(id, '-')
+		id = strconv.AppendInt(id, j.started.UnixNano(), 36)
+		j.id = string(id)
 	}
 	j.ctx, j.cancel = context.WithTimeout(context.Background(), a.Cfg.RequestTimeout)
 	return j, nil

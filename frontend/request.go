@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/workers/client"
 )
 
 // endpoint is the OpenAI endpoint a request came in on; the worker gets the same one.
@@ -50,6 +51,9 @@ type job struct {
 	pinWorker   *uint64
 	pinRank     *uint32
 	returnRoute bool
+
+	// headers backs the worker request's extra headers (request id, dp rank).
+	headers [2]client.Header
 }
 
 // close ends the request: its context, and the resources it held for the worker.
