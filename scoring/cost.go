@@ -30,21 +30,22 @@ type Overlap struct {
 // load snapshot plus the request's own projection.
 type Load struct {
 	// Known is false when the worker has no load snapshot yet; the cost then charges the ISL only.
-	Known               bool
+	Known          bool
+	ActiveRequests uint32
+	// ActivePrefillTokens is the outstanding prefill charge in tokens.
 	ActivePrefillTokens uint64
 	// ActiveDecodeBlocks counts unique active blocks plus fractional output-block weights.
 	ActiveDecodeBlocks float64
 	// AdditionalBlocks is the request's blocks not already active on this worker (load.Tracker.Projection).
 	AdditionalBlocks uint64
-	ActiveRequests   uint32
 }
 
 // Capacity is what a worker reports about itself; zero fields are unknown.
 type Capacity struct {
 	TotalKVBlocks       uint64
 	KVUsedBlocks        uint64
-	KVUsedKnown         bool
 	MaxNumBatchedTokens uint64
+	KVUsedKnown         bool
 }
 
 // Candidate is one worker the request may go to, with everything the cost and the modes read.

@@ -327,7 +327,9 @@ type routeScratch struct {
 	local, seq []uint64
 	scores     []prefix.Score
 	cands      []scoring.Candidate
-	tgts       []*target // tgts[i] is the target of cands[i]
+	tgts       []*target // tgts[i] is the target of cands[i]: the view's list, or own when filtered
+	own        []*target
+	ov         []uint32 // device overlap by target index
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -447,20 +449,32 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 }
 
 // candidates builds one Candidate per routable target: index overlap, published load plus this
-// request's additional blocks, capacity.
+// request's additional blocks, capacity. The overlap scores are scattered into a small array first, so the
+// candidates are written in one streaming pass.
 func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Config, reuse bool, exclude []uint64) []scoring.Candidate {
-	cands := append(sc.cands[:0], ts.tmpl...)
-	sc.tgts = append(sc.tgts[:0], ts.list...)
+	// One streaming pass writes every candidate whole (a template copy first would push the start of a
+	// 30 KiB candidate array out of L1 before the pass reached it).
+	n := len(ts.list)
+	ov := slices.Grow(sc.ov[:0], n)[:n]
+	clear(ov)
+	for _, sco := range sc.scores {
+		if i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker)); ok {
+			ov[i] = sco.Blocks
+		}
+	}
+	sc.ov = ov
+	cands := slices.Grow(sc.cands[:0], n)[:n]
 	for i, h := range ts.hot {
-		c := &cands[i]
+		tm := &ts.tmpl[i]
+		capa := tm.Capacity
 		if h.kvKnown.Load() {
-			c.Capacity.KVUsedBlocks, c.Capacity.KVUsedKnown = h.kvUsed.Load(), true
+			capa.KVUsedBlocks, capa.KVUsedKnown = h.kvUsed.Load(), true
 		}
-		if c.Capacity.TotalKVBlocks == 0 {
-			c.Capacity.TotalKVBlocks = uint64(h.learnedKV.Load())
+		if capa.TotalKVBlocks == 0 {
+			capa.TotalKVBlocks = uint64(h.learnedKV.Load())
 		}
-		if c.Capacity.MaxNumBatchedTokens == 0 {
-			c.Capacity.MaxNumBatchedTokens = uint64(h.learnedBatched.Load())
+		if capa.MaxNumBatchedTokens == 0 {
+			capa.MaxNumBatchedTokens = uint64(h.learnedBatched.Load())
 		}
 		active := h.active.Load()
 		additional := uint64(len(sc.seq))
@@ -472,16 +486,14 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 			additional = t.t.Projection(sc.seq, true)
 			t.mu.Unlock()
 		}
-		c.Load = scoring.Load{Known: true, ActivePrefillTokens: h.prefill.Load(), ActiveDecodeBlocks: math.Float64frombits(h.decode.Load()),
-			AdditionalBlocks: additional, ActiveRequests: active}
-		c.InFlight = active
+		cands[i] = scoring.Candidate{Worker: tm.Worker, Device: tm.Device, Capacity: capa, InFlight: active, Overlap: scoring.Overlap{Device: ov[i]},
+			Load: scoring.Load{Known: true, ActivePrefillTokens: h.prefill.Load(), ActiveDecodeBlocks: math.Float64frombits(h.decode.Load()),
+				AdditionalBlocks: additional, ActiveRequests: active}}
 	}
-	for _, sco := range sc.scores {
-		if i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker)); ok {
-			cands[i].Overlap.Device = sco.Blocks
-		}
-	}
+	sc.tgts = ts.list // read-only; copied below when filtering reorders it
 	if len(exclude) > 0 || ts.unhealthy.Load() > 0 {
+		sc.own = append(sc.own[:0], ts.list...)
+		sc.tgts = sc.own
 		n := 0
 		for i := range cands {
 			if !slices.Contains(exclude, cands[i].Worker.WorkerID) && !sc.tgts[i].hot.unhealthy.Load() {
