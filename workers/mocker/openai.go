@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/goccy/go-json"
@@ -277,9 +278,15 @@ func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (*prepared, error)
 	if chat {
 		prefix = "chatcmpl-"
 	}
-	p.req.ID = prefix + strconv.Itoa(w.cfg.ID) + "-" + strconv.FormatUint(w.nextReq.Add(1), 10)
 	if body.RequestID != "" {
 		p.req.ID = body.RequestID
+	} else {
+		var b [48]byte
+		id := append(b[:0], prefix...)
+		id = strconv.AppendInt(id, int64(w.cfg.ID), 10)
+		id = append(id, '-')
+		id = strconv.AppendUint(id, w.nextReq.Add(1), 10)
+		p.req.ID = string(id)
 	}
 	if body.DataParallelRank != nil {
 		p.rank = *body.DataParallelRank
@@ -309,31 +316,8 @@ func makeUsage(st StreamState, completion int) *usage {
 	return u
 }
 
-type chatMsg struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
-}
-
-type choice struct {
-	Index        int      `json:"index"`
-	Text         *string  `json:"text,omitempty"`
-	Message      *chatMsg `json:"message,omitempty"`
-	Delta        *chatMsg `json:"delta,omitempty"`
-	Logprobs     any      `json:"logprobs"`
-	FinishReason *string  `json:"finish_reason"`
-	StopReason   any      `json:"stop_reason"`
-}
-
-type completionBody struct {
-	ID      string   `json:"id"`
-	Object  string   `json:"object"`
-	Created int64    `json:"created"`
-	Model   string   `json:"model"`
-	Choices []choice `json:"choices"`
-	Usage   *usage   `json:"usage,omitempty"`
-}
-
-var finishLength = "length"
+// bodyPool holds scratch buffers for response bodies (fasthttp copies the body).
+var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
 
 func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 	p, err := w.prepare(ctx, chat)
@@ -366,14 +350,16 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 			writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
 			return
 		}
-		text := w.model.Tok.Decode(st.Tokens)
-		c := choice{FinishReason: &finishLength}
+		c := respChoice{chat: chat, text: w.model.Tok.Decode(st.Tokens), finish: true}
 		if chat {
-			c.Message = &chatMsg{Role: "assistant", Content: text}
-		} else {
-			c.Text = &text
+			c.role = "assistant"
 		}
-		writeJSON(ctx, fasthttp.StatusOK, completionBody{ID: p.req.ID, Object: object, Created: created, Model: w.model.Name, Choices: []choice{c}, Usage: makeUsage(st, len(st.Tokens))})
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		ctx.SetContentType("application/json")
+		buf := bodyPool.Get().(*[]byte)
+		*buf = appendBody((*buf)[:0], p.req.ID, object, created, w.model.Name, &c, makeUsage(st, len(st.Tokens)))
+		ctx.SetBody(*buf) // copies
+		bodyPool.Put(buf)
 		return
 	}
 	ctx.SetContentType("text/event-stream")
@@ -381,15 +367,18 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
 		var toks []uint32
 		sent := 0
-		emit := func(v any) bool {
-			b, _ := json.Marshal(v)
+		var buf []byte
+		emitRaw := func(b []byte) bool {
 			bw.WriteString("data: ")
 			bw.Write(b)
 			bw.WriteString("\n\n")
 			return bw.Flush() == nil
 		}
-		if chat && !emit(completionBody{ID: p.req.ID, Object: chunkObject, Created: created, Model: w.model.Name,
-			Choices: []choice{{Delta: &chatMsg{Role: "assistant", Content: ""}}}}) {
+		emit := func(c *respChoice, u *usage) bool {
+			buf = appendBody(buf[:0], p.req.ID, chunkObject, created, w.model.Name, c, u)
+			return emitRaw(buf)
+		}
+		if chat && !emit(&respChoice{chat: true, delta: true, role: "assistant"}, nil) {
 			w.Abort(s)
 			return
 		}
@@ -398,17 +387,9 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 			st := s.Read(sent, toks[:0])
 			toks = st.Tokens
 			for i, tok := range toks {
-				text := w.model.Tok.Decode([]uint32{tok})
-				c := choice{}
-				if st.Done && st.Err == nil && i == len(toks)-1 {
-					c.FinishReason = &finishLength
-				}
-				if chat {
-					c.Delta = &chatMsg{Content: text}
-				} else {
-					c.Text = &text
-				}
-				if !emit(completionBody{ID: p.req.ID, Object: chunkObject, Created: created, Model: w.model.Name, Choices: []choice{c}}) {
+				c := respChoice{chat: chat, delta: true, text: w.model.Tok.Decode([]uint32{tok}),
+					finish: st.Done && st.Err == nil && i == len(toks)-1}
+				if !emit(&c, nil) {
 					w.Abort(s)
 					return
 				}
@@ -417,9 +398,10 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 			if st.Done {
 				w.metrics.observe(s.rankIdx, st)
 				if st.Err != nil {
-					emit(map[string]any{"error": map[string]any{"message": st.Err.Error(), "type": "ServiceUnavailableError", "code": 503}})
+					b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.Err.Error(), "type": "ServiceUnavailableError", "code": 503}})
+					emitRaw(b)
 				} else if p.usage {
-					emit(completionBody{ID: p.req.ID, Object: chunkObject, Created: created, Model: w.model.Name, Choices: []choice{}, Usage: makeUsage(st, sent)})
+					emit(nil, makeUsage(st, sent))
 				}
 				bw.WriteString("data: [DONE]\n\n")
 				bw.Flush()
