@@ -16,15 +16,29 @@ func PromptHashes(local, seq []uint64, tokens []uint32, blockSize int, seed uint
 	n := len(tokens) / 16
 	local, seq = slices.Grow(local, n), slices.Grow(seq, n)
 	l, s := local[len(local):len(local)+n], seq[len(seq):len(seq)+n]
-	var prev uint64
-	for i := range l {
-		h := hash16Tokens((*[16]uint32)(tokens[16*i:]), seed)
+	if n == 0 {
+		return local, seq
+	}
+	// hash16Tokens is too big for the inliner; as a call, the chain value would round-trip through the
+	// stack on every block, adding a store-to-load delay to the chain's critical path. The loop therefore
+	// computes the block hash in place (the same arithmetic; TestPromptHashesMatchTwoPasses holds them
+	// equal), with the seed-dependent keys hoisted.
+	k0, k1, k2, k3 := xxKey000+seed, xxKey008-seed, xxKey016+seed, xxKey024-seed
+	k4, k5, k6, k7 := xxKey032+seed, xxKey040-seed, xxKey048+seed, xxKey056-seed
+	p1 := uint64(xxPrime64x1)
+	p64 := 64 * p1 // wraps, as in hash16Tokens
+	prev := hash16Tokens((*[16]uint32)(tokens), seed)
+	l[0], s[0] = prev, prev
+	for i := 1; i < n; i++ {
+		t := (*[16]uint32)(tokens[16*i:])
+		acc := p64
+		acc += xxMulFold(lane(t, 2)^k4, lane(t, 3)^k5)
+		acc += xxMulFold(lane(t, 4)^k6, lane(t, 5)^k7)
+		acc += xxMulFold(lane(t, 0)^k0, lane(t, 1)^k1)
+		acc += xxMulFold(lane(t, 6)^k2, lane(t, 7)^k3)
+		h := xxAvalanche(acc)
 		l[i] = h
-		if i == 0 {
-			prev = h
-		} else {
-			prev = hashPair(prev, h, Seed)
-		}
+		prev = hashPair(prev, h, Seed)
 		s[i] = prev
 	}
 	return local[:len(local)+n], seq[:len(seq)+n]
