@@ -170,25 +170,32 @@ type targets struct {
 	list      []*target
 	hot       []*hotLoad // hot[i] is list[i].hot
 	pos       posTable   // (worker, rank) → index in list
-	// tmpl holds each target's static candidate fields (key, capacity, device), copied per decision.
-	tmpl []scoring.Candidate
+	// tmpl holds each target's static candidate fields, read per decision (compact: the candidate pass
+	// is bound by the bytes it moves).
+	tmpl []candTmpl
 }
 
 // newTargets indexes a target list.
 func newTargets(list []*target, unhealthy *atomic.Int32) *targets {
 	ts := &targets{unhealthy: unhealthy, list: list, hot: make([]*hotLoad, len(list)), pos: newPosTable(len(list)),
-		tmpl: make([]scoring.Candidate, len(list))}
+		tmpl: make([]candTmpl, len(list))}
 	for i, t := range list {
 		ts.hot[i] = t.hot
 		ts.pos.put(t.key, i)
-		c := scoring.Candidate{Worker: t.key, Capacity: scoring.Capacity{
-			TotalKVBlocks: uint64(t.spec.TotalKVBlocks), MaxNumBatchedTokens: uint64(t.spec.MaxNumBatchedTokens)}}
+		c := candTmpl{worker: t.key, totalKV: uint64(t.spec.TotalKVBlocks), maxBatched: uint64(t.spec.MaxNumBatchedTokens)}
 		if t.spec.Device == registry.DeviceCPU {
-			c.Device = scoring.DeviceCPU
+			c.device = scoring.DeviceCPU
 		}
 		ts.tmpl[i] = c
 	}
 	return ts
+}
+
+// candTmpl is a target's static part of a candidate: key, capacity from its spec, device.
+type candTmpl struct {
+	worker              scoring.WorkerKey
+	totalKV, maxBatched uint64
+	device              scoring.Device
 }
 
 // waiter is a queued request: the route goroutine blocks on ready until a drain pops it.
@@ -388,6 +395,18 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		if req.Override != nil && req.Override.AssumeKVReuse != nil {
 			reuse = *req.Override.AssumeKVReuse
 		}
+		if s.selector == nil && !cfg.QueueThreshold.Set {
+			if am, ok := scoring.NewArgmin(&sreq, cfg, s.rng); ok {
+				// The common case in one pass over the targets, no candidate slice (argmin).
+				s.rr.Add(1)
+				tg, d, err := s.argmin(ts, sc, &am, reuse, req.Exclude)
+				s.metrics.observeStage(stageScheduling, s.now().Sub(tf))
+				if err != nil {
+					return RouteResult{}, err
+				}
+				return s.commit(tg, req, sc, isl, d, reuse, cfg, t0, queued)
+			}
+		}
 		sc.cands = s.candidates(ts, sc, cfg, reuse, req.Exclude)
 
 		if attempt == 0 && scoring.ShouldQueue(&sreq, sc.cands, cfg) {
@@ -423,37 +442,60 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		if err != nil {
 			return RouteResult{}, err
 		}
-		tg := sc.tgts[d.Index]
-		if err := s.charge(tg, req, sc, isl, d, reuse); err != nil {
-			return RouteResult{}, err
-		}
-		if (!cfg.UseKVEvents || tg.approx.Load()) && cfg.NeedsIndexer() {
-			s.recordApprox(tg.key, sc.local, sc.seq)
-		}
-		if int(d.Overlap) < len(sc.local) {
-			// New full blocks: the engine must publish a BlockStored for them (a fully cached or
-			// sub-block prompt publishes nothing, so it proves nothing about the stream).
-			tg.pendingSince.CompareAndSwap(0, s.now().UnixNano())
-		}
-		s.metrics.observeStage(stageTotal, s.now().Sub(t0))
-		if len(sc.local) > 0 {
-			s.metrics.observeHitRate(float64(d.Overlap) / float64(len(sc.local)))
-		}
-		res := RouteResult{Worker: d.Worker, Spec: tg.spec, OverlapBlocks: d.Overlap, CachedTokens: d.CachedTokens,
-			Cost: d.Cost, ISL: isl, Blocks: len(sc.local), Queued: queued}
-		if req.ReturnCosts {
-			res.Candidates = append([]scoring.CandidateCost(nil), d.Costs...)
-		}
-		return res, nil
+		return s.commit(sc.tgts[d.Index], req, sc, isl, d, reuse, cfg, t0, queued)
 	}
 }
 
-// candidates builds one Candidate per routable target: index overlap, published load plus this
-// request's additional blocks, capacity. The overlap scores are scattered into a small array first, so the
-// candidates are written in one streaming pass.
-func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Config, reuse bool, exclude []uint64) []scoring.Candidate {
-	// One streaming pass writes every candidate whole (a template copy first would push the start of a
-	// 30 KiB candidate array out of L1 before the pass reached it).
+// commit performs a decision: charges the worker, records approximate-mode blocks and the pending-events
+// mark, observes the total stage and the hit rate, and builds the result.
+func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl int, d scoring.Decision, reuse bool,
+	cfg *scoring.Config, t0 time.Time, queued time.Duration) (RouteResult, error) {
+	if err := s.charge(tg, req, sc, isl, d, reuse); err != nil {
+		return RouteResult{}, err
+	}
+	if (!cfg.UseKVEvents || tg.approx.Load()) && cfg.NeedsIndexer() {
+		s.recordApprox(tg.key, sc.local, sc.seq)
+	}
+	if int(d.Overlap) < len(sc.local) {
+		// New full blocks: the engine must publish a BlockStored for them (a fully cached or
+		// sub-block prompt publishes nothing, so it proves nothing about the stream).
+		tg.pendingSince.CompareAndSwap(0, s.now().UnixNano())
+	}
+	s.metrics.observeStage(stageTotal, s.now().Sub(t0))
+	if len(sc.local) > 0 {
+		s.metrics.observeHitRate(float64(d.Overlap) / float64(len(sc.local)))
+	}
+	res := RouteResult{Worker: tg.key, Spec: tg.spec, OverlapBlocks: d.Overlap, CachedTokens: d.CachedTokens,
+		Cost: d.Cost, ISL: isl, Blocks: len(sc.local), Queued: queued}
+	if req.ReturnCosts {
+		res.Candidates = append([]scoring.CandidateCost(nil), d.Costs...)
+	}
+	return res, nil
+}
+
+// argmin is the decision of scoring.Argmin over every routable target, filled one at a time into one
+// stack candidate; d.Index is the chosen target's index in ts.list.
+func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
+	ov := sc.overlaps(ts)
+	filter := len(exclude) > 0 || ts.unhealthy.Load() > 0
+	var c scoring.Candidate
+	for i := range ts.list {
+		if filter && (slices.Contains(exclude, ts.tmpl[i].worker.WorkerID) || ts.hot[i].unhealthy.Load()) {
+			continue
+		}
+		ts.fill(&c, i, ov[i], sc.seq, reuse)
+		am.Offer(i, &c)
+	}
+	d, err := am.Decision()
+	if err != nil {
+		return nil, d, err
+	}
+	d.Worker = ts.list[d.Index].key
+	return ts.list[d.Index], d, nil
+}
+
+// overlaps scatters the index's overlap scores into sc.ov by target index.
+func (sc *routeScratch) overlaps(ts *targets) []uint32 {
 	n := len(ts.list)
 	ov := slices.Grow(sc.ov[:0], n)[:n]
 	clear(ov)
@@ -463,32 +505,20 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 		}
 	}
 	sc.ov = ov
+	return ov
+}
+
+// candidates builds one Candidate per routable target: index overlap, published load plus this
+// request's additional blocks, capacity. The overlap scores are scattered into a small array first, so the
+// candidates are written in one streaming pass.
+func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Config, reuse bool, exclude []uint64) []scoring.Candidate {
+	// One streaming pass writes every candidate whole (a template copy first would push the start of a
+	// 30 KiB candidate array out of L1 before the pass reached it).
+	n := len(ts.list)
+	ov := sc.overlaps(ts)
 	cands := slices.Grow(sc.cands[:0], n)[:n]
-	for i, h := range ts.hot {
-		tm := &ts.tmpl[i]
-		capa := tm.Capacity
-		if h.kvKnown.Load() {
-			capa.KVUsedBlocks, capa.KVUsedKnown = h.kvUsed.Load(), true
-		}
-		if capa.TotalKVBlocks == 0 {
-			capa.TotalKVBlocks = uint64(h.learnedKV.Load())
-		}
-		if capa.MaxNumBatchedTokens == 0 {
-			capa.MaxNumBatchedTokens = uint64(h.learnedBatched.Load())
-		}
-		active := h.active.Load()
-		additional := uint64(len(sc.seq))
-		if reuse && active > 0 && len(sc.seq) > 0 {
-			// Only a worker with active requests can already hold some of this prompt's blocks; the
-			// tracker walks its trie of active chains (the active part of a chain is a prefix of it).
-			t := ts.list[i]
-			t.mu.Lock()
-			additional = t.t.Projection(sc.seq, true)
-			t.mu.Unlock()
-		}
-		cands[i] = scoring.Candidate{Worker: tm.Worker, Device: tm.Device, Capacity: capa, InFlight: active, Overlap: scoring.Overlap{Device: ov[i]},
-			Load: scoring.Load{Known: true, ActivePrefillTokens: h.prefill.Load(), ActiveDecodeBlocks: math.Float64frombits(h.decode.Load()),
-				AdditionalBlocks: additional, ActiveRequests: active}}
+	for i := range cands {
+		ts.fill(&cands[i], i, ov[i], sc.seq, reuse)
 	}
 	sc.tgts = ts.list // read-only; copied below when filtering reorders it
 	if len(exclude) > 0 || ts.unhealthy.Load() > 0 {
@@ -505,6 +535,40 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 	}
 	sc.cands = cands
 	return cands
+}
+
+// fill writes target i's candidate: its static part, published load plus the request's additional
+// blocks (seq: its sequence hashes), capacity, device overlap ov.
+func (ts *targets) fill(c *scoring.Candidate, i int, ov uint32, seq []uint64, reuse bool) {
+	h, tm := ts.hot[i], &ts.tmpl[i]
+	capa := scoring.Capacity{TotalKVBlocks: tm.totalKV, MaxNumBatchedTokens: tm.maxBatched}
+	if h.kvKnown.Load() {
+		capa.KVUsedBlocks, capa.KVUsedKnown = h.kvUsed.Load(), true
+	}
+	if capa.TotalKVBlocks == 0 {
+		capa.TotalKVBlocks = uint64(h.learnedKV.Load())
+	}
+	if capa.MaxNumBatchedTokens == 0 {
+		capa.MaxNumBatchedTokens = uint64(h.learnedBatched.Load())
+	}
+	active := h.active.Load()
+	additional := uint64(len(seq))
+	if reuse && active > 0 && len(seq) > 0 {
+		// Only a worker with active requests can already hold some of this prompt's blocks; the
+		// tracker walks its trie of active chains (the active part of a chain is a prefix of it).
+		t := ts.list[i]
+		t.mu.Lock()
+		additional = t.t.Projection(seq, true)
+		t.mu.Unlock()
+	}
+	// Field by field: a composite literal is built on the stack and copied with 16-byte moves that
+	// cannot forward from its narrower stores, a stall per candidate.
+	c.Worker, c.Device, c.InFlight = tm.worker, tm.device, active
+	c.Overlap.Device, c.Overlap.Host, c.Overlap.Disk, c.Overlap.Shared = ov, 0, 0, 0
+	c.Capacity.TotalKVBlocks, c.Capacity.KVUsedBlocks, c.Capacity.MaxNumBatchedTokens, c.Capacity.KVUsedKnown =
+		capa.TotalKVBlocks, capa.KVUsedBlocks, capa.MaxNumBatchedTokens, capa.KVUsedKnown
+	c.Load.Known, c.Load.ActiveRequests, c.Load.AdditionalBlocks = true, active, additional
+	c.Load.ActivePrefillTokens, c.Load.ActiveDecodeBlocks = h.prefill.Load(), math.Float64frombits(h.decode.Load())
 }
 
 // charge records the decision: AddRequest on the chosen worker's tracker and the id → worker map.
