@@ -76,8 +76,11 @@
 //  5. Replay: DEALER sends ["", start_seq8]; the publisher's ROUTER answers [ "", seq8, payload ] per
 //     buffered batch with seq ≥ start, then [ "", ff×8, "" ]. Replayed batches newer than last are
 //     delivered in order. Silence longer than ReplayTimeout abandons the replay and recreates the DEALER
-//     (late answers cannot leak into the next replay). Sequence numbers never delivered are counted as
-//     Lost, never retried.
+//     (late answers cannot leak into the next replay). An answer cut short (the ROUTER drops silently
+//     past its send HWM, 1000 messages by default, so a long replay to a slower reader loses a stretch
+//     or its tail) shows as two answered seqs that do not follow each other, or as silence; the rest is
+//     asked for again from the first missing seq while each answer brings something new. Sequence
+//     numbers never delivered are counted as Lost.
 //  6. Decode into the stream's reused Batch (a malformed payload consumes its seq and counts as a decode
 //     error), count events and short stored blocks, call OnBatch(seq, b).
 //  7. The consumer applies stored/removed/cleared in order and calls Rekey / RekeyImages for stored

@@ -178,33 +178,72 @@ func (s *stream) deliver(seq uint64, payload []byte) bool {
 // replay asks the publisher's ROUTER for every buffered batch from seq from on, and delivers the new
 // ones in order until the END marker. It gives up when the socket stays silent for replayTimeout; the
 // DEALER is then closed so that late answers cannot be mistaken for the next replay's.
-func (s *stream) replay(ctx context.Context, from uint64) {
-	s.exchange(ctx, from, func(seq uint64, payload []byte) bool {
-		if s.tr.wantReplayed(seq) && s.deliver(seq, payload) {
-			s.c.ReplayedBatches.Add(1)
+//
+// An answer can arrive cut short: a ROUTER socket silently drops what exceeds its send HWM (vLLM's
+// replay socket keeps ZMQ's default of 1000 messages, and a relay adds hops of its own), so a long
+// replay loses a stretch in the middle, or its tail and the END marker. The ring is contiguous, so a
+// stretch is seen as two answered seqs that do not follow each other, a lost tail as silence. Either way
+// the rest is asked for again from the first missing seq, as long as each answer brings something new.
+// completed reports that an answer was read whole to its END marker.
+func (s *stream) replay(ctx context.Context, from uint64) (completed bool) {
+	for {
+		last, have := s.tr.last, s.tr.have
+		var a answer
+		completed = s.exchange(ctx, from, func(seq uint64, payload []byte) bool {
+			return s.take(&a, seq, payload)
+		})
+		if completed && !a.cut {
+			return true
 		}
-		return true
-	})
+		if ctx.Err() != nil || (s.tr.last == last && s.tr.have == have) {
+			return false // no progress: what was not delivered is lost
+		}
+		from = s.tr.next()
+	}
+}
+
+// answer follows the seqs of one replay answer.
+type answer struct {
+	prev    uint64
+	started bool
+	// cut: two answered seqs did not follow each other; the rest of the answer was ignored.
+	cut bool
+}
+
+// take delivers one answered batch if it is new. It returns false, marking the answer cut, when seq does
+// not follow the previous answered one (the first may start later than asked: the ring wrapped).
+func (s *stream) take(a *answer, seq uint64, payload []byte) bool {
+	if a.started && seq != a.prev+1 {
+		a.cut = true
+		return false
+	}
+	a.started, a.prev = true, seq
+	if s.tr.wantReplayed(seq) && s.deliver(seq, payload) {
+		s.c.ReplayedBatches.Add(1)
+	}
+	return true
 }
 
 // replayVerify replays from seq last, which must come back first with the digest of the batch consumed
-// under it; the batches after it are delivered. completed reports that the publisher answered to the
-// END marker; verified that it still holds our last batch.
+// under it; the batches after it are delivered (an answer cut short is completed by replay). completed
+// reports that the publisher answered to the END marker; verified that it still holds our last batch.
 func (s *stream) replayVerify(ctx context.Context, last uint64) (completed, verified bool) {
 	first := true
+	var a answer
 	completed = s.exchange(ctx, last, func(seq uint64, payload []byte) bool {
 		if first {
 			first = false
 			verified = seq == last && xxh3.Hash(payload) == s.lastDigest
+			a.started, a.prev = true, seq
 			return verified
 		}
-		if s.tr.wantReplayed(seq) && s.deliver(seq, payload) {
-			s.c.ReplayedBatches.Add(1)
-		}
-		return true
+		return s.take(&a, seq, payload)
 	})
-	if !verified && !first {
+	switch {
+	case !verified && !first:
 		completed = true // the answer was read to its END; it just was not ours
+	case verified && (a.cut || !completed):
+		completed = s.replay(ctx, s.tr.next())
 	}
 	return completed, verified
 }
