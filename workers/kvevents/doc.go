@@ -72,7 +72,14 @@
 //  4. seqTracker classifies each live seq: in order → deliver; nothing seen yet and seq > 0 → replay
 //     from 0; gap → replay from last+1; seq ≤ last inside the window a replay already covered →
 //     duplicate, dropped; otherwise backwards → engine restart: OnReset, then as if nothing had been
-//     seen.
+//     seen. With replay, an ambiguous seq (a gap, or a step backwards outside the window) is first
+//     settled by the same identity check as the catch-up.
+//     A restart the publisher confirmed also discards what the SUB socket still holds (connect mode):
+//     the old engine's last batches can sit there behind a replay that waited out the dead engine, and
+//     one whose seq happens to be the new engine's last+1 would read as in order. The new engine's
+//     batches among them come back with the replay from 0. A live batch that a completed replay, asked
+//     after the batch arrived, does not hold is an earlier incarnation's too (vLLM appends every batch to
+//     its ring before it serves the next replay request) and is dropped (Stale).
 //  5. Replay: DEALER sends ["", start_seq8]; the publisher's ROUTER answers [ "", seq8, payload ] per
 //     buffered batch with seq ≥ start, then [ "", ff×8, "" ]. Replayed batches newer than last are
 //     delivered in order. Silence longer than ReplayTimeout abandons the replay and recreates the DEALER

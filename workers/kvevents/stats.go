@@ -15,6 +15,8 @@ type Counters struct {
 	ReplayTimeouts  atomic.Uint64 // replays abandoned because the replay socket fell silent
 	Duplicates      atomic.Uint64 // live batches dropped because replay had delivered them
 	Resets          atomic.Uint64 // engine restarts (sequence went backwards)
+	Stale           atomic.Uint64 // live batches a completed replay did not hold: an earlier engine's, dropped
+	Discarded       atomic.Uint64 // live batches queued when a restart was found, dropped before the replay
 	PartialBlocks   atomic.Uint64 // stored blocks whose tokens on the wire were short (PartialBlocks)
 	SkippedEvents   atomic.Uint64 // events with an unknown tag
 	UnknownTopics   atomic.Uint64 // bind mode: messages from unregistered topics, dropped
@@ -24,7 +26,7 @@ type Counters struct {
 // Stats is a point-in-time copy of Counters.
 type Stats struct {
 	Batches, Events, DecodeErrors, Gaps, Lost, Replays, ReplayedBatches, ReplayTimeouts, Duplicates,
-	Resets, PartialBlocks, SkippedEvents, UnknownTopics, Reconnects uint64
+	Resets, Stale, Discarded, PartialBlocks, SkippedEvents, UnknownTopics, Reconnects uint64
 }
 
 // Snapshot copies the counters. Fields are read one by one, so a snapshot taken while batches flow is
@@ -34,7 +36,8 @@ func (c *Counters) Snapshot() Stats {
 		Batches: c.Batches.Load(), Events: c.Events.Load(), DecodeErrors: c.DecodeErrors.Load(),
 		Gaps: c.Gaps.Load(), Lost: c.Lost.Load(), Replays: c.Replays.Load(),
 		ReplayedBatches: c.ReplayedBatches.Load(), ReplayTimeouts: c.ReplayTimeouts.Load(),
-		Duplicates: c.Duplicates.Load(), Resets: c.Resets.Load(), PartialBlocks: c.PartialBlocks.Load(),
+		Duplicates: c.Duplicates.Load(), Resets: c.Resets.Load(), Stale: c.Stale.Load(),
+		Discarded: c.Discarded.Load(), PartialBlocks: c.PartialBlocks.Load(),
 		SkippedEvents: c.SkippedEvents.Load(), UnknownTopics: c.UnknownTopics.Load(),
 		Reconnects: c.Reconnects.Load(),
 	}

@@ -27,6 +27,9 @@ type stream struct {
 	c       *Counters
 	onBatch func(seq uint64, b *Batch)
 	onReset func()
+	// discard, when set, reads and drops every message queued in the SUB socket and returns how many
+	// (connect mode: the socket carries this stream only). Set per socket session.
+	discard func() uint64
 
 	dealer *zmq.Socket
 	poller *zmq.Poller
@@ -56,13 +59,29 @@ func (s *stream) handle(ctx context.Context, seq uint64, payload []byte) {
 		if gap {
 			s.c.Gaps.Add(1)
 		}
-		s.replay(ctx, from)
+		completed := s.replay(ctx, from)
 		if !s.tr.afterReplay(seq) {
 			s.c.Duplicates.Add(1)
 			return
 		}
+		if completed {
+			s.dropStale(seq)
+			return
+		}
 	}
 	s.deliver(seq, payload)
+}
+
+// dropStale drops a live batch that a replay asked for after it arrived does not hold. vLLM's publisher
+// thread appends each batch to its replay ring right after sending it and serves replay requests between
+// batches (spec §2.2–2.3), so every batch of the engine we follow is in the ring before our request is
+// read. A batch that is not comes from an earlier incarnation of the engine: sent before a restart and
+// still queued in the SUB socket (a replay that waited out a dead engine holds up reading for seconds).
+// Delivered by the sequence rules as "the batch after the gap" it would put the old engine's blocks on
+// top of the new engine's, and the next batch of the new engine would then fail verification again: one
+// reset and full replay per leftover batch.
+func (s *stream) dropStale(seq uint64) {
+	s.c.Stale.Add(1)
 }
 
 // resolve settles an ambiguous live seq (seqTracker.ambiguous) by asking the publisher, as catchUp does
@@ -90,24 +109,30 @@ func (s *stream) resolve(ctx context.Context, seq uint64) (handled bool) {
 	for attempt := 0; attempt < resolveAttempts && !completed && ctx.Err() == nil; attempt++ {
 		completed, verified = s.replayVerify(ctx, s.tr.last)
 	}
+	reset := false
 	switch {
 	case verified:
 	case completed:
-		s.tr = seqTracker{}
-		s.c.Resets.Add(1)
-		if s.onReset != nil {
-			s.onReset()
-		}
-		s.replay(ctx, 0)
+		completed = s.restarted(ctx)
+		reset = true
 	default:
 		return false
 	}
-	if !s.tr.afterReplay(seq) {
+	deliver := s.tr.afterReplay(seq)
+	if reset {
+		// Every live seq up to the new engine's last was just replayed, or belongs to the old engine.
+		s.tr.afterCatchUp(0)
+	}
+	if !deliver {
 		s.c.Duplicates.Add(1)
 		return true
 	}
-	// The replay did not reach seq (the publisher's ring lags its PUB socket): the sequence rules take
-	// the live batch from here.
+	if completed {
+		// The whole ring came back without seq: a leftover of the engine's previous incarnation.
+		s.dropStale(seq)
+		return true
+	}
+	// The replay was cut short: the sequence rules take the live batch from here.
 	return false
 }
 
@@ -135,14 +160,34 @@ func (s *stream) catchUp(ctx context.Context) {
 			s.tr.afterCatchUp(from)
 			return
 		}
-		s.tr = seqTracker{}
-		s.c.Resets.Add(1)
-		if s.onReset != nil {
-			s.onReset()
-		}
+		s.restarted(ctx)
+	} else {
+		s.replay(ctx, 0)
 	}
-	s.replay(ctx, 0)
 	s.tr.afterCatchUp(0)
+}
+
+// restarted handles an engine restart that the publisher confirmed (it no longer holds our last batch):
+// the consumer drops the worker, the live batches still queued in the SUB socket are discarded, and the
+// new engine is replayed from 0. completed is the replay's.
+//
+// The queue is discarded because it can still hold batches the old engine sent before it died (a
+// replay that waited out the dead engine holds up reading for seconds meanwhile). Their seqs mean
+// nothing to the new engine's stream: one that happened to equal the new engine's last+1 would be
+// delivered as in order, on top of the new engine's blocks, and nothing would ever check it. Every batch
+// of the new engine in the queue was published before our replay request and comes back with the
+// replay; those that arrive after it are the new engine's.
+func (s *stream) restarted(ctx context.Context) (completed bool) {
+	s.tr = seqTracker{}
+	s.c.Resets.Add(1)
+	if s.onReset != nil {
+		s.onReset()
+	}
+	if s.discard != nil {
+		n := s.discard()
+		s.c.Discarded.Add(n)
+	}
+	return s.replay(ctx, 0)
 }
 
 // deliver decodes payload and hands it to the consumer. A malformed batch still consumes its seq, or it

@@ -167,6 +167,8 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	if err := sub.Connect(s.cfg.Endpoint); err != nil {
 		return false, err
 	}
+	s.st.discard = func() uint64 { return discardQueued(sub, s.cfg.RcvHWM) }
+	defer func() { s.st.discard = nil }()
 	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(_ []byte, seq uint64, payload []byte) {
 		s.st.handle(ctx, seq, payload)
 	}, mon, func() { s.st.catchUp(ctx) })
@@ -250,6 +252,16 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 		}
 	}
 	return healthy, nil
+}
+
+// discardQueued reads and drops what sub holds now, at most limit messages (new ones keep arriving).
+func discardQueued(sub *zmq.Socket, limit int) (n uint64) {
+	for ; n < uint64(limit); n++ {
+		if _, err := sub.RecvMessageBytes(zmq.DONTWAIT); err != nil {
+			break
+		}
+	}
+	return n
 }
 
 // newSub opens a SUB socket with the common options.
