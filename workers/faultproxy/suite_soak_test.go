@@ -16,15 +16,18 @@ import (
 // and ten times the requests, then one rig that goes through FAULTSUITE_ROUNDS (default 5) rounds of
 // mixed faults, a cut and a restart of one worker, converging after each round.
 //
-// OPEN (found 2026-12-02, not yet explained): "combined-rounds" fails in most runs: after a few rounds a
-// worker's index holds MORE blocks than its simulator caches (every cached chain does score fully, so the
-// extra entries are stale blocks whose removal was lost), with many more resets than the worker had
-// restarts (e.g. 11 resets for one restart: each one a full replay from 0) and a few replay sessions
-// lost at the proxy. The per-round log shows the pattern: a worker that was restarted and later cut keeps
-// collecting resets (and rejected stores, missing removes) in every later round without any further
-// restart or cut, while workers never restarted see none. "restart-with-drops" at this size fails about one run in three (no reset detected
-// after a restart behind a cut). See the report of the fault-suite work; TestFaultSuite (short form) and
-// the deterministic cases in restart_test.go pass.
+// combined-rounds used to fail in most runs (a worker restarted, then cut, ended with more blocks than its
+// simulator and with a reset per round). The chain, fixed in workers/kvevents: while the worker was
+// down, the router's subscriber sat in a verification replay that the dead engine never answered (2s
+// per attempt), with the old engine's last reordered and delayed batches queued behind it in its SUB
+// socket. Once the new engine answered, the reset and the replay from 0 were right, but each leftover
+// old batch was then read on top of the new engine's stream: beyond its last seq it passed as the batch
+// after a gap (delivered, old blocks stored), and the next new batch failed verification again, one
+// reset and full replay per leftover. Replays from 0 of more than ~1000 batches then arrived cut short
+// (a ROUTER drops silently past its send HWM) and their lost removes left stale blocks for good. Now a
+// confirmed restart discards the SUB queue, a live batch that a completed replay does not hold is
+// dropped as an earlier incarnation's, and a replay cut short is asked for again from the first missing
+// seq (deterministic cases: TestOldEngineLeftoversDropped, TestLongReplayCutShortIsCompleted).
 func TestFaultSuiteSoak(t *testing.T) {
 	for _, sc := range scenarios() {
 		t.Run(sc.name, func(t *testing.T) {
