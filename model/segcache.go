@@ -199,6 +199,13 @@ func (m *Model) EncodeChat(msgs []Message, opts ChatOptions) ([]uint32, error) {
 		return nil, err
 	}
 	text := unsafe.String(unsafe.SliceData(buf.Bytes()), buf.Len())
+	if opts.ContinueFinalMessage {
+		n, err := continueCut(text, msgs)
+		if err != nil {
+			return nil, err
+		}
+		text = text[:n]
+	}
 	return m.Tokenizer.EncodeCached(text, m.segments), nil
 }
 

@@ -44,6 +44,10 @@ type ChatOptions struct {
 	Tools []json.RawMessage
 	// Kwargs are extra template variables (chat_template_kwargs: enable_thinking, add_vision_id, ...).
 	Kwargs map[string]any
+	// ContinueFinalMessage leaves the last message open so the model continues it (prefill of a partial
+	// assistant reply): the rendered prompt is cut right after that message's text, dropping the
+	// template's end-of-turn tokens. It is not combined with AddGenerationPrompt.
+	ContinueFinalMessage bool
 }
 
 // NewChatTemplate parses a template. vars are the special-token variables (see TokenizerConfig.TemplateVars).
@@ -157,7 +161,46 @@ func (ct *ChatTemplate) Render(msgs []Message, opts ChatOptions) (string, error)
 	if err := ct.execute(&buf, msgs, opts); err != nil {
 		return "", err
 	}
-	return buf.String(), nil
+	out := buf.String()
+	if opts.ContinueFinalMessage {
+		n, err := continueCut(out, msgs)
+		if err != nil {
+			return "", err
+		}
+		out = out[:n]
+	}
+	return out, nil
+}
+
+// continueCut returns where a rendered prompt ends for continue_final_message, as Hugging Face's
+// apply_chat_template cuts it: after the last occurrence of the final message's text (its last text part
+// for list content), keeping the text's leading part as rendered and its trailing whitespace only when
+// the template kept it.
+func continueCut(rendered string, msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, fmt.Errorf("%w: continue_final_message needs a final message", ErrTemplate)
+	}
+	c := &msgs[len(msgs)-1].Content
+	final, found := c.Text, !c.IsParts
+	for i := len(c.Parts) - 1; i >= 0 && c.IsParts; i-- {
+		if c.Parts[i].Type == "text" {
+			final, found = c.Parts[i].Text, true
+			break
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("%w: continue_final_message: the final message has no text to continue", ErrTemplate)
+	}
+	stripped := pyStrip(final, true, true, nil)
+	at := strings.LastIndex(rendered, stripped)
+	if at < 0 {
+		return 0, fmt.Errorf("%w: continue_final_message: the chat template does not render the final message's text", ErrTemplate)
+	}
+	lead := pyStrip(final, true, false, nil)
+	if end := min(len(rendered), at+len(lead)); rendered[at:end] == final {
+		return end, nil // the template kept the text as given, trailing whitespace included
+	}
+	return at + len(stripped), nil // the template trimmed it
 }
 
 // renderSize estimates the rendered length: the contents plus room for the template's own text.

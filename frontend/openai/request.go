@@ -473,7 +473,8 @@ func (r *ChatRequest) ChatOptions() model.ChatOptions {
 	if r.AddGenerationPrompt != nil {
 		addGen = *r.AddGenerationPrompt
 	}
-	return model.ChatOptions{AddGenerationPrompt: addGen, Tools: r.Tools, Kwargs: r.ChatTemplateKwargs}
+	return model.ChatOptions{AddGenerationPrompt: addGen, Tools: r.Tools, Kwargs: r.ChatTemplateKwargs,
+		ContinueFinalMessage: r.ContinueFinalMessage}
 }
 
 // IncludeUsage reports whether a streamed response ends with a usage chunk.

@@ -191,6 +191,13 @@ func TestValidChat(t *testing.T) {
 	if &r.Body[0] != &[]byte(body)[0] && string(r.Body) != body {
 		t.Fatal("body not kept")
 	}
+	cont, err := ParseChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure"}],"continue_final_message":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts := cont.ChatOptions(); opts.AddGenerationPrompt || !opts.ContinueFinalMessage {
+		t.Fatalf("continue_final_message: chat options %+v", opts)
+	}
 }
 
 func TestValidCompletionForms(t *testing.T) {
