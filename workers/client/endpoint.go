@@ -217,7 +217,8 @@ func (e *Endpoint) exchange(ctx context.Context, req *Request, resp *fasthttp.Re
 		if ctx.Done() == nil {
 			stop = neverCanceled
 		} else {
-			stop = context.AfterFunc(ctx, func() { c.nc.Close() })
+			nc := c.nc // captured by value: capturing c itself would move it to the heap on every call
+			stop = context.AfterFunc(ctx, func() { nc.Close() })
 		}
 		err = e.roundTrip(c, req, resp, stream)
 		if err == nil {
