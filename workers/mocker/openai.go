@@ -56,32 +56,32 @@ type prepared struct {
 }
 
 func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
-	path := string(ctx.Path())
+	path := ctx.Path() // compared as string(path): no copy
 	switch {
-	case path == "/v1/completions" && ctx.IsPost():
+	case string(path) == "/v1/completions" && ctx.IsPost():
 		w.serveGenerate(ctx, false)
-	case path == "/v1/chat/completions" && ctx.IsPost():
+	case string(path) == "/v1/chat/completions" && ctx.IsPost():
 		w.serveGenerate(ctx, true)
-	case path == "/v1/models" && ctx.IsGet():
+	case string(path) == "/v1/models" && ctx.IsGet():
 		w.serveModels(ctx)
-	case path == "/health" || path == "/ping":
+	case string(path) == "/health" || string(path) == "/ping":
 		ctx.SetStatusCode(fasthttp.StatusOK)
-	case path == "/version":
+	case string(path) == "/version":
 		writeJSON(ctx, fasthttp.StatusOK, map[string]string{"version": "kvroute-mocker"})
-	case path == "/tokenize" && ctx.IsPost():
+	case string(path) == "/tokenize" && ctx.IsPost():
 		w.serveTokenize(ctx)
-	case path == "/detokenize" && ctx.IsPost():
+	case string(path) == "/detokenize" && ctx.IsPost():
 		w.serveDetokenize(ctx)
-	case path == "/reset_prefix_cache" && ctx.IsPost():
+	case string(path) == "/reset_prefix_cache" && ctx.IsPost():
 		if err := w.ResetPrefixCache(); err != nil {
 			writeError(ctx, fasthttp.StatusConflict, err)
 			return
 		}
 		ctx.SetStatusCode(fasthttp.StatusOK)
-	case path == "/metrics" && ctx.IsGet():
+	case string(path) == "/metrics" && ctx.IsGet():
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 		ctx.SetBody(w.appendMetrics(nil))
-	case path == "/debug/kv_blocks" && ctx.IsGet():
+	case string(path) == "/debug/kv_blocks" && ctx.IsGet():
 		w.serveKVBlocks(ctx)
 	default:
 		writeError(ctx, fasthttp.StatusNotFound, fmt.Errorf("mocker: no route %s %s", ctx.Method(), path))
@@ -242,29 +242,29 @@ func (w *Worker) chatPrompt(msgs []ChatMessage, addGen bool) ([]uint32, []MMItem
 	return out, mm, nil
 }
 
-func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (*prepared, error) {
+func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (prepared, error) {
 	var body openAIRequest
 	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
-		return nil, fmt.Errorf("%w: body: %v", ErrBadRequest, err)
+		return prepared{}, fmt.Errorf("%w: body: %v", ErrBadRequest, err)
 	}
 	if body.N != nil && *body.N != 1 {
-		return nil, fmt.Errorf("%w: n=%d is not supported", ErrBadRequest, *body.N)
+		return prepared{}, fmt.Errorf("%w: n=%d is not supported", ErrBadRequest, *body.N)
 	}
-	p := &prepared{stream: body.Stream, chat: chat, rank: -1}
+	p := prepared{stream: body.Stream, chat: chat, rank: -1}
 	p.usage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
 	var err error
 	if chat {
 		msgs, err := parseMessages(body.Messages)
 		if err != nil {
-			return nil, err
+			return prepared{}, err
 		}
 		addGen := body.AddGenerationPrompt == nil || *body.AddGenerationPrompt
 		p.req.Prompt, p.req.MM, err = w.chatPrompt(msgs, addGen)
 		if err != nil {
-			return nil, err
+			return prepared{}, err
 		}
 	} else if p.req.Prompt, err = w.parsePrompt(body.Prompt); err != nil {
-		return nil, err
+		return prepared{}, err
 	}
 	p.req.MaxTokens = w.cfg.DefaultMaxTokens
 	if body.MaxCompletionTokens != nil {
@@ -294,7 +294,7 @@ func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (*prepared, error)
 	if h := ctx.Request.Header.Peek("X-data-parallel-rank"); len(h) > 0 {
 		r, err := strconv.Atoi(string(h))
 		if err != nil {
-			return nil, fmt.Errorf("%w: X-data-parallel-rank %q", ErrBadRequest, h)
+			return prepared{}, fmt.Errorf("%w: X-data-parallel-rank %q", ErrBadRequest, h)
 		}
 		p.rank = r
 	}
@@ -364,6 +364,7 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	id, withUsage := p.req.ID, p.usage // the writer keeps these, not p (which then stays on the stack)
 	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
 		var toks []uint32
 		sent := 0
@@ -375,7 +376,7 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 			return bw.Flush() == nil
 		}
 		emit := func(c *respChoice, u *usage) bool {
-			buf = appendBody(buf[:0], p.req.ID, chunkObject, created, w.model.Name, c, u)
+			buf = appendBody(buf[:0], id, chunkObject, created, w.model.Name, c, u)
 			return emitRaw(buf)
 		}
 		if chat && !emit(&respChoice{chat: true, delta: true, role: "assistant"}, nil) {
@@ -400,7 +401,7 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 				if st.Err != nil {
 					b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.Err.Error(), "type": "ServiceUnavailableError", "code": 503}})
 					emitRaw(b)
-				} else if p.usage {
+				} else if withUsage {
 					emit(nil, makeUsage(st, sent))
 				}
 				bw.WriteString("data: [DONE]\n\n")
