@@ -15,17 +15,19 @@ import (
 	"github.com/kvroute/kvroute/workers/mocker"
 )
 
-// e2eTinyTrace is 4 conversations of 8 turns on one shared system block (id 0): turn k of conversation c
+// e2eTinyTrace is 3 conversations of 8 turns on one shared system block (id 0): turn k of conversation c
 // carries c's first k+1 blocks, so every turn extends the previous one, as in the conversation trace.
+// Three, not four: with an even number of conversations per turn on two workers, round-robin would send
+// each conversation to the same worker every turn and match kv routing's hit rate by accident.
 func e2eTinyTrace() string {
 	var b strings.Builder
 	for turn := 0; turn < 8; turn++ {
-		for c := 0; c < 4; c++ {
+		for c := 0; c < 3; c++ {
 			ids := []string{"0"}
 			for k := 0; k <= turn; k++ {
 				ids = append(ids, fmt.Sprint(1+c*100+k))
 			}
-			ts := (turn*4 + c) * 40
+			ts := (turn*3 + c) * 40
 			fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [%s]}`+"\n",
 				ts, len(ids)*32-5, 3+(c+turn)%4, strings.Join(ids, ", "))
 		}
