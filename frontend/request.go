@@ -102,8 +102,9 @@ func (a *requestActor) Receive(ctx actor.Context) {
 	}
 }
 
-// maxIdleRequestActors bounds the idle request actors kept for reuse: above the requests a 2-core
-// frontend prepares at once, small next to an actor's footprint (~2 KiB idle).
+// maxIdleRequestActors bounds the idle request actors kept for reuse: well above the requests a frontend
+// prepares at once (the stages are CPU work), so a burst past it only spawns actors that are stopped
+// after their request.
 const maxIdleRequestActors = 256
 
 // requestActors keeps idle request actors for reuse. Spawning one per request (PID, mailbox, process
