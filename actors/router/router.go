@@ -281,7 +281,12 @@ func (r *Router) Workers() []worker.Status { return r.Fleet.Status() }
 
 // HashTokens appends the local block hashes of tokens (full blocks only) to dst.
 func (r *Router) HashTokens(dst []uint64, tokens []uint32, loraName string) []uint64 {
-	return scoring.LocalBlockHashes(dst, tokens, r.cfg.BlockSize, scoring.DeriveSeed(loraName, ""), nil)
+	return r.HashSalted(dst, tokens, loraName, "")
+}
+
+// HashSalted is HashTokens for a request in a cache namespace (the cache_salt its engine hashes with).
+func (r *Router) HashSalted(dst []uint64, tokens []uint32, loraName, namespace string) []uint64 {
+	return scoring.LocalBlockHashes(dst, tokens, r.cfg.BlockSize, scoring.DeriveSeed(loraName, namespace), nil)
 }
 
 // Overlap appends the overlap of every (worker, dp rank) with the given local block hashes to out.

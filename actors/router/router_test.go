@@ -433,3 +433,45 @@ func TestPosTable(t *testing.T) {
 		}
 	}
 }
+
+// TestSaltedChainsOverZMQ: vLLM puts a request's cache_salt in its first block's extra keys; the worker's
+// blocks of that chain, continuations included, are re-keyed in the salt's namespace, so only requests of
+// the same namespace match them, and unsalted chains keep matching unsalted requests.
+func TestSaltedChainsOverZMQ(t *testing.T) {
+	r := newRouter(t, 4)
+	p := startPublisher(t, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", kvevents.LayoutMap, nil)
+	defer p.stop()
+	if err := r.AddWorker(registry.Spec{ID: 5, Events: p.p.Addr(), Replay: p.p.ReplayAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	salted := stored(0, false, []uint64{100}, []uint32{1, 2, 3, 4})
+	salted.Events[0].ExtraKeys = [][]kvevents.ExtraKey{{{Kind: kvevents.ExtraString, Str: "tenant-a"}}}
+	p.publish(t, salted)
+	p.publish(t, stored(100, true, []uint64{101}, []uint32{5, 6, 7, 8})) // continuation: inherits the salt
+	p.publish(t, stored(0, false, []uint64{200}, []uint32{9, 9, 9, 9}))  // unsalted chain
+	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	ns := func(tokens []uint32, namespace string) uint32 {
+		for _, s := range r.Overlap(r.HashSalted(nil, tokens, "", namespace), nil) {
+			if s.Worker.WorkerID == 5 {
+				return s.Blocks
+			}
+		}
+		return 0
+	}
+	waitFor(t, "salted chain", func() bool { return ns(prompt, "tenant-a") == 2 && ns([]uint32{9, 9, 9, 9}, "") == 1 })
+	if got := ns(prompt, ""); got != 0 {
+		t.Fatalf("unsalted request matches %d salted blocks", got)
+	}
+	if got := ns(prompt, "tenant-b"); got != 0 {
+		t.Fatalf("another namespace matches %d blocks", got)
+	}
+	res, err := r.Route(context.Background(), &RouteRequest{ID: "s", Tokens: prompt, CacheNamespace: "tenant-a"})
+	if err != nil || res.OverlapBlocks != 2 {
+		t.Fatalf("route in the namespace: %+v, %v", res, err)
+	}
+	// Removing the salted blocks forgets their salt: a later unsalted chain under the same engine hash
+	// (a new engine incarnation would reuse none, but the map must not grow) is re-keyed unsalted.
+	p.publish(t, &kvevents.Batch{TS: 1, HasDPRank: true, Events: []kvevents.Event{{Kind: kvevents.Removed, BlockHashes: []uint64{100, 101}, Medium: "GPU"}}})
+	p.publish(t, stored(0, false, []uint64{100}, []uint32{1, 2, 3, 4}))
+	waitFor(t, "unsalted after removal", func() bool { return ns(prompt[:4], "") == 1 && ns(prompt, "tenant-a") == 0 })
+}

@@ -41,8 +41,11 @@ type RouteRequest struct {
 	// block_mm_infos hashing); ISL must then be given.
 	Local []uint64
 	ISL   int
-	// LoraName changes the block-hash seed.
-	LoraName string
+	// LoraName and CacheNamespace change the block-hash seed (spec/hashing.md §3). CacheNamespace is the
+	// cache_salt the request's engine hashes its blocks with; the workers' salted blocks are re-keyed with
+	// the salt their events carry, so only requests of the same namespace match them.
+	LoraName       string
+	CacheNamespace string
 	// Priority is nvext.agent_hints.priority / x-dynamo-request-priority (seconds of queue jump);
 	// Strict is x-dynamo-request-strict-priority (absolute tier).
 	Priority float64
@@ -367,7 +370,7 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 	} else {
 		// One pass computes both (the chain step overlaps the block hashes); it is recorded as block
 		// hashing, and the sequence-hashing stage times only the chain over given local hashes.
-		sc.local, sc.seq = scoring.PromptHashes(sc.local[:0], sc.seq[:0], req.Tokens, blockSize, scoring.DeriveSeed(req.LoraName, ""))
+		sc.local, sc.seq = scoring.PromptHashes(sc.local[:0], sc.seq[:0], req.Tokens, blockSize, scoring.DeriveSeed(req.LoraName, req.CacheNamespace))
 		isl = len(req.Tokens)
 		s.metrics.observeStage(stageBlockHashing, s.now().Sub(t0))
 	}

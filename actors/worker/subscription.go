@@ -81,7 +81,10 @@ func (s *subscription) open(system *actor.ActorSystem, mirror *actor.PID) (*kvev
 			msg := conv.convert(seq, b)
 			system.Root.Send(mirror, msg)
 		},
-		OnReset: func() { system.Root.Send(mirror, &engineReset{Rank: s.rank}) },
+		OnReset: func() {
+			conv.salted = nil // the new engine holds nothing; its replay from 0 re-reads every salt
+			system.Root.Send(mirror, &engineReset{Rank: s.rank})
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -107,6 +110,23 @@ type converter struct {
 	lastLora string
 	lastSeed uint64
 	local    []uint64
+	// salted maps the engine hash of every held block of a salted chain (vLLM cache_salt) to the seed its
+	// chain is re-keyed with: the salt appears on a chain's first block only, and a continuation batch
+	// inherits its parent's. Unsalted chains (the usual case) take no entry.
+	salted map[uint64]uint64
+}
+
+// storedSeed is the re-keying seed of a BlockStored event: LoRA name and cache salt, the salt read from
+// the chain's first block or inherited from the parent block.
+func (c *converter) storedSeed(ev *kvevents.Event) (seed uint64, salted bool) {
+	if ev.HasParent {
+		if s, ok := c.salted[ev.ParentHash]; ok {
+			return s, true
+		}
+	} else if salt := ev.CacheSalt(); salt != "" {
+		return scoring.DeriveSeed(ev.LoraName, salt), true
+	}
+	return c.seed(ev.LoraName), false
 }
 
 func (c *converter) seed(lora string) uint64 {
@@ -132,10 +152,19 @@ func (c *converter) convert(seq uint64, b *kvevents.Batch) *eventsArrived {
 		switch ev.Kind {
 		case kvevents.Stored:
 			var partial int
+			seed, salted := c.storedSeed(ev)
 			if c.imageTok != 0 {
-				c.local, partial = kvevents.RekeyImages(ev, c.blockSize, c.seed(ev.LoraName), c.imageTok, c.local[:0])
+				c.local, partial = kvevents.RekeyImages(ev, c.blockSize, seed, c.imageTok, c.local[:0])
 			} else {
-				c.local, partial = kvevents.Rekey(ev, c.blockSize, c.seed(ev.LoraName), c.local[:0])
+				c.local, partial = kvevents.Rekey(ev, c.blockSize, seed, c.local[:0])
+			}
+			if salted {
+				if c.salted == nil {
+					c.salted = make(map[uint64]uint64)
+				}
+				for _, h := range ev.BlockHashes {
+					c.salted[h] = seed
+				}
 			}
 			msg.Partial += partial
 			if len(c.local) == 0 {
@@ -147,8 +176,14 @@ func (c *converter) convert(seq uint64, b *kvevents.Batch) *eventsArrived {
 			}
 			ops = append(ops, indexer.Op{Kind: indexer.OpStore, DPRank: rank, Parent: ev.ParentHash, HasParent: ev.HasParent, Blocks: blocks})
 		case kvevents.Removed:
+			if len(c.salted) > 0 {
+				for _, h := range ev.BlockHashes {
+					delete(c.salted, h)
+				}
+			}
 			ops = append(ops, indexer.Op{Kind: indexer.OpRemove, DPRank: rank, Hashes: append([]uint64(nil), ev.BlockHashes...)})
 		case kvevents.Cleared:
+			c.salted = nil
 			ops = append(ops, indexer.Op{Kind: indexer.OpClear, DPRank: rank})
 		}
 	}

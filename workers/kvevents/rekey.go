@@ -133,3 +133,31 @@ func NormalizeImageRuns(block []uint32, imageTok uint32, mm []uint64) {
 		k++
 	}
 }
+
+// CacheSalt returns the cache salt a BlockStored event's blocks were hashed with, or "". vLLM puts the
+// request's cache_salt in the extra keys of the request's first block only, after the LoRA name and the
+// multimodal entries (spec/vllm-kv-events.md §7.3), so it is visible only on an event without a parent;
+// the blocks of a continuation inherit their parent's salt. Bare strings in that block are the LoRA name
+// (when the event names one, first) and the salt (last). Older vLLM wrote multimodal identifiers as bare
+// strings too: a block with such identifiers and no salt would be misread, which current vLLM (tuples)
+// rules out.
+func (e *Event) CacheSalt() string {
+	if e.Kind != Stored || e.HasParent || len(e.ExtraKeys) == 0 {
+		return ""
+	}
+	keys := e.ExtraKeys[0]
+	first := true
+	salt := ""
+	for _, k := range keys {
+		if k.Kind != ExtraString {
+			continue
+		}
+		if first && e.LoraName != "" && k.Str == e.LoraName {
+			first = false
+			continue
+		}
+		first = false
+		salt = k.Str
+	}
+	return salt
+}

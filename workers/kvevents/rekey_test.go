@@ -116,3 +116,29 @@ func TestRekeyGoldenMM(t *testing.T) {
 		t.Fatalf("got %v partial %d", local, partial)
 	}
 }
+
+// TestCacheSalt reads the salt of vLLM's block-0 extra keys: after the LoRA name and the multimodal
+// tuples, absent on continuations and on unsalted requests.
+func TestCacheSalt(t *testing.T) {
+	s := func(v string) ExtraKey { return ExtraKey{Kind: ExtraString, Str: v} }
+	mm := ExtraKey{Kind: ExtraMM, Str: "img", Int: 3}
+	for _, c := range []struct {
+		name string
+		ev   Event
+		want string
+	}{
+		{"salt only", Event{Kind: Stored, ExtraKeys: [][]ExtraKey{{s("tenant-a")}, nil}}, "tenant-a"},
+		{"lora and salt", Event{Kind: Stored, LoraName: "ad", ExtraKeys: [][]ExtraKey{{s("ad"), mm, s("tenant-a")}}}, "tenant-a"},
+		{"lora only", Event{Kind: Stored, LoraName: "ad", ExtraKeys: [][]ExtraKey{{s("ad"), mm}}}, ""},
+		{"salt equal to the lora name", Event{Kind: Stored, LoraName: "x", ExtraKeys: [][]ExtraKey{{s("x"), s("x")}}}, "x"},
+		{"images only", Event{Kind: Stored, ExtraKeys: [][]ExtraKey{{mm}}}, ""},
+		{"none", Event{Kind: Stored, ExtraKeys: [][]ExtraKey{nil}}, ""},
+		{"no extra keys", Event{Kind: Stored}, ""},
+		{"continuation", Event{Kind: Stored, HasParent: true, ParentHash: 7, ExtraKeys: [][]ExtraKey{{s("tenant-a")}}}, ""},
+		{"removed", Event{Kind: Removed}, ""},
+	} {
+		if got := c.ev.CacheSalt(); got != c.want {
+			t.Errorf("%s: salt %q, want %q", c.name, got, c.want)
+		}
+	}
+}
