@@ -64,16 +64,21 @@ type Status struct {
 	LastSequence   int64  `json:"last_sequence"`
 	Gaps           uint64 `json:"gaps"`
 	Replays        uint64 `json:"replays"`
-	Resets         uint64 `json:"resets"`
-	RejectedStores uint64 `json:"rejected_stores"`
-	MissingRemoves uint64 `json:"missing_removes"`
-	PartialBlocks  uint64 `json:"partial_blocks"`
-	DecodeErrors   uint64 `json:"decode_errors"`
-	Restarts       uint64 `json:"subscriber_restarts"`
-	DPSize         int    `json:"dp_size"`
-	BlockSize      int    `json:"block_size,omitempty"`
-	TotalKVBlocks  int    `json:"total_kv_blocks,omitempty"`
-	Device         string `json:"device,omitempty"`
+	ReplayTimeouts uint64 `json:"replay_timeouts"`
+	// StaleBatches are live batches a replay proved to be an earlier engine's; DiscardedBatches were
+	// queued when the engine's restart was confirmed (the new engine's among them come back by replay).
+	StaleBatches     uint64 `json:"stale_batches"`
+	DiscardedBatches uint64 `json:"discarded_batches"`
+	Resets           uint64 `json:"resets"`
+	RejectedStores   uint64 `json:"rejected_stores"`
+	MissingRemoves   uint64 `json:"missing_removes"`
+	PartialBlocks    uint64 `json:"partial_blocks"`
+	DecodeErrors     uint64 `json:"decode_errors"`
+	Restarts         uint64 `json:"subscriber_restarts"`
+	DPSize           int    `json:"dp_size"`
+	BlockSize        int    `json:"block_size,omitempty"`
+	TotalKVBlocks    int    `json:"total_kv_blocks,omitempty"`
+	Device           string `json:"device,omitempty"`
 	// Healthy is false while health checks fail; Unhealthy says why.
 	Healthy   bool   `json:"healthy"`
 	Unhealthy string `json:"unhealthy_reason,omitempty"`
@@ -113,10 +118,13 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 		st.Degraded = *d
 	}
 	for _, s := range m.subs {
-		g, r, d := s.stats()
-		st.Gaps += g
-		st.Replays += r
-		st.DecodeErrors += d
+		ss := s.stats()
+		st.Gaps += ss.Gaps
+		st.Replays += ss.Replays
+		st.ReplayTimeouts += ss.ReplayTimeouts
+		st.DecodeErrors += ss.DecodeErrors
+		st.StaleBatches += ss.Stale
+		st.DiscardedBatches += ss.Discarded
 	}
 	is := ix.Stats(m.Spec.ID)
 	st.RejectedStores = is.RejectedStores

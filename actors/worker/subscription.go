@@ -54,8 +54,8 @@ func newSubscription(spec registry.Spec, rank int, wcfg Config) (*subscription, 
 	return &subscription{rank: rank, cfg: cfg, wcfg: wcfg, id: spec.ID}, nil
 }
 
-// stats returns gaps, replays and decode errors summed over every subscriber this subscription ran.
-func (s *subscription) stats() (gaps, replays, decodeErrors uint64) {
+// stats returns the counters of every subscriber this subscription ran, summed.
+func (s *subscription) stats() kvevents.Stats {
 	s.mu.Lock()
 	st := s.base
 	cur := s.cur
@@ -63,14 +63,17 @@ func (s *subscription) stats() (gaps, replays, decodeErrors uint64) {
 	if cur != nil {
 		addStats(&st, cur.Stats())
 	}
-	return st.Gaps, st.Replays, st.DecodeErrors
+	return st
 }
 
-// addStats adds the counters a subscription reports (gaps, replays, decode errors) of c to st.
+// addStats adds the counters /v1/workers reports of c to st.
 func addStats(st *kvevents.Stats, c kvevents.Stats) {
 	st.Gaps += c.Gaps
 	st.Replays += c.Replays
+	st.ReplayTimeouts += c.ReplayTimeouts
 	st.DecodeErrors += c.DecodeErrors
+	st.Stale += c.Stale
+	st.Discarded += c.Discarded
 }
 
 // open builds a new subscriber that forwards to mirror, retiring the previous one's counters into base.
