@@ -152,6 +152,17 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint) (*job, error) {
 	if err := a.readHeaders(ctx, j); err != nil {
 		return nil, err
 	}
+	ns, forward := j.common.CacheNamespace(string(ctx.Request.Header.Peek("X-Tenant-ID")))
+	if forward {
+		// nvext.cache_salt or X-Tenant-ID: the worker's engine salts its blocks only with the body's
+		// cache_salt, so it gets one, and its cache and the routing prediction share the namespace.
+		b, err := openai.SetCacheSalt(j.body, ns)
+		if err != nil {
+			return nil, errorf(ErrBadRequest, "%v", err)
+		}
+		j.body = b
+	}
+	j.namespace = ns
 	j.returnRoute = j.common.ReturnRouting()
 	j.id = j.common.RequestID
 	if j.id == "" {

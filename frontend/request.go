@@ -31,14 +31,16 @@ func (e endpoint) path() string {
 // job is everything the request path needs, copied out of fasthttp's RequestCtx (which is recycled when
 // the handler returns).
 type job struct {
-	ep      endpoint
-	id      string
-	body    []byte // the original body (own copy), forwarded to the worker
-	chat    *openai.ChatRequest
-	comp    *openai.CompletionRequest
-	common  *openai.Common
-	stream  bool
-	started time.Time
+	ep     endpoint
+	id     string
+	body   []byte // the original body (own copy), forwarded to the worker
+	chat   *openai.ChatRequest
+	comp   *openai.CompletionRequest
+	common *openai.Common
+	// namespace is the request's cache namespace (cache_salt), folded into its routing hashes.
+	namespace string
+	stream    bool
+	started   time.Time
 	// ctx bounds the request: the queue wait, the upstream call. Cancelled when the client goes away.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -193,10 +195,7 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	}
 	xfer := a.startTransfers(j.ctx, imgs, view) // mm_kwargs handoff, concurrently with routing
 	routing, isl := view.tokens, view.isl
-	// cache_salt is not folded into the routing hashes: vLLM's events carry token ids re-keyed without
-	// it, so salted hashes could never match. A salted request may therefore be predicted more overlap
-	// than its worker will reuse.
-	rr := &router.RouteRequest{ID: j.id, Tokens: tokens, ReturnCosts: j.returnRoute}
+	rr := &router.RouteRequest{ID: j.id, Tokens: tokens, ReturnCosts: j.returnRoute, CacheNamespace: j.namespace}
 	if routing != nil {
 		rr.Tokens, rr.ISL = routing, isl
 	}

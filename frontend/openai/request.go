@@ -483,15 +483,21 @@ func (c *Common) IncludeUsage() bool { return c.StreamOptions != nil && c.Stream
 // ReturnRouting reports whether the response should carry the routing decision.
 func (c *Common) ReturnRouting() bool { return c.NVExt != nil && c.NVExt.ReturnRouting }
 
-// CacheNamespace is the router's hash namespace: nvext.cache_salt, else cache_salt, else "".
-func (c *Common) CacheNamespace() string {
-	if c.NVExt != nil && c.NVExt.CacheSalt != "" {
-		return c.NVExt.CacheSalt
+// CacheNamespace is the request's prefix-cache namespace (spec/hashing.md §3) given its X-Tenant-ID header:
+// the cache_salt the worker's engine hashes its blocks with. That is the body's cache_salt when set, else
+// Dynamo's nvext.cache_salt, else the tenant; forward reports that the worker does not know it yet, so
+// the body sent to the worker must carry it as cache_salt (SetCacheSalt) for its cache and the router's
+// prediction to agree.
+func (c *Common) CacheNamespace(tenant string) (ns string, forward bool) {
+	switch {
+	case c.CacheSalt != nil:
+		return *c.CacheSalt, false
+	case c.NVExt != nil && c.NVExt.CacheSalt != "":
+		return c.NVExt.CacheSalt, true
+	case tenant != "":
+		return tenant, true
 	}
-	if c.CacheSalt != nil {
-		return *c.CacheSalt
-	}
-	return ""
+	return "", false
 }
 
 // PriorityJump is nvext.agent_hints.priority (or the deprecated latency_sensitivity) clamped to ≥ 0, in

@@ -177,8 +177,19 @@ func TestValidChat(t *testing.T) {
 	if r.MaxTokens() != 32 || !r.Stream || !r.IncludeUsage() || !r.ReturnRouting() {
 		t.Fatalf("max %d stream %v usage %v routing %v", r.MaxTokens(), r.Stream, r.IncludeUsage(), r.ReturnRouting())
 	}
-	if r.CacheNamespace() != "tenant" || r.PriorityJump() != 0 || r.Stop.List[0] != "\n" {
-		t.Fatalf("namespace %q priority %v stop %q", r.CacheNamespace(), r.PriorityJump(), r.Stop.List)
+	if ns, fwd := r.CacheNamespace("t"); ns != "vs" || fwd || r.PriorityJump() != 0 || r.Stop.List[0] != "\n" {
+		t.Fatalf("namespace %q (forward %v) priority %v stop %q", ns, fwd, r.PriorityJump(), r.Stop.List)
+	}
+	r.CacheSalt = nil
+	if ns, fwd := r.CacheNamespace("t"); ns != "tenant" || !fwd {
+		t.Fatalf("nvext namespace %q (forward %v)", ns, fwd)
+	}
+	r.NVExt.CacheSalt = ""
+	if ns, fwd := r.CacheNamespace("t"); ns != "t" || !fwd {
+		t.Fatalf("header namespace %q (forward %v)", ns, fwd)
+	}
+	if ns, fwd := r.CacheNamespace(""); ns != "" || fwd {
+		t.Fatalf("no namespace: %q (forward %v)", ns, fwd)
 	}
 	if len(r.Media) != 2 || r.Media[0].URL != "data:image/png;base64,AAAA" || r.Media[0].HasUUID ||
 		r.Media[1].URL != "http://x/y.png" || r.Media[1].UUID != "sku-1" || r.Media[1].Message != 1 || r.Media[1].Part != 2 {
