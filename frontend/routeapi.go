@@ -23,6 +23,7 @@ type routeRequest struct {
 	WorkerID    *uint64           `json:"worker_id"`
 	DPRank      *uint32           `json:"dp_rank"`
 	LoraName    string            `json:"lora_name"`
+	CacheSalt   string            `json:"cache_salt"` // the cache namespace the worker hashes with
 	Override    *scoring.Override `json:"router_config_override"`
 }
 
@@ -106,7 +107,7 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	rr := &router.RouteRequest{ID: req.RequestID, Tokens: req.Tokens, Local: req.BlockHashes, ISL: req.ISL,
-		Strict: req.Strict, LoraName: req.LoraName, Override: req.Override, ReturnCosts: true}
+		Strict: req.Strict, LoraName: req.LoraName, CacheNamespace: req.CacheSalt, Override: req.Override, ReturnCosts: true}
 	if req.Priority != nil {
 		rr.Priority = *req.Priority
 	}

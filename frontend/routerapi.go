@@ -23,11 +23,12 @@ type RouterAPI struct {
 }
 
 // overlapRequest is the body of POST /v1/overlap_scores: tokens (hashed with the router's block size and
-// the optional LoRA name) or local block hashes.
+// the optional LoRA name and cache namespace) or local block hashes.
 type overlapRequest struct {
 	Tokens      []uint32 `json:"tokens"`
 	BlockHashes []uint64 `json:"block_hashes"`
 	LoraName    string   `json:"lora_name"`
+	CacheSalt   string   `json:"cache_salt"`
 }
 
 type overlapScore struct {
@@ -110,7 +111,7 @@ func (a *RouterAPI) overlap(ctx *fasthttp.RequestCtx) {
 	}
 	local := req.BlockHashes
 	if req.Tokens != nil {
-		local = a.R.HashTokens(nil, req.Tokens, req.LoraName)
+		local = a.R.HashSalted(nil, req.Tokens, req.LoraName, req.CacheSalt)
 	}
 	scores := a.R.Overlap(local, nil)
 	writeJSON(ctx, overlapResponse{Scores: toOverlapScores(scores), Blocks: len(local)})

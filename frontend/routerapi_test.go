@@ -109,6 +109,10 @@ func TestRouterAPIEndToEnd(t *testing.T) {
 	if code != 200 || len(body["scores"].([]any)) != 1 {
 		t.Fatalf("hash query: %d %v", code, body)
 	}
+	// A query in a cache namespace hashes in it: the unsalted chain is not its prefix.
+	if code, body := call(t, "POST", base+"/v1/overlap_scores", `{"tokens":[1,2,3,4,5,6,7,8],"cache_salt":"t"}`); code != 200 || len(body["scores"].([]any)) != 0 {
+		t.Fatalf("salted query: %d %v", code, body)
+	}
 	code, body = call(t, "GET", base+"/v1/workers", "")
 	ws := body["workers"].([]any)
 	if code != 200 || len(ws) != 1 || ws[0].(map[string]any)["indexed_blocks"] != float64(2) {
