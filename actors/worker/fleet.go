@@ -38,6 +38,9 @@ type Config struct {
 	BackoffWindow  time.Duration
 	// ReplayTimeout bounds one replay exchange with a worker. Default 2s.
 	ReplayTimeout time.Duration
+	// IdentityCheck is how often each directly connected worker's event publisher is re-verified while
+	// connected (kvevents.Config.IdentityCheck). Default 30s; negative disables.
+	IdentityCheck time.Duration
 	// BindEndpoint, when set, makes the fleet bind one SUB socket there (--kv-events-bind, e.g.
 	// tcp://*:5557) to which workers' publishers connect; each batch is attributed to the worker whose
 	// Spec.Topic equals the message topic (workers registered without an events endpoint).
@@ -48,7 +51,8 @@ type Config struct {
 
 // DefaultConfig returns the defaults for a block size.
 func DefaultConfig(blockSize int) Config {
-	return Config{BlockSize: blockSize, InitialBackoff: 100 * time.Millisecond, BackoffWindow: 30 * time.Second, ReplayTimeout: 2 * time.Second}
+	return Config{BlockSize: blockSize, InitialBackoff: 100 * time.Millisecond, BackoffWindow: 30 * time.Second, ReplayTimeout: 2 * time.Second,
+		IdentityCheck: 30 * time.Second}
 }
 
 // Validate checks the configuration.

@@ -48,6 +48,9 @@ func newSubscription(spec registry.Spec, rank int, wcfg Config) (*subscription, 
 	if wcfg.ReplayTimeout > 0 {
 		cfg.ReplayTimeout = wcfg.ReplayTimeout
 	}
+	if wcfg.IdentityCheck != 0 {
+		cfg.IdentityCheck = wcfg.IdentityCheck
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("worker %d rank %d: %w", spec.ID, rank, err)
 	}

@@ -38,6 +38,7 @@ type frontendFlags struct {
 	modelPath *string
 	modelName *string
 	bind      *string
+	identity  *time.Duration
 	workers   workerFlags
 	maxBody   *int
 	timeout   *time.Duration
@@ -69,6 +70,7 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.modelPath = fs.String("model-path", envModel, "HF-layout model directory or HF cache model name (tokenizer, chat template)")
 	f.modelName = fs.String("model-name", "", "served model name (default: the model directory's name)")
 	f.bind = fs.String("kv-events-bind", "", "bind one SUB socket here for publishers that connect to the router")
+	f.identity = identityCheckFlag(fs)
 	fs.Var(&f.workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
 	f.maxBody = fs.Int("max-body-bytes", 32<<20, "largest request body accepted (413 above)")
 	f.timeout = fs.Duration("request-timeout", 10*time.Minute, "bound on one request, queue wait included")
@@ -122,6 +124,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	rcfg.Scoring = cfg
 	rcfg.Registerer = reg
 	rcfg.Worker.BindEndpoint = *f.bind
+	rcfg.Worker.IdentityCheck = *f.identity
 	if m.Config.ImageTokenID > 0 {
 		rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
 	}

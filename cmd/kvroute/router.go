@@ -70,6 +70,7 @@ func runRouter(args []string) int {
 	port := fs.Int("http-port", 8000, "HTTP port")
 	host := fs.String("host", "0.0.0.0", "HTTP listen address")
 	bind := fs.String("kv-events-bind", "", "bind one SUB socket here (e.g. tcp://*:5557) for publishers that connect to the router; workers are matched by topic")
+	identity := identityCheckFlag(fs)
 	var sf serverFlags
 	sf.register(fs)
 	var workers workerFlags
@@ -89,6 +90,7 @@ func runRouter(args []string) int {
 	rcfg.Scoring = cfg
 	rcfg.Registerer = prometheus.DefaultRegisterer
 	rcfg.Worker.BindEndpoint = *bind
+	rcfg.Worker.IdentityCheck = *identity
 	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
 	r, err := router.New(system, rcfg)
 	if err != nil {

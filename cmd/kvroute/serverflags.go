@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,4 +35,10 @@ func (s *serverFlags) config(maxBody int, reg *prometheus.Registry) frontend.Ser
 		cfg.Gatherer = reg
 	}
 	return cfg
+}
+
+// identityCheckFlag registers --kv-events-identity-check, shared by frontend, serve and router.
+func identityCheckFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("kv-events-identity-check", 30*time.Second,
+		"how often each worker's event publisher is re-verified while connected (catches an engine restart a relay hid); negative disables")
 }

@@ -54,6 +54,8 @@ type rigOpts struct {
 	ringSteps int
 	// hideDisconnects makes the proxies hide a worker's disconnect from the router (a relay in between).
 	hideDisconnects bool
+	// identityCheck, when set, is the router's timed publisher identity check (default 30s).
+	identityCheck time.Duration
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -67,6 +69,9 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	rg := &rig{t: t, engine: eng, ring: o.ringSteps, hide: o.hideDisconnects}
 	rcfg := router.DefaultConfig(16)
 	rcfg.TickInterval = -1
+	if o.identityCheck != 0 {
+		rcfg.Worker.IdentityCheck = o.identityCheck
+	}
 	system := actors.NewSystem(nil)
 	r, err := router.New(system, rcfg)
 	if err != nil {

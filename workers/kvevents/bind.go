@@ -173,7 +173,7 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 			return
 		}
 		st.handle(ctx, seq, payload)
-	}, nil, nil)
+	}, loopHooks{}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
 }
 
 // stream returns the state of a registered topic, creating it on first sight, or nil for an unknown

@@ -37,6 +37,12 @@ type Config struct {
 	// RcvHWM is the SUB socket's receive high-water mark in messages; past it ZMQ drops (seen as gaps).
 	// Default 100_000, vLLM's publisher default.
 	RcvHWM int
+	// IdentityCheck is how often the publisher's identity is verified while the connection stays up: the
+	// reconnect catch-up (replay from the last batch, compared by digest) run on a timer. A restart the
+	// connection does not show — a relay in between that stays connected, and a new engine whose first
+	// batch to arrive happens to carry last+1 — is otherwise invisible to sequence numbers. Each check is
+	// one replay exchange (counted in Replays). Default 30s; negative disables.
+	IdentityCheck time.Duration
 }
 
 // DefaultConfig returns a Config with every default set and no endpoint.
@@ -47,6 +53,7 @@ func DefaultConfig() Config {
 		PollInterval:  100 * time.Millisecond,
 		ReplayTimeout: 2 * time.Second,
 		RcvHWM:        100_000,
+		IdentityCheck: 30 * time.Second,
 	}
 }
 
@@ -67,6 +74,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RcvHWM <= 0 {
 		c.RcvHWM = d.RcvHWM
+	}
+	if c.IdentityCheck == 0 {
+		c.IdentityCheck = d.IdentityCheck
 	}
 	return c
 }
@@ -169,9 +179,28 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	}
 	s.st.discard = func() uint64 { return discardQueued(sub, s.cfg.RcvHWM) }
 	defer func() { s.st.discard = nil }()
+	loop := loopHooks{mon: mon, onConnect: func() { s.st.catchUp(ctx) }}
+	if s.cfg.IdentityCheck > 0 && s.st.replayEndpoint != "" {
+		loop.every, loop.tick = s.cfg.IdentityCheck, func() {
+			if s.st.tr.have {
+				s.st.catchUp(ctx)
+			}
+		}
+	}
 	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(_ []byte, seq uint64, payload []byte) {
 		s.st.handle(ctx, seq, payload)
-	}, mon, func() { s.st.catchUp(ctx) })
+	}, loop)
+}
+
+// loopHooks are readLoop's optional callbacks.
+type loopHooks struct {
+	// mon, when not nil, is a socket-monitor PAIR socket: each event read from it calls onConnect before
+	// any further message is read, so a catch-up replay precedes the live messages of the new connection.
+	mon       *zmq.Socket
+	onConnect func()
+	// tick, when every > 0, runs between reads once every interval.
+	every time.Duration
+	tick  func()
 }
 
 // monitorSeq numbers the inproc monitor endpoints of this process.
@@ -204,20 +233,24 @@ const maxDrain = 1024
 
 // readLoop reads 3-frame messages from sub until ctx is done or the socket fails, handing each well-formed
 // one to fn. healthy reports whether any message arrived.
-//
-// mon, when not nil, is a socket-monitor PAIR socket: each event read from it calls onConnect before any
-// further message is read, so a catch-up replay precedes the live messages of the new connection.
+// The hooks (loopHooks) add the connect monitor and a periodic tick.
 func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Counters,
-	fn func(topic []byte, seq uint64, payload []byte), mon *zmq.Socket, onConnect func()) (healthy bool, err error) {
+	fn func(topic []byte, seq uint64, payload []byte), h loopHooks) (healthy bool, err error) {
+	mon, onConnect := h.mon, h.onConnect
 	poller := zmq.NewPoller()
 	poller.Add(sub, zmq.POLLIN)
 	if mon != nil {
 		poller.Add(mon, zmq.POLLIN)
 	}
+	lastTick := time.Now()
 	for ctx.Err() == nil {
 		polled, err := poller.Poll(poll)
 		if err != nil {
 			return healthy, err
+		}
+		if h.every > 0 && time.Since(lastTick) >= h.every {
+			h.tick()
+			lastTick = time.Now()
 		}
 		if len(polled) == 0 {
 			continue
