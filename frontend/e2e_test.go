@@ -164,9 +164,18 @@ type reply struct {
 	raw     string
 }
 
-func (s *stack) post(t *testing.T, path, body string) reply {
+// post sends a JSON body; hdr are extra header name, value pairs.
+func (s *stack) post(t *testing.T, path, body string, hdr ...string) reply {
 	t.Helper()
-	resp, err := http.Post(s.base+path, "application/json", strings.NewReader(body))
+	req, err := http.NewRequest("POST", s.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,7 @@ package frontend
 
 import (
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
-
-	json "github.com/goccy/go-json"
 )
 
 // TestE2ECacheSaltNamespaces: a salted prompt's blocks match only requests in the same cache namespace,
@@ -19,22 +14,11 @@ func TestE2ECacheSaltNamespaces(t *testing.T) {
 	prompt := longText("salted", 200)
 	send := func(extra, tenant string) reply {
 		t.Helper()
-		req, err := http.NewRequest("POST", s.base+"/v1/chat/completions", strings.NewReader(chatBody(s.name, prompt, extra)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
+		var hdr []string
 		if tenant != "" {
-			req.Header.Set("X-Tenant-ID", tenant)
+			hdr = []string{"X-Tenant-ID", tenant}
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		r := reply{status: resp.StatusCode, worker: resp.Header.Get("x-kvroute-worker-id"), overlap: resp.Header.Get("x-kvroute-overlap-blocks"), raw: string(raw)}
-		_ = json.Unmarshal(raw, &r.body)
+		r := s.post(t, "/v1/chat/completions", chatBody(s.name, prompt, extra), hdr...)
 		if r.status != 200 {
 			t.Fatalf("status %d: %s", r.status, r.raw)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
@@ -117,15 +118,12 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 	if d := m.degraded.Load(); d != nil {
 		st.Degraded = *d
 	}
+	var ss kvevents.Stats
 	for _, s := range m.subs {
-		ss := s.stats()
-		st.Gaps += ss.Gaps
-		st.Replays += ss.Replays
-		st.ReplayTimeouts += ss.ReplayTimeouts
-		st.DecodeErrors += ss.DecodeErrors
-		st.StaleBatches += ss.Stale
-		st.DiscardedBatches += ss.Discarded
+		addStats(&ss, s.stats())
 	}
+	st.Gaps, st.Replays, st.ReplayTimeouts, st.DecodeErrors = ss.Gaps, ss.Replays, ss.ReplayTimeouts, ss.DecodeErrors
+	st.StaleBatches, st.DiscardedBatches = ss.Stale, ss.Discarded
 	is := ix.Stats(m.Spec.ID)
 	st.RejectedStores = is.RejectedStores
 	st.MissingRemoves = is.MissingRemoves
