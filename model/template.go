@@ -191,6 +191,13 @@ func continueCut(rendered string, msgs []Message) (int, error) {
 	if !found {
 		return 0, fmt.Errorf("%w: continue_final_message: the final message has no text to continue", ErrTemplate)
 	}
+	return ContinueCut(rendered, final)
+}
+
+// ContinueCut returns where a prompt rendered without a generation prompt ends for continue_final_message,
+// given the final message's text (its last text part for list content): after the last occurrence of the
+// text, as Hugging Face's apply_chat_template cuts it.
+func ContinueCut(rendered, final string) (int, error) {
 	stripped := pyStrip(final, true, true, nil)
 	at := strings.LastIndex(rendered, stripped)
 	if at < 0 {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/model"
 )
 
 // openAIRequest is the union of the completion and chat request fields the mocker reads.
@@ -25,12 +27,14 @@ type openAIRequest struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	CacheSalt           string   `json:"cache_salt"`
-	RequestID           string   `json:"request_id"`
-	DataParallelRank    *int     `json:"data_parallel_rank"`
-	AddGenerationPrompt *bool    `json:"add_generation_prompt"`
-	ReturnTokenStrs     bool     `json:"return_token_strs"`
-	Tokens              []uint32 `json:"tokens"`
+	CacheSalt           string `json:"cache_salt"`
+	RequestID           string `json:"request_id"`
+	DataParallelRank    *int   `json:"data_parallel_rank"`
+	AddGenerationPrompt *bool  `json:"add_generation_prompt"`
+	// ContinueFinalMessage renders the last message open-ended (vLLM's continue_final_message).
+	ContinueFinalMessage bool     `json:"continue_final_message"`
+	ReturnTokenStrs      bool     `json:"return_token_strs"`
+	Tokens               []uint32 `json:"tokens"`
 }
 
 type rawMessage struct {
@@ -200,10 +204,18 @@ func parseMessages(raw []rawMessage) ([]ChatMessage, error) {
 
 // chatPrompt renders and tokenizes messages and expands each image's single placeholder to its token
 // count, recording the images' placeholder ranges for the block extra keys.
-func (w *Worker) chatPrompt(msgs []ChatMessage, addGen bool) ([]uint32, []MMItem, error) {
+func (w *Worker) chatPrompt(msgs []ChatMessage, addGen, cont bool) ([]uint32, []MMItem, error) {
+	if cont && addGen {
+		return nil, nil, fmt.Errorf("%w: continue_final_message cannot be combined with add_generation_prompt", ErrBadRequest)
+	}
 	text, err := w.model.RenderChat(msgs, addGen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: chat template: %v", ErrBadRequest, err)
+	}
+	if cont {
+		if text, err = continueFinal(text, msgs); err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
 	}
 	ids := w.model.Tok.Encode(text)
 	var images []ChatPart
@@ -258,8 +270,8 @@ func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (prepared, error) 
 		if err != nil {
 			return prepared{}, err
 		}
-		addGen := body.AddGenerationPrompt == nil || *body.AddGenerationPrompt
-		p.req.Prompt, p.req.MM, err = w.chatPrompt(msgs, addGen)
+		addGen := addGenerationPrompt(&body)
+		p.req.Prompt, p.req.MM, err = w.chatPrompt(msgs, addGen, body.ContinueFinalMessage)
 		if err != nil {
 			return prepared{}, err
 		}
@@ -440,8 +452,7 @@ func (w *Worker) serveTokenize(ctx *fasthttp.RequestCtx) {
 	if len(body.Messages) > 0 {
 		var msgs []ChatMessage
 		if msgs, err = parseMessages(body.Messages); err == nil {
-			addGen := body.AddGenerationPrompt == nil || *body.AddGenerationPrompt
-			ids, _, err = w.chatPrompt(msgs, addGen)
+			ids, _, err = w.chatPrompt(msgs, addGenerationPrompt(&body), body.ContinueFinalMessage)
 		}
 	} else {
 		ids, err = w.parsePrompt(body.Prompt)
@@ -540,3 +551,30 @@ func parseTokenIDs(raw []byte) ([]uint32, bool) {
 }
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
+
+// addGenerationPrompt is vLLM's default: on, unless the request continues its final message.
+func addGenerationPrompt(body *openAIRequest) bool {
+	if body.AddGenerationPrompt != nil {
+		return *body.AddGenerationPrompt
+	}
+	return !body.ContinueFinalMessage
+}
+
+// continueFinal cuts a prompt rendered without a generation prompt after the final message's text, as
+// vLLM (transformers' apply_chat_template) does for continue_final_message.
+func continueFinal(text string, msgs []ChatMessage) (string, error) {
+	if len(msgs) == 0 {
+		return "", fmt.Errorf("continue_final_message needs a final message")
+	}
+	parts := msgs[len(msgs)-1].Parts
+	for i := len(parts) - 1; i >= 0; i-- {
+		if !parts[i].Image {
+			n, err := model.ContinueCut(text, parts[i].Text)
+			if err != nil {
+				return "", err
+			}
+			return text[:n], nil
+		}
+	}
+	return "", fmt.Errorf("continue_final_message: the final message has no text to continue")
+}
