@@ -74,13 +74,9 @@ func (r *Router) ApplyRemote(routerID string, ev LoadEvent) error {
 			return fmt.Errorf("%w: %d rank %d", worker.ErrUnknown, ev.Worker.WorkerID, ev.Worker.DPRank)
 		}
 		t := ts.list[i]
-		s.actMu.Lock()
-		if _, dup := s.active[id]; dup {
-			s.actMu.Unlock()
+		if !s.active.add(id, t) {
 			return fmt.Errorf("%w: %q", ErrDuplicateRequest, id)
 		}
-		s.active[id] = t
-		s.actMu.Unlock()
 		reuse := ev.AssumeKVReuse
 		t.mu.Lock()
 		err := t.t.AddRequest(load.Request{ID: id, SeqHashes: ev.SeqHashes, ISL: ev.ISL, OverlapBlocks: ev.OverlapBlocks,
@@ -90,18 +86,16 @@ func (r *Router) ApplyRemote(routerID string, ev LoadEvent) error {
 		}
 		t.mu.Unlock()
 		if err != nil {
-			s.actMu.Lock()
-			delete(s.active, id)
-			s.actMu.Unlock()
+			s.active.remove(id)
 		}
 		return err
 	case LoadPrefillDone, LoadFree:
-		s.actMu.Lock()
-		t := s.active[id]
+		var t *target
 		if ev.Kind == LoadFree {
-			delete(s.active, id)
+			t = s.active.remove(id)
+		} else {
+			t = s.active.get(id)
 		}
-		s.actMu.Unlock()
 		if t == nil {
 			return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
 		}

@@ -239,9 +239,7 @@ func (r *Router) SetDegraded(id uint64, reason string) { r.Fleet.SetDegraded(id,
 
 // ActiveRequests is the number of routed requests not yet freed.
 func (r *Router) ActiveRequests() int {
-	r.sched.actMu.Lock()
-	defer r.sched.actMu.Unlock()
-	return len(r.sched.active)
+	return r.sched.active.len()
 }
 
 // RecordOutput reports a request's generated tokens so far (for output-block tracking).

@@ -216,11 +216,11 @@ type scheduler struct {
 	rr        atomic.Uint64
 	hot       hotLines
 
-	actMu  sync.Mutex
-	active map[string]*target
+	active *activeMap
 
-	qMu   sync.Mutex
-	queue *queue.Queue[*waiter]
+	qMu    sync.Mutex
+	queue  *queue.Queue[*waiter]
+	queued atomic.Int64 // queue.Len(), readable without qMu
 
 	apMu   sync.Mutex
 	approx *scoring.Approx
@@ -264,7 +264,7 @@ func newScheduler(cfg scoring.Config, index *indexer.Indexer, now func() time.Ti
 	if err != nil {
 		return nil, err
 	}
-	s := &scheduler{index: index, now: now, active: map[string]*target{}, queue: q, unhealthy: &atomic.Int32{},
+	s := &scheduler{index: index, now: now, active: newActiveMap(), queue: q, unhealthy: &atomic.Int32{},
 		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), metrics: m}
 	if seed != nil {
 		s.rng = &lockedRNG{r: rand.New(rand.NewPCG(*seed, *seed^0x9e3779b97f4a7c15))}
@@ -322,13 +322,7 @@ func (s *scheduler) removeWorker(id uint64) {
 		}
 	}
 	s.targets.Store(newTargets(list, s.unhealthy))
-	s.actMu.Lock()
-	for rid, t := range s.active {
-		if t.key.WorkerID == id {
-			delete(s.active, rid)
-		}
-	}
-	s.actMu.Unlock()
+	s.active.removeWorker(id)
 	s.drain()
 }
 
@@ -350,10 +344,7 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 	if req.ID == "" {
 		return RouteResult{}, fmt.Errorf("%w: missing request id", ErrBadRequest)
 	}
-	s.actMu.Lock()
-	_, dup := s.active[req.ID]
-	s.actMu.Unlock()
-	if dup {
+	if s.active.has(req.ID) {
 		return RouteResult{}, fmt.Errorf("%w: %q", ErrDuplicateRequest, req.ID)
 	}
 	sc := scratchPool.Get().(*routeScratch)
@@ -418,6 +409,7 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 				BestCachedTokens: scoring.BestCachedTokens(&sreq, sc.cands, cfg)}
 			s.qMu.Lock()
 			s.queue.Push(key, w)
+			s.queued.Store(int64(s.queue.Len()))
 			s.metrics.setPending(s.queue.Len())
 			s.qMu.Unlock()
 			s.drain() // capacity may have freed between the check and the push
@@ -576,13 +568,9 @@ func (ts *targets) fill(c *scoring.Candidate, i int, ov uint32, seq []uint64, re
 
 // charge records the decision: AddRequest on the chosen worker's tracker and the id → worker map.
 func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl int, d scoring.Decision, reuse bool) error {
-	s.actMu.Lock()
-	if _, dup := s.active[req.ID]; dup {
-		s.actMu.Unlock()
+	if !s.active.add(req.ID, t) {
 		return fmt.Errorf("%w: %q", ErrDuplicateRequest, req.ID)
 	}
-	s.active[req.ID] = t
-	s.actMu.Unlock()
 
 	var trackPf *bool
 	if req.Override != nil {
@@ -596,9 +584,7 @@ func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl i
 	}
 	t.mu.Unlock()
 	if err != nil {
-		s.actMu.Lock()
-		delete(s.active, req.ID)
-		s.actMu.Unlock()
+		s.active.remove(req.ID)
 		return err
 	}
 	s.observeCharge(t, req, sc.seq, isl, d.Overlap, reuse) // replica sync (replica.go)
@@ -607,9 +593,7 @@ func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl i
 
 // prefillDone marks the first token of a request: its prefill charge leaves the worker's load.
 func (s *scheduler) prefillDone(id string) error {
-	s.actMu.Lock()
-	t := s.active[id]
-	s.actMu.Unlock()
+	t := s.active.get(id)
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
 	}
@@ -627,10 +611,7 @@ func (s *scheduler) prefillDone(id string) error {
 
 // free ends a request (completion, error, cancel).
 func (s *scheduler) free(id string) error {
-	s.actMu.Lock()
-	t := s.active[id]
-	delete(s.active, id)
-	s.actMu.Unlock()
+	t := s.active.remove(id)
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownRequest, id)
 	}
@@ -645,9 +626,7 @@ func (s *scheduler) free(id string) error {
 
 // recordOutput reports a request's generated tokens so far (output-block tracking).
 func (s *scheduler) recordOutput(id string, tokens int) {
-	s.actMu.Lock()
-	t := s.active[id]
-	s.actMu.Unlock()
+	t := s.active.get(id)
 	if t == nil || !s.config().TrackOutputBlocks {
 		return
 	}
@@ -660,8 +639,14 @@ func (s *scheduler) recordOutput(id string, tokens int) {
 
 // drain pops queued requests while some eligible worker is under the queue threshold.
 func (s *scheduler) drain() {
+	if s.queued.Load() == 0 {
+		// Nothing waits (the common case, and always without a queue threshold). A request queued after
+		// this check drains once itself after its push, so it cannot be missed.
+		return
+	}
 	s.qMu.Lock()
 	defer s.qMu.Unlock()
+	defer func() { s.queued.Store(int64(s.queue.Len())) }()
 	for s.queue.Len() > 0 {
 		cfg := s.config()
 		if cfg.QueueThreshold.Set && s.allBusy(cfg) {
@@ -707,6 +692,7 @@ func (s *scheduler) cancelWaiter(w *waiter) {
 	for i, v := range keep {
 		s.queue.Push(keys[i], v)
 	}
+	s.queued.Store(int64(s.queue.Len()))
 	s.metrics.setPending(s.queue.Len())
 	s.qMu.Unlock()
 	if !found {
@@ -763,11 +749,9 @@ func (s *scheduler) expireStale() {
 		if len(ids) == 0 {
 			continue
 		}
-		s.actMu.Lock()
 		for _, id := range ids {
-			delete(s.active, id)
+			s.active.remove(id)
 		}
-		s.actMu.Unlock()
 	}
 	s.drain()
 }
