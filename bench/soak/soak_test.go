@@ -222,7 +222,10 @@ func TestSoak(t *testing.T) {
 		case <-tick.C:
 			takeSample()
 			if n := done.Load(); len(samples)%2 == 1 {
-				t.Logf("t=%3.0fs %6d req/s", time.Since(start).Seconds(), n-last)
+				smu.Lock()
+				cur := samples[len(samples)-1]
+				smu.Unlock()
+				t.Logf("t=%3.0fs %6d req/s  %4d goroutines  %6.1f MiB", time.Since(start).Seconds(), n-last, cur.goroutines, float64(cur.rss)/(1<<20))
 				last = n
 			}
 		}

@@ -172,12 +172,17 @@ func (e *Endpoint) acquire(ctx context.Context, fresh bool) (*conn, error) {
 func (e *Endpoint) release(c *conn, keep bool) {
 	e.stats.active.Add(-1)
 	if keep {
-		c.lastUsed = time.Now()
+		now := time.Now()
+		c.lastUsed = now
 		c.reused = false
 		e.mu.Lock()
 		if !e.closed && len(e.idle) < e.cfg.MaxIdleConns {
 			e.idle = append(e.idle, c)
+			stale := e.reapLocked(now)
 			e.mu.Unlock()
+			for _, s := range stale {
+				s.nc.Close()
+			}
 			<-e.sem
 			return
 		}
@@ -185,6 +190,24 @@ func (e *Endpoint) release(c *conn, keep bool) {
 	}
 	c.nc.Close()
 	<-e.sem
+}
+
+// reapLocked takes the idle connections unused for IdleConnTimeout out of the pool and returns them for
+// the caller to close outside the lock. The pool is LIFO, so they are at its bottom; under steady load the
+// top is always reused and, without this, connections opened for a past peak would stay open for good.
+func (e *Endpoint) reapLocked(now time.Time) []*conn {
+	n := 0
+	for n < len(e.idle) && now.Sub(e.idle[n].lastUsed) >= e.cfg.IdleConnTimeout {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	stale := append([]*conn(nil), e.idle[:n]...)
+	rest := copy(e.idle, e.idle[n:])
+	clear(e.idle[rest:])
+	e.idle = e.idle[:rest]
+	return stale
 }
 
 // Header is one extra request header (X-Request-Id, X-data-parallel-rank, ...).

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -318,4 +320,59 @@ func TestLastEventWithoutBlankLine(t *testing.T) {
 	if _, err := s.Next(); err != io.EOF {
 		t.Fatalf("end: %v", err)
 	}
+}
+
+// TestIdleConnectionsReaped: connections opened for a burst are closed once idle for IdleConnTimeout even
+// while the endpoint stays busy (its LIFO pool keeps reusing the top connection and would otherwise never
+// reach them); the server sees them go.
+func TestIdleConnectionsReaped(t *testing.T) {
+	var open atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		w.Write([]byte("{}"))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	e := newEndpoint(t, srv.URL, Config{IdleConnTimeout: 150 * time.Millisecond})
+	var wg sync.WaitGroup
+	for range 8 { // a burst: eight connections at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var resp Response
+			if err := e.Do(context.Background(), &Request{Path: "/slow", Body: body}, &resp); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	waitFor(t, "the burst in flight", func() bool { return e.Stats().Active == 8 })
+	close(release)
+	wg.Wait()
+	if st := e.Stats(); st.Idle != 8 {
+		t.Fatalf("after the burst: %+v", st)
+	}
+	// Steady sequential load for a while: one connection serves it, the other seven expire.
+	deadline := time.Now().Add(600 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		var resp Response
+		if err := e.Do(context.Background(), &Request{Path: "/fast", Body: body}, &resp); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := e.Stats(); st.Idle > 1 {
+		t.Fatalf("stale connections kept in the pool: %+v", st)
+	}
+	waitFor(t, "the server to see the stale connections closed", func() bool { return open.Load() <= 1 })
 }
