@@ -30,6 +30,10 @@ func NewArgmin(req *Request, cfg *Config, rng RNG) (Argmin, bool) {
 		isl: req.ISL, best: -1}, true
 }
 
+// ReadsCapacity reports whether Offer reads the candidates' Capacity (busy thresholds are set); Offer
+// never reads Worker, Device or InFlight.
+func (a *Argmin) ReadsCapacity() bool { return a.f.anyBusy }
+
 // Offer considers candidate i (its position among the offered candidates, counted from 0).
 func (a *Argmin) Offer(i int, c *Candidate) {
 	a.n++

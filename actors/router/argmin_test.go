@@ -18,6 +18,11 @@ import (
 // scoring.Select by a Selector that is Select itself. Every decision must agree, through active load,
 // frees, unhealthy workers and excluded workers.
 func TestOnePassMatchesSelect(t *testing.T) {
+	t.Run("no thresholds", func(t *testing.T) { onePassMatchesSelect(t, false) })
+	t.Run("busy thresholds", func(t *testing.T) { onePassMatchesSelect(t, true) })
+}
+
+func onePassMatchesSelect(t *testing.T, busy bool) {
 	system := actors.NewSystem(nil)
 	defer system.Shutdown()
 	seed := uint64(42)
@@ -25,6 +30,10 @@ func TestOnePassMatchesSelect(t *testing.T) {
 	cfg.TickInterval = -1
 	cfg.Seed = &seed
 	cfg.Scoring.OverlapScoreCredit = 2
+	if busy {
+		cfg.Scoring.ActiveDecodeBlocksThreshold = scoring.Some(0.6)
+		cfg.Scoring.ActivePrefillTokensThreshold = scoring.Some(20)
+	}
 	build := func(general bool) *Router {
 		c := cfg
 		if general {
@@ -83,6 +92,11 @@ func TestOnePassMatchesSelect(t *testing.T) {
 			w, healthy := uint64(rng.IntN(12)), rng.IntN(2) == 0
 			for _, r := range []*Router{fast, slow} {
 				_ = r.SetHealthy(w, healthy, "test")
+			}
+		case k == 3:
+			w, used := uint64(rng.IntN(12)), uint64(rng.IntN(20))
+			for _, r := range []*Router{fast, slow} {
+				r.SetKVUsage(scoring.WorkerKey{WorkerID: w}, used)
 			}
 		}
 		req := RouteRequest{ID: "r" + strconv.Itoa(i), Tokens: prompt()}

@@ -473,12 +473,18 @@ func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl 
 func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
 	ov := sc.overlaps(ts)
 	filter := len(exclude) > 0 || ts.unhealthy.Load() > 0
+	// Offer reads the load, and the capacity only for busy thresholds: the rest of the candidate (key,
+	// device) stays unset, and the capacity too when no threshold is set.
+	capacity := am.ReadsCapacity()
 	var c scoring.Candidate
 	for i := range ts.list {
 		if filter && (slices.Contains(exclude, ts.tmpl[i].worker.WorkerID) || ts.hot[i].unhealthy.Load()) {
 			continue
 		}
-		ts.fill(&c, i, ov[i], sc.seq, reuse)
+		ts.fillLoad(&c, i, ov[i], sc.seq, reuse)
+		if capacity {
+			ts.fillCapacity(&c, i)
+		}
 		am.Offer(i, &c)
 	}
 	d, err := am.Decision()
@@ -535,17 +541,17 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 // fill writes target i's candidate: its static part, published load plus the request's additional
 // blocks (seq: its sequence hashes), capacity, device overlap ov.
 func (ts *targets) fill(c *scoring.Candidate, i int, ov uint32, seq []uint64, reuse bool) {
-	h, tm := ts.hot[i], &ts.tmpl[i]
-	capa := scoring.Capacity{TotalKVBlocks: tm.totalKV, MaxNumBatchedTokens: tm.maxBatched}
-	if h.kvKnown.Load() {
-		capa.KVUsedBlocks, capa.KVUsedKnown = h.kvUsed.Load(), true
-	}
-	if capa.TotalKVBlocks == 0 {
-		capa.TotalKVBlocks = uint64(h.learnedKV.Load())
-	}
-	if capa.MaxNumBatchedTokens == 0 {
-		capa.MaxNumBatchedTokens = uint64(h.learnedBatched.Load())
-	}
+	tm := &ts.tmpl[i]
+	c.Worker, c.Device = tm.worker, tm.device
+	c.Overlap.Host, c.Overlap.Disk, c.Overlap.Shared = 0, 0, 0
+	ts.fillCapacity(c, i)
+	ts.fillLoad(c, i, ov, seq, reuse)
+}
+
+// fillLoad writes what the cost of target i reads: device overlap ov, the published load and the
+// request's additional blocks, the in-flight count.
+func (ts *targets) fillLoad(c *scoring.Candidate, i int, ov uint32, seq []uint64, reuse bool) {
+	h := ts.hot[i]
 	active := h.active.Load()
 	additional := uint64(len(seq))
 	if reuse && active > 0 && len(seq) > 0 {
@@ -558,12 +564,26 @@ func (ts *targets) fill(c *scoring.Candidate, i int, ov uint32, seq []uint64, re
 	}
 	// Field by field: a composite literal is built on the stack and copied with 16-byte moves that
 	// cannot forward from its narrower stores, a stall per candidate.
-	c.Worker, c.Device, c.InFlight = tm.worker, tm.device, active
-	c.Overlap.Device, c.Overlap.Host, c.Overlap.Disk, c.Overlap.Shared = ov, 0, 0, 0
-	c.Capacity.TotalKVBlocks, c.Capacity.KVUsedBlocks, c.Capacity.MaxNumBatchedTokens, c.Capacity.KVUsedKnown =
-		capa.TotalKVBlocks, capa.KVUsedBlocks, capa.MaxNumBatchedTokens, capa.KVUsedKnown
+	c.Overlap.Device, c.InFlight = ov, active
 	c.Load.Known, c.Load.ActiveRequests, c.Load.AdditionalBlocks = true, active, additional
 	c.Load.ActivePrefillTokens, c.Load.ActiveDecodeBlocks = h.prefill.Load(), math.Float64frombits(h.decode.Load())
+}
+
+// fillCapacity writes target i's capacity: its spec's, else what it reported, and its KV usage report.
+func (ts *targets) fillCapacity(c *scoring.Candidate, i int) {
+	h, tm := ts.hot[i], &ts.tmpl[i]
+	total, batched := tm.totalKV, tm.maxBatched
+	if total == 0 {
+		total = uint64(h.learnedKV.Load())
+	}
+	if batched == 0 {
+		batched = uint64(h.learnedBatched.Load())
+	}
+	c.Capacity.TotalKVBlocks, c.Capacity.MaxNumBatchedTokens = total, batched
+	c.Capacity.KVUsedBlocks, c.Capacity.KVUsedKnown = 0, h.kvKnown.Load()
+	if c.Capacity.KVUsedKnown {
+		c.Capacity.KVUsedBlocks = h.kvUsed.Load()
+	}
 }
 
 // charge records the decision: AddRequest on the chosen worker's tracker and the id → worker map.
