@@ -194,6 +194,17 @@ func newTargets(list []*target, unhealthy *atomic.Int32) *targets {
 	return ts
 }
 
+// filtering reports whether some target may be left out of a decision (excluded workers, or any target
+// unhealthy), so the common case skips the per-target check.
+func (ts *targets) filtering(exclude []uint64) bool {
+	return len(exclude) > 0 || ts.unhealthy.Load() > 0
+}
+
+// skip reports whether target i is left out: its worker is excluded or it is unhealthy.
+func (ts *targets) skip(i int, exclude []uint64) bool {
+	return slices.Contains(exclude, ts.tmpl[i].worker.WorkerID) || ts.hot[i].unhealthy.Load()
+}
+
 // candTmpl is a target's static part of a candidate: key, capacity from its spec, device.
 type candTmpl struct {
 	worker              scoring.WorkerKey
@@ -472,13 +483,13 @@ func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl 
 // stack candidate; d.Index is the chosen target's index in ts.list.
 func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
 	ov := sc.overlaps(ts)
-	filter := len(exclude) > 0 || ts.unhealthy.Load() > 0
+	filter := ts.filtering(exclude)
 	// Offer reads the load, and the capacity only for busy thresholds: the rest of the candidate (key,
 	// device) stays unset, and the capacity too when no threshold is set.
 	capacity := am.ReadsCapacity()
 	var c scoring.Candidate
 	for i := range ts.list {
-		if filter && (slices.Contains(exclude, ts.tmpl[i].worker.WorkerID) || ts.hot[i].unhealthy.Load()) {
+		if filter && ts.skip(i, exclude) {
 			continue
 		}
 		ts.fillLoad(&c, i, ov[i], sc.seq, reuse)
@@ -522,12 +533,12 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 		ts.fill(&cands[i], i, ov[i], sc.seq, reuse)
 	}
 	sc.tgts = ts.list // read-only; copied below when filtering reorders it
-	if len(exclude) > 0 || ts.unhealthy.Load() > 0 {
+	if ts.filtering(exclude) {
 		sc.own = append(sc.own[:0], ts.list...)
 		sc.tgts = sc.own
 		n := 0
 		for i := range cands {
-			if !slices.Contains(exclude, cands[i].Worker.WorkerID) && !sc.tgts[i].hot.unhealthy.Load() {
+			if !ts.skip(i, exclude) { // positions ≥ n still hold the view's order
 				cands[n], sc.tgts[n] = cands[i], sc.tgts[i]
 				n++
 			}
