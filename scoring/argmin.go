@@ -17,6 +17,10 @@ type Argmin struct {
 	bestLogit float64
 	bestOver  uint32
 	ties      int
+	// pf is 1 when prefill tokens are tracked, else 0, and islPf is ISL × pf: OfferLoads' prefill blocks
+	// without a branch. loadOnly says OfferLoads may be used (linear policy, no busy thresholds).
+	pf, islPf float64
+	loadOnly  bool
 }
 
 // NewArgmin returns an Argmin for req under cfg, or false when the request or configuration needs
@@ -26,8 +30,57 @@ func NewArgmin(req *Request, cfg *Config, rng RNG) (Argmin, bool) {
 		(cfg.TrackPrefillTokens && cfg.OverlapScoreCreditDecay > 0) {
 		return Argmin{}, false
 	}
-	return Argmin{in: newCostInputs(req, cfg, nil, nil), f: newFilter(req, cfg), rng: rng, bs: cfg.BlockSize,
-		isl: req.ISL, best: -1}, true
+	a := Argmin{in: newCostInputs(req, cfg, nil, nil), f: newFilter(req, cfg), rng: rng, bs: cfg.BlockSize,
+		isl: req.ISL, best: -1}
+	if a.in.trackPrefill {
+		a.pf, a.islPf = 1, a.in.isl
+	}
+	a.loadOnly = !a.f.anyBusy && !a.in.lmetric && !a.in.decodeSpecial
+	return a, true
+}
+
+// LoadOnly reports whether OfferLoads may be used: no busy thresholds, and the linear policy.
+func (a *Argmin) LoadOnly() bool { return a.loadOnly }
+
+// LoadRow is what the cost reads of a candidate with a device-tier overlap only and a known load.
+type LoadRow struct {
+	Prefill    uint64  // Load.ActivePrefillTokens
+	Decode     float64 // Load.ActiveDecodeBlocks
+	Additional uint64  // Load.AdditionalBlocks
+	Overlap    uint32  // Overlap.Device
+	Requests   uint32  // Load.ActiveRequests
+}
+
+// OfferLoads offers rows as candidates 0…len(rows)−1, when LoadOnly and nothing was offered before: the
+// decision, costs and tie-breaks of Offer, in a loop with the cost computed in place.
+func (a *Argmin) OfferLoads(rows []LoadRow) {
+	a.n += len(rows)
+	a.eligible += len(rows)
+	in := &a.in
+	pf, islPf, invBs, credit, scale, weight := a.pf, a.islPf, in.invBs, in.credit, in.scale, in.requestWeight
+	best, bestLogit := a.best, a.bestLogit
+	for i := range rows {
+		r := &rows[i]
+		// costInputs.logit for this case: with a known load the raw prefill is (prefill + ISL) / block
+		// size, as the clipped cached tokens cancel (exact: every term is an integer below 2^53), and zero
+		// when prefill is not tracked (pf = 0). The same operations in the same order give the same bits.
+		raw := (float64(int64(r.Prefill))*pf + islPf) * invBs
+		adjusted := fmax(raw-credit*float64(int64(r.Overlap)), 0)
+		l := scale*adjusted + (r.Decode + float64(int64(r.Additional))) + weight*float64(int64(r.Requests))
+		switch {
+		case l < bestLogit || best < 0:
+			best, bestLogit, a.ties = i, l, 1
+		case l == bestLogit:
+			a.ties++
+			if a.rng.IntN(a.ties) == 0 {
+				best = i
+			}
+		}
+	}
+	a.best, a.bestLogit = best, bestLogit
+	if best >= 0 {
+		a.bestOver = rows[best].Overlap
+	}
 }
 
 // ReadsCapacity reports whether Offer reads the candidates' Capacity (busy thresholds are set); Offer

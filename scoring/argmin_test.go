@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -11,7 +12,7 @@ import (
 // candidate in order gives Select's decision, error and tie-break, with identically seeded RNGs.
 func TestArgminMatchesSelect(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	taken := 0
+	taken, rowsTaken := 0, 0
 	for trial := range 3000 {
 		cfg := DefaultConfig()
 		cfg.Mode = ModeKV
@@ -39,12 +40,14 @@ func TestArgminMatchesSelect(t *testing.T) {
 			cfg.OverlapScoreCreditDecay = 1 // declines when prefill is tracked
 		}
 		cands := make([]Candidate, rng.IntN(12))
+		allKnown := rng.IntN(2) == 0
 		for i := range cands {
 			cands[i] = Candidate{Worker: WorkerKey{WorkerID: uint64(i), DPRank: uint32(rng.IntN(2))},
 				Overlap: Overlap{Device: uint32(rng.IntN(3))},
 				Load: Load{Known: rng.IntN(5) != 0, ActivePrefillTokens: uint64(rng.IntN(3) * 32), ActiveDecodeBlocks: float64(rng.IntN(3)),
 					AdditionalBlocks: uint64(rng.IntN(2)), ActiveRequests: uint32(rng.IntN(2))},
 				Capacity: Capacity{TotalKVBlocks: uint64(rng.IntN(3)), KVUsedBlocks: uint64(rng.IntN(3)), KVUsedKnown: rng.IntN(2) == 0}}
+			cands[i].Load.Known = cands[i].Load.Known || allKnown
 		}
 		req := Request{ISL: rng.IntN(100)}
 		seed := rng.Uint64()
@@ -73,9 +76,30 @@ func TestArgminMatchesSelect(t *testing.T) {
 			got.CachedTokens != want.CachedTokens {
 			t.Fatalf("trial %d: argmin %+v, Select %+v", trial, got, want)
 		}
+		if !am.LoadOnly() || !allKnown {
+			continue
+		}
+		// The row loop: the same decision, cost bits and tie-break.
+		rows := make([]LoadRow, len(cands))
+		for i, c := range cands {
+			rows[i] = LoadRow{Prefill: c.Load.ActivePrefillTokens, Decode: c.Load.ActiveDecodeBlocks,
+				Additional: c.Load.AdditionalBlocks, Overlap: c.Overlap.Device, Requests: c.Load.ActiveRequests}
+		}
+		ar, _ := NewArgmin(&req, &cfg, rand.New(rand.NewPCG(seed, 0)))
+		ar.OfferLoads(rows)
+		rowsGot, err := ar.Decision()
+		if err != nil {
+			t.Fatalf("trial %d: rows: %v", trial, err)
+		}
+		rowsGot.Worker = cands[rowsGot.Index].Worker
+		if rowsGot.Index != got.Index || rowsGot.Worker != got.Worker || math.Float64bits(rowsGot.Cost) != math.Float64bits(got.Cost) ||
+			rowsGot.Overlap != got.Overlap || rowsGot.CachedTokens != got.CachedTokens {
+			t.Fatalf("trial %d: rows %+v, Offer %+v", trial, rowsGot, got)
+		}
+		rowsTaken++
 	}
-	if taken < 1500 {
-		t.Fatalf("only %d trials took the one-pass path", taken)
+	if taken < 1500 || rowsTaken < 300 {
+		t.Fatalf("only %d trials took the one-pass path, %d the row loop", taken, rowsTaken)
 	}
 }
 

@@ -345,6 +345,7 @@ type routeScratch struct {
 	tgts       []*target // tgts[i] is the target of cands[i]: the view's list, or own when filtered
 	own        []*target
 	ov         []uint32 // device overlap by target index
+	rows       []scoring.LoadRow
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -482,8 +483,42 @@ func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl 
 // argmin is the decision of scoring.Argmin over every routable target, filled one at a time into one
 // stack candidate; d.Index is the chosen target's index in ts.list.
 func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
-	ov := sc.overlaps(ts)
 	filter := ts.filtering(exclude)
+	if !filter && am.LoadOnly() {
+		am.OfferLoads(sc.loadRows(ts, reuse))
+	} else {
+		sc.offer(ts, am, reuse, filter, exclude)
+	}
+	d, err := am.Decision()
+	if err != nil {
+		return nil, d, err
+	}
+	d.Worker = ts.list[d.Index].key
+	return ts.list[d.Index], d, nil
+}
+
+// loadRows writes every target's row of the cost inputs, in one pass over the hot lines, then scatters the
+// index's overlap scores into it.
+func (sc *routeScratch) loadRows(ts *targets, reuse bool) []scoring.LoadRow {
+	rows := slices.Grow(sc.rows[:0], len(ts.list))[:len(ts.list)]
+	for i, h := range ts.hot[:len(rows)] {
+		active := h.active.Load()
+		r := &rows[i]
+		r.Prefill, r.Decode = h.prefill.Load(), math.Float64frombits(h.decode.Load())
+		r.Additional, r.Overlap, r.Requests = ts.additional(i, active, sc.seq, reuse), 0, active
+	}
+	for _, sco := range sc.scores {
+		if i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker)); ok {
+			rows[i].Overlap = sco.Blocks
+		}
+	}
+	sc.rows = rows
+	return rows
+}
+
+// offer offers every target left in to am as a candidate, one at a time.
+func (sc *routeScratch) offer(ts *targets, am *scoring.Argmin, reuse, filter bool, exclude []uint64) {
+	ov := sc.overlaps(ts)
 	// Offer reads the load, and the capacity only for busy thresholds: the rest of the candidate (key,
 	// device) stays unset, and the capacity too when no threshold is set.
 	capacity := am.ReadsCapacity()
@@ -498,12 +533,6 @@ func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, re
 		}
 		am.Offer(i, &c)
 	}
-	d, err := am.Decision()
-	if err != nil {
-		return nil, d, err
-	}
-	d.Worker = ts.list[d.Index].key
-	return ts.list[d.Index], d, nil
 }
 
 // overlaps scatters the index's overlap scores into sc.ov by target index.
@@ -564,20 +593,30 @@ func (ts *targets) fill(c *scoring.Candidate, i int, ov uint32, seq []uint64, re
 func (ts *targets) fillLoad(c *scoring.Candidate, i int, ov uint32, seq []uint64, reuse bool) {
 	h := ts.hot[i]
 	active := h.active.Load()
-	additional := uint64(len(seq))
-	if reuse && active > 0 && len(seq) > 0 {
-		// Only a worker with active requests can already hold some of this prompt's blocks; the
-		// tracker walks its trie of active chains (the active part of a chain is a prefix of it).
-		t := ts.list[i]
-		t.mu.Lock()
-		additional = t.t.Projection(seq, true)
-		t.mu.Unlock()
-	}
+	additional := ts.additional(i, active, seq, reuse)
 	// Field by field: a composite literal is built on the stack and copied with 16-byte moves that
 	// cannot forward from its narrower stores, a stall per candidate.
 	c.Overlap.Device, c.InFlight = ov, active
 	c.Load.Known, c.Load.ActiveRequests, c.Load.AdditionalBlocks = true, active, additional
 	c.Load.ActivePrefillTokens, c.Load.ActiveDecodeBlocks = h.prefill.Load(), math.Float64frombits(h.decode.Load())
+}
+
+// additional is the request's blocks (seq: its sequence hashes) not already active on target i, which
+// has active requests in flight.
+func (ts *targets) additional(i int, active uint32, seq []uint64, reuse bool) uint64 {
+	if !reuse || active == 0 || len(seq) == 0 {
+		return uint64(len(seq))
+	}
+	// Only a worker with active requests can already hold some of this prompt's blocks.
+	return ts.list[i].projection(seq)
+}
+
+// projection walks the tracker's trie of active chains (the active part of a chain is a prefix of it)
+// for the request's blocks not active yet.
+func (t *target) projection(seq []uint64) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.t.Projection(seq, true)
 }
 
 // fillCapacity writes target i's capacity: its spec's, else what it reported, and its KV usage report.
