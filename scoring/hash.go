@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"slices"
 
 	"github.com/zeebo/xxh3"
@@ -114,6 +115,36 @@ func EagleBlockHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64)
 		dst = append(dst, BlockHash(tokens[start:start+blockSize+1], nil, seed))
 	}
 	return dst
+}
+
+// ChainHashes appends the prefix chain of every local hash to dst: chain[0] = local[0], chain[i] =
+// ChainStep(chain[i-1], local[i]). The load tracker and approximate mode key a prompt's blocks by it.
+func ChainHashes(dst []uint64, local []uint64) []uint64 {
+	dst = slices.Grow(dst, len(local))
+	var prev uint64
+	for i, h := range local {
+		if i == 0 {
+			prev = h
+		} else {
+			prev = ChainStep(prev, h)
+		}
+		dst = append(dst, prev)
+	}
+	return dst
+}
+
+// chainMul is odd, so multiplying by it is a bijection of uint64 (2^64 · golden ratio, rounded to odd).
+const chainMul = 0x9e3779b97f4a7c15
+
+// ChainStep extends a prefix chain by one block's local hash. Like the sequence hash it identifies a
+// block together with every block before it, which is all the load tracker and approximate mode need of
+// a key: two prompts agree on chain[i] only when they agree on local[0…i] (up to 64-bit collisions of
+// well-mixed values). For a fixed block the step is a bijection of the previous value (xor, an odd
+// multiply, a rotation), so different prefixes followed by the same block never meet. It costs one
+// multiply of latency per block where the sequence hash (XXH3 of the pair) costs some fourteen cycles, and
+// a prompt's chain is a serial dependency: it bounded the routing path's hashing (docs/benchmarks.md).
+func ChainStep(prev, local uint64) uint64 {
+	return bits.RotateLeft64((prev^local)*chainMul, 29)
 }
 
 // NextSequenceHash chains one local hash onto the previous sequence hash:

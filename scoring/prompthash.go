@@ -2,22 +2,22 @@ package scoring
 
 import "slices"
 
-// PromptHashes appends the local block hashes and the chained sequence hashes of tokens to local and seq
-// in one pass: the same values as LocalBlockHashes(local, tokens, blockSize, seed, nil) followed by
-// SequenceHashes(seq, local's new part). The chain step of block i depends on block i−1's sequence hash,
+// PromptHashes appends the local block hashes and their prefix chain (ChainHashes) of tokens to local
+// and chain in one pass: the same values as LocalBlockHashes(local, tokens, blockSize, seed, nil) followed
+// by ChainHashes(chain, local's new part). The chain step of block i depends on block i−1's chain value,
 // so a separate pass is bound by the latency of that chain; interleaved with the independent block
-// hashes, the out-of-order core overlaps the two and the pair costs little more than the block hashes.
-func PromptHashes(local, seq []uint64, tokens []uint32, blockSize int, seed uint64) ([]uint64, []uint64) {
+// hashes, the out-of-order core overlaps the two.
+func PromptHashes(local, chain []uint64, tokens []uint32, blockSize int, seed uint64) ([]uint64, []uint64) {
 	if blockSize != 16 {
 		start := len(local)
 		local = LocalBlockHashes(local, tokens, blockSize, seed, nil)
-		return local, SequenceHashes(seq, local[start:])
+		return local, ChainHashes(chain, local[start:])
 	}
 	n := len(tokens) / 16
-	local, seq = slices.Grow(local, n), slices.Grow(seq, n)
-	l, s := local[len(local):len(local)+n], seq[len(seq):len(seq)+n]
+	local, chain = slices.Grow(local, n), slices.Grow(chain, n)
+	l, s := local[len(local):len(local)+n], chain[len(chain):len(chain)+n]
 	if n == 0 {
-		return local, seq
+		return local, chain
 	}
 	// hash16Tokens is too big for the inliner; as a call, the chain value would round-trip through the
 	// stack on every block, adding a store-to-load delay to the chain's critical path. The loop therefore
@@ -38,8 +38,8 @@ func PromptHashes(local, seq []uint64, tokens []uint32, blockSize int, seed uint
 		acc += xxMulFold(lane(t, 6)^k2, lane(t, 7)^k3)
 		h := xxAvalanche(acc)
 		l[i] = h
-		prev = hashPair(prev, h, Seed)
+		prev = ChainStep(prev, h)
 		s[i] = prev
 	}
-	return local[:len(local)+n], seq[:len(seq)+n]
+	return local[:len(local)+n], chain[:len(chain)+n]
 }

@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -43,7 +44,7 @@ func TestFastHashesMatchXXH3(t *testing.T) {
 	}
 }
 
-// TestPromptHashesMatchTwoPasses: the fused pass gives the values of LocalBlockHashes then SequenceHashes,
+// TestPromptHashesMatchTwoPasses: the fused pass gives the values of LocalBlockHashes then ChainHashes,
 // appended after existing elements, for the fast block size and others, with a trailing partial block.
 func TestPromptHashesMatchTwoPasses(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 9))
@@ -55,11 +56,43 @@ func TestPromptHashesMatchTwoPasses(t *testing.T) {
 			}
 			seed := DeriveSeed("lora", "")
 			wantLocal := LocalBlockHashes([]uint64{1, 2}, tokens, bs, seed, nil)
-			wantSeq := SequenceHashes([]uint64{3}, wantLocal[2:])
+			wantSeq := ChainHashes([]uint64{3}, wantLocal[2:])
 			gotLocal, gotSeq := PromptHashes([]uint64{1, 2}, []uint64{3}, tokens, bs, seed)
 			if !slices.Equal(gotLocal, wantLocal) || !slices.Equal(gotSeq, wantSeq) {
 				t.Fatalf("block size %d, %d tokens: fused %v %v, two passes %v %v", bs, n, gotLocal, gotSeq, wantLocal, wantSeq)
 			}
+		}
+	}
+}
+
+// TestChainIdentifiesPrefixes: two prompts agree on chain[i] exactly when they agree on every block up
+// to i — a shared prefix gives equal values, a different block anywhere before gives different values at
+// every later position, also when every later block is the same.
+func TestChainIdentifiesPrefixes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	seen := make(map[uint64]string)
+	for trial := range 2000 {
+		n := 1 + rng.IntN(40)
+		a := make([]uint64, n)
+		for i := range a {
+			a[i] = rng.Uint64()
+		}
+		b := slices.Clone(a)
+		at := rng.IntN(n) // b differs from a in block at only
+		b[at] ^= 1 << rng.IntN(64)
+		ca, cb := ChainHashes(nil, a), ChainHashes(nil, b)
+		for i := range n {
+			if same := ca[i] == cb[i]; same != (i < at) {
+				t.Fatalf("trial %d: blocks differ at %d, chains equal at %d: %v", trial, at, i, same)
+			}
+		}
+		// No value repeats across unrelated prompts and positions.
+		for i, h := range ca {
+			key := fmt.Sprintf("%d/%d", trial, i)
+			if prev, ok := seen[h]; ok {
+				t.Fatalf("chain value %x at %s and %s", h, key, prev)
+			}
+			seen[h] = key
 		}
 	}
 }

@@ -339,13 +339,14 @@ func (s *scheduler) removeWorker(id uint64) {
 
 // routeScratch is the per-decision scratch, pooled so the hot path does not allocate.
 type routeScratch struct {
-	local, seq []uint64
-	scores     []prefix.Score
-	cands      []scoring.Candidate
-	tgts       []*target // tgts[i] is the target of cands[i]: the view's list, or own when filtered
-	own        []*target
-	ov         []uint32 // device overlap by target index
-	rows       []scoring.LoadRow
+	local  []uint64
+	chain  []uint64 // the prefix chain of local (scoring.ChainHashes): the blocks' keys in load tracking
+	scores []prefix.Score
+	cands  []scoring.Candidate
+	tgts   []*target // tgts[i] is the target of cands[i]: the view's list, or own when filtered
+	own    []*target
+	ov     []uint32 // device overlap by target index
+	rows   []scoring.LoadRow
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -368,12 +369,12 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		sc.local = append(sc.local[:0], req.Local...)
 		t1 := s.now()
 		s.metrics.observeStage(stageBlockHashing, t1.Sub(t0))
-		sc.seq = scoring.SequenceHashes(sc.seq[:0], sc.local)
+		sc.chain = scoring.ChainHashes(sc.chain[:0], sc.local)
 		s.metrics.observeStage(stageSeqHashing, s.now().Sub(t1))
 	} else {
 		// One pass computes both (the chain step overlaps the block hashes); it is recorded as block
 		// hashing, and the sequence-hashing stage times only the chain over given local hashes.
-		sc.local, sc.seq = scoring.PromptHashes(sc.local[:0], sc.seq[:0], req.Tokens, blockSize, scoring.DeriveSeed(req.LoraName, req.CacheNamespace))
+		sc.local, sc.chain = scoring.PromptHashes(sc.local[:0], sc.chain[:0], req.Tokens, blockSize, scoring.DeriveSeed(req.LoraName, req.CacheNamespace))
 		isl = len(req.Tokens)
 		s.metrics.observeStage(stageBlockHashing, s.now().Sub(t0))
 	}
@@ -461,7 +462,7 @@ func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl 
 		return RouteResult{}, err
 	}
 	if (!cfg.UseKVEvents || tg.approx.Load()) && cfg.NeedsIndexer() {
-		s.recordApprox(tg.key, sc.local, sc.seq)
+		s.recordApprox(tg.key, sc.local, sc.chain)
 	}
 	if int(d.Overlap) < len(sc.local) {
 		// New full blocks: the engine must publish a BlockStored for them (a fully cached or
@@ -505,7 +506,7 @@ func (sc *routeScratch) loadRows(ts *targets, reuse bool) []scoring.LoadRow {
 		active := h.active.Load()
 		r := &rows[i]
 		r.Prefill, r.Decode = h.prefill.Load(), math.Float64frombits(h.decode.Load())
-		r.Additional, r.Overlap, r.Requests = ts.additional(i, active, sc.seq, reuse), 0, active
+		r.Additional, r.Overlap, r.Requests = ts.additional(i, active, sc.chain, reuse), 0, active
 	}
 	for _, sco := range sc.scores {
 		if i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker)); ok {
@@ -527,7 +528,7 @@ func (sc *routeScratch) offer(ts *targets, am *scoring.Argmin, reuse, filter boo
 		if filter && ts.skip(i, exclude) {
 			continue
 		}
-		ts.fillLoad(&c, i, ov[i], sc.seq, reuse)
+		ts.fillLoad(&c, i, ov[i], sc.chain, reuse)
 		if capacity {
 			ts.fillCapacity(&c, i)
 		}
@@ -559,7 +560,7 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 	ov := sc.overlaps(ts)
 	cands := slices.Grow(sc.cands[:0], n)[:n]
 	for i := range cands {
-		ts.fill(&cands[i], i, ov[i], sc.seq, reuse)
+		ts.fill(&cands[i], i, ov[i], sc.chain, reuse)
 	}
 	sc.tgts = ts.list // read-only; copied below when filtering reorders it
 	if ts.filtering(exclude) {
@@ -579,21 +580,21 @@ func (s *scheduler) candidates(ts *targets, sc *routeScratch, cfg *scoring.Confi
 }
 
 // fill writes target i's candidate: its static part, published load plus the request's additional
-// blocks (seq: its sequence hashes), capacity, device overlap ov.
-func (ts *targets) fill(c *scoring.Candidate, i int, ov uint32, seq []uint64, reuse bool) {
+// blocks (chain: their prefix chain), capacity, device overlap ov.
+func (ts *targets) fill(c *scoring.Candidate, i int, ov uint32, chain []uint64, reuse bool) {
 	tm := &ts.tmpl[i]
 	c.Worker, c.Device = tm.worker, tm.device
 	c.Overlap.Host, c.Overlap.Disk, c.Overlap.Shared = 0, 0, 0
 	ts.fillCapacity(c, i)
-	ts.fillLoad(c, i, ov, seq, reuse)
+	ts.fillLoad(c, i, ov, chain, reuse)
 }
 
 // fillLoad writes what the cost of target i reads: device overlap ov, the published load and the
 // request's additional blocks, the in-flight count.
-func (ts *targets) fillLoad(c *scoring.Candidate, i int, ov uint32, seq []uint64, reuse bool) {
+func (ts *targets) fillLoad(c *scoring.Candidate, i int, ov uint32, chain []uint64, reuse bool) {
 	h := ts.hot[i]
 	active := h.active.Load()
-	additional := ts.additional(i, active, seq, reuse)
+	additional := ts.additional(i, active, chain, reuse)
 	// Field by field: a composite literal is built on the stack and copied with 16-byte moves that
 	// cannot forward from its narrower stores, a stall per candidate.
 	c.Overlap.Device, c.InFlight = ov, active
@@ -601,22 +602,22 @@ func (ts *targets) fillLoad(c *scoring.Candidate, i int, ov uint32, seq []uint64
 	c.Load.ActivePrefillTokens, c.Load.ActiveDecodeBlocks = h.prefill.Load(), math.Float64frombits(h.decode.Load())
 }
 
-// additional is the request's blocks (seq: its sequence hashes) not already active on target i, which
+// additional is the request's blocks (chain: their prefix chain) not already active on target i, which
 // has active requests in flight.
-func (ts *targets) additional(i int, active uint32, seq []uint64, reuse bool) uint64 {
-	if !reuse || active == 0 || len(seq) == 0 {
-		return uint64(len(seq))
+func (ts *targets) additional(i int, active uint32, chain []uint64, reuse bool) uint64 {
+	if !reuse || active == 0 || len(chain) == 0 {
+		return uint64(len(chain))
 	}
 	// Only a worker with active requests can already hold some of this prompt's blocks.
-	return ts.list[i].projection(seq)
+	return ts.list[i].projection(chain)
 }
 
 // projection walks the tracker's trie of active chains (the active part of a chain is a prefix of it)
 // for the request's blocks not active yet.
-func (t *target) projection(seq []uint64) uint64 {
+func (t *target) projection(chain []uint64) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.t.Projection(seq, true)
+	return t.t.Projection(chain, true)
 }
 
 // fillCapacity writes target i's capacity: its spec's, else what it reported, and its KV usage report.
@@ -647,7 +648,7 @@ func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl i
 		trackPf = req.Override.TrackPrefillTokens
 	}
 	t.mu.Lock()
-	err := t.t.AddRequest(load.Request{ID: req.ID, SeqHashes: sc.seq, ISL: isl, OverlapBlocks: d.Overlap,
+	err := t.t.AddRequest(load.Request{ID: req.ID, SeqHashes: sc.chain, ISL: isl, OverlapBlocks: d.Overlap,
 		ExpectedOutputTokens: req.ExpectedOutputTokens, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: s.now()})
 	if err == nil {
 		t.publish()
@@ -657,7 +658,7 @@ func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl i
 		s.active.remove(req.ID)
 		return err
 	}
-	s.observeCharge(t, req, sc.seq, isl, d.Overlap, reuse) // replica sync (replica.go)
+	s.observeCharge(t, req, sc.chain, isl, d.Overlap, reuse) // replica sync (replica.go)
 	return nil
 }
 
@@ -771,20 +772,20 @@ func (s *scheduler) cancelWaiter(w *waiter) {
 }
 
 // recordApprox writes a routed prompt into the index for the chosen worker (approximate mode), with
-// engine hashes = router sequence hashes, and removes what the per-worker capacity evicts.
-func (s *scheduler) recordApprox(k scoring.WorkerKey, local, seq []uint64) {
+// engine hashes = the blocks' prefix chain, and removes what the per-worker capacity evicts.
+func (s *scheduler) recordApprox(k scoring.WorkerKey, local, chain []uint64) {
 	s.apMu.Lock()
-	from, evicted := s.approx.Record(k, seq, s.now())
+	from, evicted := s.approx.Record(k, chain, s.now())
 	s.apMu.Unlock()
 	var ops []indexer.Op
-	if from < len(seq) {
-		blocks := make([]prefix.Block, 0, len(seq)-from)
-		for i := from; i < len(seq); i++ {
-			blocks = append(blocks, prefix.Block{EngineHash: seq[i], LocalHash: local[i]})
+	if from < len(chain) {
+		blocks := make([]prefix.Block, 0, len(chain)-from)
+		for i := from; i < len(chain); i++ {
+			blocks = append(blocks, prefix.Block{EngineHash: chain[i], LocalHash: local[i]})
 		}
 		op := indexer.Op{Kind: indexer.OpStore, DPRank: k.DPRank, Blocks: blocks}
 		if from > 0 {
-			op.Parent, op.HasParent = seq[from-1], true
+			op.Parent, op.HasParent = chain[from-1], true
 		}
 		ops = append(ops, op)
 	}

@@ -4,10 +4,10 @@
 // # Overview
 //
 // A Tracker holds the requests routed to its worker and not yet freed. AddRequest (at routing time)
-// adds the request's chain of router sequence hashes to a compressed trie of the active chains
-// (trie.go), so requests sharing a prefix count their common blocks once when KV reuse is assumed, and
-// charges ISL − cached prefill tokens. MarkPrefillCompleted
-// (first output token) drops the prefill charge and keeps the blocks; Free (end, error or cancel) drops
+// adds the request's chain of block keys (each identifying its block and every block before it) to a
+// compressed trie of the active chains (trie.go), so requests sharing a prefix count their common blocks
+// once when KV reuse is assumed, and charges ISL − cached prefill tokens. MarkPrefillCompleted (first
+// output token) drops the prefill charge and keeps the blocks; Free (end, error or cancel) drops
 // both. Requests never freed expire after StaleExpiry (3600 s): the owner calls MaybeExpire before
 // AddRequest (a sweep at most every CleanupInterval, 30 s, as Dynamo does lazily on add) and learns the
 // dropped ids; the clock is the time passed in. With TrackOutputBlocks each generated block adds a block

@@ -83,7 +83,8 @@ func (c *Config) Validate() error {
 // Request is AddRequest's input.
 type Request struct {
 	ID string
-	// SeqHashes are the router sequence hashes of the prompt's full blocks (scoring.SequenceHashes).
+	// SeqHashes key the prompt's full blocks: a chain in which each value identifies its block and every
+	// block before it (the router passes scoring.ChainHashes; scoring.SequenceHashes has the property too).
 	SeqHashes []uint64
 	// ISL is the prompt length in tokens.
 	ISL int

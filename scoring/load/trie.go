@@ -4,9 +4,9 @@ import "slices"
 
 // chainTrie is the union of the active prompt chains of one worker, as a compressed trie.
 //
-// A chain is a request's tracked sequence hashes. Sequence hashes chain (each one hashes its parent), so
-// two chains that agree at position k agree on every position before it: the set of active chains is a
-// tree, and one request's blocks already active on the worker are always a prefix of its chain. The trie
+// A chain is a request's tracked block keys (scoring.ChainHashes or SequenceHashes). Each key identifies
+// its block together with every block before it, so two chains that agree at position k agree on every
+// position before it: the set of active chains is a tree, and one request's blocks already active on the worker are always a prefix of its chain. The trie
 // stores each shared run of blocks once, on an edge, with the number of chains through it:
 //
 //   - the number of unique active blocks is the sum of the edge lengths, kept as a counter;
