@@ -364,19 +364,22 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 	defer scratchPool.Put(sc)
 
 	t0 := s.now()
+	var th time.Time // hashing done: the first overlap query starts
 	isl := req.ISL
 	if req.Local != nil {
 		sc.local = append(sc.local[:0], req.Local...)
 		t1 := s.now()
 		s.metrics.observeStage(stageBlockHashing, t1.Sub(t0))
 		sc.chain = scoring.ChainHashes(sc.chain[:0], sc.local)
-		s.metrics.observeStage(stageSeqHashing, s.now().Sub(t1))
+		th = s.now()
+		s.metrics.observeStage(stageSeqHashing, th.Sub(t1))
 	} else {
 		// One pass computes both (the chain step overlaps the block hashes); it is recorded as block
 		// hashing, and the sequence-hashing stage times only the chain over given local hashes.
 		sc.local, sc.chain = scoring.PromptHashes(sc.local[:0], sc.chain[:0], req.Tokens, blockSize, scoring.DeriveSeed(req.LoraName, req.CacheNamespace))
 		isl = len(req.Tokens)
-		s.metrics.observeStage(stageBlockHashing, s.now().Sub(t0))
+		th = s.now()
+		s.metrics.observeStage(stageBlockHashing, th.Sub(t0))
 	}
 	if isl < len(sc.local)*blockSize {
 		isl = len(sc.local) * blockSize
@@ -385,7 +388,10 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 	var queued time.Duration
 	for attempt := 0; ; attempt++ {
 		cfg := s.config()
-		tq := s.now()
+		tq := th
+		if attempt > 0 {
+			tq = s.now()
+		}
 		sc.scores = sc.scores[:0]
 		if cfg.NeedsIndexer() {
 			sc.scores = s.index.FindMatches(sc.local, sc.scores)
@@ -407,11 +413,12 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 				// The common case in one pass over the targets, no candidate slice (argmin).
 				s.rr.Add(1)
 				tg, d, err := s.argmin(ts, sc, &am, reuse, req.Exclude)
-				s.metrics.observeStage(stageScheduling, s.now().Sub(tf))
+				tsel := s.now()
+				s.metrics.observeStage(stageScheduling, tsel.Sub(tf))
 				if err != nil {
 					return RouteResult{}, err
 				}
-				return s.commit(tg, req, sc, isl, d, reuse, cfg, t0, queued)
+				return s.commit(tg, req, sc, isl, d, reuse, cfg, t0, tsel, queued)
 			}
 		}
 		sc.cands = s.candidates(ts, sc, cfg, reuse, req.Exclude)
@@ -450,15 +457,15 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		if err != nil {
 			return RouteResult{}, err
 		}
-		return s.commit(sc.tgts[d.Index], req, sc, isl, d, reuse, cfg, t0, queued)
+		return s.commit(sc.tgts[d.Index], req, sc, isl, d, reuse, cfg, t0, tsel, queued)
 	}
 }
 
-// commit performs a decision: charges the worker, records approximate-mode blocks and the pending-events
-// mark, observes the total stage and the hit rate, and builds the result.
+// commit performs a decision made at tsel: charges the worker, records approximate-mode blocks and the
+// pending-events mark, observes the total stage since t0 and the hit rate, and builds the result.
 func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl int, d scoring.Decision, reuse bool,
-	cfg *scoring.Config, t0 time.Time, queued time.Duration) (RouteResult, error) {
-	if err := s.charge(tg, req, sc, isl, d, reuse); err != nil {
+	cfg *scoring.Config, t0, tsel time.Time, queued time.Duration) (RouteResult, error) {
+	if err := s.charge(tg, req, sc, isl, d, reuse, tsel); err != nil {
 		return RouteResult{}, err
 	}
 	if (!cfg.UseKVEvents || tg.approx.Load()) && cfg.NeedsIndexer() {
@@ -467,7 +474,7 @@ func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl 
 	if int(d.Overlap) < len(sc.local) {
 		// New full blocks: the engine must publish a BlockStored for them (a fully cached or
 		// sub-block prompt publishes nothing, so it proves nothing about the stream).
-		tg.pendingSince.CompareAndSwap(0, s.now().UnixNano())
+		tg.pendingSince.CompareAndSwap(0, tsel.UnixNano())
 	}
 	s.metrics.observeStage(stageTotal, s.now().Sub(t0))
 	if len(sc.local) > 0 {
@@ -637,8 +644,9 @@ func (ts *targets) fillCapacity(c *scoring.Candidate, i int) {
 	}
 }
 
-// charge records the decision: AddRequest on the chosen worker's tracker and the id → worker map.
-func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl int, d scoring.Decision, reuse bool) error {
+// charge records the decision made at now: AddRequest on the chosen worker's tracker and the id → worker
+// map.
+func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl int, d scoring.Decision, reuse bool, now time.Time) error {
 	if !s.active.add(req.ID, t) {
 		return fmt.Errorf("%w: %q", ErrDuplicateRequest, req.ID)
 	}
@@ -649,7 +657,7 @@ func (s *scheduler) charge(t *target, req *RouteRequest, sc *routeScratch, isl i
 	}
 	t.mu.Lock()
 	err := t.t.AddRequest(load.Request{ID: req.ID, SeqHashes: sc.chain, ISL: isl, OverlapBlocks: d.Overlap,
-		ExpectedOutputTokens: req.ExpectedOutputTokens, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: s.now()})
+		ExpectedOutputTokens: req.ExpectedOutputTokens, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: now})
 	if err == nil {
 		t.publish()
 	}
