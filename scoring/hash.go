@@ -120,13 +120,18 @@ func EagleBlockHashes(dst []uint64, tokens []uint32, blockSize int, seed uint64)
 // ChainHashes appends the prefix chain of every local hash to dst: chain[0] = local[0], chain[i] =
 // ChainStep(chain[i-1], local[i]). The load tracker and approximate mode key a prompt's blocks by it.
 func ChainHashes(dst []uint64, local []uint64) []uint64 {
+	return chained(dst, local, ChainStep)
+}
+
+// chained appends the chain of local under step to dst: local[0], then step(previous, local[i]).
+func chained(dst, local []uint64, step func(prev, local uint64) uint64) []uint64 {
 	dst = slices.Grow(dst, len(local))
 	var prev uint64
 	for i, h := range local {
 		if i == 0 {
 			prev = h
 		} else {
-			prev = ChainStep(prev, h)
+			prev = step(prev, h)
 		}
 		dst = append(dst, prev)
 	}
@@ -156,17 +161,7 @@ func NextSequenceHash(prev, local uint64) uint64 {
 // SequenceHashes appends the chained sequence hash of every local hash to dst: seq[0] = local[0],
 // seq[i] = NextSequenceHash(seq[i-1], local[i]).
 func SequenceHashes(dst []uint64, local []uint64) []uint64 {
-	dst = slices.Grow(dst, len(local))
-	var prev uint64
-	for i, h := range local {
-		if i == 0 {
-			prev = h
-		} else {
-			prev = NextSequenceHash(prev, h)
-		}
-		dst = append(dst, prev)
-	}
-	return dst
+	return chained(dst, local, NextSequenceHash)
 }
 
 // Pad-value constants of the canonical multimodal scheme, shared with SGLang.
