@@ -37,6 +37,11 @@
 // defers before it returns. A replay exchange runs inline on the subscriber goroutine; live messages wait
 // in the SUB queue meanwhile (up to RcvHWM).
 //
+// A subscriber waits for messages on Go's netpoller, through a dup of the SUB socket's ZMQ_FD (wait.go),
+// not in a blocking zmq_poll cgo call that would hold a thread and a P while idle. With a monitor socket,
+// one helper goroutine per session waits on the monitor's ZMQ_FD dup and only wakes the Run goroutine:
+// it never calls into libzmq. Where the netpoller refuses the descriptor, the loop falls back to zmq_poll.
+//
 // Handlers run on the subscriber goroutine, in sequence order; a slow handler back-pressures the SUB
 // queue. The *Batch handed to OnBatch is reused after the handler returns: copy what you keep.
 //

@@ -237,14 +237,14 @@ const maxDrain = 1024
 func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Counters,
 	fn func(topic []byte, seq uint64, payload []byte), h loopHooks) (healthy bool, err error) {
 	mon, onConnect := h.mon, h.onConnect
-	poller := zmq.NewPoller()
-	poller.Add(sub, zmq.POLLIN)
-	if mon != nil {
-		poller.Add(mon, zmq.POLLIN)
+	wait, closeWait, err := newLoopWait(sub, mon, poll)
+	if err != nil {
+		return false, err
 	}
+	defer closeWait()
 	lastTick := time.Now()
 	for ctx.Err() == nil {
-		polled, err := poller.Poll(poll)
+		readable, monitor, err := wait()
 		if err != nil {
 			return healthy, err
 		}
@@ -252,10 +252,7 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 			h.tick()
 			lastTick = time.Now()
 		}
-		if len(polled) == 0 {
-			continue
-		}
-		if mon != nil {
+		if monitor {
 			for {
 				ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
 				if err != nil {
@@ -266,7 +263,10 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 				}
 			}
 		}
-		// Drain what is queued before polling again: one poll per burst, not per message.
+		if !readable {
+			continue
+		}
+		// Drain what is queued before waiting again: one wait per burst, not per message.
 		for i := 0; i < maxDrain && ctx.Err() == nil; i++ {
 			msg, err := sub.RecvMessageBytes(zmq.DONTWAIT)
 			if err != nil {
@@ -285,6 +285,38 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 		}
 	}
 	return healthy, nil
+}
+
+// newLoopWait returns readLoop's wait: it blocks until sub may have a message (readable) or mon an event
+// (monitor), or for at most poll. It parks on the netpoller (readWaiter) where ZMQ_FD allows, else
+// blocks in zmq_poll.
+func newLoopWait(sub, mon *zmq.Socket, poll time.Duration) (wait func() (readable, monitor bool, err error), closeWait func(), err error) {
+	w, err := newReadWaiter(sub, mon)
+	if err == nil {
+		readable := func() bool {
+			ev, err := sub.GetEvents()
+			return err != nil || ev&zmq.POLLIN != 0 // an error: let the read report it
+		}
+		wait = func() (bool, bool, error) { return w.wait(readable, poll) }
+		return wait, w.close, nil
+	}
+	if !errors.Is(err, errNotPollable) {
+		return nil, nil, err
+	}
+	poller := zmq.NewPoller()
+	poller.Add(sub, zmq.POLLIN)
+	if mon != nil {
+		poller.Add(mon, zmq.POLLIN)
+	}
+	wait = func() (bool, bool, error) {
+		polled, err := poller.Poll(poll)
+		if err != nil {
+			return false, false, err
+		}
+		// Both are read when anything is ready, as before: reads are non-blocking.
+		return len(polled) > 0, len(polled) > 0 && mon != nil, nil
+	}
+	return wait, func() {}, nil
 }
 
 // discardQueued reads and drops what sub holds now, at most limit messages (new ones keep arriving).
