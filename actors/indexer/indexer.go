@@ -90,7 +90,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Indexer, error) {
 		counts: make([]int, cfg.Shards),
 	}
 	for i := range x.shards {
-		x.shards[i] = newShard()
+		x.shards[i] = newShard(cfg.MailboxSize)
 	}
 	ready := make(chan []*actor.PID, 1)
 	props := actor.PropsFromProducer(func() actor.Actor {
@@ -122,12 +122,19 @@ func (x *Indexer) shardOf(workerID uint64) (int, bool) {
 	return best, true
 }
 
-// Send delivers a message for workerID to its shard (assigning the worker on first sight). It blocks when
-// the shard's mailbox is full.
+// Send delivers a message for workerID to its shard (assigning the worker on first sight), in order with
+// the worker's other messages. An Apply joins the shard's pending batches (applied together under one
+// write lock); others go through the mailbox. It blocks when the shard's pending list or mailbox is full.
 func (x *Indexer) Send(workerID uint64, m shardMessage) error {
 	s, ok := x.shardOf(workerID)
 	if !ok {
 		return ErrStopped
+	}
+	if a, ok := m.(*Apply); ok {
+		if x.shards[s].enqueue(a) {
+			x.system.Root.Send(x.pids[s], &drainPending{})
+		}
+		return nil
 	}
 	x.system.Root.Send(x.pids[s], m)
 	return nil

@@ -182,3 +182,63 @@ func TestQueryMessageAgrees(t *testing.T) {
 		t.Fatalf("%d vs %d scores", len(a), len(b))
 	}
 }
+
+// TestPendingBatchesKeepOrder sends many small batches (each extends a worker's chain by one block) from
+// one goroutine per worker with a tiny pending list, interleaved with ClearWorker: batches are applied in
+// order, a batch sent before a ClearWorker is applied before it, and senders that find the list full wait
+// instead of losing batches.
+func TestPendingBatchesKeepOrder(t *testing.T) {
+	system := actors.NewSystem(nil)
+	x, err := New(system, Config{Shards: 2, MailboxSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		x.Stop()
+		system.Shutdown()
+	})
+	const workers, steps = 4, 300
+	errs := make(chan string, workers)
+	for w := uint64(1); w <= workers; w++ {
+		go func() {
+			base := w << 32
+			for round := 0; round < 3; round++ {
+				for i := uint64(0); i < steps; i++ {
+					op := Op{Kind: OpStore, Blocks: chain(base+i, base+i, 1)}
+					if i > 0 {
+						op.Parent, op.HasParent = base+i-1, true
+					}
+					_ = x.Apply(&Apply{WorkerID: w, Ops: []Op{op}})
+				}
+				// Every batch chained onto its predecessor, so the whole chain matches only if each was
+				// applied after the one before.
+				done := make(chan struct{})
+				_ = x.Send(w, &Barrier{Done: done})
+				<-done
+				if got := x.FindMatches(localsOf(chain(base, 0, steps)), nil); len(got) != 1 || got[0].Blocks != steps {
+					errs <- "chain not applied in order"
+					return
+				}
+				if err := x.ClearWorker(w); err != nil {
+					errs <- err.Error()
+					return
+				}
+				if n := x.Blocks(prefix.WorkerKey{WorkerID: w}); n != 0 {
+					errs <- "batches applied after the ClearWorker sent behind them"
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range workers {
+		if e := <-errs; e != "" {
+			t.Fatal(e)
+		}
+	}
+	for w := uint64(1); w <= workers; w++ {
+		if st := x.Stats(w); st.Events != 3*steps || st.RejectedStores != 0 {
+			t.Fatalf("worker %d: %+v", w, st)
+		}
+	}
+}

@@ -26,6 +26,20 @@ type shard struct {
 	mu    sync.RWMutex
 	idx   *prefix.Index
 	stats map[uint64]*WorkerStats
+
+	// Event batches wait here for the shard actor, which applies all that are waiting under one write
+	// lock (drain). A write lock per batch, with a batch per request under load, made the overlap
+	// queries of the request path queue behind writers on every shard: on 2 cores a reader that
+	// blocks behind a writer waits for a run-queue turn, and the convoy lasts hundreds of µs. Batches
+	// are handed over through this list rather than the mailbox because a mailbox cannot be drained in
+	// one go; a drain message (drainPending) is sent when the list turns non-empty.
+	pendMu  sync.Mutex
+	pending []*Apply   // "indexer.pending": bounded by maxPending, senders wait on space when full
+	kicked  bool       // a drainPending is in the mailbox or being handled
+	space   *sync.Cond // on pendMu: signalled when the actor takes the list
+	spare   []*Apply   // the actor's second buffer, swapped with pending
+	// maxPending bounds pending (Config.MailboxSize): a flood blocks the senders, as a full mailbox did.
+	maxPending int
 	// unknown counts messages of a type the shard does not handle.
 	unknown atomic.Uint64
 	// applied counts events by status and type (dynamo_component_kv_cache_events_applied).
@@ -63,18 +77,94 @@ func statusOf(err error) int {
 	return statusInvalidBlock
 }
 
-func newShard() *shard {
-	return &shard{idx: prefix.New(), stats: make(map[uint64]*WorkerStats)}
+func newShard(maxPending int) *shard {
+	s := &shard{idx: prefix.New(), stats: make(map[uint64]*WorkerStats), maxPending: maxPending}
+	s.space = sync.NewCond(&s.pendMu)
+	return s
 }
+
+// enqueue adds a batch to the pending list, waiting while it is full, and reports whether the caller
+// must send the shard actor a drainPending.
+func (s *shard) enqueue(m *Apply) (kick bool) {
+	s.pendMu.Lock()
+	for len(s.pending) >= s.maxPending {
+		s.space.Wait()
+	}
+	s.pending = append(s.pending, m)
+	kick = !s.kicked
+	s.kicked = true
+	s.pendMu.Unlock()
+	return kick
+}
+
+// maxDrainBatches bounds the batches applied under one write lock, so a backlog does not hold readers
+// out for long.
+const maxDrainBatches = 64
+
+// drain applies every pending batch (shard actor only). The actor drains before handling any other
+// message too, so a batch enqueued before a message was sent is applied before that message.
+func (s *shard) drain() {
+	s.pendMu.Lock()
+	batch := s.pending
+	s.pending, s.spare = s.spare[:0], nil
+	s.kicked = false
+	s.pendMu.Unlock()
+	s.space.Broadcast()
+	next := 0 // batch[:next] are applied, or dropped: the one whose apply panicked
+	defer func() {
+		if next < len(batch) {
+			// A batch panicked (a broken invariant; the supervisor restarts the actor, as it did when
+			// batches came one per message): it is dropped, the ones behind it are kept.
+			s.requeue(batch[next:])
+		}
+	}()
+	for next < len(batch) {
+		s.applyChunk(batch[next:min(len(batch), next+maxDrainBatches)], &next)
+	}
+	for _, m := range batch {
+		closeIf(m.Done)
+	}
+	clear(batch)
+	s.spare = batch[:0]
+}
+
+// applyChunk applies batches in order under one write lock, advancing *next before each.
+func (s *shard) applyChunk(batches []*Apply, next *int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range batches {
+		*next++
+		s.apply(m)
+	}
+}
+
+// requeue puts batches back at the head of the pending list (after a panic); the restarted actor drains
+// them when it starts.
+func (s *shard) requeue(batches []*Apply) {
+	s.pendMu.Lock()
+	s.pending = append(append([]*Apply(nil), batches...), s.pending...)
+	s.pendMu.Unlock()
+}
+
+// drainPending tells the shard actor that batches are waiting (shard.enqueue).
+type drainPending struct{}
+
+func (*drainPending) shardMessage() {}
 
 // shardActor applies messages to its shard.
 type shardActor struct{ s *shard }
 
 func (a *shardActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
+		return
+	}
+	a.s.drain() // batches enqueued before this message was sent come first; after a restart, any left
 	switch m := ctx.Message().(type) {
-	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
-	case *Apply:
-		a.s.apply(m)
+	case *actor.Started, *drainPending:
+	case *Apply: // a batch that came through the mailbox (not Indexer.Send's path: kept for completeness)
+		var n int
+		a.s.applyChunk([]*Apply{m}, &n)
 		closeIf(m.Done)
 	case *ClearWorker:
 		a.s.mu.Lock()
@@ -99,9 +189,8 @@ func (a *shardActor) Receive(ctx actor.Context) {
 	}
 }
 
+// apply applies one batch; the caller holds the write lock.
 func (s *shard) apply(m *Apply) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := s.stats[m.WorkerID]
 	if st == nil {
 		st = &WorkerStats{}
