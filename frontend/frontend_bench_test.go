@@ -3,6 +3,8 @@ package frontend
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,10 +80,12 @@ func BenchmarkFrontendOverhead(b *testing.B) {
 // completions (16 tokens, 1 output token) to 4 simulated workers in the same process; reported:
 // routed requests per second after a warm-up of 4,000 requests, and the process CPU per request (load
 // generator, frontend and workers together). The workers share the two cores, so this bounds the
-// frontend from below.
+// frontend from below. Each client is one keep-alive connection (loadConn) sending a request and
+// reading its answer in turn.
 func BenchmarkRoutedThroughput(b *testing.B) {
 	st := startBenchStack(b, 4)
-	c := &fasthttp.Client{MaxConnsPerHost: 128}
+	addr := strings.TrimPrefix(st.base, "http://")
+	prefix := []byte(fmt.Sprintf(`{"model":%q,"prompt":[`, st.name))
 	const clients = 64
 	var failed atomic.Int64
 	// Warm up (connections, pooled goroutines, caches) with the same load, then measure b.N requests.
@@ -93,19 +97,19 @@ func BenchmarkRoutedThroughput(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-				defer fasthttp.ReleaseRequest(req)
-				defer fasthttp.ReleaseResponse(resp)
+				c := newLoadConn(addr)
+				defer c.close()
+				var body []byte
 				for {
 					i := next.Add(1)
 					if i > n {
 						return
 					}
-					req.SetRequestURI(st.base + "/v1/completions")
-					req.Header.SetMethod("POST")
-					req.Header.SetContentType("application/json")
-					req.SetBodyString(fmt.Sprintf(`{"model":%q,"prompt":[%d,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"max_tokens":1}`, st.name, i%1000+100))
-					if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					body = append(body[:0], prefix...)
+					body = strconv.AppendInt(body, i%1000+100, 10)
+					body = append(body, `,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"max_tokens":1}`...)
+					status, resp, err := c.post("/v1/completions", body)
+					if err != nil || status != 200 || len(resp) == 0 || resp[0] != '{' {
 						failed.Add(1)
 					}
 				}
