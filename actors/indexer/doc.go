@@ -10,17 +10,17 @@
 //
 // # Concurrency model
 //
-// Writes are applied by the shard actor under the shard's write lock. ClearWorker and RemoveWorker are
-// mailbox messages; event batches (Apply) join the shard's pending list, and the actor applies every
-// batch waiting there, several per write lock (up to drainBudget blocks), when it is told the list turned
-// non-empty, and before it handles any other message (so a batch sent before a ClearWorker or a Barrier is applied before it).
+// Writes are applied by the shard actor under the shard's write lock. Every message for a shard (Apply,
+// ClearWorker, RemoveWorker, Barrier) joins the shard's pending list in the order it is sent; the mailbox
+// only carries a drainPending when the list turns non-empty, and the actor then handles the whole list in
+// order, applying each run of consecutive event batches under one write lock (up to drainBudget blocks).
 // Under load that is many batches per lock: with one lock per batch, and a batch per routed request, the
 // overlap queries queued behind writers on every shard (readers block while a writer waits, and on 2
 // cores a woken reader then waits for a run-queue turn: 8,000 convoys and 4.7 s of waiting per 44 k
 // requests of the frontend throughput benchmark). Reads (FindMatches, Blocks, Stats) run on the caller's
-// goroutine under the shard's read lock and never touch a mailbox. Mailboxes and pending lists are
-// bounded (Config.MailboxSize): a flood of events blocks the subscribers that send them (back-pressure)
-// rather than growing memory.
+// goroutine under the shard's read lock and never touch a mailbox. Pending lists are bounded
+// (Config.MailboxSize): a flood of events blocks the subscribers that send them (back-pressure) rather
+// than growing memory.
 //
 // Why read locks and not reply channels: measured with BenchmarkFindMatches (512-block query, 256
 // workers, 1 M indexed (block, worker) entries, 4 shards, 2 cores shared with other work):

@@ -123,21 +123,21 @@ func (x *Indexer) shardOf(workerID uint64) (int, bool) {
 }
 
 // Send delivers a message for workerID to its shard (assigning the worker on first sight), in order with
-// the worker's other messages. An Apply joins the shard's pending batches (applied together under one
-// write lock); others go through the mailbox. It blocks when the shard's pending list or mailbox is full.
+// the worker's other messages. It blocks when the shard's pending list is full.
 func (x *Indexer) Send(workerID uint64, m shardMessage) error {
 	s, ok := x.shardOf(workerID)
 	if !ok {
 		return ErrStopped
 	}
-	if a, ok := m.(*Apply); ok {
-		if x.shards[s].enqueue(a) {
-			x.system.Root.Send(x.pids[s], &drainPending{})
-		}
-		return nil
-	}
-	x.system.Root.Send(x.pids[s], m)
+	x.post(s, m)
 	return nil
+}
+
+// post queues m on shard s and tells its actor when the list was empty.
+func (x *Indexer) post(s int, m shardMessage) {
+	if x.shards[s].enqueue(m) {
+		x.system.Root.Send(x.pids[s], &drainPending{})
+	}
 }
 
 // Apply sends one re-keyed batch of a worker to its shard.
@@ -170,7 +170,7 @@ func (x *Indexer) RemoveWorker(workerID uint64) error {
 		return nil
 	}
 	done := make(chan struct{})
-	x.system.Root.Send(x.pids[s], &RemoveWorker{WorkerID: workerID, Done: done})
+	x.post(s, &RemoveWorker{WorkerID: workerID, Done: done})
 	<-done
 	return nil
 }
@@ -178,9 +178,9 @@ func (x *Indexer) RemoveWorker(workerID uint64) error {
 // Flush waits until every message sent to any shard before the call has been applied.
 func (x *Indexer) Flush() {
 	dones := make([]chan struct{}, len(x.pids))
-	for i, pid := range x.pids {
+	for i := range x.pids {
 		dones[i] = make(chan struct{})
-		x.system.Root.Send(pid, &Barrier{Done: dones[i]})
+		x.post(i, &Barrier{Done: dones[i]})
 	}
 	for _, d := range dones {
 		<-d

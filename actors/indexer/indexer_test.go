@@ -242,3 +242,23 @@ func TestPendingBatchesKeepOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestClearBetweenBatches: a batch sent after a ClearWorker survives it, one sent before does not — the
+// order of an engine restart (the old engine's last batches, the clear, the new engine's first ones).
+func TestClearBetweenBatches(t *testing.T) {
+	x := newIndexer(t, 1)
+	w := prefix.WorkerKey{WorkerID: 1}
+	for i := uint64(0); i < 200; i++ {
+		_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpStore, Blocks: chain(1000+i, 1000+i, 1)}}})
+		_ = x.Send(1, &ClearWorker{WorkerID: 1})
+		_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpStore, Blocks: chain(5000+i, 5000+i, 1)}}})
+		x.Flush()
+		if n := x.Blocks(w); n != 1 {
+			t.Fatalf("round %d: %d blocks after apply, clear, apply; want the last batch's 1", i, n)
+		}
+		if got := x.FindMatches([]uint64{5000 + i}, nil); len(got) != 1 {
+			t.Fatalf("round %d: the batch sent after the clear is gone", i)
+		}
+		_ = x.Send(1, &ClearWorker{WorkerID: 1})
+	}
+}

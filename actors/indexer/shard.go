@@ -28,17 +28,18 @@ type shard struct {
 	idx   *prefix.Index
 	stats map[uint64]*WorkerStats
 
-	// Event batches wait here for the shard actor, which applies all that are waiting under one write
-	// lock (drain). A write lock per batch, with a batch per request under load, made the overlap
-	// queries of the request path queue behind writers on every shard: on 2 cores a reader that
-	// blocks behind a writer waits for a run-queue turn, and the convoy lasts hundreds of µs. Batches
-	// are handed over through this list rather than the mailbox because a mailbox cannot be drained in
-	// one go; a drain message (drainPending) is sent when the list turns non-empty.
+	// Every message for the shard waits here for the shard actor, in the order it was sent; the actor
+	// takes the whole list at once (drain) and applies each run of consecutive event batches under one
+	// write lock. A write lock per batch, with a batch per request under load, made the overlap queries
+	// of the request path queue behind writers on every shard: on 2 cores a reader that blocks behind a
+	// writer waits for a run-queue turn, and the convoy lasts hundreds of µs. Messages go through this
+	// list rather than the mailbox because a mailbox cannot be drained in one go; the mailbox only
+	// carries a drainPending, sent when the list turns non-empty.
 	pendMu  sync.Mutex
-	pending []*Apply   // "indexer.pending": bounded by maxPending, senders wait on space when full
-	kicked  bool       // a drainPending is in the mailbox or being handled
-	space   *sync.Cond // on pendMu: signalled when the actor takes the list
-	spare   []*Apply   // the actor's second buffer, swapped with pending
+	pending []shardMessage // "indexer.pending": bounded by maxPending, senders wait on space when full
+	kicked  bool           // a drainPending is in the mailbox or being handled
+	space   *sync.Cond     // on pendMu: signalled when the actor takes the list
+	spare   []shardMessage // the actor's second buffer, swapped with pending
 	// maxPending bounds pending (Config.MailboxSize): a flood blocks the senders, as a full mailbox did.
 	maxPending int
 	// unknown counts messages of a type the shard does not handle.
@@ -84,9 +85,9 @@ func newShard(maxPending int) *shard {
 	return s
 }
 
-// enqueue adds a batch to the pending list, waiting while it is full, and reports whether the caller
+// enqueue adds a message to the pending list, waiting while it is full, and reports whether the caller
 // must send the shard actor a drainPending.
-func (s *shard) enqueue(m *Apply) (kick bool) {
+func (s *shard) enqueue(m shardMessage) (kick bool) {
 	s.pendMu.Lock()
 	for len(s.pending) >= s.maxPending {
 		s.space.Wait()
@@ -113,59 +114,104 @@ func weight(m *Apply) int {
 	return n
 }
 
-// drain applies every pending batch (shard actor only). The actor drains before handling any other
-// message too, so a batch enqueued before a message was sent is applied before that message.
+// drain handles every pending message in order (shard actor only); consecutive event batches share a
+// write lock up to drainBudget.
 func (s *shard) drain() {
 	s.pendMu.Lock()
-	batch := s.pending
+	list := s.pending
 	s.pending, s.spare = s.spare[:0], nil
 	s.kicked = false
 	s.pendMu.Unlock()
 	s.space.Broadcast()
-	next := 0 // batch[:next] are applied, or dropped: the one whose apply panicked
+	next := 0 // list[:next] are handled, or dropped: the one whose handling panicked
 	defer func() {
-		if next < len(batch) {
-			// A batch panicked (a broken invariant; the supervisor restarts the actor, as it did when
-			// batches came one per message): it is dropped, the ones behind it are kept.
-			s.requeue(batch[next:])
+		if next < len(list) {
+			// A message panicked (a broken invariant; the supervisor restarts the actor, as it did when
+			// messages came through the mailbox): it is dropped, the ones behind it are kept.
+			s.requeue(list[next:])
 		}
 	}()
-	for next < len(batch) {
-		if next > 0 {
+	locked := false // a write lock was taken in this drain: yield before the next one
+	for next < len(list) {
+		a, ok := list[next].(*Apply)
+		if !ok {
+			m := list[next]
+			next++
+			s.handle(m)
+			continue
+		}
+		if locked {
 			// A backlog: let the readers woken by the last Unlock (and everything else queued behind this
 			// goroutine) run before taking the lock again.
 			runtime.Gosched()
 		}
-		end, w := next+1, weight(batch[next])
-		for end < len(batch) && w < drainBudget {
-			w += weight(batch[end])
+		end, w := next+1, weight(a)
+		for end < len(list) && w < drainBudget {
+			b, ok := list[end].(*Apply)
+			if !ok {
+				break
+			}
+			w += weight(b)
 			end++
 		}
-		s.applyChunk(batch[next:end], &next)
+		s.applyChunk(list[next:end], &next)
+		locked = true
 	}
-	for _, m := range batch {
-		closeIf(m.Done)
-	}
-	clear(batch)
-	s.spare = batch[:0]
+	clear(list)
+	s.spare = list[:0]
 }
 
-// applyChunk applies batches in order under one write lock, advancing *next before each.
-func (s *shard) applyChunk(batches []*Apply, next *int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// applyChunk applies event batches in order under one write lock, advancing *next before each, then
+// closes their Done channels.
+func (s *shard) applyChunk(batches []shardMessage, next *int) {
+	func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, m := range batches {
+			*next++
+			s.apply(m.(*Apply))
+		}
+	}()
 	for _, m := range batches {
-		*next++
-		s.apply(m)
+		closeIf(m.(*Apply).Done)
 	}
 }
 
-// requeue puts batches back at the head of the pending list (after a panic); the restarted actor drains
-// them when it starts.
-func (s *shard) requeue(batches []*Apply) {
+// requeue puts messages back at the head of the pending list (after a panic); the restarted actor
+// drains them when it starts.
+func (s *shard) requeue(list []shardMessage) {
 	s.pendMu.Lock()
-	s.pending = append(append([]*Apply(nil), batches...), s.pending...)
+	s.pending = append(append([]shardMessage(nil), list...), s.pending...)
 	s.pendMu.Unlock()
+}
+
+// handle handles one message other than an event batch.
+func (s *shard) handle(msg shardMessage) {
+	switch m := msg.(type) {
+	case *ClearWorker:
+		s.mu.Lock()
+		s.idx.ClearWorker(m.WorkerID)
+		s.mu.Unlock()
+		closeIf(m.Done)
+	case *RemoveWorker:
+		s.mu.Lock()
+		s.idx.RemoveWorker(m.WorkerID)
+		delete(s.stats, m.WorkerID)
+		s.mu.Unlock()
+		closeIf(m.Done)
+	case *Barrier:
+		closeIf(m.Done)
+	case *Query:
+		s.mu.RLock()
+		out := s.idx.FindMatches(m.Local, nil)
+		s.mu.RUnlock()
+		m.Reply <- out
+	case *Apply:
+		var n int
+		s.applyChunk([]shardMessage{m}, &n)
+	default:
+		s.unknown.Add(1)
+	}
 }
 
 // drainPending tells the shard actor that batches are waiting (shard.enqueue).
@@ -173,39 +219,19 @@ type drainPending struct{}
 
 func (*drainPending) shardMessage() {}
 
-// shardActor applies messages to its shard.
+// shardActor applies its shard's pending messages when told to, and when it (re)starts.
 type shardActor struct{ s *shard }
 
 func (a *shardActor) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
-	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
-		return
-	}
-	a.s.drain() // batches enqueued before this message was sent come first; after a restart, any left
 	switch m := ctx.Message().(type) {
+	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	case *actor.Started, *drainPending:
-	case *Apply: // a batch that came through the mailbox (not Indexer.Send's path: kept for completeness)
-		var n int
-		a.s.applyChunk([]*Apply{m}, &n)
-		closeIf(m.Done)
-	case *ClearWorker:
-		a.s.mu.Lock()
-		a.s.idx.ClearWorker(m.WorkerID)
-		a.s.mu.Unlock()
-		closeIf(m.Done)
-	case *RemoveWorker:
-		a.s.mu.Lock()
-		a.s.idx.RemoveWorker(m.WorkerID)
-		delete(a.s.stats, m.WorkerID)
-		a.s.mu.Unlock()
-		closeIf(m.Done)
-	case *Barrier:
-		closeIf(m.Done)
-	case *Query:
-		a.s.mu.RLock()
-		out := a.s.idx.FindMatches(m.Local, nil)
-		a.s.mu.RUnlock()
-		m.Reply <- out
+		a.s.drain()
+	case shardMessage:
+		// Sent to the mailbox directly, not through Indexer (which queues every message): handled after
+		// what is pending.
+		a.s.drain()
+		a.s.handle(m)
 	default:
 		a.s.unknown.Add(1)
 	}
