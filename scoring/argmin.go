@@ -16,7 +16,10 @@ type Argmin struct {
 	best      int
 	bestLogit float64
 	bestOver  uint32
-	ties      int
+	// ties counts the candidates at bestLogit; tied lists them for Offer (index<<32 | overlap, in offer
+	// order), in the caller's buffer (Ties).
+	ties int
+	tied []uint64
 	// pf is 1 when prefill tokens are tracked, else 0, and islPf is ISL × pf: OfferLoads' prefill blocks
 	// without a branch. loadOnly says OfferLoads may be used (linear policy, no busy thresholds).
 	pf, islPf float64
@@ -39,6 +42,14 @@ func NewArgmin(req *Request, cfg *Config, rng RNG) (Argmin, bool) {
 	return a, true
 }
 
+// Ties gives Offer a buffer for the candidates tied at the best cost (its length is ignored, its
+// capacity reused) and returns the buffer Offer grew, for the caller to keep for the next decision.
+func (a *Argmin) Ties(buf []uint64) []uint64 {
+	old := a.tied
+	a.tied = buf[:0]
+	return old
+}
+
 // LoadOnly reports whether OfferLoads may be used: no busy thresholds, and the linear policy.
 func (a *Argmin) LoadOnly() bool { return a.loadOnly }
 
@@ -51,29 +62,48 @@ type LoadRow struct {
 	Requests   uint32  // Load.ActiveRequests
 }
 
+// linear is the cost of a row: costInputs.logit for a candidate with a device-tier overlap only and a
+// known load under the linear policy. With a known load the raw prefill is (prefill + ISL) / block size,
+// as the clipped cached tokens cancel (exact: every term is an integer below 2^53), and zero when prefill
+// is not tracked (pf = 0). The same operations in the same order give the same bits.
+type linear struct{ pf, islPf, invBs, credit, scale, weight float64 }
+
+func (a *Argmin) linear() linear {
+	return linear{a.pf, a.islPf, a.in.invBs, a.in.credit, a.in.scale, a.in.requestWeight}
+}
+
+func (k *linear) cost(r *LoadRow) float64 {
+	raw := (float64(int64(r.Prefill))*k.pf + k.islPf) * k.invBs
+	adjusted := fmax(raw-k.credit*float64(int64(r.Overlap)), 0)
+	return k.scale*adjusted + (r.Decode + float64(int64(r.Additional))) + k.weight*float64(int64(r.Requests))
+}
+
 // OfferLoads offers rows as candidates 0…len(rows)−1, when LoadOnly and nothing was offered before: the
-// decision, costs and tie-breaks of Offer, in a loop with the cost computed in place.
+// decision, costs and tie-breaks of Offer, in a loop with the cost computed in place. A tie at the best
+// cost costs a second pass over the rows (it finds the drawn one), not a list of the tied.
 func (a *Argmin) OfferLoads(rows []LoadRow) {
 	a.n += len(rows)
 	a.eligible += len(rows)
-	in := &a.in
-	pf, islPf, invBs, credit, scale, weight := a.pf, a.islPf, in.invBs, in.credit, in.scale, in.requestWeight
-	best, bestLogit := a.best, a.bestLogit
+	k := a.linear()
+	best, bestLogit, ties := a.best, a.bestLogit, 0
 	for i := range rows {
-		r := &rows[i]
-		// costInputs.logit for this case: with a known load the raw prefill is (prefill + ISL) / block
-		// size, as the clipped cached tokens cancel (exact: every term is an integer below 2^53), and zero
-		// when prefill is not tracked (pf = 0). The same operations in the same order give the same bits.
-		raw := (float64(int64(r.Prefill))*pf + islPf) * invBs
-		adjusted := fmax(raw-credit*float64(int64(r.Overlap)), 0)
-		l := scale*adjusted + (r.Decode + float64(int64(r.Additional))) + weight*float64(int64(r.Requests))
+		l := k.cost(&rows[i])
 		switch {
 		case l < bestLogit || best < 0:
-			best, bestLogit, a.ties = i, l, 1
+			best, bestLogit, ties = i, l, 1
 		case l == bestLogit:
-			a.ties++
-			if a.rng.IntN(a.ties) == 0 {
-				best = i
+			ties++
+		}
+	}
+	if ties > 1 {
+		r := a.rng.IntN(ties)
+		for i := range rows {
+			if k.cost(&rows[i]) == bestLogit {
+				if r == 0 {
+					best = i
+					break
+				}
+				r--
 			}
 		}
 	}
@@ -95,25 +125,31 @@ func (a *Argmin) Offer(i int, c *Candidate) {
 	}
 	a.eligible++
 	l := a.in.logit(c)
+	e := uint64(i)<<32 | uint64(c.Overlap.Device)
 	switch {
 	case a.best < 0 || l < a.bestLogit:
 		a.best, a.bestLogit, a.bestOver, a.ties = i, l, c.Overlap.Device, 1
+		a.tied = append(a.tied[:0], e)
 	case l == a.bestLogit:
 		a.ties++
-		if a.rng.IntN(a.ties) == 0 {
-			a.best, a.bestOver = i, c.Overlap.Device
-		}
+		a.tied = append(a.tied, e)
 	}
 }
 
 // Decision returns the chosen candidate, with Select's errors when there is none; Worker is left for
-// the caller, who knows candidate Index.
+// the caller, who knows candidate Index. Offered candidates tied at the best cost are drawn from here,
+// uniformly, with one draw.
 func (a *Argmin) Decision() (Decision, error) {
 	switch {
 	case a.n == 0:
 		return Decision{}, ErrNoWorkers
 	case a.eligible == 0:
 		return Decision{}, ErrAllBusy
+	}
+	if a.ties > 1 && len(a.tied) == a.ties {
+		e := a.tied[a.rng.IntN(a.ties)]
+		a.best, a.bestOver = int(e>>32), uint32(e)
+		a.ties = 1
 	}
 	return Decision{Index: a.best, Cost: a.bestLogit, Overlap: a.bestOver,
 		CachedTokens: cachedTokens(a.isl, a.bestOver, a.bs)}, nil

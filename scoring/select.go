@@ -306,10 +306,13 @@ func nth(cands []Candidate, f *filter, k int) int {
 // softmaxStack bounds the logits kept on the stack for temperature sampling.
 const softmaxStack = 256
 
-// pickKV is spec §4: argmin with reservoir tie-break at temperature 0, softmax over min-max normalized
+// pickKV is spec §4: argmin with a uniform tie-break at temperature 0, softmax over min-max normalized
 // negated logits otherwise.
 func pickKV(in *costInputs, cands []Candidate, temp float64, f *filter, eligible int, rng RNG) int {
 	if temp == 0 {
+		// As Dynamo does, the candidates at the minimum are collected and one is drawn: one draw, and only
+		// on a tie (a draw per tied candidate, reservoir-style, cost some 10 ns each: an idle fleet of
+		// hundreds of workers ties on every new prompt). The tied are found again by a second pass.
 		best, ties := -1, 0
 		var bestLogit float64
 		for i := range cands {
@@ -323,8 +326,16 @@ func pickKV(in *costInputs, cands []Candidate, temp float64, f *filter, eligible
 				best, bestLogit, ties = i, l, 1
 			case l == bestLogit:
 				ties++
-				if rng.IntN(ties) == 0 {
-					best = i
+			}
+		}
+		if ties > 1 {
+			r := rng.IntN(ties)
+			for i := range cands {
+				if c := &cands[i]; f.ok(c) && in.logit(c) == bestLogit {
+					if r == 0 {
+						return i
+					}
+					r--
 				}
 			}
 		}

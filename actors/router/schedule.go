@@ -347,6 +347,7 @@ type routeScratch struct {
 	own    []*target
 	ov     []uint32 // device overlap by target index
 	rows   []scoring.LoadRow
+	ties   []uint64 // the one-pass decision's tie list (scoring.Argmin.Ties)
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -495,9 +496,13 @@ func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, re
 	if !filter && am.LoadOnly() {
 		am.OfferLoads(sc.loadRows(ts, reuse))
 	} else {
+		am.Ties(sc.ties)
 		sc.offer(ts, am, reuse, filter, exclude)
 	}
 	d, err := am.Decision()
+	if t := am.Ties(nil); t != nil {
+		sc.ties = t
+	}
 	if err != nil {
 		return nil, d, err
 	}

@@ -113,14 +113,20 @@ func TestLaunchScript(t *testing.T) {
 		t.Fatalf("x-kvroute-worker-id = %q, want 1 or 2", first.worker)
 	}
 
-	// KV events reach the router asynchronously: repeat until the index holds the prompt.
+	// KV events reach the router asynchronously: repeat until the index holds the prompt. A repeat routed
+	// before then sees two equal idle workers and may land on either; every worker that served the prompt
+	// caches it.
 	var again launchChatResult
+	served := map[string]bool{first.worker: true}
 	launchWaitFor(t, 10*time.Second, exited, "x-kvroute-overlap-blocks > 0", func() bool {
 		again = launchChat(t, hc, base, body)
+		if again.overlap == 0 {
+			served[again.worker] = true
+		}
 		return again.overlap > 0
 	})
-	if again.worker != first.worker {
-		t.Errorf("repeat went to worker %s, the prompt's blocks are on worker %s", again.worker, first.worker)
+	if !served[again.worker] {
+		t.Errorf("repeat went to worker %s, the prompt's blocks are on %v", again.worker, served)
 	}
 	if again.cached == 0 {
 		t.Errorf("repeat: usage.prompt_tokens_details.cached_tokens = 0 with %d overlap blocks predicted", again.overlap)
