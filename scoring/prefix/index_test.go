@@ -490,3 +490,24 @@ func TestConcurrentReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestCommonPrefix: the shared leading hashes of two equal-length runs, for every length up to 40 and
+// every mismatch position (the whole-run byte compare and the hash-by-hash scan agree).
+func TestCommonPrefix(t *testing.T) {
+	for n := 0; n <= 40; n++ {
+		a := make([]uint64, n)
+		for i := range a {
+			a[i] = uint64(i)*0x9e3779b97f4a7c15 + 1
+		}
+		if got := commonPrefix(a, slices.Clone(a)); got != n {
+			t.Fatalf("equal runs of %d: %d", n, got)
+		}
+		for at := 0; at < n; at++ {
+			b := slices.Clone(a)
+			b[at] ^= 1 << 40
+			if got := commonPrefix(a, b); got != at {
+				t.Fatalf("length %d, mismatch at %d: %d", n, at, got)
+			}
+		}
+	}
+}
