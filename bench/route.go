@@ -16,8 +16,8 @@ import (
 
 // RouteConfig configures the routing-decision benchmark.
 //
-// One op is one whole routing decision, the stages of actors/router's request path: block hashing and
-// sequence hashing of the prompt, FindMatches on the sharded indexer (every shard under its read lock),
+// One op is one whole routing decision, the stages of actors/router's request path: block hashing and the
+// prefix chain of the prompt, FindMatches on the sharded indexer (every shard under its read lock),
 // candidate building (published load snapshot per worker plus one active-prompt registry query for
 // additional blocks), scoring.Select in kv mode, then AddRequest on the chosen worker's tracker, its
 // snapshot publish and the registry Add. Freeing the request afterwards (to keep the fleet steady) is
@@ -72,7 +72,7 @@ type RouteCell struct {
 	// AllocsPerDecision and BytesPerDecision come from runtime.MemStats over the loop.
 	AllocsPerDecision float64 `json:"allocs_per_decision"`
 	BytesPerDecision  float64 `json:"bytes_per_decision"`
-	// StageMicros is the mean time per stage: hash (block + sequence hashes), match (FindMatches), cands,
+	// StageMicros is the mean time per stage: hash (block hashes + prefix chain), match (FindMatches), cands,
 	// select, add (tracker AddRequest + snapshot), registry (active-prompt registry Add).
 	StageMicros map[string]float64 `json:"stage_mean_us"`
 	// MeanOverlap is the chosen worker's mean overlap in blocks.
@@ -156,7 +156,7 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 	now := time.Unix(0, 0)
 	for p := 0; p < prompts; p++ {
 		local := scoring.LocalBlockHashes(nil, tokensOf(p, 0), bs, scoring.Seed, nil)
-		seq := scoring.SequenceHashes(nil, local)
+		seq := scoring.ChainHashes(nil, local)
 		bl := make([]prefix.Block, len(local))
 		for i := range bl {
 			bl[i] = prefix.Block{EngineHash: seq[i], LocalHash: local[i]}
@@ -171,7 +171,7 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 		for a := 0; a < cfg.ActivePerWorker; a++ {
 			p := (w + a*workers) % prompts
 			local := scoring.LocalBlockHashes(nil, tokensOf(p, uint64(1+w*cfg.ActivePerWorker+a)), bs, scoring.Seed, nil)
-			seq := scoring.SequenceHashes(nil, local)
+			seq := scoring.ChainHashes(nil, local)
 			id := "bg-" + strconv.Itoa(w) + "-" + strconv.Itoa(a)
 			if err := trackers[w].AddRequest(load.Request{ID: id, SeqHashes: seq, ISL: promptTokens, Now: now}); err != nil {
 				return nil, err
@@ -210,7 +210,7 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 		tokens := queries[i%len(queries)]
 		start := time.Now()
 		local = scoring.LocalBlockHashes(local[:0], tokens, bs, scoring.Seed, nil)
-		seq = scoring.SequenceHashes(seq[:0], local)
+		seq = scoring.ChainHashes(seq[:0], local)
 		t1 := time.Now()
 		scores = x.FindMatches(local, scores[:0])
 		t2 := time.Now()

@@ -84,7 +84,7 @@ var Flags = []Flag{
 		Field: func(c *Config) any { return &c.TrackActiveBlocks }},
 	{Name: "router-track-output-blocks", Env: "DYN_ROUTER_TRACK_OUTPUT_BLOCKS", Help: "add a block per generated block boundary (experimental)",
 		Field: func(c *Config) any { return &c.TrackOutputBlocks }},
-	{Name: "router-assume-kv-reuse", Neg: "no-router-assume-kv-reuse", Env: "DYN_ROUTER_ASSUME_KV_REUSE", Help: "dedupe active blocks by sequence hash on a worker",
+	{Name: "router-assume-kv-reuse", Neg: "no-router-assume-kv-reuse", Env: "DYN_ROUTER_ASSUME_KV_REUSE", Help: "dedupe active blocks by prefix (their chain of block hashes) on a worker",
 		Field: func(c *Config) any { return &c.AssumeKVReuse }},
 	{Name: "router-track-prefill-tokens", Neg: "no-router-track-prefill-tokens", Env: "DYN_ROUTER_TRACK_PREFILL_TOKENS", Help: "charge uncached prompt tokens until the first token",
 		Field: func(c *Config) any { return &c.TrackPrefillTokens }},
