@@ -489,8 +489,9 @@ func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl 
 	return res, nil
 }
 
-// argmin is the decision of scoring.Argmin over every routable target, filled one at a time into one
-// stack candidate; d.Index is the chosen target's index in ts.list.
+// argmin is the decision of scoring.Argmin over every routable target: in the common case (no target
+// left out, no busy threshold, the linear policy) as compact load rows in one cost loop, otherwise one
+// stack candidate at a time; d.Index is the chosen target's index in ts.list.
 func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
 	filter := ts.filtering(exclude)
 	if !filter && am.LoadOnly() {
