@@ -21,7 +21,7 @@ type Argmin struct {
 	ties int
 	tied []uint64
 	// pf is 1 when prefill tokens are tracked, else 0, and islPf is ISL × pf: OfferLoads' prefill blocks
-	// without a branch. loadOnly says OfferLoads may be used (linear policy, no busy thresholds).
+	// without a branch. loadOnly says OfferLoads may be used (the linear policy).
 	pf, islPf float64
 	loadOnly  bool
 }
@@ -38,7 +38,7 @@ func NewArgmin(req *Request, cfg *Config, rng RNG) (Argmin, bool) {
 	if a.in.trackPrefill {
 		a.pf, a.islPf = 1, a.in.isl
 	}
-	a.loadOnly = !a.f.anyBusy && !a.in.lmetric && !a.in.decodeSpecial
+	a.loadOnly = !a.in.lmetric && !a.in.decodeSpecial
 	return a, true
 }
 
@@ -50,7 +50,7 @@ func (a *Argmin) Ties(buf []uint64) []uint64 {
 	return old
 }
 
-// LoadOnly reports whether OfferLoads may be used: no busy thresholds, and the linear policy.
+// LoadOnly reports whether OfferLoads may be used: the linear policy.
 func (a *Argmin) LoadOnly() bool { return a.loadOnly }
 
 // LoadRow is what the cost reads of a candidate with a device-tier overlap only and a known load.
@@ -79,14 +79,22 @@ func (k *linear) cost(r *LoadRow) float64 {
 }
 
 // OfferLoads offers rows as candidates 0…len(rows)−1, when LoadOnly and nothing was offered before: the
-// decision, costs and tie-breaks of Offer, in a loop with the cost computed in place. A tie at the best
-// cost costs a second pass over the rows (it finds the drawn one), not a list of the tied.
-func (a *Argmin) OfferLoads(rows []LoadRow) {
+// decision, costs and tie-breaks of Offer, in a loop with the cost computed in place. caps[i] is row i's
+// capacity, read only when ReadsCapacity (busy thresholds; nil otherwise). A tie at the best cost costs a
+// second pass over the rows (it finds the drawn one), not a list of the tied.
+func (a *Argmin) OfferLoads(rows []LoadRow, caps []Capacity) {
 	a.n += len(rows)
-	a.eligible += len(rows)
 	k := a.linear()
-	best, bestLogit, ties := a.best, a.bestLogit, 0
+	busy := a.f.anyBusy
+	if busy {
+		caps = caps[:len(rows)]
+	}
+	best, bestLogit, ties, eligible := a.best, a.bestLogit, 0, 0
 	for i := range rows {
+		if busy && a.f.busyLoad(rows[i].Decode, rows[i].Prefill, &caps[i]) {
+			continue
+		}
+		eligible++
 		l := k.cost(&rows[i])
 		switch {
 		case l < bestLogit || best < 0:
@@ -98,6 +106,9 @@ func (a *Argmin) OfferLoads(rows []LoadRow) {
 	if ties > 1 {
 		r := a.rng.IntN(ties)
 		for i := range rows {
+			if busy && a.f.busyLoad(rows[i].Decode, rows[i].Prefill, &caps[i]) {
+				continue
+			}
 			if k.cost(&rows[i]) == bestLogit {
 				if r == 0 {
 					best = i
@@ -107,7 +118,7 @@ func (a *Argmin) OfferLoads(rows []LoadRow) {
 			}
 		}
 	}
-	a.best, a.bestLogit = best, bestLogit
+	a.best, a.bestLogit, a.eligible = best, bestLogit, a.eligible+eligible
 	if best >= 0 {
 		a.bestOver = rows[best].Overlap
 	}

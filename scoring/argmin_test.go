@@ -65,6 +65,28 @@ func TestArgminMatchesSelect(t *testing.T) {
 			am.Offer(i, &cands[i])
 		}
 		got, err := am.Decision()
+		// The row loop, when it applies: the same decision, errors, cost bits and tie-break.
+		var rowsGot Decision
+		rowsRan := am.LoadOnly() && allKnown
+		if rowsRan {
+			rows, caps := make([]LoadRow, len(cands)), make([]Capacity, len(cands))
+			for i, c := range cands {
+				rows[i] = LoadRow{Prefill: c.Load.ActivePrefillTokens, Decode: c.Load.ActiveDecodeBlocks,
+					Additional: c.Load.AdditionalBlocks, Overlap: c.Overlap.Device, Requests: c.Load.ActiveRequests}
+				caps[i] = c.Capacity
+			}
+			ar, _ := NewArgmin(&req, &cfg, rand.New(rand.NewPCG(seed, 0)))
+			if !ar.ReadsCapacity() {
+				caps = nil // not read
+			}
+			ar.OfferLoads(rows, caps)
+			var rowsErr error
+			rowsGot, rowsErr = ar.Decision()
+			if !errors.Is(rowsErr, wantErr) || !errors.Is(wantErr, rowsErr) {
+				t.Fatalf("trial %d: rows: error %v, Select %v", trial, rowsErr, wantErr)
+			}
+			rowsTaken++
+		}
 		if wantErr != nil || err != nil {
 			if !errors.Is(err, wantErr) || !errors.Is(wantErr, err) {
 				t.Fatalf("trial %d: error %v, Select %v", trial, err, wantErr)
@@ -76,27 +98,13 @@ func TestArgminMatchesSelect(t *testing.T) {
 			got.CachedTokens != want.CachedTokens {
 			t.Fatalf("trial %d: argmin %+v, Select %+v", trial, got, want)
 		}
-		if !am.LoadOnly() || !allKnown {
-			continue
+		if rowsRan {
+			rowsGot.Worker = cands[rowsGot.Index].Worker
+			if rowsGot.Index != got.Index || rowsGot.Worker != got.Worker || math.Float64bits(rowsGot.Cost) != math.Float64bits(got.Cost) ||
+				rowsGot.Overlap != got.Overlap || rowsGot.CachedTokens != got.CachedTokens {
+				t.Fatalf("trial %d: rows %+v, Offer %+v", trial, rowsGot, got)
+			}
 		}
-		// The row loop: the same decision, cost bits and tie-break.
-		rows := make([]LoadRow, len(cands))
-		for i, c := range cands {
-			rows[i] = LoadRow{Prefill: c.Load.ActivePrefillTokens, Decode: c.Load.ActiveDecodeBlocks,
-				Additional: c.Load.AdditionalBlocks, Overlap: c.Overlap.Device, Requests: c.Load.ActiveRequests}
-		}
-		ar, _ := NewArgmin(&req, &cfg, rand.New(rand.NewPCG(seed, 0)))
-		ar.OfferLoads(rows)
-		rowsGot, err := ar.Decision()
-		if err != nil {
-			t.Fatalf("trial %d: rows: %v", trial, err)
-		}
-		rowsGot.Worker = cands[rowsGot.Index].Worker
-		if rowsGot.Index != got.Index || rowsGot.Worker != got.Worker || math.Float64bits(rowsGot.Cost) != math.Float64bits(got.Cost) ||
-			rowsGot.Overlap != got.Overlap || rowsGot.CachedTokens != got.CachedTokens {
-			t.Fatalf("trial %d: rows %+v, Offer %+v", trial, rowsGot, got)
-		}
-		rowsTaken++
 	}
 	if taken < 1500 || rowsTaken < 300 {
 		t.Fatalf("only %d trials took the one-pass path, %d the row loop", taken, rowsTaken)

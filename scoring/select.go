@@ -133,27 +133,34 @@ func (f *filter) ok(c *Candidate) bool {
 }
 
 func (f *filter) busy(c *Candidate) bool {
-	if f.dec && c.Capacity.TotalKVBlocks > 0 {
-		used := c.Load.ActiveDecodeBlocks
-		if c.Capacity.KVUsedKnown {
-			used = float64(int64(c.Capacity.KVUsedBlocks))
+	return f.busyLoad(c.Load.ActiveDecodeBlocks, c.Load.ActivePrefillTokens, &c.Capacity)
+}
+
+// busyLoad is busy for a candidate's decode blocks, prefill tokens and capacity.
+func (f *filter) busyLoad(decode float64, prefillTokens uint64, cp *Capacity) bool {
+	if f.dec && cp.TotalKVBlocks > 0 {
+		used := decode
+		if cp.KVUsedKnown {
+			used = float64(int64(cp.KVUsedBlocks))
 		}
-		if used > f.decV*float64(int64(c.Capacity.TotalKVBlocks)) {
+		if used > f.decV*float64(int64(cp.TotalKVBlocks)) {
 			return true
 		}
 	}
-	prefill := float64(int64(c.Load.ActivePrefillTokens))
+	prefill := float64(int64(prefillTokens))
 	if f.pf && prefill > f.pfV {
 		return true
 	}
-	return f.frac && prefill > f.frV*float64(int64(maxBatched(c)))
+	return f.frac && prefill > f.frV*float64(int64(maxBatchedOf(cp)))
 }
 
-func maxBatched(c *Candidate) uint64 {
-	if c.Capacity.MaxNumBatchedTokens == 0 {
+func maxBatched(c *Candidate) uint64 { return maxBatchedOf(&c.Capacity) }
+
+func maxBatchedOf(cp *Capacity) uint64 {
+	if cp.MaxNumBatchedTokens == 0 {
 		return DefaultMaxBatchedTokens
 	}
-	return c.Capacity.MaxNumBatchedTokens
+	return cp.MaxNumBatchedTokens
 }
 
 // Allowed reports whether c may serve req (pin filter).

@@ -12,7 +12,8 @@ import (
 
 // BenchmarkSelectionPass isolates the selection stage of a decision over W workers that all match the
 // prompt: the load rows with the scattered overlap scores, then the cost loop, with one best worker
-// (distinct overlaps) and with every worker tied (an idle fleet and a prompt none of them holds).
+// (distinct overlaps), with busy thresholds, and with every worker tied (an idle fleet and a prompt none
+// of them holds). The busy-threshold rows include writing the capacities.
 func BenchmarkSelectionPass(b *testing.B) {
 	for _, w := range []int{16, 256, 1024} {
 		b.Run(fmt.Sprintf("W=%d", w), func(b *testing.B) {
@@ -50,11 +51,30 @@ func BenchmarkSelectionPass(b *testing.B) {
 					if !ok {
 						b.Fatal("no one-pass decision")
 					}
-					am.OfferLoads(rows)
+					am.OfferLoads(rows, nil)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			}
 			b.Run("costs", costs)
+			// With busy thresholds the rows carry capacities; "offer" is the candidate-at-a-time path the
+			// decision took with thresholds before, for comparison.
+			busyCfg := *s.config()
+			busyCfg.ActiveDecodeBlocksThreshold = scoring.Some(0.9)
+			busyCfg.ActivePrefillTokensThresholdFrac = scoring.Some(2)
+			b.Run("costs/busy-thresholds", func(b *testing.B) {
+				for range b.N {
+					am, _ := scoring.NewArgmin(&sreq, &busyCfg, s.rng)
+					am.OfferLoads(rows, sc.capacities(ts))
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
+			})
+			b.Run("offer/busy-thresholds", func(b *testing.B) {
+				for range b.N {
+					am, _ := scoring.NewArgmin(&sreq, &busyCfg, s.rng)
+					sc.offer(ts, &am, true, false, nil)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
+			})
 			for i := range rows {
 				rows[i].Overlap = 0
 			}

@@ -347,7 +347,8 @@ type routeScratch struct {
 	own    []*target
 	ov     []uint32 // device overlap by target index
 	rows   []scoring.LoadRow
-	ties   []uint64 // the one-pass decision's tie list (scoring.Argmin.Ties)
+	caps   []scoring.Capacity // caps[i]: rows[i]'s capacity, with busy thresholds
+	ties   []uint64           // the one-pass decision's tie list (scoring.Argmin.Ties)
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -490,12 +491,16 @@ func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl 
 }
 
 // argmin is the decision of scoring.Argmin over every routable target: in the common case (no target
-// left out, no busy threshold, the linear policy) as compact load rows in one cost loop, otherwise one
-// stack candidate at a time; d.Index is the chosen target's index in ts.list.
+// left out, the linear policy) as compact load rows (and capacities, with busy thresholds) in one cost
+// loop, otherwise one stack candidate at a time; d.Index is the chosen target's index in ts.list.
 func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
 	filter := ts.filtering(exclude)
 	if !filter && am.LoadOnly() {
-		am.OfferLoads(sc.loadRows(ts, reuse))
+		var caps []scoring.Capacity
+		if am.ReadsCapacity() {
+			caps = sc.capacities(ts)
+		}
+		am.OfferLoads(sc.loadRows(ts, reuse), caps)
 	} else {
 		am.Ties(sc.ties)
 		sc.offer(ts, am, reuse, filter, exclude)
@@ -528,6 +533,16 @@ func (sc *routeScratch) loadRows(ts *targets, reuse bool) []scoring.LoadRow {
 	}
 	sc.rows = rows
 	return rows
+}
+
+// capacities writes every target's capacity (busy thresholds).
+func (sc *routeScratch) capacities(ts *targets) []scoring.Capacity {
+	caps := slices.Grow(sc.caps[:0], len(ts.list))[:len(ts.list)]
+	for i := range caps {
+		ts.capacity(&caps[i], i)
+	}
+	sc.caps = caps
+	return caps
 }
 
 // offer offers every target left in to am as a candidate, one at a time.
@@ -633,8 +648,11 @@ func (t *target) projection(chain []uint64) uint64 {
 	return t.t.Projection(chain, true)
 }
 
-// fillCapacity writes target i's capacity: its spec's, else what it reported, and its KV usage report.
-func (ts *targets) fillCapacity(c *scoring.Candidate, i int) {
+// fillCapacity writes target i's capacity into its candidate.
+func (ts *targets) fillCapacity(c *scoring.Candidate, i int) { ts.capacity(&c.Capacity, i) }
+
+// capacity writes target i's capacity: its spec's, else what it reported, and its KV usage report.
+func (ts *targets) capacity(cp *scoring.Capacity, i int) {
 	h, tm := ts.hot[i], &ts.tmpl[i]
 	total, batched := tm.totalKV, tm.maxBatched
 	if total == 0 {
@@ -643,10 +661,10 @@ func (ts *targets) fillCapacity(c *scoring.Candidate, i int) {
 	if batched == 0 {
 		batched = uint64(h.learnedBatched.Load())
 	}
-	c.Capacity.TotalKVBlocks, c.Capacity.MaxNumBatchedTokens = total, batched
-	c.Capacity.KVUsedBlocks, c.Capacity.KVUsedKnown = 0, h.kvKnown.Load()
-	if c.Capacity.KVUsedKnown {
-		c.Capacity.KVUsedBlocks = h.kvUsed.Load()
+	cp.TotalKVBlocks, cp.MaxNumBatchedTokens = total, batched
+	cp.KVUsedBlocks, cp.KVUsedKnown = 0, h.kvKnown.Load()
+	if cp.KVUsedKnown {
+		cp.KVUsedBlocks = h.kvUsed.Load()
 	}
 }
 
