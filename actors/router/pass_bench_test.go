@@ -40,11 +40,11 @@ func BenchmarkSelectionPass(b *testing.B) {
 			sreq := scoring.Request{ISL: 8192}
 			b.Run("rows", func(b *testing.B) {
 				for range b.N {
-					sc.loadRows(ts, true)
+					sc.loadRows(ts, true, false, nil)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
-			rows := sc.loadRows(ts, true)
+			rows, _ := sc.loadRows(ts, true, false, nil)
 			costs := func(b *testing.B) {
 				for range b.N {
 					am, ok := scoring.NewArgmin(&sreq, s.config(), s.rng)
@@ -64,7 +64,7 @@ func BenchmarkSelectionPass(b *testing.B) {
 			b.Run("costs/busy-thresholds", func(b *testing.B) {
 				for range b.N {
 					am, _ := scoring.NewArgmin(&sreq, &busyCfg, s.rng)
-					am.OfferLoads(rows, sc.capacities(ts))
+					am.OfferLoads(rows, sc.capacities(ts, nil))
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})

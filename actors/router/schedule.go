@@ -348,7 +348,9 @@ type routeScratch struct {
 	ov     []uint32 // device overlap by target index
 	rows   []scoring.LoadRow
 	caps   []scoring.Capacity // caps[i]: rows[i]'s capacity, with busy thresholds
-	ties   []uint64           // the one-pass decision's tie list (scoring.Argmin.Ties)
+	// rowOf and targetOf map targets to rows and back when some targets are left out.
+	rowOf, targetOf []int32
+	ties            []uint64 // the one-pass decision's tie list (scoring.Argmin.Ties)
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -495,12 +497,15 @@ func (s *scheduler) commit(tg *target, req *RouteRequest, sc *routeScratch, isl 
 // loop, otherwise one stack candidate at a time; d.Index is the chosen target's index in ts.list.
 func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
 	filter := ts.filtering(exclude)
-	if !filter && am.LoadOnly() {
+	var targetOf []int32 // row → target index when targets are left out
+	if am.LoadOnly() {
+		var rows []scoring.LoadRow
+		rows, targetOf = sc.loadRows(ts, reuse, filter, exclude)
 		var caps []scoring.Capacity
 		if am.ReadsCapacity() {
-			caps = sc.capacities(ts)
+			caps = sc.capacities(ts, targetOf)
 		}
-		am.OfferLoads(sc.loadRows(ts, reuse), caps)
+		am.OfferLoads(rows, caps)
 	} else {
 		am.Ties(sc.ties)
 		sc.offer(ts, am, reuse, filter, exclude)
@@ -512,34 +517,73 @@ func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, re
 	if err != nil {
 		return nil, d, err
 	}
+	if targetOf != nil {
+		d.Index = int(targetOf[d.Index])
+	}
 	d.Worker = ts.list[d.Index].key
 	return ts.list[d.Index], d, nil
 }
 
-// loadRows writes every target's row of the cost inputs, in one pass over the hot lines, then scatters the
-// index's overlap scores into it.
-func (sc *routeScratch) loadRows(ts *targets, reuse bool) []scoring.LoadRow {
-	rows := slices.Grow(sc.rows[:0], len(ts.list))[:len(ts.list)]
-	for i, h := range ts.hot[:len(rows)] {
+// loadRows writes a row of cost inputs for every target left in, in one pass over the hot lines, then
+// scatters the index's overlap scores into them. Row i is target i unless targets are left out (filter);
+// then only the others have rows, and targetOf maps a row to its target.
+func (sc *routeScratch) loadRows(ts *targets, reuse, filter bool, exclude []uint64) (rows []scoring.LoadRow, targetOf []int32) {
+	n := len(ts.list)
+	rows = slices.Grow(sc.rows[:0], n)[:n]
+	var rowOf []int32 // target → row, -1 when left out
+	if filter {
+		rowOf = slices.Grow(sc.rowOf[:0], n)[:n]
+		targetOf = sc.targetOf[:0]
+	}
+	k := 0
+	for i, h := range ts.hot[:n] {
+		if filter {
+			if ts.skip(i, exclude) {
+				rowOf[i] = -1
+				continue
+			}
+			rowOf[i] = int32(k)
+			targetOf = append(targetOf, int32(i))
+		}
 		active := h.active.Load()
-		r := &rows[i]
+		r := &rows[k]
 		r.Prefill, r.Decode = h.prefill.Load(), math.Float64frombits(h.decode.Load())
 		r.Additional, r.Overlap, r.Requests = ts.additional(i, active, sc.chain, reuse), 0, active
+		k++
 	}
+	rows = rows[:k]
 	for _, sco := range sc.scores {
-		if i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker)); ok {
-			rows[i].Overlap = sco.Blocks
+		i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker))
+		if !ok {
+			continue
 		}
+		if filter {
+			if i = int(rowOf[i]); i < 0 {
+				continue
+			}
+		}
+		rows[i].Overlap = sco.Blocks
 	}
-	sc.rows = rows
-	return rows
+	sc.rows, sc.rowOf = rows, rowOf
+	if filter {
+		sc.targetOf = targetOf
+	}
+	return rows, targetOf
 }
 
-// capacities writes every target's capacity (busy thresholds).
-func (sc *routeScratch) capacities(ts *targets) []scoring.Capacity {
-	caps := slices.Grow(sc.caps[:0], len(ts.list))[:len(ts.list)]
-	for i := range caps {
-		ts.capacity(&caps[i], i)
+// capacities writes the capacity of every row's target (busy thresholds); targetOf as loadRows.
+func (sc *routeScratch) capacities(ts *targets, targetOf []int32) []scoring.Capacity {
+	n := len(ts.list)
+	if targetOf != nil {
+		n = len(targetOf)
+	}
+	caps := slices.Grow(sc.caps[:0], n)[:n]
+	for k := range caps {
+		i := k
+		if targetOf != nil {
+			i = int(targetOf[k])
+		}
+		ts.capacity(&caps[k], i)
 	}
 	sc.caps = caps
 	return caps
