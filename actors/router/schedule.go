@@ -339,18 +339,17 @@ func (s *scheduler) removeWorker(id uint64) {
 
 // routeScratch is the per-decision scratch, pooled so the hot path does not allocate.
 type routeScratch struct {
-	local  []uint64
-	chain  []uint64 // the prefix chain of local (scoring.ChainHashes): the blocks' keys in load tracking
-	scores []prefix.Score
-	cands  []scoring.Candidate
-	tgts   []*target // tgts[i] is the target of cands[i]: the view's list, or own when filtered
-	own    []*target
-	ov     []uint32 // device overlap by target index
-	rows   []scoring.LoadRow
-	caps   []scoring.Capacity // caps[i]: rows[i]'s capacity, with busy thresholds
-	// rowOf and targetOf map targets to rows and back when some targets are left out.
-	rowOf, targetOf []int32
-	ties            []uint64 // the one-pass decision's tie list (scoring.Argmin.Ties)
+	local    []uint64
+	chain    []uint64 // the prefix chain of local (scoring.ChainHashes): the blocks' keys in load tracking
+	scores   []prefix.Score
+	cands    []scoring.Candidate
+	tgts     []*target // tgts[i] is the target of cands[i]: the view's list, or own when filtered
+	own      []*target
+	ov       []uint32 // device overlap by target index
+	rows     []scoring.LoadRow
+	caps     []scoring.Capacity // caps[i]: rows[i]'s capacity, with busy thresholds
+	targetOf []int32            // row → target when some targets are left out
+	ties     []uint64           // the one-pass decision's tie list (scoring.Argmin.Ties)
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -526,49 +525,33 @@ func (s *scheduler) argmin(ts *targets, sc *routeScratch, am *scoring.Argmin, re
 
 // loadRows writes a row of cost inputs for every target left in, in one pass over the hot lines, then
 // scatters the index's overlap scores into them. Row i is target i unless targets are left out (filter);
-// then only the others have rows, and targetOf maps a row to its target.
+// then the others' rows are moved up, and targetOf maps a row to its target.
 func (sc *routeScratch) loadRows(ts *targets, reuse, filter bool, exclude []uint64) (rows []scoring.LoadRow, targetOf []int32) {
-	n := len(ts.list)
-	rows = slices.Grow(sc.rows[:0], n)[:n]
-	var rowOf []int32 // target → row, -1 when left out
-	if filter {
-		rowOf = slices.Grow(sc.rowOf[:0], n)[:n]
-		targetOf = sc.targetOf[:0]
-	}
-	k := 0
-	for i, h := range ts.hot[:n] {
-		if filter {
-			if ts.skip(i, exclude) {
-				rowOf[i] = -1
-				continue
-			}
-			rowOf[i] = int32(k)
-			targetOf = append(targetOf, int32(i))
-		}
+	rows = slices.Grow(sc.rows[:0], len(ts.list))[:len(ts.list)]
+	for i, h := range ts.hot[:len(rows)] {
 		active := h.active.Load()
-		r := &rows[k]
+		r := &rows[i]
 		r.Prefill, r.Decode = h.prefill.Load(), math.Float64frombits(h.decode.Load())
 		r.Additional, r.Overlap, r.Requests = ts.additional(i, active, sc.chain, reuse), 0, active
-		k++
 	}
-	rows = rows[:k]
 	for _, sco := range sc.scores {
-		i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker))
-		if !ok {
-			continue
+		if i, ok := ts.pos.find(scoring.WorkerKey(sco.Worker)); ok {
+			rows[i].Overlap = sco.Blocks
 		}
-		if filter {
-			if i = int(rowOf[i]); i < 0 {
-				continue
-			}
+	}
+	sc.rows = rows
+	if !filter {
+		return rows, nil
+	}
+	targetOf = sc.targetOf[:0]
+	for i := range rows {
+		if !ts.skip(i, exclude) {
+			rows[len(targetOf)] = rows[i]
+			targetOf = append(targetOf, int32(i))
 		}
-		rows[i].Overlap = sco.Blocks
 	}
-	sc.rows, sc.rowOf = rows, rowOf
-	if filter {
-		sc.targetOf = targetOf
-	}
-	return rows, targetOf
+	sc.targetOf = targetOf
+	return rows[:len(targetOf)], targetOf
 }
 
 // capacities writes the capacity of every row's target (busy thresholds); targetOf as loadRows.
