@@ -2,11 +2,17 @@ package scoring
 
 import "slices"
 
+// batchHash selects the batched block hash kernel (xxh3batch_amd64.s) where the CPU has one; tests
+// switch it off to check both paths.
+var batchHash = haveBatchHash
+
 // PromptHashes appends the local block hashes and their prefix chain (ChainHashes) of tokens to local
 // and chain in one pass: the same values as LocalBlockHashes(local, tokens, blockSize, seed, nil) followed
 // by ChainHashes(chain, local's new part). The chain step of block i depends on block i−1's chain value,
 // so a separate pass is bound by the latency of that chain; interleaved with the independent block
-// hashes, the out-of-order core overlaps the two.
+// hashes, the out-of-order core overlaps the two. With AVX-512 (xxh3batch_amd64.s) the block hashes of
+// whole groups of 8 blocks are computed 8 at a time and the chain runs beside them; the blocks past the
+// last whole group take the scalar loop.
 func PromptHashes(local, chain []uint64, tokens []uint32, blockSize int, seed uint64) ([]uint64, []uint64) {
 	if blockSize != 16 {
 		start := len(local)
@@ -27,9 +33,17 @@ func PromptHashes(local, chain []uint64, tokens []uint32, blockSize int, seed ui
 	k4, k5, k6, k7 := xxKey032+seed, xxKey040-seed, xxKey048+seed, xxKey056-seed
 	p1 := uint64(xxPrime64x1)
 	p64 := 64 * p1 // wraps, as in hash16Tokens
-	prev := hash16Tokens((*[16]uint32)(tokens), seed)
-	l[0], s[0] = prev, prev
-	for i := 1; i < n; i++ {
+	var i int
+	var prev uint64
+	if batchHash && n >= 8 {
+		i, prev = hashChainBatch(tokens[:16*n], seed, 0, true, l, s)
+	}
+	if i == 0 {
+		prev = hash16Tokens((*[16]uint32)(tokens), seed)
+		l[0], s[0] = prev, prev
+		i = 1
+	}
+	for ; i < n; i++ {
 		t := (*[16]uint32)(tokens[16*i:])
 		acc := p64
 		acc += xxMulFold(lane(t, 2)^k4, lane(t, 3)^k5)

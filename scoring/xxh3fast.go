@@ -50,6 +50,14 @@ func hash16Tokens(t *[16]uint32, seed uint64) uint64 {
 	return xxAvalanche(acc)
 }
 
+// wordKeys are the keys hash16Tokens xors with the block's eight u64 words, in word order.
+func wordKeys(seed uint64) [8]uint64 {
+	return [8]uint64{
+		xxKey000 + seed, xxKey008 - seed, xxKey032 + seed, xxKey040 - seed,
+		xxKey048 + seed, xxKey056 - seed, xxKey016 + seed, xxKey024 - seed,
+	}
+}
+
 // hashPair is XXH3-64 with seed of u64le(a) || u64le(b) (the 9–16 byte branch).
 func hashPair(a, b, seed uint64) uint64 {
 	lo := a ^ (xxKey024 ^ xxKey032 + seed)

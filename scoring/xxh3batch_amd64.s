@@ -1,0 +1,178 @@
+//go:build amd64
+
+#include "textflag.h"
+
+// hashChain16x8AVX512 hashes 8 blocks of 16 tokens per iteration, one 64-bit lane per XXH3 product
+// rather than one block per lane (see xxh3batch_amd64.go for the layout), and runs the prefix chain
+// of each group in the scalar unit during the next group's vector work.
+
+// MULFOLD leaves in a the fold hi^lo of the 128-bit products a·b, lane by lane, built from the four
+// 32×32→64 partial products. cross = (p00>>32) + (p10 & m) + p01 cannot overflow: at most
+// 2·(2³²−1) + (2³²−1)² = 2⁶⁴−1. hi = p11 + (p10>>32) + (cross>>32), lo = low32(cross)<<32 | low32(p00);
+// VPSHUFD under the odd-dword mask K1 writes low32(cross) over the high half of p00 in place.
+// Z30 holds 0x00000000ffffffff in every lane. The other arguments are scratch registers.
+#define MULFOLD(a, b, ah, bh, p01, p10, p11, t) \
+	VPSRLQ   $32, a, ah;          \
+	VPSRLQ   $32, b, bh;          \
+	VPMULUDQ bh, a, p01;          \
+	VPMULUDQ b, ah, p10;          \
+	VPMULUDQ bh, ah, p11;         \
+	VPMULUDQ b, a, a;             \
+	VPSRLQ   $32, a, t;           \
+	VPANDQ   Z30, p10, bh;        \
+	VPADDQ   t, bh, t;            \
+	VPADDQ   p01, t, t;           \
+	VPSRLQ   $32, p10, p10;       \
+	VPADDQ   p10, p11, p11;       \
+	VPSRLQ   $32, t, ah;          \
+	VPADDQ   ah, p11, p11;        \
+	VPSHUFD  $0xa0, t, K1, a;     \
+	VPXORQ   a, p11, a
+
+// CHAIN is ChainStep on the local hash at off(DI), writing the chain value to off(BX).
+#define CHAIN(off) \
+	XORQ  off(DI), R8;            \
+	IMULQ R9, R8;                 \
+	ROLQ  $29, R8;                \
+	MOVQ  R8, off(BX)
+
+// ROWS: row b is block b's eight words, xored with the keys (Z31).
+#define ROWS \
+	VPXORQ (0*64)(SI), Z31, Z0;   \
+	VPXORQ (1*64)(SI), Z31, Z1;   \
+	VPXORQ (2*64)(SI), Z31, Z2;   \
+	VPXORQ (3*64)(SI), Z31, Z3;   \
+	VPXORQ (4*64)(SI), Z31, Z4;   \
+	VPXORQ (5*64)(SI), Z31, Z5;   \
+	VPXORQ (6*64)(SI), Z31, Z6;   \
+	VPXORQ (7*64)(SI), Z31, Z7
+
+// PAIRS: 128-bit chunk c of E01 (Z8) is (block 0 word 2c, block 1 word 2c), of O01 (Z9) the odd
+// words; likewise Z10…Z15 for blocks 2…7.
+#define PAIRS \
+	VPUNPCKLQDQ Z1, Z0, Z8;       \
+	VPUNPCKHQDQ Z1, Z0, Z9;       \
+	VPUNPCKLQDQ Z3, Z2, Z10;      \
+	VPUNPCKHQDQ Z3, Z2, Z11;      \
+	VPUNPCKLQDQ Z5, Z4, Z12;      \
+	VPUNPCKHQDQ Z5, Z4, Z13;      \
+	VPUNPCKLQDQ Z7, Z6, Z14;      \
+	VPUNPCKHQDQ Z7, Z6, Z15
+
+// SUMS1, SUMS2: sum each block's four folds. Chunk c of F01 (Z8) holds blocks 0 and 1 at product c:
+// add chunks c and c+2, then c and c+1 across the pairs, which leaves block b in lane b of Z20; then
+// 64·PRIME64_1.
+#define SUMS1 \
+	VSHUFI64X2 $0x44, Z10, Z8, Z16; \
+	VSHUFI64X2 $0xee, Z10, Z8, Z17; \
+	VPADDQ     Z16, Z17, Z16;     \
+	VSHUFI64X2 $0x44, Z14, Z12, Z18; \
+	VSHUFI64X2 $0xee, Z14, Z12, Z19; \
+	VPADDQ     Z18, Z19, Z18
+
+#define SUMS2 \
+	VSHUFI64X2 $0x88, Z18, Z16, Z20; \
+	VSHUFI64X2 $0xdd, Z18, Z16, Z21; \
+	VPADDQ     Z20, Z21, Z20;     \
+	VPADDQ     Z29, Z20, Z20
+
+// AVALANCHE finishes the eight hashes and stores them at (DI).
+#define AVALANCHE \
+	VPSRLQ     $37, Z20, Z21;     \
+	VPXORQ     Z21, Z20, Z20;     \
+	VPMULLQ    Z28, Z20, Z20;     \
+	VPSRLQ     $32, Z20, Z21;     \
+	VPXORQ     Z21, Z20, Z20;     \
+	VMOVDQU64  Z20, (DI)
+
+#define ADVANCE \
+	ADDQ $512, SI;                \
+	ADDQ $64, DI;                 \
+	ADDQ $64, BX
+
+// func hashChain16x8AVX512(tokens *uint32, groups int, keys *[8]uint64, prev uint64, local *uint64, chain *uint64, start bool) uint64
+TEXT ·hashChain16x8AVX512(SB), NOSPLIT, $0-64
+	MOVQ tokens+0(FP), SI
+	MOVQ groups+8(FP), CX
+	MOVQ keys+16(FP), AX
+	MOVQ prev+24(FP), R8
+	MOVQ local+32(FP), DI
+	MOVQ chain+40(FP), BX
+
+	VMOVDQU64    (AX), Z31               // keys k0…k7, in block word order
+	VPTERNLOGQ   $0xff, Z30, Z30, Z30
+	VPSRLQ       $32, Z30, Z30           // low-32 mask
+	MOVQ         $0x8dde6c617af2a1c0, AX // 64·PRIME64_1, wrapped
+	VPBROADCASTQ AX, Z29
+	MOVQ         $0x165667919e3779f9, AX // avalanche multiplier
+	VPBROADCASTQ AX, Z28
+	MOVQ         $0xaaaa, AX
+	KMOVW        AX, K1                  // odd dwords
+	MOVQ         $0x9e3779b97f4a7c15, R9 // chainMul
+
+	// The first group alone: there is no chain to run beside it yet.
+	ROWS
+	PAIRS
+	MULFOLD(Z8, Z9, Z16, Z17, Z18, Z19, Z20, Z21)
+	MULFOLD(Z10, Z11, Z22, Z23, Z24, Z25, Z26, Z27)
+	MULFOLD(Z12, Z13, Z0, Z1, Z2, Z3, Z4, Z5)
+	MULFOLD(Z14, Z15, Z16, Z17, Z18, Z19, Z20, Z21)
+	SUMS1
+	SUMS2
+	AVALANCHE
+
+	// A prompt's first block is its own chain value: start the chain from the one value that
+	// ChainStep takes to it, rotr(h, 29)·chainMul⁻¹ ^ h.
+	CMPB start+48(FP), $0
+	JEQ  advance
+	MOVQ  (DI), AX
+	MOVQ  AX, R8
+	RORQ  $29, R8
+	MOVQ  $0xf1de83e19937733d, R10 // chainMul⁻¹ mod 2⁶⁴
+	IMULQ R10, R8
+	XORQ  AX, R8
+
+advance:
+	ADVANCE
+	DECQ CX
+	JZ   last
+
+loop:
+	// The vector work of this group with the chain of the previous one, whose hashes were stored an
+	// iteration ago, spread through it: the chain is a serial dependency of one multiply per block,
+	// the vector work keeps the vector pipes busy, and the two overlap best when the chain's
+	// instructions do not queue behind a whole group of vector instructions.
+	ROWS
+	CHAIN(-64)
+	PAIRS
+	CHAIN(-56)
+	MULFOLD(Z8, Z9, Z16, Z17, Z18, Z19, Z20, Z21)
+	CHAIN(-48)
+	MULFOLD(Z10, Z11, Z22, Z23, Z24, Z25, Z26, Z27)
+	CHAIN(-40)
+	MULFOLD(Z12, Z13, Z0, Z1, Z2, Z3, Z4, Z5)
+	CHAIN(-32)
+	MULFOLD(Z14, Z15, Z16, Z17, Z18, Z19, Z20, Z21)
+	CHAIN(-24)
+	SUMS1
+	CHAIN(-16)
+	SUMS2
+	CHAIN(-8)
+	AVALANCHE
+	ADVANCE
+	DECQ CX
+	JNZ  loop
+
+last:
+	CHAIN(-64)
+	CHAIN(-56)
+	CHAIN(-48)
+	CHAIN(-40)
+	CHAIN(-32)
+	CHAIN(-24)
+	CHAIN(-16)
+	CHAIN(-8)
+
+	VZEROUPPER
+	MOVQ R8, ret+56(FP)
+	RET
