@@ -16,9 +16,8 @@ type Argmin struct {
 	best      int
 	bestLogit float64
 	bestOver  uint32
-	// ties counts the candidates at bestLogit; tied lists them for Offer (index<<32 | overlap, in offer
-	// order), in the caller's buffer (Ties).
-	ties int
+	// tied lists Offer's candidates at bestLogit (index<<32 | overlap, in offer order), in the caller's
+	// buffer (Ties).
 	tied []uint64
 	// pf is 1 when prefill tokens are tracked, else 0, and islPf is ISL × pf: OfferLoads' prefill blocks
 	// without a branch. loadOnly says OfferLoads may be used (the linear policy).
@@ -139,10 +138,9 @@ func (a *Argmin) Offer(i int, c *Candidate) {
 	e := uint64(i)<<32 | uint64(c.Overlap.Device)
 	switch {
 	case a.best < 0 || l < a.bestLogit:
-		a.best, a.bestLogit, a.bestOver, a.ties = i, l, c.Overlap.Device, 1
+		a.best, a.bestLogit, a.bestOver = i, l, c.Overlap.Device
 		a.tied = append(a.tied[:0], e)
 	case l == a.bestLogit:
-		a.ties++
 		a.tied = append(a.tied, e)
 	}
 }
@@ -157,10 +155,11 @@ func (a *Argmin) Decision() (Decision, error) {
 	case a.eligible == 0:
 		return Decision{}, ErrAllBusy
 	}
-	if a.ties > 1 && len(a.tied) == a.ties {
-		e := a.tied[a.rng.IntN(a.ties)]
+	if len(a.tied) > 1 {
+		e := a.tied[a.rng.IntN(len(a.tied))]
 		a.best, a.bestOver = int(e>>32), uint32(e)
-		a.ties = 1
+		a.tied = append(a.tied[:0], e) // drawn: a second Decision returns the same
+
 	}
 	return Decision{Index: a.best, Cost: a.bestLogit, Overlap: a.bestOver,
 		CachedTokens: cachedTokens(a.isl, a.bestOver, a.bs)}, nil
