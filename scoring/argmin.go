@@ -159,7 +159,6 @@ func (a *Argmin) Decision() (Decision, error) {
 		e := a.tied[a.rng.IntN(len(a.tied))]
 		a.best, a.bestOver = int(e>>32), uint32(e)
 		a.tied = append(a.tied[:0], e) // drawn: a second Decision returns the same
-
 	}
 	return Decision{Index: a.best, Cost: a.bestLogit, Overlap: a.bestOver,
 		CachedTokens: cachedTokens(a.isl, a.bestOver, a.bs)}, nil
