@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // loadHex reads a golden payload written by testdata/gen_fixtures.py.
@@ -61,7 +63,7 @@ func goldens() []golden {
 	v09 := Event{Kind: Stored, BlockHashes: []uint64{specHash}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4}
 	mixedStored := Event{
 		Kind: Stored, BlockHashes: []uint64{0x18191a1b1c1d1e1f}, TokenIDs: []uint32{5, 6}, BlockSize: 2,
-		LoraID: 7, HasLoraID: true, Medium: "CPU", LoraName: "my-lora", Locality: "rack-1",
+		LoraID: 7, HasLoraID: true, Medium: "CPU", Tier: scoring.MediumHostPinned, LoraName: "my-lora", Locality: "rack-1",
 		ExtraKeys: [][]ExtraKey{{
 			{Kind: ExtraString, Str: "my-lora"}, {Kind: ExtraString, Str: "salt-1"}, {Kind: ExtraBytes, Str: "\xab\xcd"},
 		}},

@@ -3,6 +3,8 @@ package kvevents
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // Decode parses one vLLM KV event payload into b, reusing b's slices. It accepts the current layout
@@ -239,7 +241,9 @@ func (d *decoder) field(b *Batch, e *Event, name string) error {
 			return nil
 		}
 		e.ParentHash, err = d.hash()
-		e.HasParent = err == nil
+		// 0 is "no parent" for llm-d-inference-sim and llm-d's own adapter (positional layout); a real
+		// chained hash of 0 has probability 2^-64, so both layouts read it so.
+		e.HasParent = err == nil && e.ParentHash != 0
 	case "token_ids":
 		e.TokenIDs, err = d.tokens(e.TokenIDs[:0])
 	case "block_size":
@@ -253,6 +257,7 @@ func (d *decoder) field(b *Batch, e *Event, name string) error {
 		e.HasLoraID = err == nil
 	case "medium":
 		e.Medium, err = d.optString(b)
+		e.Tier = scoring.ParseMedium(e.Medium)
 	case "lora_name":
 		e.LoraName, err = d.optString(b)
 	case "extra_keys":

@@ -10,12 +10,17 @@
 //     (positional batch [ts, events, dp_rank] with tagged-map events, "type" key, unknown keys ignored),
 //     the legacy one (tagged-array events of any length at least the required fields, including v0.9's
 //     6-element BlockStored and 2-element batches) and a map-shaped batch. Hashes may be ints (negative
-//     i64 reinterpreted as u64) or bin (low 8 bytes, big-endian: vLLM's int form). Unknown event tags are
+//     i64 reinterpreted as u64) or bin (low 8 bytes, big-endian: vLLM's int form). A parent hash of 0 is
+//     "no parent" (llm-d-inference-sim, llm-d's adapter). medium is parsed into a storage tier
+//     (Event.Tier, scoring.Medium). Unknown event tags are
 //     skipped and counted. Errors wrap ErrMalformed; no input panics, and every length read from the
 //     input is capped by the bytes that remain, so allocation is bounded by the payload size.
 //   - encode.go: AppendBatch, byte-exact msgspec output (§3.3, §11) in LayoutMap or LayoutArray, checked
 //     against the dumps of §4 (testdata/*.hex, written by testdata/gen_fixtures.py independently of the
 //     Go encoder).
+//   - dialect.go: Dialect and AppendDialect: how each family of publishers writes the format (current
+//     vLLM, its array layout, v0.9, llm-d-inference-sim, SGLang), with a golden payload per dialect in
+//     testdata/ (gen_fixtures.py, from the public formats).
 //   - rekey.go: Rekey / RekeyImages turn a Stored event into the router's local block hashes
 //     (scoring.BlockHash over each block's token_ids), stopping at the first short block (Dynamo's
 //     "Block not published"); RekeyImages also replaces image-token runs with pad values recovered from

@@ -36,6 +36,18 @@ func AppendBatch(dst []byte, b *Batch, layout Layout) []byte {
 // AppendEvent appends one event in the given layout. An event of KindUnknown has no vLLM class and is
 // written as nil.
 func AppendEvent(dst []byte, e *Event, layout Layout) []byte {
+	return appendEvent(dst, e, layout, shape{})
+}
+
+// shape is how a dialect departs from current vLLM when it writes an event (dialect.go).
+type shape struct {
+	// fields caps the fields written after the tag in the array layout (0: all of them).
+	storedFields, removedFields int
+	// zeroParent writes "no parent" as 0 instead of None.
+	zeroParent bool
+}
+
+func appendEvent(dst []byte, e *Event, layout Layout, sh shape) []byte {
 	if e.Kind == KindUnknown {
 		return append(dst, 0xc0)
 	}
@@ -45,9 +57,16 @@ func AppendEvent(dst []byte, e *Event, layout Layout) []byte {
 		for last > 0 && fields[last-1].optional && !fields[last-1].set(e) {
 			last--
 		}
+		if limit := sh.limit(e.Kind); limit > 0 && last > limit {
+			last = limit
+		}
 		dst = appendArrayHeader(dst, 1+last)
 		dst = appendStr(dst, e.Kind.Tag())
 		for _, f := range fields[:last] {
+			if sh.zeroParent && f.name == "parent_block_hash" && !e.HasParent {
+				dst = append(dst, 0x00)
+				continue
+			}
 			dst = f.write(dst, e)
 		}
 		return dst
@@ -68,6 +87,16 @@ func AppendEvent(dst []byte, e *Event, layout Layout) []byte {
 		}
 	}
 	return dst
+}
+
+func (sh shape) limit(k Kind) int {
+	switch k {
+	case Stored:
+		return sh.storedFields
+	case Removed:
+		return sh.removedFields
+	}
+	return 0
 }
 
 // fieldSpec is one struct field of vLLM's event classes, in declaration order.

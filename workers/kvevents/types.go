@@ -1,6 +1,10 @@
 package kvevents
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/kvroute/kvroute/scoring"
+)
 
 // ErrMalformed is the class of every payload or frame that does not parse as a vLLM KV event batch.
 // Callers test with errors.Is; the wrapped message says what was wrong and where.
@@ -84,7 +88,8 @@ type Event struct {
 	// their uint64 bit pattern (negative i64 reinterpreted); bin digests contribute their low 8 bytes read
 	// big-endian, the value vLLM sends in int mode.
 	BlockHashes []uint64
-	// ParentHash is the hash of the block before BlockHashes[0]; HasParent is false for None (block 0).
+	// ParentHash is the hash of the block before BlockHashes[0]; HasParent is false for None (block 0)
+	// and for 0, the "no parent" of llm-d-inference-sim and llm-d's adapter.
 	ParentHash uint64
 	HasParent  bool
 	// TokenIDs are all tokens of the stored blocks, concatenated.
@@ -95,7 +100,9 @@ type Event struct {
 	LoraID    int64
 	HasLoraID bool
 	// Medium is "GPU" from the block pool, "CPU" etc. from offloading connectors; "" for None.
-	Medium   string
+	Medium string
+	// Tier is Medium parsed into a storage tier (scoring.ParseMedium); MediumDevice when absent.
+	Tier     scoring.Medium
 	LoraName string
 	// ExtraKeys has one entry per block (nil for None); ExtraKeys itself is nil when the field is None
 	// or absent.

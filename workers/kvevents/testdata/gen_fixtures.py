@@ -65,6 +65,43 @@ fixtures["mixed_array"] = (
     + b"\x00"
 )
 
+# Dialects (spec §3.2, §10): what other publishers send.
+H2 = b"\x2a"  # a second block hash, 42
+# llm-d-inference-sim, positional layout: fields up to lora_name, 0 for "no parent"; a chain of two stores
+# (the second continues the first) and a removal.
+fixtures["dialect_sim_array"] = (
+    b"\x93" + TS + b"\x93"
+    + b"\x98" + s("BlockStored") + b"\x91" + H + b"\x00" + b"\x94\x01\x02\x03\x04" + b"\x04\xc0" + s("GPU") + b"\xc0"
+    + b"\x98" + s("BlockStored") + b"\x91" + H2 + H + b"\x94\x05\x06\x07\x08" + b"\x04\xc0" + s("GPU") + b"\xc0"
+    + b"\x93" + s("BlockRemoved") + b"\x91" + H2 + s("GPU")
+    + b"\x00"
+)
+# SGLang: array events up to medium, batch [ts, events, attn_dp_rank] with rank 1.
+fixtures["dialect_sglang_array"] = (
+    b"\x93" + TS + b"\x92"
+    + b"\x97" + s("BlockStored") + b"\x91" + H + b"\xc0" + b"\x94\x01\x02\x03\x04" + b"\x04\xc0" + s("GPU")
+    + b"\x93" + s("BlockRemoved") + b"\x91" + H + s("GPU")
+    + b"\x01"
+)
+# SGLang after its map PR: tagged-map events with its own field set (up to medium), positional batch.
+fixtures["dialect_sglang_map"] = (
+    b"\x93" + TS + b"\x91\x87" + s("type") + s("BlockStored") + s("block_hashes") + b"\x91" + H
+    + s("parent_block_hash") + b"\xc0" + s("token_ids") + b"\x94\x01\x02\x03\x04" + s("block_size") + b"\x04"
+    + s("lora_id") + b"\xc0" + s("medium") + s("GPU")
+    + b"\x00"
+)
+# vLLM v0.11-ish array (medium and lora_name, nothing newer), offloaded to CPU: an event of another tier.
+fixtures["dialect_vllm_cpu_array"] = (
+    b"\x93" + TS + b"\x91"
+    + b"\x98" + s("BlockStored") + b"\x91" + H + b"\xc0" + b"\x94\x01\x02\x03\x04" + b"\x04\xc0" + s("CPU") + b"\xc0"
+    + b"\x00"
+)
+# A map-shaped batch (a PR-branch state, spec §3.1), dp rank under its vLLM name.
+fixtures["batch_map"] = (
+    b"\x83" + s("ts") + TS + s("events") + b"\x91\x81" + s("type") + s("AllBlocksCleared")
+    + s("data_parallel_rank") + b"\x02"
+)
+
 for name, data in fixtures.items():
     with open(name + ".hex", "w") as f:
         h = data.hex()
