@@ -144,6 +144,10 @@ type Config struct {
 	// PredictedTTL enables the predict-on-route side index when set (--router-predicted-ttl-secs); 0 is
 	// unset. Default unset.
 	PredictedTTL time.Duration
+	// SessionAffinityTTL binds an X-Dynamo-Session-ID to the worker its first request went to, for this
+	// long after the session's last request (--router-session-affinity-ttl-secs); 0 is unset. Range when
+	// set: 1 s … 31,536,000 s. Default unset.
+	SessionAffinityTTL time.Duration
 	// EventThreads is the number of indexer writer threads (--router-event-threads). Default 4.
 	EventThreads int
 
@@ -311,6 +315,9 @@ func (c *Config) Validate() error {
 	if c.PredictedTTL < 0 || c.StaleExpiry <= 0 || c.OverlapRefreshAfter < 0 {
 		return badf("durations must be ≥ 0 (predicted ttl %v, stale expiry %v, overlap refresh %v)",
 			c.PredictedTTL, c.StaleExpiry, c.OverlapRefreshAfter)
+	}
+	if c.SessionAffinityTTL != 0 && (c.SessionAffinityTTL < time.Second || c.SessionAffinityTTL > 31_536_000*time.Second) {
+		return badf("router_session_affinity_ttl_secs must be in 1..31536000, got %v", c.SessionAffinityTTL.Seconds())
 	}
 	if c.ApproxWorkerCapacity <= 0 {
 		return badf("approximate worker capacity must be > 0, got %d", c.ApproxWorkerCapacity)

@@ -104,14 +104,14 @@ func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, t := range c.s.targets.Load().list {
-		snap := t.snapshot()
-		id, rank := strconv.FormatUint(t.key.WorkerID, 10), strconv.FormatUint(uint64(t.key.DPRank), 10)
+	for _, t := range c.s.loads() {
+		snap := t.Load
+		id, rank := strconv.FormatUint(t.Worker.WorkerID, 10), strconv.FormatUint(uint64(t.Worker.DPRank), 10)
 		ch <- prometheus.MustNewConstMetric(c.decode, prometheus.GaugeValue, snap.ActiveDecodeBlocks, id, rank, "decode")
 		ch <- prometheus.MustNewConstMetric(c.pfTok, prometheus.GaugeValue, float64(snap.ActivePrefillTokens), id, rank, "decode")
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(snap.ActiveRequests), id, rank, "decode")
 		degraded := 0.0
-		if t.approx.Load() {
+		if t.Predicted {
 			degraded = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.approx, prometheus.GaugeValue, degraded, id, rank, "decode")

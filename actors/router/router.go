@@ -94,18 +94,16 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	sched, err := newScheduler(cfg.Scoring, ix, cfg.Now, cfg.Seed, m)
+	sched, err := newScheduler(cfg.Scoring, ix, cfg.Now, cfg.Seed, m, cfg.Selector, cfg.OnLoad)
 	if err != nil {
 		ix.Stop()
 		return nil, err
 	}
-	sched.selector = cfg.Selector
 	fl, err := worker.NewFleet(system, ix, cfg.Worker)
 	if err != nil {
 		ix.Stop()
 		return nil, err
 	}
-	sched.observe = cfg.OnLoad // replica sync hook (replica.go)
 	r := &Router{cfg: cfg, Index: ix, Fleet: fl, sched: sched, Metrics: m}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(newLoadCollector(sched)); err != nil {
@@ -142,8 +140,7 @@ func (r *Router) tickLoop(ctx context.Context, iv time.Duration) {
 
 // Tick runs the time-driven work now: approximate-mode TTL expiry and stale-request expiry.
 func (r *Router) Tick() {
-	r.sched.expireApprox()
-	r.sched.expireStale()
+	r.sched.tick()
 	r.checkEventHealth()
 }
 
@@ -157,29 +154,13 @@ func (r *Router) checkEventHealth() {
 	if stale <= 0 || !r.sched.config().UseKVEvents {
 		return
 	}
-	now := r.cfg.Now()
-	for _, t := range r.sched.targets.Load().list {
-		m, ok := r.Fleet.Get(t.key.WorkerID)
-		if !ok || m.Spec.Events == "" && m.Spec.Topic == "" {
-			continue
-		}
-		last := m.LastBatch()
-		pending := t.pendingSince.Load()
-		if pending != 0 && !last.IsZero() && last.UnixNano() >= pending {
-			t.pendingSince.CompareAndSwap(pending, 0) // the worker's events caught up with its requests
-			pending = 0
-		}
-		switch {
-		case !t.approx.Load() && pending != 0 && now.Sub(time.Unix(0, pending)) > stale && (last.IsZero() || now.Sub(last) > stale):
-			if t.approx.CompareAndSwap(false, true) {
-				r.Fleet.SetPrediction(t.key.WorkerID, worker.PredictionApprox)
-			}
-		case t.approx.Load() && !last.IsZero() && now.Sub(last) < stale && pending == 0:
-			if t.approx.CompareAndSwap(true, false) {
-				_ = r.Fleet.Resync(t.key.WorkerID)
-				r.Fleet.SetPrediction(t.key.WorkerID, worker.PredictionEvents)
-			}
-		}
+	toApprox, toEvents := r.sched.eventHealth(stale, r.Fleet)
+	for _, id := range toApprox {
+		r.Fleet.SetPrediction(id, worker.PredictionApprox)
+	}
+	for _, id := range toEvents {
+		_ = r.Fleet.Resync(id)
+		r.Fleet.SetPrediction(id, worker.PredictionEvents)
 	}
 }
 
@@ -239,7 +220,7 @@ func (r *Router) SetDegraded(id uint64, reason string) { r.Fleet.SetDegraded(id,
 
 // ActiveRequests is the number of routed requests not yet freed.
 func (r *Router) ActiveRequests() int {
-	return r.sched.active.len()
+	return r.sched.active()
 }
 
 // RecordOutput reports a request's generated tokens so far (for output-block tracking).

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/actors"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -401,37 +399,6 @@ func TestPerWorkerDegradation(t *testing.T) {
 	waitFor(t, "resynced", func() bool {
 		return overlapOf(r, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, 1) == 2 && overlapOf(r, hist, 1) == 0
 	})
-}
-
-// TestPosTable: every (worker, rank) of a fleet with lease-style and sequential ids is found at its
-// index, and keys not in the fleet are not, including ranks of present workers.
-func TestPosTable(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 1))
-	for _, n := range []int{0, 1, 2, 3, 17, 256, 1000} {
-		var keys []scoring.WorkerKey
-		for i := range n {
-			id := uint64(i)
-			if i%2 == 1 {
-				id = rng.Uint64()
-			}
-			keys = append(keys, scoring.WorkerKey{WorkerID: id, DPRank: uint32(i % 3)})
-		}
-		p := newPosTable(len(keys))
-		for i, k := range keys {
-			p.put(k, i)
-		}
-		for i, k := range keys {
-			if got, ok := p.find(k); !ok || got != i {
-				t.Fatalf("n=%d: %v found at %d (%v), want %d", n, k, got, ok, i)
-			}
-			if _, ok := p.find(scoring.WorkerKey{WorkerID: k.WorkerID, DPRank: k.DPRank + 7}); ok {
-				t.Fatalf("n=%d: absent rank of %v found", n, k)
-			}
-		}
-		if _, ok := p.find(scoring.WorkerKey{WorkerID: 1 << 62}); ok {
-			t.Fatalf("n=%d: absent worker found", n)
-		}
-	}
 }
 
 // TestSaltedChainsOverZMQ: vLLM puts a request's cache_salt in its first block's extra keys; the worker's

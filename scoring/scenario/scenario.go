@@ -2,22 +2,18 @@ package scenario
 
 import (
 	"bufio"
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
-	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
-	"github.com/kvroute/kvroute/scoring/load"
 	"github.com/kvroute/kvroute/scoring/prefix"
-	"github.com/kvroute/kvroute/scoring/queue"
+	"github.com/kvroute/kvroute/scoring/sched"
 )
 
 // Index is the prefix index the runner drives. *prefix.Index satisfies it; an actor-backed index can be
@@ -32,41 +28,22 @@ type Index interface {
 
 var _ Index = (*prefix.Index)(nil)
 
-// engineSalt makes the simulated engine's block hashes differ from the router's sequence hashes, as real
+// engineSalt makes the simulated engine's block hashes differ from the router's chain keys, as real
 // engines' do (they salt and digest), so the runner exercises the re-keying path.
 const engineSalt = 0x5eed_e791_0e57_ab1e
 
 // epoch is the fake clock's start.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-type worker struct {
-	key     scoring.WorkerKey
-	device  scoring.Device
-	cap     scoring.Capacity
-	tracker *load.Tracker
-}
-
-type pending struct {
-	id      string
-	args    map[string]string
-	arrival time.Time
-}
-
-// Runner executes one scenario script; every command appends its result to the transcript.
+// Runner executes one scenario script against the production scheduler machine (scoring/sched) and a
+// prefix index; every command appends its result to the transcript.
 type Runner struct {
 	newIndex func() Index
 
-	cfg     scoring.Config
-	rng     *rand.Rand
-	now     time.Time
-	index   Index
-	workers []*worker
-	routes  map[string]*worker
-	queue   *queue.Queue[*pending]
-	approx  *scoring.Approx
-	reg     *load.Registry // fleet-wide active index, cross-checked against the trackers
-	regIDs  map[string]bool
-	rr      uint64
+	cfg   scoring.Config
+	now   time.Time
+	index Index
+	m     *sched.Machine
 
 	lastWorker *scoring.WorkerKey
 	lastErr    error
@@ -75,6 +52,25 @@ type Runner struct {
 	out      *strings.Builder
 	failures []string
 	line     int
+}
+
+// machineIndex is the machine's view of the runner's index: the blocks the machine predicts
+// (approximate mode) are written there, and each write is printed.
+type machineIndex struct{ r *Runner }
+
+func (x machineIndex) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
+	return x.r.index.FindMatches(local, out)
+}
+
+func (x machineIndex) Store(w scoring.WorkerKey, parent uint64, hasParent bool, blocks []prefix.Block) {
+	if err := x.r.index.Store(prefix.WorkerKey(w), parent, hasParent, blocks); err != nil {
+		x.r.printf("   approx store: %v", err)
+	}
+}
+
+func (x machineIndex) Remove(w scoring.WorkerKey, hashes []uint64) {
+	_ = x.r.index.Remove(prefix.WorkerKey(w), hashes)
+	x.r.printf("   index: %d predicted blocks dropped from %s", len(hashes), name(w))
 }
 
 // New returns a runner whose index comes from newIndex (called again by each config command).
@@ -132,13 +128,18 @@ func (r *Runner) exec(line string) error {
 		return r.removeWorker(args)
 	case "set-worker":
 		return r.setWorker(args)
+	case "unhealthy", "healthy":
+		return r.setHealthy(fields[0] == "healthy", args)
 	case "kv-event":
 		return r.kvEvent(pos, args)
 	case "route":
 		if n, ok := args["n"]; ok {
 			return r.routeN(n, args)
 		}
-		return r.route(args, false)
+		return r.route(args)
+	case "cancel":
+		r.printf("%s cancelled: %v", args["id"], r.m.Cancel(args["id"]))
+		return nil
 	case "sample":
 		return r.sample(args)
 	case "prefill-done", "free", "output":
@@ -186,18 +187,12 @@ func (r *Runner) configure(kvs []string) error {
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
-	cfg = cfg.Resolved()
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	q, err := queue.New[*pending](cfg.QueuePolicy, epoch)
+	*r = Runner{newIndex: r.newIndex, out: r.out, failures: r.failures, line: r.line, now: epoch, index: r.newIndex()}
+	m, err := sched.New(cfg, machineIndex{r}, sched.Options{Seed: &seed, Start: epoch})
 	if err != nil {
 		return err
 	}
-	*r = Runner{newIndex: r.newIndex, out: r.out, failures: r.failures, line: r.line,
-		cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e37)), now: epoch, index: r.newIndex(),
-		routes: map[string]*worker{}, queue: q, approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)),
-		reg: load.NewRegistry(), regIDs: map[string]bool{}}
+	r.m, r.cfg = m, *m.Config()
 	return nil
 }
 
@@ -221,69 +216,77 @@ func workerKey(args map[string]string, idKey string) (scoring.WorkerKey, error) 
 	return scoring.WorkerKey{WorkerID: uint64(id), DPRank: uint32(dp)}, nil
 }
 
-func (r *Runner) find(k scoring.WorkerKey) *worker {
-	for _, w := range r.workers {
-		if w.key == k {
-			return w
+// addWorker: add-worker id=N [dp-size=R] [device=cpu] [total-kv-blocks=N] [max-batched=N] [kv-used=N].
+func (r *Runner) addWorker(args map[string]string) error {
+	id, err := atoi(args, "id", -1)
+	if err != nil || id < 0 {
+		return errors.New("id= missing or bad")
+	}
+	w := sched.Worker{ID: uint64(id)}
+	for _, f := range []struct {
+		k string
+		p *int
+	}{{"dp-size", &w.DPRanks}, {"total-kv-blocks", &w.TotalKVBlocks}, {"max-batched", &w.MaxNumBatchedTokens}} {
+		if *f.p, err = atoi(args, f.k, 0); err != nil {
+			return err
 		}
 	}
-	return nil
+	if args["device"] == "cpu" {
+		w.Device = scoring.DeviceCPU
+	}
+	r.released(r.m.AddWorker(r.now, w))
+	return r.setUsage(uint64(id), max(w.DPRanks, 1), args)
 }
 
-func (r *Runner) addWorker(args map[string]string) error {
-	k, err := workerKey(args, "id")
+// setUsage applies kv-used=N (the worker's own KV usage report) to every rank of worker id.
+func (r *Runner) setUsage(id uint64, ranks int, args map[string]string) error {
+	v, ok := args["kv-used"]
+	if !ok {
+		return nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
 		return err
 	}
-	if r.find(k) != nil {
-		return fmt.Errorf("worker %v exists", k)
-	}
-	w := &worker{key: k, tracker: load.New(load.ConfigFrom(&r.cfg))}
-	if args["device"] == "cpu" {
-		w.device = scoring.DeviceCPU
-	}
-	if err := r.setCapacity(w, args); err != nil {
-		return err
-	}
-	r.workers = append(r.workers, w)
-	slices.SortFunc(r.workers, func(a, b *worker) int {
-		return cmp.Or(cmp.Compare(a.key.WorkerID, b.key.WorkerID), cmp.Compare(a.key.DPRank, b.key.DPRank))
-	})
-	return nil
-}
-
-func (r *Runner) setCapacity(w *worker, args map[string]string) error {
-	for _, f := range []struct {
-		k string
-		p *uint64
-	}{{"total-kv-blocks", &w.cap.TotalKVBlocks}, {"kv-used", &w.cap.KVUsedBlocks}, {"max-batched", &w.cap.MaxNumBatchedTokens}} {
-		if v, ok := args[f.k]; ok {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				return err
-			}
-			*f.p = n
-			if f.k == "kv-used" {
-				w.cap.KVUsedKnown = true
-			}
-		}
-	}
-	if w.cap.TotalKVBlocks > 0 {
-		r.approx.SetCapacity(w.key, int(w.cap.TotalKVBlocks))
+	for rank := range ranks {
+		r.m.SetKVUsage(scoring.WorkerKey{WorkerID: id, DPRank: uint32(rank)}, n)
 	}
 	return nil
 }
 
+// setWorker: set-worker id=N [kv-used=N] [total-kv-blocks=N] [max-batched=N] — what a worker reports.
 func (r *Runner) setWorker(args map[string]string) error {
 	k, err := workerKey(args, "id")
 	if err != nil {
 		return err
 	}
-	w := r.find(k)
-	if w == nil {
-		return fmt.Errorf("no worker %v", k)
+	total, err := atoi(args, "total-kv-blocks", 0)
+	if err != nil {
+		return err
 	}
-	return r.setCapacity(w, args)
+	batched, err := atoi(args, "max-batched", 0)
+	if err != nil {
+		return err
+	}
+	r.m.SetCapacity(k.WorkerID, total, batched)
+	if v, ok := args["kv-used"]; ok {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return err
+		}
+		r.m.SetKVUsage(k, n)
+	}
+	return nil
+}
+
+func (r *Runner) setHealthy(healthy bool, args map[string]string) error {
+	id, err := atoi(args, "id", -1)
+	if err != nil || id < 0 {
+		return errors.New("id= missing")
+	}
+	_, rel := r.m.SetHealthy(r.now, uint64(id), healthy)
+	r.released(rel)
+	return nil
 }
 
 func (r *Runner) removeWorker(args map[string]string) error {
@@ -291,21 +294,8 @@ func (r *Runner) removeWorker(args map[string]string) error {
 	if err != nil || id < 0 {
 		return errors.New("id= missing")
 	}
-	r.workers = slices.DeleteFunc(r.workers, func(w *worker) bool {
-		if w.key.WorkerID == uint64(id) {
-			r.approx.RemoveWorker(w.key)
-			return true
-		}
-		return false
-	})
-	for rid, w := range r.routes {
-		if w.key.WorkerID == uint64(id) {
-			delete(r.routes, rid)
-			delete(r.regIDs, rid)
-		}
-	}
-	r.reg.RemoveWorker(uint64(id))
 	r.index.RemoveWorker(uint64(id))
+	r.released(r.m.RemoveWorker(r.now, uint64(id)))
 	return nil
 }
 
@@ -341,6 +331,7 @@ func (r *Runner) hashes(tokens []uint32) (local, seq []uint64) {
 
 // kvEvent: kv-event worker=ID [dp=N] store|remove tokens=... [from=BLOCK] | clear. Store and remove act on
 // the blocks of tokens from block index `from` on; a store with from > 0 names block from−1 as parent.
+// Events go to the index directly, as the worker actor applies them.
 func (r *Runner) kvEvent(pos []string, args map[string]string) error {
 	k, err := workerKey(args, "worker")
 	if err != nil {
@@ -402,24 +393,17 @@ func errText(err error) string {
 
 func name(k scoring.WorkerKey) string { return fmt.Sprintf("w%d/%d", k.WorkerID, k.DPRank) }
 
-type routeReq struct {
-	req      scoring.Request
-	local    []uint64
-	seq      []uint64
-	reuse    bool
-	trackPf  *bool
-	osl      int
-	priority float64
-	strict   uint32
-}
-
-func (r *Runner) parseRoute(args map[string]string) (*routeReq, error) {
+// parseRoute reads a route command into a machine request:
+//
+//	route id=ID tokens=SPEC [pin=N [pin-rank=R]] [priority=S] [strict=T] [osl=N] [session=S]
+//	      [credit=X] [scale=X] [temperature=X] [weight=X] [reuse=B] [track-prefill=B] [exclude=N,M]
+func (r *Runner) parseRoute(args map[string]string) (*sched.Request, error) {
 	tokens, err := parseTokens(args["tokens"])
 	if err != nil {
 		return nil, err
 	}
-	rr := &routeReq{req: scoring.Request{ISL: len(tokens), ReturnCosts: true}}
-	rr.local, rr.seq = r.hashes(tokens)
+	req := &sched.Request{ID: args["id"], ISL: len(tokens), ReturnCosts: true, Session: args["session"]}
+	req.Local, _ = r.hashes(tokens)
 	if _, ok := args["pin"]; ok {
 		pin := map[string]string{"pin": args["pin"]}
 		if v, ok := args["pin-rank"]; ok {
@@ -429,7 +413,16 @@ func (r *Runner) parseRoute(args map[string]string) (*routeReq, error) {
 		if err != nil {
 			return nil, err
 		}
-		rr.req.Pinned, rr.req.Pin, rr.req.PinRank = true, k, len(pin) == 2
+		req.Pin, req.PinRank = &k, len(pin) == 2
+	}
+	if v, ok := args["exclude"]; ok {
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return nil, err
+			}
+			req.Exclude = append(req.Exclude, n)
+		}
 	}
 	ov := &scoring.Override{}
 	any := false
@@ -458,121 +451,73 @@ func (r *Runner) parseRoute(args map[string]string) (*routeReq, error) {
 		}
 	}
 	if any {
-		rr.req.Override = ov
+		req.Override = ov
 	}
-	rr.reuse = r.cfg.AssumeKVReuse
-	if ov.AssumeKVReuse != nil {
-		rr.reuse = *ov.AssumeKVReuse
-	}
-	rr.trackPf = ov.TrackPrefillTokens
-	if rr.osl, err = atoi(args, "osl", 0); err != nil {
+	if req.OSL, err = atoi(args, "osl", 0); err != nil {
 		return nil, err
 	}
 	if v, ok := args["priority"]; ok {
-		if rr.priority, err = strconv.ParseFloat(v, 64); err != nil {
+		if req.Priority, err = strconv.ParseFloat(v, 64); err != nil {
 			return nil, err
 		}
 	}
 	strict, err := atoi(args, "strict", 0)
-	rr.strict = uint32(strict)
-	return rr, err
+	req.Strict = uint32(strict)
+	return req, err
 }
 
-// candidates builds the candidate list: index overlap, published load, projection, capacity.
-func (r *Runner) candidates(rr *routeReq) []scoring.Candidate {
-	var scores []prefix.Score
-	if r.cfg.NeedsIndexer() {
-		scores = r.index.FindMatches(rr.local, nil)
-	}
-	var regAdditional map[scoring.WorkerKey]uint64
-	if r.registryApplies(rr.reuse) {
-		regAdditional = map[scoring.WorkerKey]uint64{}
-		for _, s := range r.reg.ActivePrefix(rr.local, nil) {
-			regAdditional[scoring.WorkerKey(s.Worker)] = uint64(s.Blocks)
-		}
-	}
-	cands := make([]scoring.Candidate, 0, len(r.workers))
-	for _, w := range r.workers {
-		c := scoring.Candidate{Worker: w.key, Device: w.device, Capacity: w.cap}
-		for _, s := range scores {
-			if scoring.WorkerKey(s.Worker) == w.key {
-				c.Overlap.Device = s.Blocks
-			}
-		}
-		c.Load = w.tracker.Load(rr.seq, rr.reuse)
-		if regAdditional != nil {
-			if want := uint64(len(rr.seq)) - regAdditional[w.key]; want != c.Load.AdditionalBlocks {
-				r.failures = append(r.failures, fmt.Sprintf("line %d: %s additional blocks: tracker %d, registry %d",
-					r.line, name(w.key), c.Load.AdditionalBlocks, want))
-			}
-		}
-		cands = append(cands, c)
-	}
-	return cands
-}
-
-func (r *Runner) route(args map[string]string, fromQueue bool) error {
-	id := args["id"]
-	if id == "" {
+func (r *Runner) route(args map[string]string) error {
+	if args["id"] == "" {
 		return errors.New("route needs id=")
 	}
-	if _, dup := r.routes[id]; dup {
-		return fmt.Errorf("route %q already active", id)
-	}
-	rr, err := r.parseRoute(args)
+	req, err := r.parseRoute(args)
 	if err != nil {
 		return err
 	}
-	cands := r.candidates(rr)
 	r.lastWorker, r.lastErr, r.lastQueued = nil, nil, false
-	if !fromQueue && scoring.ShouldQueue(&rr.req, cands, &r.cfg) {
-		key := queue.Key{Strict: rr.strict, PriorityJump: queue.Jump(rr.priority), Arrival: r.now, ISL: rr.req.ISL,
-			BestCachedTokens: scoring.BestCachedTokens(&rr.req, cands, &r.cfg)}
-		r.queue.Push(key, &pending{id: id, args: args, arrival: r.now})
+	d, queued, err := r.m.Route(r.now, req)
+	switch {
+	case queued:
 		r.lastQueued = true
-		r.printf("%s queued (%d pending)", id, r.queue.Len())
-		return nil
-	}
-	rr.req.RoundRobin = r.rr
-	d, err := scoring.Select(rr.req, cands, &r.cfg, r.rng)
-	r.rr++
-	if err != nil {
+		r.printf("%s queued (%d waiting)", req.ID, r.m.Waiting())
+	case err != nil:
 		r.lastErr = err
-		r.printf("%s error: %v", id, err)
-		return nil
+		r.printf("%s error: %v", req.ID, err)
+	default:
+		r.printDecision(d)
 	}
-	w := r.workers[d.Index]
-	r.lastWorker = &w.key
-	r.printf("%s -> %s overlap=%d cost=%s", id, name(d.Worker), d.Overlap, fmtF(d.Cost))
+	return nil
+}
+
+// printDecision prints a decision and every candidate's overlap and cost.
+func (r *Runner) printDecision(d sched.Decision) {
+	k := d.Worker
+	r.lastWorker = &k
+	r.printf("%s -> %s overlap=%d cost=%s", d.ID, name(d.Worker), d.OverlapBlocks, fmtF(d.Cost))
 	var costs []string
-	for _, c := range d.Costs {
+	for _, c := range d.Candidates {
 		s := fmt.Sprintf("%s:%d/%s", name(c.Worker), c.Overlap, fmtF(c.Cost))
 		if c.Busy {
 			s += "(busy)"
 		}
 		costs = append(costs, s)
 	}
-	r.printf("   costs %s", strings.Join(costs, " "))
-	for _, gone := range w.tracker.MaybeExpire(r.now) {
-		delete(r.routes, gone)
-		r.regFree(gone)
-		r.printf("   stale request %s dropped from %s", gone, name(w.key))
+	if len(costs) > 0 {
+		r.printf("   costs %s", strings.Join(costs, " "))
 	}
-	if err := w.tracker.AddRequest(load.Request{ID: id, SeqHashes: rr.seq, ISL: rr.req.ISL, OverlapBlocks: d.Overlap,
-		ExpectedOutputTokens: rr.osl, AssumeKVReuse: &rr.reuse, TrackPrefillTokens: rr.trackPf, Now: r.now}); err != nil {
-		return err
-	}
-	r.routes[id] = w
-	if r.registryApplies(rr.reuse) {
-		if err := r.reg.Add(id, w.key, rr.local, rr.seq); err != nil {
-			return err
+}
+
+// released prints the requests a call released from waiting, in release order.
+func (r *Runner) released(rel []sched.Released) {
+	for _, x := range rel {
+		if x.Err != nil {
+			r.lastErr = x.Err
+			r.printf("release %s after %v: error: %v", x.ID, x.Queued, x.Err)
+			continue
 		}
-		r.regIDs[id] = true
+		r.printf("release %s after %v", x.ID, x.Queued)
+		r.printDecision(x.Decision)
 	}
-	if !r.cfg.UseKVEvents && r.cfg.NeedsIndexer() {
-		r.recordApprox(w.key, rr)
-	}
-	return nil
 }
 
 // routeN routes n copies of a request with ids ID-0 … ID-(n−1).
@@ -585,77 +530,43 @@ func (r *Runner) routeN(n string, args map[string]string) error {
 	for i := range count {
 		a := maps.Clone(args)
 		a["id"] = base + "-" + strconv.Itoa(i)
-		if err := r.route(a, false); err != nil {
+		if err := r.route(a); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// registryApplies says when load.Registry answers the same as the trackers: KV reuse, stride 1, blocks
-// tracked. Requests routed without reuse never enter the registry (their blocks have fresh hashes).
-func (r *Runner) registryApplies(reuse bool) bool {
-	return reuse && r.cfg.ActiveSequenceStride == 1 && r.cfg.TrackActiveBlocks
-}
-
-func (r *Runner) regFree(id string) {
-	if r.regIDs[id] {
-		r.reg.Free(id)
-		delete(r.regIDs, id)
-	}
-}
-
-// recordApprox is approximate mode: index the routed prompt for the chosen worker, with TTL.
-func (r *Runner) recordApprox(k scoring.WorkerKey, rr *routeReq) {
-	from, ev := r.approx.Record(k, rr.seq, r.now)
-	if from < len(rr.seq) {
-		blocks := make([]prefix.Block, 0, len(rr.seq)-from)
-		for i := from; i < len(rr.seq); i++ {
-			blocks = append(blocks, prefix.Block{EngineHash: rr.seq[i], LocalHash: rr.local[i]})
-		}
-		var parent uint64
-		if from > 0 {
-			parent = rr.seq[from-1]
-		}
-		if err := r.index.Store(prefix.WorkerKey(k), parent, from > 0, blocks); err != nil {
-			r.printf("   approx store: %v", err)
-		}
-	}
-	if len(ev) > 0 {
-		_ = r.index.Remove(prefix.WorkerKey(k), ev)
-		r.printf("   approx evicted %d blocks from %s", len(ev), name(k))
-	}
-}
-
 func fmtF(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
 
-// sample routes n dry copies of a request (no AddRequest) and prints how often each worker wins: for
-// temperature and the random modes.
+// sample asks the machine for n dry decisions (Query: nothing is charged) and prints how often each
+// worker wins: for temperature and the random modes.
 func (r *Runner) sample(args map[string]string) error {
 	n, err := atoi(args, "n", 1000)
 	if err != nil {
 		return err
 	}
-	rr, err := r.parseRoute(args)
+	req, err := r.parseRoute(args)
 	if err != nil {
 		return err
 	}
-	rr.req.ReturnCosts = false
-	cands := r.candidates(rr)
-	hits := make([]int, len(cands))
+	req.ReturnCosts = false
+	hits := map[scoring.WorkerKey]int{}
+	var order []scoring.WorkerKey
+	for _, t := range r.m.Loads(nil) {
+		order = append(order, t.Worker)
+	}
 	for range n {
-		rr.req.RoundRobin = r.rr
-		r.rr++
-		d, err := scoring.Select(rr.req, cands, &r.cfg, r.rng)
+		d, err := r.m.Query(r.now, req)
 		if err != nil {
 			r.printf("error: %v", err)
 			return nil
 		}
-		hits[d.Index]++
+		hits[d.Worker]++
 	}
 	var parts []string
-	for i, c := range cands {
-		parts = append(parts, fmt.Sprintf("%s=%d", name(c.Worker), hits[i]))
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%s=%d", name(k), hits[k]))
 	}
 	r.printf("%d draws: %s", n, strings.Join(parts, " "))
 	return nil
@@ -663,49 +574,28 @@ func (r *Runner) sample(args map[string]string) error {
 
 func (r *Runner) lifecycle(cmd string, args map[string]string) error {
 	id := args["id"]
-	w, ok := r.routes[id]
-	if !ok {
-		r.printf("%s: unknown request", id)
-		return nil
-	}
+	var (
+		rel []sched.Released
+		err error
+	)
 	switch cmd {
 	case "prefill-done":
-		w.tracker.MarkPrefillCompleted(id)
+		rel, err = r.m.PrefillDone(r.now, id)
 	case "free":
-		w.tracker.Free(id)
-		r.regFree(id)
-		delete(r.routes, id)
+		rel, err = r.m.Free(r.now, id)
 	case "output":
 		n, err := atoi(args, "tokens", 0)
 		if err != nil {
 			return err
 		}
-		w.tracker.RecordOutput(id, n)
+		r.m.RecordOutput(id, n)
 	}
-	r.printf("%s %s on %s", id, cmd, name(w.key))
-	if cmd != "output" {
-		return r.drain()
+	if err != nil {
+		r.printf("%s: %v", id, err)
+		return nil
 	}
-	return nil
-}
-
-// drain pops queued requests while capacity allows (spec §9.1: whenever capacity frees).
-func (r *Runner) drain() error {
-	for r.queue.Len() > 0 {
-		p, _, _ := r.queue.Peek()
-		rr, err := r.parseRoute(p.args)
-		if err != nil {
-			return err
-		}
-		if scoring.ShouldQueue(&rr.req, r.candidates(rr), &r.cfg) {
-			return nil
-		}
-		r.queue.Pop()
-		r.printf("dequeue %s after %v", p.id, r.now.Sub(p.arrival))
-		if err := r.route(p.args, true); err != nil {
-			return err
-		}
-	}
+	r.printf("%s %s", id, cmd)
+	r.released(rel)
 	return nil
 }
 
@@ -718,34 +608,28 @@ func (r *Runner) tick(pos []string) error {
 		return err
 	}
 	r.now = r.now.Add(d)
-	for _, rem := range r.approx.Expire(r.now) {
-		_ = r.index.Remove(prefix.WorkerKey(rem.Worker), rem.Hashes)
-		r.printf("expired %d blocks from %s", len(rem.Hashes), name(rem.Worker))
-	}
-	for _, w := range r.workers {
-		for _, id := range w.tracker.Expire(r.now) {
-			delete(r.routes, id)
-			r.regFree(id)
-			r.printf("stale request %s dropped from %s", id, name(w.key))
-		}
+	before := r.m.Active()
+	r.released(r.m.Tick(r.now))
+	if gone := before - r.m.Active(); gone > 0 {
+		r.printf("%d stale requests dropped", gone)
 	}
 	return nil
 }
 
 func (r *Runner) printLoad() {
-	for _, w := range r.workers {
-		s := w.tracker.Snapshot()
-		r.printf("%s prefill=%d decode=%s requests=%d prefilling=%d", name(w.key), s.ActivePrefillTokens,
+	for _, t := range r.m.Loads(nil) {
+		s := t.Load
+		r.printf("%s prefill=%d decode=%s requests=%d prefilling=%d", name(t.Worker), s.ActivePrefillTokens,
 			fmtF(s.ActiveDecodeBlocks), s.ActiveRequests, s.PrefillingRequests)
 	}
-	if r.queue.Len() > 0 {
-		r.printf("queue %d pending", r.queue.Len())
+	if n := r.m.Waiting(); n > 0 {
+		r.printf("%d waiting", n)
 	}
 }
 
 // expect checks the last route or the current state:
 //
-//	expect worker=ID [dp=N] | expect error=all-busy|no-workers|pinned-busy|pinned-not-found|no-target
+//	expect worker=ID [dp=N] | expect error=all-busy|no-workers|pinned-busy|pinned-not-found|no-target|not-ready
 //	expect queued | expect pending=N | expect overlap tokens=... worker=ID blocks=N
 //	expect load worker=ID [prefill=N] [decode=X] [requests=N]
 func (r *Runner) expect(pos []string, args map[string]string) error {
@@ -764,7 +648,7 @@ func (r *Runner) expect(pos []string, args map[string]string) error {
 			fail("last route not queued")
 		}
 	case what == "overlap":
-		rr, err := r.parseRoute(args)
+		req, err := r.parseRoute(args)
 		if err != nil {
 			return err
 		}
@@ -773,9 +657,14 @@ func (r *Runner) expect(pos []string, args map[string]string) error {
 			return err
 		}
 		want, _ := atoi(args, "blocks", 0)
-		for _, c := range r.candidates(rr) {
-			if c.Worker == k && int(c.Overlap.Device) != want {
-				fail("overlap of %s = %d, want %d", name(k), c.Overlap.Device, want)
+		req.ID, req.Session = "\x00overlap-probe", ""
+		d, err := r.m.Query(r.now, req)
+		if err != nil {
+			return err
+		}
+		for _, c := range d.Candidates {
+			if c.Worker == k && int(c.Overlap) != want {
+				fail("overlap of %s = %d, want %d", name(k), c.Overlap, want)
 			}
 		}
 	case what == "load":
@@ -783,27 +672,32 @@ func (r *Runner) expect(pos []string, args map[string]string) error {
 		if err != nil {
 			return err
 		}
-		w := r.find(k)
-		if w == nil {
-			fail("no worker %s", name(k))
-			return nil
-		}
-		s := w.tracker.Snapshot()
-		got := map[string]string{"prefill": strconv.FormatUint(s.ActivePrefillTokens, 10),
-			"decode": fmtF(s.ActiveDecodeBlocks), "requests": strconv.Itoa(s.ActiveRequests)}
-		for _, f := range []string{"prefill", "decode", "requests"} {
-			if v, ok := args[f]; ok && v != got[f] {
-				fail("%s %s = %s, want %s", name(k), f, got[f], v)
+		found := false
+		for _, t := range r.m.Loads(nil) {
+			if t.Worker != k {
+				continue
+			}
+			found = true
+			s := t.Load
+			got := map[string]string{"prefill": strconv.FormatUint(s.ActivePrefillTokens, 10),
+				"decode": fmtF(s.ActiveDecodeBlocks), "requests": strconv.Itoa(s.ActiveRequests)}
+			for _, f := range []string{"prefill", "decode", "requests"} {
+				if v, ok := args[f]; ok && v != got[f] {
+					fail("%s %s = %s, want %s", name(k), f, got[f], v)
+				}
 			}
 		}
+		if !found {
+			fail("no worker %s", name(k))
+		}
 	case args["pending"] != "":
-		if n, _ := strconv.Atoi(args["pending"]); n != r.queue.Len() {
-			fail("pending %d, want %d", r.queue.Len(), n)
+		if n, _ := strconv.Atoi(args["pending"]); n != r.m.Waiting() {
+			fail("pending %d, want %d", r.m.Waiting(), n)
 		}
 	case args["error"] != "":
 		want := map[string]error{"all-busy": scoring.ErrAllBusy, "no-workers": scoring.ErrNoWorkers,
 			"pinned-busy": scoring.ErrPinnedBusy, "pinned-not-found": scoring.ErrPinnedNotFound,
-			"no-target": scoring.ErrNoTarget}[args["error"]]
+			"no-target": scoring.ErrNoTarget, "not-ready": sched.ErrNotReady, "bad-request": sched.ErrBadRequest}[args["error"]]
 		if want == nil {
 			return fmt.Errorf("unknown error name %q", args["error"])
 		}

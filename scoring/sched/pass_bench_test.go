@@ -1,13 +1,13 @@
-package router
+package sched
 
 import (
 	"fmt"
 	"testing"
 
-	"github.com/kvroute/kvroute/actors"
+	"time"
+
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/prefix"
-	"github.com/kvroute/kvroute/workers/registry"
 )
 
 // BenchmarkSelectionPass isolates the selection stage of a decision over W workers that all match the
@@ -17,37 +17,33 @@ import (
 func BenchmarkSelectionPass(b *testing.B) {
 	for _, w := range []int{16, 256, 1024} {
 		b.Run(fmt.Sprintf("W=%d", w), func(b *testing.B) {
-			system := actors.NewSystem(nil)
-			cfg := DefaultConfig(16)
-			cfg.TickInterval = -1
-			r, err := New(system, cfg)
+			cfg := scoring.DefaultConfig()
+			cfg.Mode, cfg.BlockSize = scoring.ModeKV, 16
+			m, err := New(cfg, nil, Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { r.Stop(); system.Shutdown() })
+			now := time.Unix(0, 0)
 			for i := range w {
-				if err := r.AddWorker(registry.Spec{ID: uint64(i)}); err != nil {
-					b.Fatal(err)
-				}
+				m.AddWorker(now, Worker{ID: uint64(i)})
 			}
-			s := r.sched
-			ts := s.targets.Load()
-			sc := &routeScratch{chain: make([]uint64, 512)}
+			chain := make([]uint64, 512)
+			var scores []prefix.Score
 			for i := range w {
-				// Reverse order: the index lists workers in its own order, not the router's.
-				sc.scores = append(sc.scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64(w - 1 - i)}, Blocks: uint32(1 + i%500)})
+				// Reverse order: the index lists workers in its own order, not the machine's.
+				scores = append(scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64(w - 1 - i)}, Blocks: uint32(1 + i%500)})
 			}
 			sreq := scoring.Request{ISL: 8192}
 			b.Run("rows", func(b *testing.B) {
 				for range b.N {
-					sc.loadRows(ts, true, false, nil)
+					m.loadRows(scores, chain, true, false, nil)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
-			rows, _ := sc.loadRows(ts, true, false, nil)
+			rows, _ := m.loadRows(scores, chain, true, false, nil)
 			costs := func(b *testing.B) {
 				for range b.N {
-					am, ok := scoring.NewArgmin(&sreq, s.config(), s.rng)
+					am, ok := scoring.NewArgmin(&sreq, m.cfg, m.rng)
 					if !ok {
 						b.Fatal("no one-pass decision")
 					}
@@ -58,20 +54,20 @@ func BenchmarkSelectionPass(b *testing.B) {
 			b.Run("costs", costs)
 			// With busy thresholds the rows carry capacities; "offer" is the candidate-at-a-time path the
 			// decision took with thresholds before, for comparison.
-			busyCfg := *s.config()
+			busyCfg := *m.cfg
 			busyCfg.ActiveDecodeBlocksThreshold = scoring.Some(0.9)
 			busyCfg.ActivePrefillTokensThresholdFrac = scoring.Some(2)
 			b.Run("costs/busy-thresholds", func(b *testing.B) {
 				for range b.N {
-					am, _ := scoring.NewArgmin(&sreq, &busyCfg, s.rng)
-					am.OfferLoads(rows, sc.capacities(ts, nil))
+					am, _ := scoring.NewArgmin(&sreq, &busyCfg, m.rng)
+					am.OfferLoads(rows, m.capacities(nil))
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
 			b.Run("offer/busy-thresholds", func(b *testing.B) {
 				for range b.N {
-					am, _ := scoring.NewArgmin(&sreq, &busyCfg, s.rng)
-					sc.offer(ts, &am, true, false, nil)
+					am, _ := scoring.NewArgmin(&sreq, &busyCfg, m.rng)
+					m.offer(&am, scores, chain, true, false, nil)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})

@@ -1,0 +1,50 @@
+// Package sched is the scheduler as one pure state machine: every routable (worker, dp rank) with its
+// load tracker, the waiting queue, the minimum-workers gate, the approximate-mode bookkeeping, the
+// predict-on-route side index and session bindings. The router (actors/router), the golden scenarios
+// (scoring/scenario) and the fleet lab (bench/lab) all drive this one machine, so what the tests see is
+// what production runs.
+//
+// # Overview
+//
+// A Machine is built from a scoring.Config and an Index (the primary KV index, read for overlap and,
+// in approximate mode, written with the machine's predictions). Its calls are steps:
+//
+//	Route(now, req)            → a charged Decision, or queued (the request is parked)
+//	PrefillDone / Free(now, id) → the requests that freed capacity released, each already charged
+//	AddWorker / RemoveWorker / SetHealthy / SetConfig / Tick(now) → likewise
+//	Cancel(id)                 → withdraws a parked request
+//	EventHealth(now, ...)      → the workers whose KV events stopped (or resumed)
+//
+// A decision is: the overlap scores (from the caller, or the Index) merged with the side index of
+// recent decisions (predict-on-route, per-worker max) → the session binding or pin → queue check →
+// select (the one-pass scoring.Argmin over dense load rows in the common case, else candidates +
+// scoring.Select or the configured Selector) → commit (AddRequest on the target's tracker, approximate
+// and predicted blocks, the pending-events mark, the session binding, the replica-sync observer).
+//
+// The queue follows Dynamo's: a request waits while every eligible worker is over the queue threshold,
+// or while others already wait (no bypass of a backlog). Whenever capacity frees, the head is released
+// if its eligible workers are not all busy, charged, and only then is the next head checked, so one
+// freed slot releases one request, in policy order (fcfs, wspt, strict tiers first). A head that waited
+// longer than OverlapRefreshAfter (DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS, 10 s) has its overlap queried
+// again; otherwise it is routed with the overlap seen at arrival.
+//
+// # Concurrency model
+//
+// None inside: a Machine is not safe for concurrent use, never reads a clock (time is the now
+// argument), never blocks and starts no goroutine. Its owner serializes the calls; actors/router holds
+// one mutex around each step and does the expensive, parallel parts of a request (hashing, the index
+// query) outside it. Measured in docs/benchmarks.md: the step is the selection plus the charge,
+// ~2 µs at 256 workers, so the lock is held for a small part of a request's CPU time.
+//
+// # Ownership
+//
+// The machine owns its targets, trackers, queue, side indexes and bindings; the Index is the caller's
+// (the machine only reads it and writes predicted blocks). Requests' slices are read during Route and
+// copied when the request is parked. Worker.Tag is the caller's value, returned untouched with decisions.
+//
+// # Data flow
+//
+//	Request (local hashes, chain, scores) → Route → [gate | queue] → decide → commit → Decision
+//	PrefillDone / Free → tracker → drain (head by head) → []Released
+//	Tick → approximate / predicted / session expiry, stale requests, gate patience → []Released
+package sched

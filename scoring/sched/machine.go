@@ -1,0 +1,460 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/load"
+	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/scoring/queue"
+)
+
+// Errors of the request path, as sentinels the HTTP edge maps to statuses.
+var (
+	// ErrUnknownRequest: prefill_done or free for an id that is not active (never routed, already freed,
+	// or expired).
+	ErrUnknownRequest = errors.New("router: unknown request id")
+	// ErrDuplicateRequest: Route with an id that is already active or waiting.
+	ErrDuplicateRequest = errors.New("router: request id already active")
+	// ErrBadRequest: a request the router cannot route as given (no id, a bad override, a bad pin).
+	ErrBadRequest = errors.New("router: bad route request")
+	// ErrNotReady: fewer workers than --router-min-initial-workers have joined, and the request waited
+	// the machine's patience for them.
+	ErrNotReady = errors.New("router: waiting for the minimum number of initial workers")
+	// ErrCancelled: a waiting request was withdrawn by its caller.
+	ErrCancelled = errors.New("router: request cancelled while waiting")
+)
+
+// Index is the primary KV index as the machine uses it: overlap queries, and in approximate mode (and for
+// a worker whose events stopped) the blocks the machine predicts from its own decisions. The machine never
+// writes a worker's engine-reported blocks; those reach the index from the worker's event stream.
+type Index interface {
+	FindMatches(local []uint64, out []prefix.Score) []prefix.Score
+	// Store records blocks (engine hash = prefix chain) under parent for worker w.
+	Store(w scoring.WorkerKey, parent uint64, hasParent bool, blocks []prefix.Block)
+	// Remove drops blocks of worker w by engine hash.
+	Remove(w scoring.WorkerKey, hashes []uint64)
+}
+
+// Worker is one backend worker as the scheduler sees it: its identity, data-parallel ranks and the
+// capacity its registration declared (zero: unknown, learned later with SetCapacity).
+type Worker struct {
+	ID uint64
+	// DPRanks is the number of data-parallel ranks (targets), at least 1.
+	DPRanks             int
+	TotalKVBlocks       int
+	MaxNumBatchedTokens int
+	Device              scoring.Device
+	// Tag is the caller's data about the worker, returned with every decision for it (the router keeps
+	// the worker's registration there, so a decision needs no second lookup).
+	Tag any
+}
+
+// Options configures a Machine beyond the router configuration.
+type Options struct {
+	// Seed makes every random choice reproducible; nil draws from math/rand/v2's global source.
+	Seed *uint64
+	// Selector replaces the configured mode's selection (peer-router baselines in benchmarks).
+	Selector scoring.Selector
+	// Observer sees every load change the machine makes for a local request (replica sync). It runs
+	// inside the machine's step and must not block or call back into the machine.
+	Observer func(LoadEvent)
+	// MinWorkersPatience is how long a request waits for --router-min-initial-workers before it fails
+	// with ErrNotReady. Default 30 s.
+	MinWorkersPatience time.Duration
+	// Start is the machine's epoch (queue arrival offsets are measured from it).
+	Start time.Time
+}
+
+// Machine is the scheduler: every target's load, the queue, the approximate and predicted side indexes,
+// session bindings. It is a plain state machine: not safe for concurrent use (its owner serializes the
+// calls), it never reads a clock (each call takes now), never blocks and never starts a goroutine. What
+// the caller must carry out comes back as return values: a decision, the requests released from the
+// queue by a call, the worker transitions of event health.
+type Machine struct {
+	cfg      *scoring.Config
+	index    Index
+	rng      scoring.RNG
+	selector scoring.Selector
+	observe  func(LoadEvent)
+
+	list  []*target // routable (worker, rank) targets, in join order
+	lines []line    // lines[i] is list[i]'s load, dense for the candidate loop
+	tmpl  []candTmpl
+	pos   posTable
+	// unhealthy counts unhealthy targets, so the common case skips the per-target filter.
+	unhealthy int
+	rr        uint64
+
+	active map[string]*target
+
+	q        *queue.Queue[*waiting]
+	waitByID map[string]*waiting
+	// gate holds requests waiting for --router-min-initial-workers, in arrival order; seenWorkers is the
+	// number of distinct workers ever added (the gate opens for good once it reaches the minimum).
+	gate        []*waiting
+	seenWorkers int
+	gateOpen    bool
+	patience    time.Duration
+
+	approx *scoring.Approx
+	pred   *predicted
+	sess   *sessions
+
+	sc scratch
+}
+
+// target is one (worker, dp rank) the machine routes to, with its load tracker.
+type target struct {
+	key     scoring.WorkerKey
+	w       *Worker
+	t       *load.Tracker
+	i       int // index in Machine.list (and lines)
+	healthy bool
+	// learned capacity, when the worker's registration gave none
+	learnedKV, learnedBatched uint64
+	kvUsed                    uint64
+	kvKnown                   bool
+	// pendingSince is when a request was first routed here after the worker's last KV event batch (0:
+	// none since); approx is set while the worker's events have stopped and its blocks are predicted from
+	// routing history instead (per-worker degradation).
+	pendingSince int64
+	approx       bool
+}
+
+// line is the load of a target that every decision reads, kept in one dense slice so the candidate loop
+// over a fleet streams through adjacent memory.
+type line struct {
+	prefill    uint64
+	decode     float64
+	unique     uint32
+	active     uint32
+	prefilling uint32
+	_          uint32
+}
+
+// candTmpl is a target's static part of a candidate: key, declared capacity, device.
+type candTmpl struct {
+	worker              scoring.WorkerKey
+	totalKV, maxBatched uint64
+	device              scoring.Device
+}
+
+// New returns an empty machine for cfg (resolved and validated here) reading index.
+func New(cfg scoring.Config, index Index, opt Options) (*Machine, error) {
+	cfg = cfg.Resolved()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	q, err := queue.New[*waiting](cfg.QueuePolicy, opt.Start)
+	if err != nil {
+		return nil, err
+	}
+	m := &Machine{cfg: &cfg, index: index, selector: opt.Selector, observe: opt.Observer, q: q,
+		active: make(map[string]*target), waitByID: make(map[string]*waiting),
+		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), patience: opt.MinWorkersPatience,
+		pos: newPosTable(0)}
+	if m.patience <= 0 {
+		m.patience = 30 * time.Second
+	}
+	if opt.Seed != nil {
+		m.rng = rand.New(rand.NewPCG(*opt.Seed, *opt.Seed^0x9e3779b97f4a7c15))
+	} else {
+		m.rng = globalRNG{}
+	}
+	m.gateOpen = cfg.MinInitialWorkers <= 0
+	m.pred = newPredicted(cfg.PredictedTTL)
+	m.sess = newSessions(cfg.SessionAffinityTTL)
+	return m, nil
+}
+
+// globalRNG uses math/rand/v2's global source (safe for the concurrent callers of a shell).
+type globalRNG struct{}
+
+func (globalRNG) Float64() float64 { return rand.Float64() }
+func (globalRNG) IntN(n int) int   { return rand.IntN(n) }
+
+// Config returns the current configuration (read-only).
+func (m *Machine) Config() *scoring.Config { return m.cfg }
+
+// SetConfig swaps the configuration at run time (busy thresholds, temperature, queue threshold ...); the
+// queue may release requests under the new thresholds.
+func (m *Machine) SetConfig(now time.Time, cfg scoring.Config) ([]Released, error) {
+	cfg = cfg.Resolved()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.QueuePolicy != m.cfg.QueuePolicy && m.head() != nil {
+		return nil, fmt.Errorf("%w: the queue policy cannot change while requests wait", scoring.ErrBadConfig)
+	}
+	if cfg.QueuePolicy != m.cfg.QueuePolicy {
+		q, err := queue.New[*waiting](cfg.QueuePolicy, time.Time{})
+		if err != nil {
+			return nil, err
+		}
+		m.q = q
+	}
+	m.cfg = &cfg
+	m.pred.setTTL(cfg.PredictedTTL)
+	m.sess.setTTL(cfg.SessionAffinityTTL)
+	return m.drain(now, nil), nil
+}
+
+// AddWorker makes a worker's ranks routable; requests waiting for the minimum fleet may be released.
+func (m *Machine) AddWorker(now time.Time, w Worker) []Released {
+	if w.DPRanks < 1 {
+		w.DPRanks = 1
+	}
+	wp := &w
+	lc := load.ConfigFrom(m.cfg)
+	for r := 0; r < w.DPRanks; r++ {
+		t := &target{key: scoring.WorkerKey{WorkerID: w.ID, DPRank: uint32(r)}, w: wp, t: load.New(lc), healthy: true}
+		m.list = append(m.list, t)
+		if w.TotalKVBlocks > 0 {
+			m.approx.SetCapacity(t.key, w.TotalKVBlocks)
+		}
+	}
+	m.seenWorkers++
+	m.reindex()
+	return m.drain(now, nil)
+}
+
+// RemoveWorker drops a worker's ranks; its active requests are forgotten (their lifecycle calls answer
+// ErrUnknownRequest) and its session bindings are dropped.
+func (m *Machine) RemoveWorker(now time.Time, id uint64) []Released {
+	list := m.list[:0]
+	for _, t := range m.list {
+		if t.key.WorkerID != id {
+			list = append(list, t)
+			continue
+		}
+		m.approx.RemoveWorker(t.key)
+		m.pred.removeWorker(t.key)
+		if !t.healthy {
+			m.unhealthy--
+		}
+	}
+	clear(m.list[len(list):])
+	m.list = list
+	for rid, t := range m.active {
+		if t.key.WorkerID == id {
+			delete(m.active, rid)
+		}
+	}
+	m.sess.removeWorker(id)
+	m.reindex()
+	return m.drain(now, nil)
+}
+
+// reindex rebuilds the dense views of the target list after a fleet change.
+func (m *Machine) reindex() {
+	m.lines = make([]line, len(m.list))
+	m.tmpl = make([]candTmpl, len(m.list))
+	m.pos = newPosTable(len(m.list))
+	for i, t := range m.list {
+		t.i = i
+		m.pos.put(t.key, i)
+		c := candTmpl{worker: t.key, totalKV: uint64(t.w.TotalKVBlocks), maxBatched: uint64(t.w.MaxNumBatchedTokens),
+			device: t.w.Device}
+		m.tmpl[i] = c
+		m.publish(t)
+	}
+}
+
+// publish copies a target's tracker load into its line.
+func (m *Machine) publish(t *target) {
+	s := t.t.Snapshot()
+	l := &m.lines[t.i]
+	l.prefill, l.decode, l.unique = s.ActivePrefillTokens, s.ActiveDecodeBlocks, uint32(s.UniqueBlocks)
+	l.active, l.prefilling = uint32(s.ActiveRequests), uint32(s.PrefillingRequests)
+}
+
+// find returns the target of k, or nil.
+func (m *Machine) find(k scoring.WorkerKey) *target {
+	if i, ok := m.pos.find(k); ok {
+		return m.list[i]
+	}
+	return nil
+}
+
+// SetHealthy takes a worker's ranks out of the candidate set or puts them back; it reports whether the
+// state changed. Bringing a worker back may release waiting requests.
+func (m *Machine) SetHealthy(now time.Time, id uint64, healthy bool) (bool, []Released) {
+	changed := false
+	for _, t := range m.list {
+		if t.key.WorkerID != id || t.healthy == healthy {
+			continue
+		}
+		t.healthy, changed = healthy, true
+		if healthy {
+			m.unhealthy--
+		} else {
+			m.unhealthy++
+		}
+	}
+	if changed && healthy {
+		return true, m.drain(now, nil)
+	}
+	return changed, nil
+}
+
+// SetKVUsage records a worker rank's own report of KV blocks in use (busy thresholds).
+func (m *Machine) SetKVUsage(k scoring.WorkerKey, used uint64) {
+	if t := m.find(k); t != nil {
+		t.kvUsed, t.kvKnown = used, true
+	}
+}
+
+// SetCapacity records the KV capacity (blocks per rank) and token budget a worker reports about itself,
+// used when its registration gave none. Zero values leave a field as it is.
+func (m *Machine) SetCapacity(id uint64, totalKVBlocks, maxBatched int) {
+	for _, t := range m.list {
+		if t.key.WorkerID != id {
+			continue
+		}
+		if totalKVBlocks > 0 && t.w.TotalKVBlocks == 0 && t.learnedKV != uint64(totalKVBlocks) {
+			t.learnedKV = uint64(totalKVBlocks)
+			m.approx.SetCapacity(t.key, totalKVBlocks)
+		}
+		if maxBatched > 0 && t.w.MaxNumBatchedTokens == 0 {
+			t.learnedBatched = uint64(maxBatched)
+		}
+	}
+}
+
+// PrefillDone marks a request's first token: its prefill charge leaves the worker's load, and the queue
+// may release requests.
+func (m *Machine) PrefillDone(now time.Time, id string) ([]Released, error) {
+	t := m.active[id]
+	if t == nil || !t.t.MarkPrefillCompleted(id) {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownRequest, id)
+	}
+	m.publish(t)
+	if m.observe != nil {
+		m.observe(LoadEvent{Kind: LoadPrefillDone, RequestID: id, Worker: t.key})
+	}
+	return m.drain(now, t), nil
+}
+
+// Free ends a request (completion, error, cancel); the queue may release requests.
+func (m *Machine) Free(now time.Time, id string) ([]Released, error) {
+	t := m.active[id]
+	if t == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownRequest, id)
+	}
+	delete(m.active, id)
+	t.t.Free(id)
+	m.publish(t)
+	if m.observe != nil {
+		m.observe(LoadEvent{Kind: LoadFree, RequestID: id, Worker: t.key})
+	}
+	return m.drain(now, t), nil
+}
+
+// RecordOutput reports a request's generated tokens so far (output-block tracking).
+func (m *Machine) RecordOutput(id string, tokens int) {
+	t := m.active[id]
+	if t == nil || !m.cfg.TrackOutputBlocks {
+		return
+	}
+	if t.t.RecordOutput(id, tokens) {
+		m.publish(t)
+	}
+}
+
+// Active reports the number of routed requests not yet freed (remote ones included).
+func (m *Machine) Active() int { return len(m.active) }
+
+// Waiting reports the number of requests in the queue and at the minimum-workers gate.
+func (m *Machine) Waiting() int { return len(m.waitByID) }
+
+// TargetLoad is one target's load, for metrics and status pages.
+type TargetLoad struct {
+	Worker    scoring.WorkerKey
+	Load      load.Snapshot
+	Healthy   bool
+	Predicted bool // events stopped: blocks predicted from routing history
+}
+
+// Loads appends every target's load to dst.
+func (m *Machine) Loads(dst []TargetLoad) []TargetLoad {
+	for i, t := range m.list {
+		l := &m.lines[i]
+		dst = append(dst, TargetLoad{Worker: t.key, Healthy: t.healthy, Predicted: t.approx,
+			Load: load.Snapshot{ActivePrefillTokens: l.prefill, ActiveDecodeBlocks: l.decode, UniqueBlocks: int(l.unique),
+				ActiveRequests: int(l.active), PrefillingRequests: int(l.prefilling)}})
+	}
+	return dst
+}
+
+// Tick runs the time-driven work at now: approximate-mode and predicted-index expiry, stale-request
+// expiry, session expiry and the minimum-workers patience. It returns the requests it released or
+// failed.
+func (m *Machine) Tick(now time.Time) []Released {
+	m.expireApprox(now)
+	m.pred.expire(now)
+	m.sess.expire(now)
+	freed := false
+	for _, t := range m.list {
+		ids := t.t.Expire(now)
+		if len(ids) == 0 {
+			continue
+		}
+		freed = true
+		m.publish(t)
+		for _, id := range ids {
+			delete(m.active, id)
+		}
+	}
+	rel := m.expireGate(now, nil)
+	if freed || m.head() != nil {
+		rel = append(rel, m.drain(now, nil)...)
+	}
+	return rel
+}
+
+// expireApprox removes approximate-mode blocks whose TTL passed.
+func (m *Machine) expireApprox(now time.Time) {
+	for _, r := range m.approx.Expire(now) {
+		m.index.Remove(r.Worker, r.Hashes)
+	}
+}
+
+// EventHealth is per-worker degradation at now. A worker that was sent requests but has published no KV
+// event batch for stale since (lastBatch: the time of its last batch, zero if none) is switched, alone,
+// to approximate prediction: its routed prompts are recorded in the index with the TTL. When its batches
+// flow again it goes back to its events. toApprox and toEvents list the workers that changed, for the
+// caller to resync and report.
+func (m *Machine) EventHealth(now time.Time, stale time.Duration, lastBatch func(id uint64) (time.Time, bool)) (toApprox, toEvents []uint64) {
+	if stale <= 0 || !m.cfg.UseKVEvents {
+		return nil, nil
+	}
+	for _, t := range m.list {
+		last, ok := lastBatch(t.key.WorkerID)
+		if !ok {
+			continue
+		}
+		if t.pendingSince != 0 && !last.IsZero() && last.UnixNano() >= t.pendingSince {
+			t.pendingSince = 0 // the worker's events caught up with its requests
+		}
+		switch {
+		case !t.approx && t.pendingSince != 0 && now.Sub(time.Unix(0, t.pendingSince)) > stale && (last.IsZero() || now.Sub(last) > stale):
+			t.approx = true
+			toApprox = appendOnce(toApprox, t.key.WorkerID)
+		case t.approx && !last.IsZero() && now.Sub(last) < stale && t.pendingSince == 0:
+			t.approx = false
+			toEvents = appendOnce(toEvents, t.key.WorkerID)
+		}
+	}
+	return toApprox, toEvents
+}
+
+func appendOnce(s []uint64, v uint64) []uint64 {
+	if n := len(s); n > 0 && s[n-1] == v {
+		return s
+	}
+	return append(s, v)
+}

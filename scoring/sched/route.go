@@ -1,0 +1,489 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/load"
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
+
+// Request is one routing decision's input. The machine reads its slices during the call and copies what
+// it keeps (a request that waits keeps copies of Local, Chain and Scores).
+type Request struct {
+	// ID names the request for its lifecycle (prefill done, free). Required, unique while active.
+	ID string
+	// Local are the prompt's local block hashes; Chain their prefix chain (scoring.ChainHashes), the
+	// blocks' keys in load tracking and the side indexes. A nil Chain is computed from Local.
+	Local, Chain []uint64
+	// ISL is the number of input tokens; at least len(Local) × block size is assumed.
+	ISL int
+	// Scores is the primary index's overlap for Local when Matched (the caller queried it outside the
+	// machine's step); otherwise the machine queries its Index.
+	Scores  []prefix.Score
+	Matched bool
+	// Priority is nvext.agent_hints.priority / x-dynamo-request-priority (seconds of queue jump);
+	// Strict is x-dynamo-request-strict-priority (absolute tier).
+	Priority float64
+	Strict   uint32
+	// Pin names the worker for direct mode (or pins a request); PinRank pins its dp rank too.
+	Pin     *scoring.WorkerKey
+	PinRank bool
+	// Override is the per-request router config override.
+	Override *scoring.Override
+	// OSL is the expected output length (nvext.agent_hints.osl), 0 when unknown.
+	OSL int
+	// ReturnCosts asks for every candidate's overlap and cost (nvext return_routing).
+	ReturnCosts bool
+	// Exclude lists workers not to route to (they failed this request before; migration).
+	Exclude []uint64
+	// Session is the X-Dynamo-Session-ID of the request ("" none); with session affinity on, a session's
+	// requests go to the worker its first request went to while the binding lives.
+	Session string
+	// Ticket is the caller's handle for the request, returned with its Released when it waited.
+	Ticket any
+}
+
+// Decision is where a request goes; the machine has already charged that worker.
+type Decision struct {
+	ID            string
+	Worker        scoring.WorkerKey
+	Tag           any // the worker's Tag
+	OverlapBlocks uint32
+	CachedTokens  int
+	Cost          float64
+	ISL           int
+	Blocks        int
+	// Candidates are every candidate's overlap and cost, when asked for.
+	Candidates []scoring.CandidateCost
+	// Queued is how long the request waited (queue or minimum-workers gate).
+	Queued time.Duration
+	// Ticket is the request's Ticket.
+	Ticket any
+}
+
+// Released is a waiting request's outcome, produced by the call that released it: a Decision (already
+// charged), or Err when it failed (no eligible worker left, the minimum fleet never came, cancelled).
+type Released struct {
+	Decision
+	Err error
+}
+
+// scratch is the per-decision scratch, reused by every decision of the machine.
+type scratch struct {
+	chain    []uint64
+	scores   []prefix.Score
+	side     []prefix.Score
+	merged   []prefix.Score
+	cands    []scoring.Candidate
+	tgts     []*target
+	ov       []uint32
+	rows     []scoring.LoadRow
+	caps     []scoring.Capacity
+	targetOf []int32
+	ties     []uint64
+}
+
+// Route decides where req goes at now and charges that worker. When the request must wait (the queue
+// threshold is reached for every eligible worker, requests already wait, or the minimum fleet has not
+// joined) it is parked and queued is true: its Released comes back from a later call.
+func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, err error) {
+	if req.ID == "" {
+		return d, false, fmt.Errorf("%w: missing request id", ErrBadRequest)
+	}
+	if m.active[req.ID] != nil || m.waitByID[req.ID] != nil {
+		return d, false, fmt.Errorf("%w: %q", ErrDuplicateRequest, req.ID)
+	}
+	if len(req.Session) > MaxSessionIDBytes {
+		return d, false, fmt.Errorf("%w: session id longer than %d bytes", ErrBadRequest, MaxSessionIDBytes)
+	}
+	if req.Override != nil {
+		if _, err := m.cfg.WithOverride(req.Override); err != nil {
+			return d, false, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
+	chain := req.Chain
+	if chain == nil && len(req.Local) > 0 {
+		m.sc.chain = scoring.ChainHashes(m.sc.chain[:0], req.Local)
+		chain = m.sc.chain
+	}
+	isl := max(req.ISL, len(req.Local)*m.cfg.BlockSize)
+	if !m.gateOpen && !m.openGate() {
+		m.park(now, req, chain, isl, nil, true)
+		return d, true, nil
+	}
+	m.pred.expireDue(now)
+	scores := req.Scores
+	if !req.Matched && m.cfg.NeedsIndexer() {
+		m.sc.scores = m.index.FindMatches(req.Local, m.sc.scores[:0])
+		scores = m.sc.scores
+	}
+	pin, pinRank := m.sessionPin(now, req)
+	if m.cfg.QueueThreshold.Set && (m.head() != nil || m.queueFull(pin, pinRank, req.Exclude)) {
+		m.park(now, req, chain, isl, scores, false)
+		return d, true, nil
+	}
+	d, err = m.decide(now, req, chain, isl, scores, pin, pinRank)
+	return d, false, err
+}
+
+// sessionPin is the pin a request routes under: its own, else its session's bound worker (hard
+// affinity) when that worker is still routable for it.
+func (m *Machine) sessionPin(now time.Time, req *Request) (*scoring.WorkerKey, bool) {
+	if req.Pin != nil || req.Session == "" || !m.sess.on() {
+		return req.Pin, req.PinRank
+	}
+	k, ok := m.sess.lookup(now, req.Session)
+	if !ok {
+		return nil, false
+	}
+	if t := m.find(k); t == nil || !t.healthy || slices.Contains(req.Exclude, k.WorkerID) {
+		return nil, false
+	}
+	return &k, true
+}
+
+// decide selects a worker for req with the given overlap scores and commits the decision.
+func (m *Machine) decide(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score,
+	pin *scoring.WorkerKey, pinRank bool) (Decision, error) {
+	t, sel, reuse, err := m.choose(req, chain, isl, scores, pin, pinRank)
+	if err != nil {
+		return Decision{}, err
+	}
+	return m.commit(now, t, req, chain, isl, sel, reuse)
+}
+
+// Query is a dry decision: where req would go now, with nothing charged, recorded or bound (the
+// standalone API's query-only routing, and the scenarios' sampling). It never waits.
+func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
+	if req.Override != nil {
+		if _, err := m.cfg.WithOverride(req.Override); err != nil {
+			return Decision{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
+	chain := req.Chain
+	if chain == nil && len(req.Local) > 0 {
+		m.sc.chain = scoring.ChainHashes(m.sc.chain[:0], req.Local)
+		chain = m.sc.chain
+	}
+	isl := max(req.ISL, len(req.Local)*m.cfg.BlockSize)
+	m.pred.expireDue(now)
+	scores := req.Scores
+	if !req.Matched && m.cfg.NeedsIndexer() {
+		m.sc.scores = m.index.FindMatches(req.Local, m.sc.scores[:0])
+		scores = m.sc.scores
+	}
+	pin, pinRank := m.sessionPin(now, req)
+	t, sel, _, err := m.choose(req, chain, isl, scores, pin, pinRank)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{ID: req.ID, Worker: t.key, Tag: t.w.Tag, OverlapBlocks: sel.Overlap, CachedTokens: sel.CachedTokens,
+		Cost: sel.Cost, ISL: isl, Blocks: len(req.Local), Ticket: req.Ticket}
+	if req.ReturnCosts {
+		d.Candidates = append([]scoring.CandidateCost(nil), sel.Costs...)
+	}
+	return d, nil
+}
+
+// choose selects the target for req: the one-pass argmin in the common case, else candidates and the
+// configured selection. reuse is the request's assume_kv_reuse.
+func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.Score, pin *scoring.WorkerKey,
+	pinRank bool) (t *target, sel scoring.Decision, reuse bool, err error) {
+	cfg := m.cfg
+	if side := m.pred.scores(req.Local, &m.sc.side); len(side) > 0 {
+		scores = maxScores(scores, side, &m.sc.merged)
+	}
+	sreq := scoring.Request{ISL: isl, Override: req.Override, ReturnCosts: req.ReturnCosts}
+	if pin != nil {
+		sreq.Pin, sreq.Pinned, sreq.PinRank = *pin, true, pinRank
+	}
+	reuse = cfg.AssumeKVReuse
+	if req.Override != nil && req.Override.AssumeKVReuse != nil {
+		reuse = *req.Override.AssumeKVReuse
+	}
+	if am, ok := scoring.NewArgmin(&sreq, cfg, m.rng); ok && m.selector == nil {
+		// The common case in one pass over the targets, no candidate slice (argmin).
+		m.rr++
+		t, sel, err = m.argmin(&am, scores, chain, reuse, req.Exclude)
+		return t, sel, reuse, err
+	}
+	cands := m.candidates(scores, chain, reuse, req.Exclude)
+	sreq.RoundRobin = m.rr
+	m.rr++
+	if m.selector != nil {
+		sel, err = m.selector.Select(sreq, cands, m.rng)
+	} else {
+		sel, err = scoring.Select(sreq, cands, cfg, m.rng)
+	}
+	if err != nil {
+		return nil, sel, reuse, err
+	}
+	return m.sc.tgts[sel.Index], sel, reuse, nil
+}
+
+// maxScores merges two overlap lists into dst, keeping the larger overlap per worker (predict-on-route:
+// the primary index and the side index of recent decisions).
+func maxScores(a, b []prefix.Score, dst *[]prefix.Score) []prefix.Score {
+	out := append((*dst)[:0], a...)
+	for _, s := range b {
+		found := false
+		for i := range out {
+			if out[i].Worker == s.Worker {
+				out[i].Blocks = max(out[i].Blocks, s.Blocks)
+				found = true
+				break
+			}
+		}
+		if !found {
+			out = append(out, s)
+		}
+	}
+	*dst = out
+	return out
+}
+
+// commit performs a decision: charges the worker, records approximate-mode and predicted blocks, the
+// pending-events mark and the session binding, and builds the answer.
+func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64, isl int, sel scoring.Decision, reuse bool) (Decision, error) {
+	var trackPf *bool
+	if req.Override != nil {
+		trackPf = req.Override.TrackPrefillTokens
+	}
+	if err := t.t.AddRequest(load.Request{ID: req.ID, SeqHashes: chain, ISL: isl, OverlapBlocks: sel.Overlap,
+		ExpectedOutputTokens: req.OSL, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: now}); err != nil {
+		return Decision{}, err
+	}
+	m.active[req.ID] = t
+	m.publish(t)
+	if m.observe != nil {
+		ev := LoadEvent{Kind: LoadAdd, RequestID: req.ID, Worker: t.key, SeqHashes: append([]uint64(nil), chain...), ISL: isl,
+			OverlapBlocks: sel.Overlap, ExpectedOutputTokens: req.OSL, AssumeKVReuse: reuse, TrackPrefillTokens: trackPf}
+		m.observe(ev)
+	}
+	if (!m.cfg.UseKVEvents || t.approx) && m.cfg.NeedsIndexer() {
+		m.recordApprox(now, t.key, req.Local, chain)
+	}
+	m.pred.record(now, t.key, req.Local, chain)
+	if int(sel.Overlap) < len(req.Local) && t.pendingSince == 0 {
+		// New full blocks: the engine must publish a BlockStored for them (a fully cached or sub-block
+		// prompt publishes nothing, so it proves nothing about the stream).
+		t.pendingSince = now.UnixNano()
+	}
+	if req.Session != "" && m.sess.on() {
+		m.sess.bind(now, req.Session, t.key)
+		if m.observe != nil {
+			m.observe(LoadEvent{Kind: LoadBind, RequestID: req.Session, Worker: t.key})
+		}
+	}
+	d := Decision{ID: req.ID, Worker: t.key, Tag: t.w.Tag, OverlapBlocks: sel.Overlap, CachedTokens: sel.CachedTokens,
+		Cost: sel.Cost, ISL: isl, Blocks: len(req.Local), Ticket: req.Ticket}
+	if req.ReturnCosts {
+		d.Candidates = append([]scoring.CandidateCost(nil), sel.Costs...)
+	}
+	return d, nil
+}
+
+// recordApprox writes a routed prompt into the index for the chosen worker (approximate mode), with
+// engine hashes = the blocks' prefix chain, and removes what the per-worker capacity evicts.
+func (m *Machine) recordApprox(now time.Time, k scoring.WorkerKey, local, chain []uint64) {
+	from, evicted := m.approx.Record(k, chain, now)
+	if from < len(chain) {
+		blocks := make([]prefix.Block, 0, len(chain)-from)
+		for i := from; i < len(chain); i++ {
+			blocks = append(blocks, prefix.Block{EngineHash: chain[i], LocalHash: local[i]})
+		}
+		var parent uint64
+		if from > 0 {
+			parent = chain[from-1]
+		}
+		m.index.Store(k, parent, from > 0, blocks)
+	}
+	if len(evicted) > 0 {
+		m.index.Remove(k, evicted)
+	}
+}
+
+// filtering reports whether some target may be left out of a decision (excluded workers, or any target
+// unhealthy), so the common case skips the per-target check.
+func (m *Machine) filtering(exclude []uint64) bool { return len(exclude) > 0 || m.unhealthy > 0 }
+
+// skip reports whether target i is left out: its worker is excluded or it is unhealthy.
+func (m *Machine) skip(i int, exclude []uint64) bool {
+	return !m.list[i].healthy || slices.Contains(exclude, m.tmpl[i].worker.WorkerID)
+}
+
+// argmin is the decision of scoring.Argmin over every routable target: in the common case (the linear
+// policy) as compact load rows (and capacities, with busy thresholds) in one cost loop, otherwise one
+// stack candidate at a time.
+func (m *Machine) argmin(am *scoring.Argmin, scores []prefix.Score, chain []uint64, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
+	filter := m.filtering(exclude)
+	var targetOf []int32 // row → target index when targets are left out
+	if am.LoadOnly() {
+		var rows []scoring.LoadRow
+		rows, targetOf = m.loadRows(scores, chain, reuse, filter, exclude)
+		var caps []scoring.Capacity
+		if am.ReadsCapacity() {
+			caps = m.capacities(targetOf)
+		}
+		am.OfferLoads(rows, caps)
+	} else {
+		am.Ties(m.sc.ties)
+		m.offer(am, scores, chain, reuse, filter, exclude)
+	}
+	d, err := am.Decision()
+	if t := am.Ties(nil); t != nil {
+		m.sc.ties = t
+	}
+	if err != nil {
+		return nil, d, err
+	}
+	if targetOf != nil {
+		d.Index = int(targetOf[d.Index])
+	}
+	t := m.list[d.Index]
+	d.Worker = t.key
+	return t, d, nil
+}
+
+// loadRows writes a row of cost inputs for every target left in, in one pass over the load lines, then
+// scatters the overlap scores into them. Row i is target i unless targets are left out (filter); then the
+// others' rows are moved up, and targetOf maps a row to its target.
+func (m *Machine) loadRows(scores []prefix.Score, chain []uint64, reuse, filter bool, exclude []uint64) (rows []scoring.LoadRow, targetOf []int32) {
+	rows = slices.Grow(m.sc.rows[:0], len(m.lines))[:len(m.lines)]
+	for i := range rows {
+		l := &m.lines[i]
+		r := &rows[i]
+		r.Prefill, r.Decode = l.prefill, l.decode
+		r.Additional, r.Overlap, r.Requests = m.additional(i, l.active, chain, reuse), 0, l.active
+	}
+	for _, sco := range scores {
+		if i, ok := m.pos.find(scoring.WorkerKey(sco.Worker)); ok {
+			rows[i].Overlap = sco.Blocks
+		}
+	}
+	m.sc.rows = rows
+	if !filter {
+		return rows, nil
+	}
+	targetOf = m.sc.targetOf[:0]
+	for i := range rows {
+		if !m.skip(i, exclude) {
+			rows[len(targetOf)] = rows[i]
+			targetOf = append(targetOf, int32(i))
+		}
+	}
+	m.sc.targetOf = targetOf
+	return rows[:len(targetOf)], targetOf
+}
+
+// capacities writes the capacity of every row's target (busy thresholds); targetOf as loadRows.
+func (m *Machine) capacities(targetOf []int32) []scoring.Capacity {
+	n := len(m.list)
+	if targetOf != nil {
+		n = len(targetOf)
+	}
+	caps := slices.Grow(m.sc.caps[:0], n)[:n]
+	for k := range caps {
+		i := k
+		if targetOf != nil {
+			i = int(targetOf[k])
+		}
+		m.capacity(&caps[k], i)
+	}
+	m.sc.caps = caps
+	return caps
+}
+
+// offer offers every target left in to am as a candidate, one at a time.
+func (m *Machine) offer(am *scoring.Argmin, scores []prefix.Score, chain []uint64, reuse, filter bool, exclude []uint64) {
+	ov := m.overlaps(scores)
+	capacity := am.ReadsCapacity()
+	var c scoring.Candidate
+	for i := range m.list {
+		if filter && m.skip(i, exclude) {
+			continue
+		}
+		m.fillLoad(&c, i, ov[i], chain, reuse)
+		if capacity {
+			m.capacity(&c.Capacity, i)
+		}
+		am.Offer(i, &c)
+	}
+}
+
+// overlaps scatters the overlap scores into a slice by target index.
+func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
+	n := len(m.list)
+	ov := slices.Grow(m.sc.ov[:0], n)[:n]
+	clear(ov)
+	for _, sco := range scores {
+		if i, ok := m.pos.find(scoring.WorkerKey(sco.Worker)); ok {
+			ov[i] = sco.Blocks
+		}
+	}
+	m.sc.ov = ov
+	return ov
+}
+
+// candidates builds one Candidate per routable target: overlap, load plus this request's additional
+// blocks, capacity. m.sc.tgts[i] is candidate i's target.
+func (m *Machine) candidates(scores []prefix.Score, chain []uint64, reuse bool, exclude []uint64) []scoring.Candidate {
+	ov := m.overlaps(scores)
+	cands := m.sc.cands[:0]
+	tgts := m.sc.tgts[:0]
+	filter := m.filtering(exclude)
+	for i := range m.list {
+		if filter && m.skip(i, exclude) {
+			continue
+		}
+		cands = append(cands, scoring.Candidate{})
+		c := &cands[len(cands)-1]
+		tm := &m.tmpl[i]
+		c.Worker, c.Device = tm.worker, tm.device
+		m.capacity(&c.Capacity, i)
+		m.fillLoad(c, i, ov[i], chain, reuse)
+		tgts = append(tgts, m.list[i])
+	}
+	m.sc.cands, m.sc.tgts = cands, tgts
+	return cands
+}
+
+// fillLoad writes what the cost of target i reads: device overlap ov, the load and the request's
+// additional blocks, the in-flight count.
+func (m *Machine) fillLoad(c *scoring.Candidate, i int, ov uint32, chain []uint64, reuse bool) {
+	l := &m.lines[i]
+	additional := m.additional(i, l.active, chain, reuse)
+	c.Overlap.Device, c.InFlight = ov, l.active
+	c.Load.Known, c.Load.ActiveRequests, c.Load.AdditionalBlocks = true, l.active, additional
+	c.Load.ActivePrefillTokens, c.Load.ActiveDecodeBlocks = l.prefill, l.decode
+}
+
+// additional is the request's blocks (chain: their prefix chain) not already active on target i, which
+// has active requests in flight.
+func (m *Machine) additional(i int, active uint32, chain []uint64, reuse bool) uint64 {
+	if !reuse || active == 0 || len(chain) == 0 {
+		return uint64(len(chain))
+	}
+	// Only a worker with active requests can already hold some of this prompt's blocks.
+	return m.list[i].t.Projection(chain, true)
+}
+
+// capacity writes target i's capacity: its registration's, else what it reported, and its KV usage.
+func (m *Machine) capacity(cp *scoring.Capacity, i int) {
+	t, tm := m.list[i], &m.tmpl[i]
+	total, batched := tm.totalKV, tm.maxBatched
+	if total == 0 {
+		total = t.learnedKV
+	}
+	if batched == 0 {
+		batched = t.learnedBatched
+	}
+	cp.TotalKVBlocks, cp.MaxNumBatchedTokens = total, batched
+	cp.KVUsedBlocks, cp.KVUsedKnown = 0, t.kvKnown
+	if t.kvKnown {
+		cp.KVUsedBlocks = t.kvUsed
+	}
+}
