@@ -37,4 +37,3 @@ func TestPosTable(t *testing.T) {
 		}
 	}
 }
-

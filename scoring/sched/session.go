@@ -8,9 +8,9 @@ import (
 
 // Session affinity limits (Dynamo's): the longest TTL, the most bindings held, the longest session id.
 const (
-	MaxSessionTTL       = 31_536_000 * time.Second
-	MaxSessionBindings  = 65_536
-	MaxSessionIDBytes   = 256
+	MaxSessionTTL      = 31_536_000 * time.Second
+	MaxSessionBindings = 65_536
+	MaxSessionIDBytes  = 256
 )
 
 // sessions binds X-Dynamo-Session-ID values to the worker rank their first request went to
