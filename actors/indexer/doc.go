@@ -41,6 +41,8 @@
 //
 // # Data flow
 //
-// worker mirror (actors/worker) → Apply → shard mailbox → prefix.Index.Store/Remove/ClearWorker;
+// worker mirror (actors/worker) → Apply → shard mailbox → prefix.Index.Store/Remove/ClearRank (device
+// tier only: ops of another Op.Medium are counted in WorkerStats.OtherTierOps and skipped); engine
+// restart of a rank → ClearRank; resync → ClearWorker;
 // request path → FindMatches → every shard under RLock → scores.
 package indexer

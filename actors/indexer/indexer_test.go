@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
@@ -132,11 +133,36 @@ func TestRejectedStoreAndRemovals(t *testing.T) {
 	if got := x.FindMatches([]uint64{100, 101}, nil); len(got) != 1 || got[0].Blocks != 1 || got[0].Worker != w {
 		t.Fatalf("after remove: %+v", got)
 	}
-	// A clear of any rank drops every rank of the worker.
+	// A clear comes from one rank's block pool: rank 1 keeps its block.
 	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpStore, DPRank: 0, Blocks: chain(100, 10, 1)}, {Kind: OpClear, DPRank: 0}}})
 	x.Flush()
+	if x.Size() != 1 || x.Blocks(w) != 1 {
+		t.Fatalf("size after clearing rank 0: %d, rank 1 holds %d", x.Size(), x.Blocks(w))
+	}
+	// So does an engine restart of one rank.
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpStore, DPRank: 0, Blocks: chain(100, 10, 1)}}})
+	_ = x.Send(1, &ClearRank{WorkerID: 1, DPRank: 0})
+	x.Flush()
+	if x.Size() != 1 || x.Blocks(w) != 1 {
+		t.Fatalf("size after the restart of rank 0: %d, rank 1 holds %d", x.Size(), x.Blocks(w))
+	}
+	// A block offloaded to host memory is not device cache, and its eviction from host memory leaves the
+	// device copy.
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{
+		{Kind: OpStore, DPRank: 0, Blocks: chain(300, 30, 1), Medium: scoring.MediumHostPinned},
+		{Kind: OpRemove, DPRank: 1, Hashes: []uint64{10}, Medium: scoring.MediumHostPinned},
+	}})
+	x.Flush()
+	if got := x.FindMatches([]uint64{300}, nil); len(got) != 0 {
+		t.Fatalf("host-tier block credited as device cache: %+v", got)
+	}
+	if x.Blocks(w) != 1 || x.Stats(1).OtherTierOps != 2 {
+		t.Fatalf("rank 1 holds %d blocks, stats %+v", x.Blocks(w), x.Stats(1))
+	}
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpClear, DPRank: 1}}})
+	x.Flush()
 	if x.Size() != 0 {
-		t.Fatalf("size after clear %d", x.Size())
+		t.Fatalf("size after clearing both ranks %d", x.Size())
 	}
 	if s, ok := x.ShardOf(1); !ok || s < 0 {
 		t.Fatal("cleared worker lost its shard")

@@ -1,6 +1,9 @@
 package indexer
 
-import "github.com/kvroute/kvroute/scoring/prefix"
+import (
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
 
 // shardMessage seals the messages a shard actor understands.
 type shardMessage interface{ shardMessage() }
@@ -26,6 +29,11 @@ type Op struct {
 	Blocks []prefix.Block
 	// Hashes are the engine hashes of removed blocks (OpRemove).
 	Hashes []uint64
+	// Medium is the storage tier of the stored or removed blocks (the event's medium). The index holds
+	// device blocks only: a store or removal of another tier is counted (WorkerStats.OtherTierOps) and
+	// not applied, so a block offloaded to host memory is never credited as device cache, and its eviction
+	// from host memory does not remove the device copy. Per-tier refcounts will take these ops.
+	Medium scoring.Medium
 }
 
 // Apply carries one event batch of one worker to the shard that owns the worker. The shard applies the
@@ -36,10 +44,18 @@ type Apply struct {
 	Done     chan struct{}
 }
 
-// ClearWorker drops every block of every dp rank of a worker (engine restart, AllBlocksCleared of all
-// ranks, resync); the worker stays assigned to its shard.
+// ClearWorker drops every block of every dp rank of a worker (resync); the worker stays assigned to its
+// shard.
 type ClearWorker struct {
 	WorkerID uint64
+	Done     chan struct{}
+}
+
+// ClearRank drops the blocks of one dp rank of a worker (that rank's engine restarted); the other ranks
+// keep theirs.
+type ClearRank struct {
+	WorkerID uint64
+	DPRank   uint32
 	Done     chan struct{}
 }
 
@@ -61,6 +77,7 @@ type Query struct {
 
 func (*Apply) shardMessage()        {}
 func (*ClearWorker) shardMessage()  {}
+func (*ClearRank) shardMessage()    {}
 func (*RemoveWorker) shardMessage() {}
 func (*Barrier) shardMessage()      {}
 func (*Query) shardMessage()        {}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
@@ -19,6 +20,8 @@ type WorkerStats struct {
 	RejectedStores uint64
 	// MissingRemoves counts removes of engine hashes the index did not hold.
 	MissingRemoves uint64
+	// OtherTierOps counts stores and removals of a tier other than the device (Op.Medium), not applied.
+	OtherTierOps uint64
 }
 
 // shard is one partition of the index. Its actor is the only writer; FindMatches readers take the read
@@ -193,6 +196,11 @@ func (s *shard) handle(msg shardMessage) {
 		s.idx.ClearWorker(m.WorkerID)
 		s.mu.Unlock()
 		closeIf(m.Done)
+	case *ClearRank:
+		s.mu.Lock()
+		s.idx.ClearRank(prefix.WorkerKey{WorkerID: m.WorkerID, DPRank: m.DPRank})
+		s.mu.Unlock()
+		closeIf(m.Done)
 	case *RemoveWorker:
 		s.mu.Lock()
 		s.idx.RemoveWorker(m.WorkerID)
@@ -248,6 +256,10 @@ func (s *shard) apply(m *Apply) {
 		op := &m.Ops[i]
 		w := prefix.WorkerKey{WorkerID: m.WorkerID, DPRank: op.DPRank}
 		st.Events++
+		if op.Medium != scoring.MediumDevice && op.Kind != OpClear {
+			st.OtherTierOps++
+			continue
+		}
 		switch op.Kind {
 		case OpStore:
 			err := s.idx.Store(w, op.Parent, op.HasParent, op.Blocks)
@@ -262,8 +274,8 @@ func (s *shard) apply(m *Apply) {
 			}
 			s.applied[statusOf(err)][typeRemoved].Add(1)
 		case OpClear:
-			// vLLM's AllBlocksCleared comes from one rank's pool; Dynamo clears the whole worker.
-			s.idx.ClearWorker(m.WorkerID)
+			// vLLM's AllBlocksCleared comes from one rank's block pool: the other ranks keep theirs.
+			s.idx.ClearRank(w)
 			s.applied[statusOK][typeCleared].Add(1)
 		}
 	}

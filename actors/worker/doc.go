@@ -16,6 +16,11 @@
 // buffered stream from sequence 0. A generation number per rank makes the mirror drop batches still in
 // flight from a retired subscriber, so a resync never stores a block twice.
 //
+// An engine restart found on one dp rank (its stream reset) clears that rank's blocks only
+// (indexer.ClearRank); AllBlocksCleared likewise clears the rank that sent it. Ops carry the event's
+// storage tier (Op.Medium); the index takes device blocks only. A batch naming a dp rank the worker does
+// not have (>= dp_size) is counted (out_of_range_rank_batches) and not indexed.
+//
 // # Ownership
 //
 // Counters are written only by the mirror actor; the fleet map only by the fleet actor; ZMQ sockets only

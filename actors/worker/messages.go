@@ -19,10 +19,14 @@ type eventsArrived struct {
 	Seq     uint64
 	Events  int
 	Partial int
+	// BadRank is the dp rank the batch named when the worker has no such rank (the batch is not
+	// indexed), else -1.
+	BadRank int64
 	Apply   *indexer.Apply
 }
 
-// engineReset reports that a rank's sequence went backwards: the engine restarted and its cache is gone.
+// engineReset reports that a rank's engine restarted (its sequence went backwards, or its publisher no
+// longer holds our last batch): that rank's cache is gone, the other ranks keep theirs.
 type engineReset struct{ Rank int }
 
 // subscriberExited reports that a subscriber's Run returned with an error; the subscriber actor panics on

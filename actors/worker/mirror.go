@@ -27,8 +27,9 @@ type counters struct {
 	partialBlocks atomic.Uint64
 	resets        atomic.Uint64
 	restarts      atomic.Uint64
-	lastSeq       atomic.Int64 // -1 before the first batch
-	lastBatch     atomic.Int64 // unix nanoseconds of the last batch, 0 before the first
+	badRanks      atomic.Uint64 // batches naming a dp rank >= the worker's dp_size, not indexed
+	lastSeq       atomic.Int64  // -1 before the first batch
+	lastBatch     atomic.Int64  // unix nanoseconds of the last batch, 0 before the first
 	state         atomic.Pointer[string]
 }
 
@@ -58,6 +59,7 @@ type Status struct {
 	ID             uint64 `json:"worker_id"`
 	URL            string `json:"url,omitempty"`
 	Events         string `json:"events,omitempty"`
+	Topic          string `json:"topic,omitempty"`
 	State          string `json:"state"`
 	IndexedBlocks  int    `json:"indexed_blocks"`
 	EventsApplied  uint64 `json:"events_applied"`
@@ -71,15 +73,25 @@ type Status struct {
 	StaleBatches     uint64 `json:"stale_batches"`
 	DiscardedBatches uint64 `json:"discarded_batches"`
 	Resets           uint64 `json:"resets"`
-	RejectedStores   uint64 `json:"rejected_stores"`
-	MissingRemoves   uint64 `json:"missing_removes"`
-	PartialBlocks    uint64 `json:"partial_blocks"`
-	DecodeErrors     uint64 `json:"decode_errors"`
-	Restarts         uint64 `json:"subscriber_restarts"`
-	DPSize           int    `json:"dp_size"`
-	BlockSize        int    `json:"block_size,omitempty"`
-	TotalKVBlocks    int    `json:"total_kv_blocks,omitempty"`
-	Device           string `json:"device,omitempty"`
+	// DuplicateBatches were dropped because they had been delivered already (by replay); LostBatches are
+	// sequence numbers never delivered (no replay, or the publisher's buffer had moved on).
+	DuplicateBatches uint64 `json:"duplicate_batches"`
+	LostBatches      uint64 `json:"lost_batches"`
+	// OutOfRangeRanks counts batches that named a dp rank >= dp_size: not indexed, since they could
+	// never be routed to.
+	OutOfRangeRanks uint64 `json:"out_of_range_rank_batches"`
+	RejectedStores  uint64 `json:"rejected_stores"`
+	// OtherTierEvents are stores and removals of blocks outside the device (medium "CPU", disk...): not
+	// credited as device cache.
+	OtherTierEvents uint64 `json:"other_tier_events"`
+	MissingRemoves  uint64 `json:"missing_removes"`
+	PartialBlocks   uint64 `json:"partial_blocks"`
+	DecodeErrors    uint64 `json:"decode_errors"`
+	Restarts        uint64 `json:"subscriber_restarts"`
+	DPSize          int    `json:"dp_size"`
+	BlockSize       int    `json:"block_size,omitempty"`
+	TotalKVBlocks   int    `json:"total_kv_blocks,omitempty"`
+	Device          string `json:"device,omitempty"`
 	// Healthy is false while health checks fail; Unhealthy says why.
 	Healthy   bool   `json:"healthy"`
 	Unhealthy string `json:"unhealthy_reason,omitempty"`
@@ -95,6 +107,7 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 		ID:            m.Spec.ID,
 		URL:           m.Spec.URL,
 		Events:        m.Spec.Events,
+		Topic:         m.Spec.Topic,
 		State:         *m.c.state.Load(),
 		EventsApplied: m.c.events.Load(),
 		Batches:       m.c.batches.Load(),
@@ -124,9 +137,12 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 	}
 	st.Gaps, st.Replays, st.ReplayTimeouts, st.DecodeErrors = ss.Gaps, ss.Replays, ss.ReplayTimeouts, ss.DecodeErrors
 	st.StaleBatches, st.DiscardedBatches = ss.Stale, ss.Discarded
+	st.DuplicateBatches, st.LostBatches = ss.Duplicates, ss.Lost
+	st.OutOfRangeRanks = m.c.badRanks.Load()
 	is := ix.Stats(m.Spec.ID)
 	st.RejectedStores = is.RejectedStores
 	st.MissingRemoves = is.MissingRemoves
+	st.OtherTierEvents = is.OtherTierOps
 	for r := 0; r < m.Spec.DPRanks(); r++ {
 		st.IndexedBlocks += ix.Blocks(rankKey(m.Spec.ID, r))
 	}
@@ -163,6 +179,10 @@ func (a *mirrorActor) Receive(ctx actor.Context) {
 			return // from a subscriber retired by a resync
 		}
 		c := a.m.c
+		if msg.BadRank >= 0 {
+			c.badRanks.Add(1)
+			return
+		}
 		c.batches.Add(1)
 		c.events.Add(uint64(msg.Events))
 		c.partialBlocks.Add(uint64(msg.Partial))
@@ -177,8 +197,9 @@ func (a *mirrorActor) Receive(ctx actor.Context) {
 		}
 	case *engineReset:
 		a.m.c.resets.Add(1)
-		// Same mailbox order as the applies that follow, so the clear lands before the new stream.
-		_ = a.deps.index.Send(a.m.Spec.ID, &indexer.ClearWorker{WorkerID: a.m.Spec.ID})
+		// Same mailbox order as the applies that follow, so the clear lands before the new stream. Only
+		// the restarted rank's engine lost its cache.
+		_ = a.deps.index.Send(a.m.Spec.ID, &indexer.ClearRank{WorkerID: a.m.Spec.ID, DPRank: uint32(msg.Rank)})
 	case *syncMirror: // barrier of external event sources (source.go)
 		close(msg.Done)
 	case *resync:

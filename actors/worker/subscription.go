@@ -19,10 +19,11 @@ import (
 // every (re)start, so a restart also resets sequence tracking and replays from 0; counters of earlier
 // subscribers are kept in base.
 type subscription struct {
-	rank int
-	cfg  kvevents.Config
-	wcfg Config
-	id   uint64
+	rank   int
+	dpSize int
+	cfg    kvevents.Config
+	wcfg   Config
+	id     uint64
 
 	// gen is the generation whose batches the mirror accepts; a resync bumps it before clearing the
 	// index, so batches still in flight from the retired subscriber are dropped instead of re-stored.
@@ -54,7 +55,7 @@ func newSubscription(spec registry.Spec, rank int, wcfg Config) (*subscription, 
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("worker %d rank %d: %w", spec.ID, rank, err)
 	}
-	return &subscription{rank: rank, cfg: cfg, wcfg: wcfg, id: spec.ID}, nil
+	return &subscription{rank: rank, dpSize: spec.DPRanks(), cfg: cfg, wcfg: wcfg, id: spec.ID}, nil
 }
 
 // stats returns the counters of every subscriber this subscription ran, summed.
@@ -77,11 +78,13 @@ func addStats(st *kvevents.Stats, c kvevents.Stats) {
 	st.DecodeErrors += c.DecodeErrors
 	st.Stale += c.Stale
 	st.Discarded += c.Discarded
+	st.Duplicates += c.Duplicates
+	st.Lost += c.Lost
 }
 
 // open builds a new subscriber that forwards to mirror, retiring the previous one's counters into base.
 func (s *subscription) open(system *actor.ActorSystem, mirror *actor.PID) (*kvevents.Subscriber, error) {
-	conv := converter{workerID: s.id, rank: s.rank, gen: s.gen.Load(), blockSize: s.wcfg.BlockSize, imageTok: s.wcfg.ImageTokenID}
+	conv := converter{workerID: s.id, rank: s.rank, dpSize: s.dpSize, gen: s.gen.Load(), blockSize: s.wcfg.BlockSize, imageTok: s.wcfg.ImageTokenID}
 	sub, err := kvevents.NewSubscriber(s.cfg, kvevents.Handler{
 		OnBatch: func(seq uint64, b *kvevents.Batch) {
 			msg := conv.convert(seq, b)
@@ -107,8 +110,12 @@ func (s *subscription) open(system *actor.ActorSystem, mirror *actor.PID) (*kvev
 // converter turns decoded vLLM batches into index ops. It runs on the subscriber goroutine, so re-keying
 // (the CPU work of ingestion) happens off the mirror and shard actors.
 type converter struct {
-	workerID  uint64
+	workerID uint64
+	// rank is the dp rank of batches that do not carry one (v0.9); dpSize bounds the ranks a batch may
+	// name: a batch of a rank the worker does not have is counted and not indexed (it could never be
+	// routed to).
 	rank      int
+	dpSize    int
 	gen       uint64
 	blockSize int
 	imageTok  uint32
@@ -152,6 +159,11 @@ func (c *converter) convert(seq uint64, b *kvevents.Batch) *eventsArrived {
 		rank = b.DPRank
 	}
 	msg := &eventsArrived{Rank: c.rank, Gen: c.gen, Seq: seq, Events: len(b.Events), Apply: &indexer.Apply{WorkerID: c.workerID}}
+	if c.dpSize > 0 && int64(rank) >= int64(c.dpSize) {
+		msg.BadRank, msg.Events = int64(rank), 0
+		return msg
+	}
+	msg.BadRank = -1
 	ops := make([]indexer.Op, 0, len(b.Events))
 	for i := range b.Events {
 		ev := &b.Events[i]
@@ -180,14 +192,14 @@ func (c *converter) convert(seq uint64, b *kvevents.Batch) *eventsArrived {
 			for j, h := range c.local {
 				blocks[j] = prefix.Block{EngineHash: ev.BlockHashes[j], LocalHash: h}
 			}
-			ops = append(ops, indexer.Op{Kind: indexer.OpStore, DPRank: rank, Parent: ev.ParentHash, HasParent: ev.HasParent, Blocks: blocks})
+			ops = append(ops, indexer.Op{Kind: indexer.OpStore, DPRank: rank, Parent: ev.ParentHash, HasParent: ev.HasParent, Blocks: blocks, Medium: ev.Tier})
 		case kvevents.Removed:
 			if len(c.salted) > 0 {
 				for _, h := range ev.BlockHashes {
 					delete(c.salted, h)
 				}
 			}
-			ops = append(ops, indexer.Op{Kind: indexer.OpRemove, DPRank: rank, Hashes: append([]uint64(nil), ev.BlockHashes...)})
+			ops = append(ops, indexer.Op{Kind: indexer.OpRemove, DPRank: rank, Hashes: append([]uint64(nil), ev.BlockHashes...), Medium: ev.Tier})
 		case kvevents.Cleared:
 			c.salted = nil
 			ops = append(ops, indexer.Op{Kind: indexer.OpClear, DPRank: rank})

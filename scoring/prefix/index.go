@@ -372,18 +372,27 @@ func (ix *Index) handlesOf(slot, id uint32, eh uint64) []handle {
 // ClearWorker drops the blocks of every dp_rank of workerID (Dynamo's Cleared event). The worker's ranks
 // stay known.
 func (ix *Index) ClearWorker(workerID uint64) {
-	ix.clear(workerID, false)
+	ix.clear(workerID, allRanks, false)
+}
+
+// ClearRank drops the blocks of one dp_rank of a worker (that rank's engine restarted or reset its prefix
+// cache; vLLM's AllBlocksCleared comes from one rank's block pool). The other ranks keep theirs.
+func (ix *Index) ClearRank(w WorkerKey) {
+	ix.clear(w.WorkerID, int64(w.DPRank), false)
 }
 
 // RemoveWorker drops the blocks of every dp_rank of workerID and forgets its ranks.
 func (ix *Index) RemoveWorker(workerID uint64) {
-	ix.clear(workerID, true)
+	ix.clear(workerID, allRanks, true)
 }
 
-func (ix *Index) clear(workerID uint64, forget bool) {
+// allRanks is clear's rank argument for every dp_rank of the worker.
+const allRanks = -1
+
+func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 	var mask bitset
 	for s, ws := range ix.workers {
-		if ws == nil || ws.key.WorkerID != workerID {
+		if ws == nil || ws.key.WorkerID != workerID || (rank != allRanks && int64(ws.key.DPRank) != rank) {
 			continue
 		}
 		mask.set(uint32(s))

@@ -51,6 +51,8 @@ func remove(w WorkerKey, ehs ...uint64) op {
 
 func clearW(id uint64) op { return func(ix *Index) error { ix.ClearWorker(id); return nil } }
 
+func clearRank(w WorkerKey) op { return func(ix *Index) error { ix.ClearRank(w); return nil } }
+
 func removeW(id uint64) op { return func(ix *Index) error { ix.RemoveWorker(id); return nil } }
 
 func TestIndexRules(t *testing.T) {
@@ -203,6 +205,21 @@ func TestIndexRules(t *testing.T) {
 			blocks:  map[WorkerKey]int{r0: 0, r1: 0, wk(8): 3},
 			workers: []WorkerKey{r0, r1, wk(8)},
 			stats:   Stats{StoredBlocks: 9, ClearedBlocks: 6},
+		},
+		{
+			name: "clearing one rank keeps the other ranks' blocks",
+			ops: []op{
+				store(r0, 0, false, blocks(10, 100, 4)),
+				store(r1, 0, false, blocks(10, 100, 2)),
+				clearRank(r0),
+				store(r0, 0, false, blocks(10, 200, 1)), // the restarted rank starts over
+			},
+			errs:    []error{nil, nil, nil, nil},
+			query:   seq(10, 4),
+			want:    map[WorkerKey]uint32{r0: 1, r1: 2},
+			blocks:  map[WorkerKey]int{r0: 1, r1: 2},
+			workers: []WorkerKey{r0, r1},
+			stats:   Stats{StoredBlocks: 7, ClearedBlocks: 4},
 		},
 		{
 			name: "remove-worker forgets every rank; a store under an old parent is rejected",

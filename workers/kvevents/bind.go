@@ -42,6 +42,9 @@ type BindHandler struct {
 	OnBatch func(topic string, seq uint64, b *Batch)
 	// OnReset is called when topic's engine restarted: drop that worker's state.
 	OnReset func(topic string)
+	// OnUnknownTopic, when set, sees the topic of each message no registered worker claims (it is
+	// counted in UnknownTopics and dropped). The slice is only valid during the call.
+	OnUnknownTopic func(topic []byte)
 }
 
 // BindSubscriber receives the event streams of many workers on one bound SUB socket and attributes each
@@ -164,16 +167,34 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 		addr, _ := sub.GetLastEndpoint()
 		s.addr.Store(&addr)
 	}
+	// A publisher that (re)connects may be a restarted engine: the socket cannot say whose topic the
+	// connection carries, so every stream with a replay endpoint verifies its publisher's identity
+	// (replay from its last seq, compared by digest) before its next live batch, as connect mode does on
+	// each reconnect.
+	mon, err := monitorConnects(sub)
+	if err != nil {
+		return false, err
+	}
+	defer mon.Close()
 	s.readyOnce.Do(func() { close(s.ready) })
 	defer s.closeDealers()
+	onConnect := func() {
+		s.c.Connects.Add(1)
+		for _, st := range s.streams {
+			st.verify = st.replayEndpoint != ""
+		}
+	}
 	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(topic []byte, seq uint64, payload []byte) {
 		st := s.stream(topic)
 		if st == nil {
 			s.c.UnknownTopics.Add(1)
+			if s.h.OnUnknownTopic != nil {
+				s.h.OnUnknownTopic(topic)
+			}
 			return
 		}
 		st.handle(ctx, seq, payload)
-	}, loopHooks{}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
+	}, loopHooks{mon: mon, onConnect: onConnect}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
 }
 
 // stream returns the state of a registered topic, creating it on first sight, or nil for an unknown

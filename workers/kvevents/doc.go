@@ -71,7 +71,9 @@
 //
 //  1. SUB receives [topic, seq_be8, payload]; a message of another shape counts as a decode error.
 //  2. BindSubscriber only: the topic picks the worker's stream; unregistered topics are counted
-//     (UnknownTopics) and dropped.
+//     (UnknownTopics), shown to OnUnknownTopic and dropped. A publisher connection (a socket-monitor
+//     PAIR reports each handshake on the bound socket) cannot be tied to a topic, so every stream with
+//     replay verifies its publisher's identity, as in step 3, before its next live batch.
 //  3. Subscriber only: each time the SUB socket (re)connects (a socket-monitor PAIR reports the
 //     handshake), the stream catches up before reading on. A fresh stream replays everything buffered
 //     from 0 (ZMQ's slow-joiner window and the router starting after the worker). A stream that has
@@ -79,7 +81,10 @@
 //     it (xxh3 digest): if so the outage is filled in; if not, the engine restarted while we were away
 //     (possibly already past our last seq, which the live sequence alone would take for a gap): OnReset,
 //     then replay from 0.
-//  4. seqTracker classifies each live seq: in order → deliver; nothing seen yet and seq > 0 → replay
+//  4. A live seq at or below the last consumed one is first judged by content: the stream remembers
+//     the payload digests of its last 64 seqs; the same payload is a duplicate (dropped, Duplicates),
+//     another payload under a consumed seq is a new incarnation of the engine (OnReset, then replay
+//     from 0 when there is replay), even when its seq equals ours. Then seqTracker classifies the seq: in order → deliver; nothing seen yet and seq > 0 → replay
 //     from 0; gap → replay from last+1; seq ≤ last inside the window a replay already covered →
 //     duplicate, dropped; otherwise backwards → engine restart: OnReset, then as if nothing had been
 //     seen. With replay, an ambiguous seq (a gap, or a step backwards outside the window) is first

@@ -21,12 +21,13 @@ type Counters struct {
 	SkippedEvents   atomic.Uint64 // events with an unknown tag
 	UnknownTopics   atomic.Uint64 // bind mode: messages from unregistered topics, dropped
 	Reconnects      atomic.Uint64 // socket sessions restarted after an error
+	Connects        atomic.Uint64 // bind mode: publisher connections accepted (handshakes)
 }
 
 // Stats is a point-in-time copy of Counters.
 type Stats struct {
 	Batches, Events, DecodeErrors, Gaps, Lost, Replays, ReplayedBatches, ReplayTimeouts, Duplicates,
-	Resets, Stale, Discarded, PartialBlocks, SkippedEvents, UnknownTopics, Reconnects uint64
+	Resets, Stale, Discarded, PartialBlocks, SkippedEvents, UnknownTopics, Reconnects, Connects uint64
 }
 
 // Snapshot copies the counters. Fields are read one by one, so a snapshot taken while batches flow is
@@ -39,6 +40,6 @@ func (c *Counters) Snapshot() Stats {
 		Duplicates: c.Duplicates.Load(), Resets: c.Resets.Load(), Stale: c.Stale.Load(),
 		Discarded: c.Discarded.Load(), PartialBlocks: c.PartialBlocks.Load(),
 		SkippedEvents: c.SkippedEvents.Load(), UnknownTopics: c.UnknownTopics.Load(),
-		Reconnects: c.Reconnects.Load(),
+		Reconnects: c.Reconnects.Load(), Connects: c.Connects.Load(),
 	}
 }

@@ -37,10 +37,56 @@ type stream struct {
 	// lastDigest is the xxh3 of the payload of the last consumed seq: on a reconnect it tells whether the
 	// publisher is still the engine we were following.
 	lastDigest uint64
+	// recent holds the digests of the last consumed seqs (slot seq % len): a live seq at or below last is
+	// told apart by content, not by its number: the same payload is a duplicate (a late or replayed
+	// batch), another payload under a seq we consumed is a new incarnation of the engine, even when its
+	// sequence equals ours (it sent as many batches before as the old one had).
+	recent [recentDigests]seqDigest
+	// verify asks for the publisher's identity to be checked before the next live batch (bind mode: a
+	// publisher connected, and it may be this stream's, restarted).
+	verify bool
+}
+
+// recentDigests is how many consumed seqs keep their payload digest (16 bytes each).
+const recentDigests = 64
+
+type seqDigest struct {
+	seq, digest uint64
+	ok          bool
+}
+
+func (s *stream) remember(seq, digest uint64) {
+	s.lastDigest = digest
+	s.recent[seq%recentDigests] = seqDigest{seq: seq, digest: digest, ok: true}
+}
+
+// digestOf returns the digest of a consumed seq still remembered.
+func (s *stream) digestOf(seq uint64) (uint64, bool) {
+	r := s.recent[seq%recentDigests]
+	return r.digest, r.ok && r.seq == seq
 }
 
 // handle processes one live message.
 func (s *stream) handle(ctx context.Context, seq uint64, payload []byte) {
+	if s.verify {
+		s.verify = false
+		if s.tr.have {
+			s.catchUp(ctx)
+		}
+	}
+	if s.tr.have && seq <= s.tr.last {
+		if d, ok := s.digestOf(seq); ok {
+			if d == xxh3.Hash(payload) {
+				s.c.Duplicates.Add(1)
+				return
+			}
+			// Another batch under a seq we consumed: the engine restarted. With replay, everything it
+			// holds (this batch included) comes back from seq 0.
+			if s.restartedLive(ctx) {
+				return
+			}
+		}
+	}
 	if s.replayEndpoint != "" && s.tr.ambiguous(seq) && s.resolve(ctx, seq) {
 		return
 	}
@@ -179,6 +225,7 @@ func (s *stream) catchUp(ctx context.Context) {
 // replay; those that arrive after it are the new engine's.
 func (s *stream) restarted(ctx context.Context) (completed bool) {
 	s.tr = seqTracker{}
+	s.recent = [recentDigests]seqDigest{}
 	s.c.Resets.Add(1)
 	if s.onReset != nil {
 		s.onReset()
@@ -190,10 +237,31 @@ func (s *stream) restarted(ctx context.Context) (completed bool) {
 	return s.replay(ctx, 0)
 }
 
+// restartedLive handles a restart that a live batch proved (another payload under a seq we consumed).
+// With replay it is restarted's; handled reports that the replay from 0 completed, which delivered the
+// live batch too. Without replay (or with an unanswered one) the live batch goes on as the first of a
+// fresh stream.
+func (s *stream) restartedLive(ctx context.Context) (handled bool) {
+	if s.replayEndpoint != "" {
+		if s.restarted(ctx) {
+			s.tr.afterCatchUp(0)
+			return true
+		}
+		return false
+	}
+	s.tr = seqTracker{}
+	s.recent = [recentDigests]seqDigest{}
+	s.c.Resets.Add(1)
+	if s.onReset != nil {
+		s.onReset()
+	}
+	return false
+}
+
 // deliver decodes payload and hands it to the consumer. A malformed batch still consumes its seq, or it
 // would be requested again forever.
 func (s *stream) deliver(seq uint64, payload []byte) bool {
-	s.lastDigest = xxh3.Hash(payload)
+	s.remember(seq, xxh3.Hash(payload))
 	lost := s.tr.commit(seq)
 	if lost > 0 {
 		s.c.Lost.Add(lost)

@@ -1,0 +1,144 @@
+package kvevents
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// rawPub is a PUB socket the test drives frame by frame: any topic, any sequence number.
+type rawPub struct {
+	t    *testing.T
+	sock *zmq.Socket
+}
+
+func newRawPub(t *testing.T, endpoint string) *rawPub {
+	t.Helper()
+	s, err := zmq.NewSocket(zmq.PUB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.SetLinger(0)
+	if err := s.Connect(endpoint); err != nil {
+		t.Fatal(err)
+	}
+	p := &rawPub{t: t, sock: s}
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *rawPub) close() {
+	if p.sock != nil {
+		p.sock.Close()
+		p.sock = nil
+	}
+}
+
+func (p *rawPub) send(topic string, seq uint64, payload []byte) {
+	p.t.Helper()
+	var s8 [8]byte
+	binary.BigEndian.PutUint64(s8[:], seq)
+	if _, err := p.sock.SendMessage(topic, s8[:], payload); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// warmUp sends on an unregistered topic until the subscriber counts one, so the connection is through
+// ZMQ's slow-joiner window and the next message is delivered.
+func (p *rawPub) warmUp(s *BindSubscriber) {
+	p.t.Helper()
+	before := s.Stats().UnknownTopics
+	deadline := time.Now().Add(testTimeout)
+	for s.Stats().UnknownTopics == before {
+		if time.Now().After(deadline) {
+			p.t.Fatal("publisher never got through")
+		}
+		p.send("warm-up", 0, nil)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestEqualSequenceRestart: a publisher that sent one batch (seq 0) restarts and sends seq 0 again. The
+// sequence alone calls that a duplicate; the payload under the seq differs, so it is a new engine: the
+// worker is reset and the new batch delivered. The same batch sent twice stays a duplicate, counted.
+func TestEqualSequenceRestart(t *testing.T) {
+	var col collector
+	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*", PollInterval: 10 * time.Millisecond}, BindHandler{
+		OnBatch: func(_ string, seq uint64, b *Batch) { col.onBatch(seq, b) },
+		OnReset: func(string) { col.onReset() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	<-s.Ready()
+	const topic = "kv@w1"
+	s.AddTopic(topic, "")
+
+	a := newRawPub(t, s.Addr())
+	a.warmUp(s)
+	a.send(topic, 0, AppendBatch(nil, testBatch(100), LayoutMap))
+	waitUntil(t, "the first engine's batch", func() bool { return col.count() == 1 })
+	a.close()
+
+	b := newRawPub(t, s.Addr())
+	b.warmUp(s)
+	second := AppendBatch(nil, testBatch(200), LayoutMap)
+	b.send(topic, 0, second)
+	waitUntil(t, "the restarted engine's batch", func() bool { return col.count() == 2 })
+	b.send(topic, 0, second) // a duplicate, truly
+	b.send(topic, 1, AppendBatch(nil, testBatch(201), LayoutMap))
+	waitUntil(t, "the batch after the duplicate", func() bool { return col.count() == 3 })
+
+	seqs, ids, resets := col.snapshot()
+	if len(resets) != 1 || resets[0] != 1 {
+		t.Fatalf("resets at %v, want one before the second batch", resets)
+	}
+	if ids[0] != 100 || ids[1] != 200 || ids[2] != 201 || seqs[1] != 0 {
+		t.Fatalf("delivered seqs %v ids %v", seqs, ids)
+	}
+	if st := s.Stats(); st.Duplicates != 1 || st.Resets != 1 {
+		t.Fatalf("stats %+v: want 1 duplicate, 1 reset", st)
+	}
+}
+
+// TestBindReconnectVerifiesIdentity: in bind mode with replay, a restarted engine whose first batch to
+// arrive is last+1 (its seq 0 lost to the slow-joiner window) looks in order by sequence. Its connection
+// makes the stream verify the publisher against its replay ring first: the restart is found, the worker
+// reset, and the new engine replayed from 0.
+func TestBindReconnectVerifiesIdentity(t *testing.T) {
+	var col collector
+	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*", PollInterval: 10 * time.Millisecond, ReplayTimeout: time.Second}, BindHandler{
+		OnBatch: func(_ string, seq uint64, b *Batch) { col.onBatch(seq, b) },
+		OnReset: func(string) { col.onReset() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	<-s.Ready()
+	const topic = "kv@w1"
+	p1, stop1 := startPublisher(t, PublisherConfig{Endpoint: s.Addr(), ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic})
+	replay := p1.ReplayAddr()
+	s.AddTopic(topic, replay)
+	pump(t, p1, 0, 100, "the first engine's batches", func() bool { return col.count() >= 1 })
+	waitUntil(t, "every batch published", func() bool { return uint64(col.count()) == p1.Stats().Published })
+	n := col.count()
+	stop1()
+
+	// The new engine's batches 0..n-1 are in its replay ring but never sent (lost to the slow-joiner
+	// window): the first to arrive carries seq n, the old engine's last+1.
+	p2, _ := startPublisher(t, PublisherConfig{Endpoint: s.Addr(), ReplayEndpoint: replay, Topic: topic,
+		SkipSend: func(seq uint64) bool { return seq < uint64(n) }})
+	pump(t, p2, 0, 1<<20, "reset and the new engine's batches", func() bool {
+		seqs, _, resets := col.snapshot()
+		return len(resets) == 1 && len(seqs) >= resets[0]+n+3
+	})
+	seqs, ids, resets := col.snapshot()
+	if resets[0] != n {
+		t.Fatalf("reset after %d deliveries, want %d", resets[0], n)
+	}
+	checkContiguous(t, seqs[resets[0]:], ids[resets[0]:], 0, 1<<20)
+}
