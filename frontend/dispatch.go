@@ -78,11 +78,11 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		ep, err := a.Pool.Get(route.Spec)
 		if err != nil {
 			a.finish(j)
-			a.fail(ctx, j.ep, errorf(ErrUnavailable, "worker %d has no usable URL: %v", route.Worker.WorkerID, err))
-			j.close()
+			a.fail(ctx, j, errorf(ErrUnavailable, "worker %d has no usable URL: %v", route.Worker.WorkerID, err))
 			return
 		}
-		j.headers[0] = client.Header{Key: "X-Request-Id", Value: j.id}
+		j.route = route
+		j.headers[0] = client.Header{Key: "X-Request-Id", Value: j.reqID}
 		req := &client.Request{Path: j.ep.path(), Body: j.body, Headers: j.headers[:1]}
 		if route.Spec.DPRanks() > 1 {
 			j.headers[1] = client.Header{Key: "X-data-parallel-rank", Value: strconv.FormatUint(uint64(route.Worker.DPRank), 10)}
@@ -100,8 +100,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		// The worker failed before any byte reached the client.
 		a.finish(j)
 		if !client.Retryable(err) || attempt >= a.Cfg.MigrationLimit {
-			a.fail(ctx, j.ep, errorf(ErrUnavailable, "worker %d failed: %v", route.Worker.WorkerID, err))
-			j.close()
+			a.fail(ctx, j, errorf(ErrUnavailable, "worker %d failed: %v", route.Worker.WorkerID, err))
 			return
 		}
 		if a.Metrics != nil {
@@ -110,8 +109,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		excluded = append(excluded, route.Worker.WorkerID)
 		res, rerr := a.R.Route(j.ctx, &router.RouteRequest{ID: j.id, Tokens: p.tokens, ReturnCosts: j.returnRoute, Exclude: excluded})
 		if rerr != nil {
-			a.fail(ctx, j.ep, mapRouteErr(rerr))
-			j.close()
+			a.fail(ctx, j, mapRouteErr(rerr))
 			return
 		}
 		p.route = res
@@ -148,7 +146,7 @@ func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router
 		return err, false // not pooled: a 5xx error's Body aliases resp.Body
 	}
 	defer responsePool.Put(resp) // ctx.SetBody copies the body; nothing else keeps resp's buffers
-	defer j.close()
+	a.firstToken(j)
 	_ = a.R.PrefillDone(j.id)
 	a.finish(j)
 	body := resp.Body
@@ -164,11 +162,7 @@ func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router
 	ctx.SetStatusCode(resp.Status)
 	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 	ctx.SetBody(body)
-	if a.Metrics != nil {
-		a.Metrics.requests(j.ep, resp.Status)
-		a.Metrics.duration.Observe(time.Since(j.started).Seconds())
-		a.Metrics.ttft.Observe(time.Since(j.started).Seconds())
-	}
+	a.end(j, resp.Status)
 	return nil, true
 }
 
@@ -182,6 +176,8 @@ func (a *OpenAIAPI) observeUsage(route router.RouteResult, u openai.Usage) {
 	}
 	a.Metrics.isl.Observe(float64(u.PromptTokens))
 	a.Metrics.osl.Observe(float64(u.CompletionTokens))
+	a.Metrics.rISL.Observe(float64(u.PromptTokens))
+	a.Metrics.rOSL.Observe(float64(u.CompletionTokens))
 	a.Metrics.prediction(route.Worker.WorkerID, route.CachedTokens, u.CachedTokens(), a.R.BlockSize())
 }
 
@@ -190,9 +186,7 @@ func (a *OpenAIAPI) observeUsage(route router.RouteResult, u openai.Usage) {
 func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route router.RouteResult, ep *client.Endpoint, req *client.Request) (error, bool) {
 	onFirst := func() {
 		_ = a.R.PrefillDone(j.id)
-		if a.Metrics != nil {
-			a.Metrics.ttft.Observe(time.Since(j.started).Seconds())
-		}
+		a.firstToken(j)
 	}
 	s, err := ep.Stream(j.ctx, req, onFirst)
 	if err != nil {
@@ -204,10 +198,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 			ctx.SetStatusCode(ce.Status)
 			ctx.Response.Header.SetContentType("application/json")
 			ctx.SetBody(ce.Body)
-			if a.Metrics != nil {
-				a.Metrics.requests(j.ep, ce.Status)
-			}
-			j.close()
+			a.end(j, ce.Status)
 			return nil, true
 		}
 		return err, false
@@ -216,19 +207,12 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	if a.Metrics != nil {
-		a.Metrics.inflight.Inc()
-	}
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		status := fasthttp.StatusOK // what the access log and metrics say the client got
 		defer func() {
 			_ = s.Close()
 			a.finish(j)
-			j.close()
-			if a.Metrics != nil {
-				a.Metrics.inflight.Dec()
-				a.Metrics.requests(j.ep, fasthttp.StatusOK)
-				a.Metrics.duration.Observe(time.Since(j.started).Seconds())
-			}
+			a.end(j, status)
 		}()
 		last := time.Now()
 		routed := false
@@ -236,6 +220,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 			ev, err := s.Next()
 			if err != nil {
 				if !errors.Is(err, io.EOF) {
+					status = fasthttp.StatusBadGateway
 					// Bytes already reached the client, so the request cannot move: end the stream with an
 					// error event, as vLLM does.
 					_, _ = w.Write(openai.AppendSSEError(nil, fasthttp.StatusBadGateway, "server_error", "worker stream failed: "+err.Error()))
@@ -265,6 +250,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 			if a.Metrics != nil {
 				now := time.Now()
 				a.Metrics.itl.Observe(now.Sub(last).Seconds())
+				a.Metrics.rITL.Observe(now.Sub(last).Seconds())
 				last = now
 			}
 			if ev.Done {

@@ -91,6 +91,17 @@ func (m *Monitor) Start() {
 	}()
 }
 
+// Checked reports whether a worker has passed a health check since it registered (true for every
+// worker when checks are off): the readiness probe counts only those.
+func (m *Monitor) Checked(id uint64) bool {
+	if m.cfg.Interval <= 0 {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.seen[id]
+}
+
 // Stop ends the checks and waits for the current round.
 func (m *Monitor) Stop() {
 	if m.cancel != nil {

@@ -3,27 +3,35 @@ package frontend
 import (
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// FrontendMetrics are the OpenAI edge's metrics: Dynamo's frontend names where they exist
-// (dynamo_frontend_*), kvroute's own for the prediction check.
+// FrontendMetrics are the OpenAI edge's metrics under Dynamo's names and labels, so Dynamo's dashboards
+// read them unchanged: dynamo_frontend_* carry the model label (requests_total also endpoint,
+// request_type and status), dynamo_component_router_* the dynamo_namespace / dynamo_component /
+// dynamo_endpoint triple. kvroute's own prediction check is kvroute_*. docs/metrics.md lists them all.
 type FrontendMetrics struct {
-	reqs     *prometheus.CounterVec
+	// byKind holds the requests counters of each endpoint × request type × status, resolved once:
+	// WithLabelValues hashes the labels and takes the vector's lock, which the request path should not.
+	byKind   [2][2][2]prometheus.Counter
 	inflight prometheus.Gauge
-	ttft     prometheus.Histogram
-	itl      prometheus.Histogram
-	duration prometheus.Histogram
-	isl      prometheus.Histogram
-	osl      prometheus.Histogram
+	queued   prometheus.Gauge
+	ttft     prometheus.Observer
+	itl      prometheus.Observer
+	duration prometheus.Observer
+	isl      prometheus.Observer
+	osl      prometheus.Observer
 	migr     prometheus.Counter
-	predErr  prometheus.Histogram
 
-	// byStatus caches the requests counter of each endpoint and status (100..599): WithLabelValues hashes
-	// both labels and takes the vector's lock on every call, once per request.
-	byStatus [2][500]atomic.Pointer[prometheus.Counter]
+	// The embedded router's request view (dynamo_component_router_*).
+	rReqs prometheus.Counter
+	rTTFT prometheus.Observer
+	rITL  prometheus.Observer
+	rISL  prometheus.Observer
+	rOSL  prometheus.Observer
+
+	predErr prometheus.Histogram
 
 	mu        sync.Mutex
 	precision map[uint64]*precision
@@ -37,29 +45,75 @@ type precision struct {
 	gauge       prometheus.Gauge
 }
 
-// NewFrontendMetrics registers the metrics with reg (nil: private).
+// MetricLabels are the constant label values of the frontend's metrics.
+type MetricLabels struct {
+	// Model is the served model name (the model label). Default "".
+	Model string
+	// Namespace is Dynamo's namespace (--namespace), the dynamo_namespace label. Default "dynamo".
+	Namespace string
+}
+
+// NewFrontendMetrics registers the metrics with reg (nil: private), model label "".
 func NewFrontendMetrics(reg prometheus.Registerer) *FrontendMetrics {
+	return NewFrontendMetricsWith(reg, MetricLabels{})
+}
+
+// NewFrontendMetricsWith registers the metrics with reg (nil: private) under the given labels.
+func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *FrontendMetrics {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	if l.Namespace == "" {
+		l.Namespace = "dynamo"
+	}
 	latency := prometheus.ExponentialBuckets(0.001, 2, 16)
+	itlBuckets := prometheus.ExponentialBuckets(0.0001, 2, 16)
 	tokens := prometheus.ExponentialBuckets(16, 2, 14)
+	model := []string{"model"}
+	hist := func(name, help string, b []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b}, model)
+	}
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dynamo_frontend_requests_total",
+		Help: "LLM requests by endpoint, request type (stream, unary) and status (success, error)."},
+		[]string{"model", "endpoint", "request_type", "status"})
+	inflight := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dynamo_frontend_inflight_requests",
+		Help: "Requests from the handler's start until the response is complete."}, model)
+	queued := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dynamo_frontend_queued_requests",
+		Help: "Requests from the handler's start until their first token (routing queue and prefill included)."}, model)
+	ttft := hist("dynamo_frontend_time_to_first_token_seconds", "Time to first token as the client sees it.", latency)
+	itl := hist("dynamo_frontend_inter_token_latency_seconds", "Time between streamed chunks.", itlBuckets)
+	duration := hist("dynamo_frontend_request_duration_seconds", "Whole request duration.", latency)
+	isl := hist("dynamo_frontend_input_sequence_tokens", "Prompt tokens per request.", tokens)
+	osl := hist("dynamo_frontend_output_sequence_tokens", "Completion tokens per request.", tokens)
+	migr := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dynamo_frontend_model_migration_total",
+		Help: "Requests retried on another worker after a failure before the first byte."}, model)
+
+	comp := []string{"dynamo_namespace", "dynamo_component", "dynamo_endpoint"}
+	compVals := []string{l.Namespace, "router", "generate"}
+	rReqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dynamo_component_router_requests_total",
+		Help: "Requests routed by the embedded KV router."}, comp)
+	rhist := func(name, help string, b []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b}, comp)
+	}
+	rTTFT := rhist("dynamo_component_router_time_to_first_token_seconds", "Time to first token of routed requests.", latency)
+	rITL := rhist("dynamo_component_router_inter_token_latency_seconds", "Time between streamed chunks of routed requests.", itlBuckets)
+	rISL := rhist("dynamo_component_router_input_sequence_tokens", "Prompt tokens of routed requests.", tokens)
+	rOSL := rhist("dynamo_component_router_output_sequence_tokens", "Completion tokens of routed requests.", tokens)
+
 	m := &FrontendMetrics{
-		reqs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dynamo_frontend_requests_total",
-			Help: "Requests by endpoint and HTTP status."}, []string{"endpoint", "status"}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "dynamo_frontend_inflight_requests", Help: "Requests in flight."}),
-		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dynamo_frontend_time_to_first_token_seconds",
-			Help: "Time to first token as the client sees it.", Buckets: latency}),
-		itl: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dynamo_frontend_inter_token_latency_seconds",
-			Help: "Time between streamed chunks.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dynamo_frontend_request_duration_seconds",
-			Help: "Whole request duration.", Buckets: latency}),
-		isl: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dynamo_frontend_input_sequence_tokens",
-			Help: "Prompt tokens per request.", Buckets: tokens}),
-		osl: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dynamo_frontend_output_sequence_tokens",
-			Help: "Completion tokens per request.", Buckets: tokens}),
-		migr: prometheus.NewCounter(prometheus.CounterOpts{Name: "dynamo_frontend_model_migration_total",
-			Help: "Requests retried on another worker after a failure before the first byte."}),
+		inflight: inflight.WithLabelValues(l.Model),
+		queued:   queued.WithLabelValues(l.Model),
+		ttft:     ttft.WithLabelValues(l.Model),
+		itl:      itl.WithLabelValues(l.Model),
+		duration: duration.WithLabelValues(l.Model),
+		isl:      isl.WithLabelValues(l.Model),
+		osl:      osl.WithLabelValues(l.Model),
+		migr:     migr.WithLabelValues(l.Model),
+		rReqs:    rReqs.WithLabelValues(compVals...),
+		rTTFT:    rTTFT.WithLabelValues(compVals...),
+		rITL:     rITL.WithLabelValues(compVals...),
+		rISL:     rISL.WithLabelValues(compVals...),
+		rOSL:     rOSL.WithLabelValues(compVals...),
 		predErr: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_cached_tokens_prediction_error",
 			Help:    "Worker-reported cached tokens minus the router's predicted cached tokens.",
 			Buckets: []float64{-4096, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 4096}}),
@@ -68,23 +122,52 @@ func NewFrontendMetrics(reg prometheus.Registerer) *FrontendMetrics {
 			[]string{"worker_id"}),
 		precision: map[uint64]*precision{},
 	}
-	reg.MustRegister(m.reqs, m.inflight, m.ttft, m.itl, m.duration, m.isl, m.osl, m.migr, m.predErr, m.precGauge)
+	for ep := range m.byKind {
+		for st := range m.byKind[ep] {
+			for ok := range m.byKind[ep][st] {
+				m.byKind[ep][st][ok] = reqs.WithLabelValues(l.Model, endpoint(ep).label(), requestType(st == 1), status(ok == 1))
+			}
+		}
+	}
+	reg.MustRegister(reqs, inflight, queued, ttft, itl, duration, isl, osl, migr, rReqs, rTTFT, rITL, rISL, rOSL, m.predErr, m.precGauge)
 	return m
 }
 
-func (m *FrontendMetrics) requests(ep endpoint, status int) {
-	if ep > epCompletion || status < 100 || status >= 600 {
-		m.reqs.WithLabelValues(ep.path(), strconv.Itoa(status)).Inc()
-		return
+// label is the endpoint label Dynamo gives the endpoint.
+func (e endpoint) label() string {
+	if e == epChat {
+		return "chat_completions"
 	}
-	slot := &m.byStatus[ep][status-100]
-	c := slot.Load()
-	if c == nil {
-		counter := m.reqs.WithLabelValues(ep.path(), strconv.Itoa(status))
-		slot.Store(&counter)
-		c = &counter
+	return "completions"
+}
+
+func requestType(stream bool) string {
+	if stream {
+		return "stream"
 	}
-	(*c).Inc()
+	return "unary"
+}
+
+func status(ok bool) string {
+	if ok {
+		return "success"
+	}
+	return "error"
+}
+
+// requests counts one finished request; an HTTP status below 400 is a success.
+func (m *FrontendMetrics) requests(ep endpoint, stream bool, httpStatus int) {
+	if ep > epCompletion {
+		ep = epCompletion
+	}
+	m.byKind[ep][b2i(stream)][b2i(httpStatus < 400)].Inc()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // prediction records one comparison of predicted and reported cached tokens.

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -42,12 +43,20 @@ type OpenAIAPI struct {
 	Metrics   *FrontendMetrics
 	// MM, when set, turns on multimodal KV routing (nil: images are routed on the text prefix).
 	MM *MMConfig
+	// AccessLog, when set, gets one line per request at its end (lifecycle.go). Set before serving.
+	AccessLog *slog.Logger
 
 	mmMetrics *mmMetrics
 	props     *actor.Props
 	actors    requestActors
 	nextID    atomic.Uint64
 	served    []string
+
+	// live counts requests between begin and end; drainCtx parents every request's context, so
+	// cancelAll ends them all (the bounded drain's last step).
+	live      atomic.Int64
+	drainCtx  context.Context
+	cancelAll context.CancelFunc
 }
 
 // NewOpenAIAPI wires the endpoints. m may be nil (token-id prompts only).
@@ -56,6 +65,7 @@ func NewOpenAIAPI(r *router.Router, m *model.Model, name string, system *actor.A
 		cfg.RequestTimeout = 10 * time.Minute
 	}
 	a := &OpenAIAPI{R: r, Model: m, ModelName: name, System: system, Pool: pool, Cfg: cfg, Metrics: fm, served: []string{name}}
+	a.drainCtx, a.cancelAll = context.WithCancel(context.Background())
 	// Request actors run on reused goroutines: their stage work needs tens of KiB of stack, which a fresh
 	// goroutine per request would grow and copy every time (actors.ReuseDispatcher).
 	a.props = actor.PropsFromProducer(func() actor.Actor { return &requestActor{api: a} },
@@ -102,29 +112,35 @@ func (a *OpenAIAPI) onlyPost(ctx *fasthttp.RequestCtx, fn func()) {
 
 // serveGenerate is the request path of ARCHITECTURE §1; each line is a stage.
 func (a *OpenAIAPI) serveGenerate(ctx *fasthttp.RequestCtx, ep endpoint) {
-	j, err := a.parse(ctx, ep) // 1 parse + validate; copy out of RequestCtx
+	reqID := clientRequestID(ctx) // echoed, logged and forwarded to the worker
+	if reqID != "" {
+		ctx.Response.Header.Set("X-Request-Id", reqID)
+	}
+	j, err := a.parse(ctx, ep, reqID) // 1 parse + validate; copy out of RequestCtx
 	if err != nil {
-		a.fail(ctx, ep, err)
+		writeError(ctx, err)
+		a.failEarly(ctx, ep, reqID, ctx.Response.StatusCode())
 		return
 	}
+	ctx.Response.Header.Set("X-Request-Id", j.reqID)
+	a.begin(j)
 	p := a.runRequestActor(j) // 2–7 request actor: template + tokenize → (images) → hash → route
 	if p.err != nil {
-		j.close()
-		a.fail(ctx, ep, p.err)
+		a.fail(ctx, j, p.err)
 		return
 	}
+	j.route, j.routed = p.route, true
 	a.dispatch(ctx, j, p) // 8–9 dispatch → stream → lifecycle (prefill done, free)
 }
 
-func (a *OpenAIAPI) fail(ctx *fasthttp.RequestCtx, ep endpoint, err error) {
+// fail answers a begun request with err's OpenAI error and ends it.
+func (a *OpenAIAPI) fail(ctx *fasthttp.RequestCtx, j *job, err error) {
 	writeError(ctx, err)
-	if a.Metrics != nil {
-		a.Metrics.requests(ep, ctx.Response.StatusCode())
-	}
+	a.end(j, ctx.Response.StatusCode())
 }
 
 // parse decodes and validates the body and copies what the request path needs out of ctx.
-func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint) (*job, error) {
+func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (*job, error) {
 	body := append([]byte(nil), ctx.PostBody()...)
 	if !utf8.Valid(body) {
 		return nil, errorf(ErrBadRequest, "the request body is not valid UTF-8")
@@ -173,7 +189,11 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint) (*job, error) {
 		id = strconv.AppendInt(id, j.started.UnixNano(), 36)
 		j.id = string(id)
 	}
-	j.ctx, j.cancel = context.WithTimeout(context.Background(), a.Cfg.RequestTimeout)
+	j.reqID = reqID
+	if j.reqID == "" {
+		j.reqID = j.id
+	}
+	j.ctx, j.cancel = context.WithTimeout(a.drainCtx, a.Cfg.RequestTimeout)
 	return j, nil
 }
 

@@ -31,8 +31,10 @@ func (e endpoint) path() string {
 // job is everything the request path needs, copied out of fasthttp's RequestCtx (which is recycled when
 // the handler returns).
 type job struct {
-	ep     endpoint
-	id     string
+	ep endpoint
+	id string // the router's request id (unique in this process)
+	// reqID is the client's X-Request-Id, else id: echoed, logged and forwarded to the worker.
+	reqID  string
 	body   []byte // the original body (own copy), forwarded to the worker
 	chat   *openai.ChatRequest
 	comp   *openai.CompletionRequest
@@ -56,6 +58,11 @@ type job struct {
 
 	// headers backs the worker request's extra headers (request id, dp rank).
 	headers [2]client.Header
+
+	// What the lifecycle records (lifecycle.go): the route taken, when the first token came.
+	route   router.RouteResult
+	routed  bool
+	firstAt time.Duration
 }
 
 // close ends the request: its context, and the resources it held for the worker.

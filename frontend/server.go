@@ -39,6 +39,8 @@ type ServerConfig struct {
 	AdminToken string
 	// TLSCert and TLSKey, when both set, make Serve speak HTTPS.
 	TLSCert, TLSKey string
+	// Probes serves /health, /live and /ready (probes.go); nil: bare 200s.
+	Probes *Probes
 }
 
 // Server is the fasthttp edge: /health, /live, /metrics, then each mounted Handler in order, then 404.
@@ -107,8 +109,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	switch string(ctx.Path()) {
-	case "/health", "/live":
-		ctx.SetStatusCode(fasthttp.StatusOK)
+	case "/health", "/live", "/ready":
+		if s.cfg.Probes == nil || !s.cfg.Probes.Handle(ctx) {
+			ctx.SetStatusCode(fasthttp.StatusOK)
+		}
 		return
 	case "/metrics":
 		s.metrics(ctx)

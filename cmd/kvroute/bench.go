@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,39 +33,66 @@ var benchCommands = map[string]struct {
 	"e2e":       {"frontend + simulated workers in-process, every routing arm on one trace (TTFT, ITL, hit rate, goodput)", benchE2E},
 }
 
-// errUsage marks flag errors (exit 2, the flag package has printed the usage).
-var errUsage = errors.New("usage")
+// errUsage marks flag errors (exit 2, parseFlags has said what is wrong); errHelpShown marks help printed
+// on request (exit 0).
+var (
+	errUsage     = errors.New("usage")
+	errHelpShown = errors.New("help shown")
+)
 
 func runBench(args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		benchUsage()
+	if len(args) == 0 {
+		benchUsage(os.Stderr)
 		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		if len(args) > 1 {
+			if sub, ok := benchCommands[args[1]]; ok {
+				return benchExit(args[1], sub.run([]string{"--help"}))
+			}
+		}
+		benchUsage(helpOut)
+		return 0
 	}
 	sub, ok := benchCommands[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "kvroute bench: unknown benchmark %q\n", args[0])
-		benchUsage()
+		names := make([]string, 0, len(benchCommands))
+		for n := range benchCommands {
+			names = append(names, n)
+		}
+		s := fmt.Sprintf("kvroute bench: unknown benchmark %q", args[0])
+		if sug := suggest(args[0], names); sug != "" {
+			s += fmt.Sprintf(" (did you mean %s?)", sug)
+		}
+		fmt.Fprintln(os.Stderr, s+"; see `kvroute bench --help`")
 		return 2
 	}
-	if err := sub.run(args[1:]); err != nil {
-		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
+	return benchExit(args[0], sub.run(args[1:]))
+}
+
+func benchExit(name string, err error) int {
+	if err != nil {
+		if errors.Is(err, errHelpShown) {
+			return 0
+		}
+		if errors.Is(err, errUsage) {
 			return 2
 		}
-		fmt.Fprintf(os.Stderr, "kvroute bench %s: %v\n", args[0], err)
+		fmt.Fprintf(os.Stderr, "kvroute bench %s: %v\n", name, err)
 		return 1
 	}
 	return 0
 }
 
-func benchUsage() {
-	fmt.Fprintln(os.Stderr, "usage: kvroute bench <benchmark> [flags]\n\nbenchmarks:")
+func benchUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: kvroute bench <benchmark> [flags]\n\nbenchmarks:")
 	names := make([]string, 0, len(benchCommands))
 	for n := range benchCommands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, benchCommands[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, benchCommands[n].summary)
 	}
 }
 
@@ -84,11 +112,10 @@ func commonFlags(fs *flag.FlagSet, name string) benchCommon {
 }
 
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "unexpected arguments: %v\n", fs.Args())
+	if code, ok := parseFlags(fs, args, false); !ok {
+		if code == 0 {
+			return errHelpShown
+		}
 		return errUsage
 	}
 	return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/workers/client"
+	"github.com/kvroute/kvroute/workers/mocker"
 )
 
 func init() {
@@ -53,6 +54,7 @@ type frontendFlags struct {
 	nats      *natsFlags
 	xfer      *string
 	xferAddr  *string
+	ops       *opsFlags
 }
 
 func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
@@ -61,18 +63,28 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	if err := scoring.RegisterFlags(fs, &f.cfg); err != nil {
 		return nil, err
 	}
-	f.port = fs.Int("http-port", 8000, "HTTP port")
-	f.host = fs.String("host", "0.0.0.0", "HTTP listen address")
-	envModel := os.Getenv("KVROUTE_MODEL_PATH")
-	if envModel == "" {
-		envModel = defaultModelPath
+	port, err := strconv.Atoi(envOr("DYN_HTTP_PORT", "8000"))
+	if err != nil {
+		return nil, fmt.Errorf("$DYN_HTTP_PORT: %w", err)
 	}
-	f.modelPath = fs.String("model-path", envModel, "HF-layout model directory or HF cache model name (tokenizer, chat template)")
-	f.modelName = fs.String("model-name", "", "served model name (default: the model directory's name)")
+	f.port = fs.Int("http-port", port, "HTTP port [$DYN_HTTP_PORT]")
+	f.host = fs.String("http-host", envOr("DYN_HTTP_HOST", "0.0.0.0"), "HTTP listen address [$DYN_HTTP_HOST]")
+	alias(fs, "host", "http-host")
+	envModel := envOr("DYN_MODEL_PATH", envOr("KVROUTE_MODEL_PATH", defaultModelPath))
+	f.modelPath = fs.String("model-path", envModel, "HF-layout model directory or HF cache model name (tokenizer, chat template) [$DYN_MODEL_PATH, $KVROUTE_MODEL_PATH]")
+	f.modelName = fs.String("model-name", os.Getenv("DYN_MODEL_NAME"), "served model name (default: the model directory's name) [$DYN_MODEL_NAME]")
 	f.bind = fs.String("kv-events-bind", "", "bind one SUB socket here for publishers that connect to the router")
 	f.identity = identityCheckFlag(fs)
 	fs.Var(&f.workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
-	f.maxBody = fs.Int("max-body-bytes", 32<<20, "largest request body accepted (413 above)")
+	maxBody := 32 << 20
+	if v := os.Getenv("DYN_HTTP_BODY_LIMIT_MB"); v != "" {
+		mb, err := strconv.Atoi(v)
+		if err != nil || mb <= 0 {
+			return nil, fmt.Errorf("$DYN_HTTP_BODY_LIMIT_MB %q: want a positive number of MiB", v)
+		}
+		maxBody = mb << 20
+	}
+	f.maxBody = fs.Int("max-body-bytes", maxBody, "largest request body accepted (413 above) [$DYN_HTTP_BODY_LIMIT_MB, in MiB]")
 	f.timeout = fs.Duration("request-timeout", 10*time.Minute, "bound on one request, queue wait included")
 	f.health = fs.Duration("health-check-interval", 2*time.Second, "how often each worker's /health and /metrics are checked (0 disables)")
 	f.selfTest = fs.Bool("worker-self-test", true, "on registration, send a canary prompt and check its KV events match the router's hashes")
@@ -85,7 +97,39 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.nats = addNATSFlags(fs)
 	f.xfer = fs.String("mm-transfer", "", "hand preprocessed images (mm_kwargs) to workers: shm (same node), net (transfer agent) or off; env KVROUTE_MM_TRANSFER, DYNAMO_MM_TRANSFER; DYNAMO_DISABLE_NIXL_MM=1 means off")
 	f.xferAddr = fs.String("mm-transfer-advertise", "", "net mode: host:port of the transfer agent as workers reach it (default: its loopback listen address)")
+	if f.ops, err = addOpsFlags(fs); err != nil {
+		return nil, err
+	}
+	f.nats.reset = f.ops.resetStates
+	addNegations(fs)
 	return f, nil
+}
+
+// check validates what the flag package cannot: enumerated values, flag pairs, Dynamo's refusals.
+func (f *frontendFlags) check(fs *flag.FlagSet) error {
+	modes := make([]string, len(scoring.Modes))
+	for i, m := range scoring.Modes {
+		modes[i] = string(m)
+	}
+	if err := oneOf("router-mode", string(f.cfg.Mode), modes); err != nil {
+		return err
+	}
+	if err := f.srv.check(); err != nil {
+		return err
+	}
+	disc, err := f.ops.check()
+	if err != nil {
+		return err
+	}
+	if disc != "" {
+		explicit := false
+		fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "discovery" })
+		if explicit && *f.nats.discovery != disc {
+			return fmt.Errorf("--discovery %s and --discovery-backend %s disagree", *f.nats.discovery, *f.ops.discBackend)
+		}
+		*f.nats.discovery = disc
+	}
+	return f.ops.dump(fs)
 }
 
 // frontendApp is a running frontend: router, HTTP server, the actor system.
@@ -94,7 +138,12 @@ type frontendApp struct {
 	router *router.Router
 	pool   *frontend.WorkerPool
 	server *frontend.Server
+	api    *frontend.OpenAIAPI
+	probes *frontend.Probes
+	drain  frontend.DrainConfig
+	log    *slog.Logger
 	mon    *frontend.Monitor
+	fleet  *mocker.Fleet // kvroute serve's simulated workers, closed by closeFleet
 	nats   *natsFlags
 	ln     net.Listener
 	model  *model.Model
@@ -119,7 +168,8 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	if name == "" {
 		name = modelNameOf(dir)
 	}
-	app := &frontendApp{system: actors.NewSystem(nil), model: m, name: name}
+	app := &frontendApp{system: actors.NewSystem(nil), model: m, name: name, log: log,
+		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
 	rcfg := router.DefaultConfig(cfg.BlockSize)
 	rcfg.Scoring = cfg
 	rcfg.Registerer = reg
@@ -140,20 +190,31 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		}
 	}
 	app.pool = frontend.NewWorkerPool(client.DefaultConfig())
-	fm := frontend.NewFrontendMetrics(reg)
+	fm := frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})
 	api := frontend.NewOpenAIAPI(app.router, m, name, app.system, app.pool,
 		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout}, fm)
+	if *f.ops.log.access {
+		api.AccessLog = log
+	}
+	app.api = api
 	if *f.mmOn {
 		if err := enableMM(api, f, dir, name, reg, log); err != nil {
 			app.stop()
 			return nil, err
 		}
 	}
-	app.server = frontend.NewServer(f.srv.config(*f.maxBody, reg),
-		api, &frontend.RouterAPI{R: app.router})
 	hc := frontend.DefaultHealthConfig()
 	hc.Interval, hc.SelfTest, hc.ModelName = *f.health, *f.selfTest, name
 	app.mon = frontend.NewMonitor(app.router, app.pool, hc, log)
+	app.probes = frontend.NewProbes(app.router, frontend.ProbeConfig{Namespace: *f.ops.namespace,
+		MinReadyWorkers: max(1, cfg.MinInitialWorkers), Checked: app.mon.Checked})
+	scfg := f.srv.config(*f.maxBody, reg)
+	scfg.Probes = app.probes
+	handlers := []frontend.Handler{api, &frontend.RouterAPI{R: app.router}}
+	if *f.ops.pprof {
+		handlers = append(handlers, frontend.NewPprofHandler())
+	}
+	app.server = frontend.NewServer(scfg, handlers...)
 	app.mon.Start()
 	if app.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
 		app.stop()
@@ -210,9 +271,14 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg *
 	return nil
 }
 
+// stop drains the HTTP server within the configured cap (frontend.Drain), then stops the rest.
 func (a *frontendApp) stop() {
 	if a.server != nil {
-		_ = a.server.Shutdown()
+		if a.ln != nil {
+			frontend.Drain(a.server, a.api, a.probes, a.drain, a.log)
+		} else {
+			_ = a.server.Shutdown()
+		}
 	}
 	if a.mon != nil {
 		a.mon.Stop()
@@ -227,6 +293,13 @@ func (a *frontendApp) stop() {
 		a.router.Stop()
 	}
 	a.system.Shutdown()
+}
+
+// closeFleet stops kvroute serve's simulated workers (after stop, so streams drain first).
+func (a *frontendApp) closeFleet() {
+	if a.fleet != nil {
+		a.fleet.Close()
+	}
 }
 
 // modelNameOf names a model by its directory, as vLLM's served name defaults to the model argument.
@@ -251,23 +324,44 @@ func waitForSignal() {
 	<-ctx.Done()
 }
 
-func runFrontend(args []string) int {
-	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
+// parseFrontend registers the frontend flags on a new flag set named name, parses args, checks them
+// and builds the logger. ok=false: exit with code.
+func parseFrontend(name string, args []string, extra func(fs *flag.FlagSet)) (f *frontendFlags, log *slog.Logger, code int, ok bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	f, err := addFrontendFlags(fs, scoring.ModeKV)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "frontend:", err)
-		return 2
+		fmt.Fprintf(errOut, "kvroute %s: %v\n", name, err)
+		return nil, nil, 2, false
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if extra != nil {
+		extra(fs)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return nil, nil, code, false
+	}
+	if err := f.check(fs); err != nil {
+		fmt.Fprintf(errOut, "kvroute %s: %v\n", name, err)
+		return nil, nil, 2, false
+	}
+	if log, err = f.ops.log.logger(os.Stderr); err != nil {
+		fmt.Fprintf(errOut, "kvroute %s: %v\n", name, err)
+		return nil, nil, 2, false
+	}
+	return f, log, 0, true
+}
+
+func runFrontend(args []string) int {
+	f, log, code, ok := parseFrontend("frontend", args, nil)
+	if !ok {
+		return code
+	}
 	app, err := startFrontend(f, newRegistry(), log)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "frontend:", err)
+		fatal(log, "frontend", err)
 		return 1
 	}
 	waitForSignal()
+	log.Info("shutdown: signal received")
 	app.stop()
 	return 0
 }

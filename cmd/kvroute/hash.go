@@ -23,8 +23,8 @@ func runHash(args []string) int {
 	lora := fs.String("lora-name", "", "LoRA adapter name (changes the block-hash seed)")
 	salt := fs.String("cache-salt", "", "cache namespace / salt (changes the block-hash seed)")
 	mmArg := fs.String("mm-hash", "", "comma-separated mm_hash values (decimal or 0x hex) appended to every block (legacy scheme)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return code
 	}
 	if *blockSize <= 0 {
 		fmt.Fprintln(os.Stderr, "hash: --block-size must be positive")

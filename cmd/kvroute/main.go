@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 )
 
@@ -18,28 +20,89 @@ func register(name, summary string, run func(args []string) int) {
 	commands[name] = command{summary: summary, run: run}
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kvroute <command> [flags]\n\ncommands:")
+func commandNames() []string {
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
-	}
+	return names
 }
 
-func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		os.Exit(2)
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: kvroute <command> [flags]\n\ncommands:")
+	for _, n := range commandNames() {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	cmd, ok := commands[os.Args[1]]
+	fmt.Fprintln(w, "  help       `kvroute help <command>`: the command's flags, grouped by topic")
+	fmt.Fprintln(w, "  version    the module version and the commit it was built from")
+}
+
+// version is the binary's module version and VCS revision, from the build info Go embeds.
+func version() string {
+	v, rev, dirty := "(devel)", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	s := "kvroute " + v
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		s += " commit " + rev
+		if dirty {
+			s += " (modified)"
+		}
+	}
+	return s
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	case "help":
+		if len(args) == 1 {
+			usage(stdout)
+			return 0
+		}
+		if c, ok := commands[args[1]]; ok {
+			return c.run(append(args[2:], "--help"))
+		}
+		return unknownCommand(args[1], stderr)
+	case "version", "-version", "--version", "-v":
+		fmt.Fprintln(stdout, version())
+		return 0
+	}
+	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "kvroute: unknown command %q\n", os.Args[1])
-		usage()
-		os.Exit(2)
+		return unknownCommand(args[0], stderr)
 	}
-	os.Exit(cmd.run(os.Args[2:]))
+	return cmd.run(args[1:])
+}
+
+func unknownCommand(name string, stderr io.Writer) int {
+	s := fmt.Sprintf("kvroute: unknown command %q", name)
+	if sug := suggest(name, append(commandNames(), "help", "version")); sug != "" {
+		s += fmt.Sprintf(" (did you mean %s?)", sug)
+	}
+	fmt.Fprintln(stderr, s+"; see `kvroute --help`")
+	return 2
 }

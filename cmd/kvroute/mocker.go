@@ -39,8 +39,10 @@ func runMocker(args []string) int {
 	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
 	def := mocker.DefaultEngineConfig()
 	numWorkers := fs.Int("num-workers", 1, "number of simulated workers in this process")
-	httpPort := fs.Int("http-port", 8000, "HTTP port of worker 0; worker i listens on http-port+i (vLLM: --port)")
-	fs.IntVar(httpPort, "port", 8000, "alias of --http-port (vLLM spelling)")
+	// 8100, not vLLM's 8000: kvroute frontend and serve listen on 8000, and a simulated worker started
+	// beside them with no port should not collide with them. Launch scripts pass --port.
+	httpPort := fs.Int("http-port", 8100, "HTTP port of worker 0; worker i listens on http-port+i")
+	alias(fs, "port", "http-port")
 	host := fs.String("host", "127.0.0.1", "HTTP listen host")
 	eventsBase := fs.Int("kv-events-port-base", 5557, "ZMQ PUB port of worker 0 rank 0; worker i rank r binds tcp://*:base+i*dp_size+r")
 	replayBase := fs.Int("replay-port-base", 5757, "ZMQ replay ROUTER port base, numbered like --kv-events-port-base")
@@ -50,7 +52,10 @@ func runMocker(args []string) int {
 	dropEvery := fs.Uint64("kv-events-drop-every", 0, "fault injection: withhold every Nth batch from PUB (kept for replay), so subscribers must recover gaps (0: off)")
 	kvCfg := fs.String("kv-events-config", "", `vLLM's JSON, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'; overrides the port bases (worker i offsets the ports by i*dp_size)`)
 	eventFormat := fs.String("event-format", "map", "KV event layout: map (current vLLM) or array (legacy vLLM / SGLang)")
-	blockSize := fs.Int("block-size", def.BlockSize, "tokens per KV block")
+	// The frontend's default block size (16, vLLM's), so a mocker and a frontend started with defaults
+	// agree; --block-size 64 gives Dynamo's mocker default.
+	blockSize := fs.Int("block-size", 16, "tokens per KV block (the engine's --block-size; the frontend's --kv-cache-block-size)")
+	alias(fs, "kv-cache-block-size", "block-size")
 	numBlocks := fs.Int("num-gpu-blocks", def.NumGPUBlocks, "KV blocks per engine (dp rank)")
 	fs.IntVar(numBlocks, "num-gpu-blocks-override", def.NumGPUBlocks, "alias of --num-gpu-blocks (vLLM / Dynamo spelling)")
 	maxSeqs := fs.Int("max-num-seqs", def.MaxNumSeqs, "max running requests per engine")
@@ -77,8 +82,8 @@ func runMocker(args []string) int {
 		*modelPath = args[0]
 		args = args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, true); !ok {
+		return code
 	}
 	if fs.NArg() == 1 && *modelPath == "" {
 		*modelPath = fs.Arg(0)

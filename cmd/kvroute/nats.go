@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/workers/natsplane"
@@ -32,6 +33,7 @@ type natsFlags struct {
 	discovery   *string
 	discoveryTT *time.Duration
 	routerID    *string
+	reset       *bool // --router-reset-states (opsFlags); nil: false
 
 	plane *natsPlane // running components, set by newRouter
 }
@@ -39,7 +41,7 @@ type natsFlags struct {
 // addNATSFlags registers the scale-out flags on fs.
 func addNATSFlags(fs *flag.FlagSet) *natsFlags {
 	n := &natsFlags{}
-	n.eventPlane = fs.String("event-plane", envOr("DYN_EVENT_PLANE", "zmq"), "where KV events come from: zmq (each worker's socket) or nats (kv-events.<id> subjects fed by `kvroute relay`)")
+	n.eventPlane = fs.String("event-plane", envOr("DYN_EVENT_PLANE", "zmq"), "where KV events come from: zmq (each worker's socket) or nats (kv-events.<id> subjects fed by kvroute relay)")
 	n.url = fs.String("nats-url", envOr("NATS_SERVER", "nats://localhost:4222"), "NATS server URL(s), comma-separated")
 	n.embedded = fs.Bool("nats-embedded", false, "start an in-process single-node NATS server with JetStream and use it")
 	n.embedPort = fs.Int("nats-embedded-port", 4222, "client port of the embedded NATS server (0: a free port)")
@@ -120,6 +122,14 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 		return nil, fmt.Errorf("--nats-url %s: %w", url, err)
 	}
 	p.nc = nc
+	if n.reset != nil && *n.reset {
+		if !*n.durable {
+			log.Info("--router-reset-states: nothing to reset without --router-durable-kv-events (no stream or snapshot is kept)")
+		} else if err := resetStates(nc, log); err != nil {
+			n.stop()
+			return nil, err
+		}
+	}
 	if rcfg.Scoring.ReplicaSync {
 		p.replica = natsplane.NewReplicaSync(nc, natsplane.ReplicaConfig{RouterID: *n.routerID})
 		rcfg.OnLoad = p.replica.Observe
@@ -231,3 +241,32 @@ func (s strippedSet) AddWorker(spec registry.Spec) error {
 }
 
 func (s strippedSet) RemoveWorker(id uint64) error { return s.r.RemoveWorker(id) }
+
+// resetStates is --router-reset-states: it purges the durable event stream and deletes the index
+// snapshot, so this router (and any replica started after it) begins from an empty index.
+func resetStates(nc *nats.Conn, log *slog.Logger) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	purged := uint64(0)
+	if st, err := js.Stream(ctx, natsplane.EventStream); err == nil {
+		info, _ := st.Info(ctx)
+		if err := st.Purge(ctx); err != nil {
+			return fmt.Errorf("--router-reset-states: purge %s: %w", natsplane.EventStream, err)
+		}
+		if info != nil {
+			purged = info.State.Msgs
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("--router-reset-states: stream %s: %w", natsplane.EventStream, err)
+	}
+	if err := js.DeleteObjectStore(ctx, natsplane.SnapshotBucket); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) &&
+		!errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("--router-reset-states: delete %s: %w", natsplane.SnapshotBucket, err)
+	}
+	log.Warn("--router-reset-states: event stream purged and index snapshot deleted", "purged_messages", purged)
+	return nil
+}

@@ -26,35 +26,39 @@ func init() {
 func runRelay(args []string) int {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	id := fs.Uint64("worker-id", 0, "the worker's id at the frontends (required)")
-	zmqEP := fs.String("zmq", "", "the worker's ZMQ PUB endpoint for rank 0, e.g. tcp://127.0.0.1:5557 (rank r adds r to the port)")
-	replay := fs.String("replay", "", "the worker's replay ROUTER endpoint for rank 0 (optional)")
+	zmqEP := fs.String("kv-events-endpoint", "", "the worker's ZMQ PUB endpoint for rank 0, e.g. tcp://127.0.0.1:5557 (rank r adds r to the port; the events= of a --worker spec)")
+	alias(fs, "zmq", "kv-events-endpoint")
+	replay := fs.String("kv-events-replay-endpoint", "", "the worker's replay ROUTER endpoint for rank 0 (optional; the replay= of a --worker spec)")
+	alias(fs, "replay", "kv-events-replay-endpoint")
 	topic := fs.String("topic", "", "ZMQ topic filter")
 	dp := fs.Int("dp-size", 1, "data-parallel ranks behind the worker")
-	url := fs.String("nats", envOr("NATS_SERVER", "nats://localhost:4222"), "NATS server URL(s), comma-separated")
+	url := fs.String("nats-url", envOr("NATS_SERVER", "nats://localhost:4222"), "NATS server URL(s), comma-separated [$NATS_SERVER]")
+	alias(fs, "nats", "nats-url")
 	durable := fs.Bool("durable-kv-events", false, "publish into the JetStream stream KV_EVENTS (acknowledged, retried) instead of core NATS")
 	replicas := fs.Int("nats-replicas", 1, "replicas of the stream and bucket (3 on a 3-node cluster)")
 	discovery := fs.String("discovery", "static", "static, or nats: register the worker in the kvroute-workers bucket")
 	ttl := fs.Duration("discovery-ttl", 10*time.Second, "nats discovery: registration lifetime without heartbeat")
 	workerURL := fs.String("url", "", "nats discovery: the worker's HTTP base URL, e.g. http://10.0.0.5:8000")
-	blockSize := fs.Int("block-size", 0, "nats discovery: the worker's KV block size (0: the frontend's)")
+	blockSize := fs.Int("kv-cache-block-size", 0, "nats discovery: the worker's KV block size (0: the frontend's)")
+	alias(fs, "block-size", "kv-cache-block-size")
 	totalBlocks := fs.Int("total-kv-blocks", 0, "nats discovery: the worker's KV capacity in blocks (0: unknown)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return code
 	}
 	if *id == 0 || *zmqEP == "" {
-		fmt.Fprintln(os.Stderr, "relay: --worker-id and --zmq are required")
+		fmt.Fprintln(os.Stderr, "kvroute relay: --worker-id and --kv-events-endpoint are required")
 		return 2
 	}
 	cfg := natsplane.RelayConfig{WorkerID: *id, Topic: *topic, Durable: *durable, Replicas: *replicas}
 	for r := 0; r < max(1, *dp); r++ {
 		ep, err := registry.RankEndpoint(*zmqEP, r)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "relay: --zmq:", err)
+			fmt.Fprintln(os.Stderr, "kvroute relay: --kv-events-endpoint:", err)
 			return 2
 		}
 		rep, err := registry.RankEndpoint(*replay, r)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "relay: --replay:", err)
+			fmt.Fprintln(os.Stderr, "kvroute relay: --kv-events-replay-endpoint:", err)
 			return 2
 		}
 		cfg.Events, cfg.Replay = append(cfg.Events, ep), append(cfg.Replay, rep)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -68,22 +67,32 @@ func runRouter(args []string) int {
 	}
 	fs.Var(intAlias{&cfg.BlockSize}, "block-size", "KV block size in tokens (alias of --kv-cache-block-size)")
 	port := fs.Int("http-port", 8000, "HTTP port")
-	host := fs.String("host", "0.0.0.0", "HTTP listen address")
+	host := fs.String("http-host", envOr("DYN_HTTP_HOST", "0.0.0.0"), "HTTP listen address [$DYN_HTTP_HOST]")
+	alias(fs, "host", "http-host")
+	lf := addLogFlags(fs)
 	bind := fs.String("kv-events-bind", "", "bind one SUB socket here (e.g. tcp://*:5557) for publishers that connect to the router; workers are matched by topic")
 	identity := identityCheckFlag(fs)
 	var sf serverFlags
 	sf.register(fs)
 	var workers workerFlags
 	fs.Var(&workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return code
+	}
+	if err := sf.check(); err != nil {
+		fmt.Fprintln(errOut, "kvroute router:", err)
 		return 2
 	}
 	cfg = cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "router:", err)
+		fmt.Fprintln(errOut, "kvroute router:", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		fmt.Fprintln(errOut, "kvroute router:", err)
+		return 2
+	}
 
 	system := actors.NewSystem(nil)
 	rcfg := router.DefaultConfig(cfg.BlockSize)

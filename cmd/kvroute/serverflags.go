@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"time"
@@ -22,10 +23,21 @@ type serverFlags struct {
 func (s *serverFlags) register(fs *flag.FlagSet) {
 	s.adminToken = fs.String("admin-token", os.Getenv("KVROUTE_ADMIN_TOKEN"),
 		"bearer token required to register or remove workers, change busy thresholds and read debug endpoints (env KVROUTE_ADMIN_TOKEN)")
-	s.tlsCert = fs.String("tls-cert", "", "PEM certificate: serve HTTPS (with --tls-key)")
-	s.tlsKey = fs.String("tls-key", "", "PEM private key for --tls-cert")
+	s.tlsCert = fs.String("tls-cert-path", os.Getenv("DYN_TLS_CERT_PATH"), "PEM certificate: serve HTTPS (with --tls-key-path) [$DYN_TLS_CERT_PATH]")
+	s.tlsKey = fs.String("tls-key-path", os.Getenv("DYN_TLS_KEY_PATH"), "PEM private key for --tls-cert-path [$DYN_TLS_KEY_PATH]")
+	alias(fs, "tls-cert", "tls-cert-path")
+	alias(fs, "tls-key", "tls-key-path")
 	s.maxHeader = fs.Int("max-header-bytes", 64<<10, "largest request line plus headers accepted (431 above)")
 	s.maxConc = fs.Int("max-concurrent-requests", 16384, "requests in flight before new ones get 429")
+}
+
+// check refuses half a TLS pair: Dynamo requires both paths, and serving plain HTTP when one was meant
+// would be a silent downgrade.
+func (s *serverFlags) check() error {
+	if (*s.tlsCert == "") != (*s.tlsKey == "") {
+		return errors.New("--tls-cert-path and --tls-key-path go together: give both or neither")
+	}
+	return nil
 }
 
 func (s *serverFlags) config(maxBody int, reg *prometheus.Registry) frontend.ServerConfig {

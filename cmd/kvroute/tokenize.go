@@ -29,8 +29,8 @@ func runTokenize(args []string) int {
 	chat := fs.Bool("chat", false, "stdin is an OpenAI messages JSON array (or a request object with messages and tools); render it with the chat template")
 	genPrompt := fs.Bool("add-generation-prompt", true, "with --chat: append the assistant header")
 	special := fs.Bool("add-special-tokens", false, "without --chat: add the post-processor's tokens (BOS for Llama-2)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return code
 	}
 	dir, err := model.Resolve(*modelPath)
 	if err != nil {
