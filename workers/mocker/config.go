@@ -42,6 +42,10 @@ type EngineConfig struct {
 	MaxModelLen int
 	// DPRank is stamped into every event batch of this engine. Default 0.
 	DPRank int
+	// Timing, when set, replaces Dynamo's polynomial (StepDuration) with a fitted step-time model that
+	// also charges attention over the cached context and decode KV reads (bench/lab's engine profiles).
+	// Default nil: the polynomial.
+	Timing *Timing
 }
 
 // DefaultEngineConfig returns Dynamo's mocker defaults.
@@ -78,6 +82,9 @@ func (c *EngineConfig) Validate() error {
 		return fmt.Errorf("%w: max model len %d must not be negative", ErrBadConfig, c.MaxModelLen)
 	case c.DPRank < 0:
 		return fmt.Errorf("%w: dp rank %d must not be negative", ErrBadConfig, c.DPRank)
+	}
+	if c.Timing != nil {
+		return c.Timing.Validate()
 	}
 	return nil
 }

@@ -23,6 +23,8 @@
 //     A prefix hit covers full blocks only and leaves at least one prompt token to compute.
 //  4. Timing: a step costs PrefillMillis(prefill tokens computed) when it prefills plus
 //     DecodeMillis(used blocks / all blocks) when it decodes, each divided by its speedup ratio.
+//     EngineConfig.Timing replaces the polynomial with a fitted model (timing.go: Timing) that also
+//     charges attention over the cached context of each prefill chunk and the KV each decode reads.
 //  5. Runtime (rank.go, stream.go): one goroutine per dp rank steps its engine and sleeps until the
 //     step's simulated end on one reusable timer (not when the end is nearer than the clock's MinSleep,
 //     1 µs on the wall clock); step k+1 starts at the end of step k, so a late wake-up

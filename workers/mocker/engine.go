@@ -51,9 +51,12 @@ type StepResult struct {
 	// Progress has one entry per request that produced a token or finished.
 	Progress []Progress
 	// PrefillTokens and Decodes are the timing model's inputs; Preempted counts preemptions this step.
+	// PrefillPairs and DecodeContext are the extra inputs of a fitted Timing (its A and C).
 	PrefillTokens int
 	Decodes       int
 	Preempted     int
+	PrefillPairs  float64
+	DecodeContext int
 }
 
 // Stats are the engine's gauges and counters, as vLLM exports them.
@@ -390,12 +393,19 @@ func (e *Engine) Step() *StepResult {
 	for _, s := range e.sched {
 		if s.decode {
 			res.Decodes++
+			res.DecodeContext += s.r.computed
 		} else {
 			res.PrefillTokens += s.n
+			res.PrefillPairs += float64(s.n) * (float64(s.r.computed) + float64(s.n)/2)
 		}
 	}
-	occupancy := float64(e.pool.usedBlocks()) / float64(len(e.pool.blocks))
-	res.Duration = StepDuration(res.PrefillTokens, res.Decodes, occupancy, e.cfg.SpeedupRatio, e.cfg.DecodeSpeedupRatio)
+	if t := e.cfg.Timing; t != nil {
+		in := StepInputs{PrefillTokens: res.PrefillTokens, PrefillPairs: res.PrefillPairs, Decodes: res.Decodes, DecodeContext: res.DecodeContext}
+		res.Duration = t.Duration(in, e.cfg.SpeedupRatio, e.cfg.DecodeSpeedupRatio)
+	} else {
+		occupancy := float64(e.pool.usedBlocks()) / float64(len(e.pool.blocks))
+		res.Duration = StepDuration(res.PrefillTokens, res.Decodes, occupancy, e.cfg.SpeedupRatio, e.cfg.DecodeSpeedupRatio)
+	}
 
 	// 4. Outcome: a request that caught up with its tokens samples one.
 	finished := false
