@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register("bench", "benchmarks: indexer (trace replay), route (decision latency), tokenizer, oracle, e2e", runBench)
+	register("bench", "benchmarks: indexer (trace replay), route (decision latency), tokenizer, oracle, e2e, lab", runBench)
 }
 
 var benchCommands = map[string]struct {
@@ -31,6 +31,7 @@ var benchCommands = map[string]struct {
 	"tokenizer": {"tokens/s, warm and cold, of every fixture tokenizer", benchTokenizer},
 	"oracle":    {"unbounded and pooled oracle hit rates of a trace", benchOracle},
 	"e2e":       {"frontend + simulated workers in-process, every routing arm on one trace (TTFT, ITL, hit rate, goodput)", benchE2E},
+	"lab":       {"deterministic fleet lab: simulated engines on a virtual clock, every arm × rate, goodput knee by bisection", benchLab},
 }
 
 // errUsage marks flag errors (exit 2, parseFlags has said what is wrong); errHelpShown marks help printed

@@ -1,0 +1,285 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/bench"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/workers/mocker"
+)
+
+// headTrace is the first 500 requests (165 s) of the Mooncake conversation trace, each cut to its
+// first 6 hash ids (3,072 tokens) and 64 output tokens: the same prefix structure, a fraction of the
+// simulated work.
+func headTrace(t *testing.T) *bench.Trace {
+	t.Helper()
+	tr, err := bench.LoadTrace("testdata/conversation_head.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func encode(t *testing.T, r *Result) []byte {
+	t.Helper()
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(js, r.Markdown()...)
+}
+
+// TestDeterministic runs the same lab twice, once with runs in parallel and once one at a time, and
+// compares the encoded results byte for byte (knee bisection included).
+func TestDeterministic(t *testing.T) {
+	tr := &bench.Trace{Requests: headTrace(t).Requests[:120]}
+	cfg := DefaultConfig()
+	cfg.Arms = []string{ArmDynamo, ArmSGLang, ArmRandom}
+	cfg.ArrivalSpeedups = []float64{2, 16}
+	cfg.KneeSLO, cfg.KneeSteps, cfg.KneeSearch = 0.1, 1, 1
+	cfg.Parallel = 3
+	a, err := Run(context.Background(), cfg, "head", tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Parallel = 1
+	b, err := Run(context.Background(), cfg, "head", tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ea, eb := encode(t, a), encode(t, b)
+	if !bytes.Equal(ea, eb) {
+		t.Fatalf("two runs differ:\n%s\n----\n%s", ea, eb)
+	}
+	if len(a.Points) != 6 || len(a.Knees) != 3 {
+		t.Fatalf("%d points, %d knees", len(a.Points), len(a.Knees))
+	}
+	for _, k := range a.Knees {
+		if k.Runs == 0 || (k.PassRPS > 0 && k.FailRPS > 0 && k.PassRPS >= k.FailRPS) {
+			t.Fatalf("knee %+v: bracket not ordered", k)
+		}
+	}
+	// Another seed changes the random arm's choices.
+	cfg.Seed, cfg.Arms, cfg.ArrivalSpeedups, cfg.KneeSteps = 7, []string{ArmRandom}, []float64{2}, 0
+	c, err := Run(context.Background(), cfg, "head", tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Points[0].TTFT == a.Points[2].TTFT && c.Points[0].HitRate == a.Points[2].HitRate {
+		t.Fatal("seed 7 gave the random arm the same run as seed 42")
+	}
+}
+
+// TestCacheAwareArmsBound: on the conversation head at low load, the arms that read the KV-event index
+// reach most of the pooled oracle, round-robin does not, and the predicted hit rate of the index-reading
+// arms agrees with what the engines report (events re-keyed to the router's hashes).
+func TestCacheAwareArmsBound(t *testing.T) {
+	tr := headTrace(t)
+	cfg := DefaultConfig()
+	cfg.Arms = []string{ArmRoundRobin, ArmLLMD, ArmDynamoScale8}
+	cfg.KneeSteps = 0
+	res, err := Run(context.Background(), cfg, "head", tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled := res.Pooled.HitRate
+	if pooled <= 0.05 {
+		t.Fatalf("pooled oracle %.3f: the head trace lost its reuse", pooled)
+	}
+	for _, p := range res.Points {
+		if p.Failed > 0 || p.Completed != len(tr.Requests) {
+			t.Fatalf("%s: %d failed, %d completed", p.Arm, p.Failed, p.Completed)
+		}
+		t.Logf("%s: hit %.4f predicted %.4f pooled %.4f", p.Arm, p.HitRate, p.PredictedHitRate, pooled)
+		switch p.Arm {
+		case ArmRoundRobin:
+			if p.HitRate > 0.8*pooled {
+				t.Errorf("round-robin hit rate %.3f, pooled %.3f: too close for a cache-blind arm", p.HitRate, pooled)
+			}
+		default:
+			if p.HitRate < 0.85*pooled {
+				t.Errorf("%s hit rate %.3f < 85 %% of pooled %.3f", p.Arm, p.HitRate, pooled)
+			}
+			if d := p.PredictedHitRate - p.HitRate; d > 0.01 || d < -0.01 {
+				t.Errorf("%s predicted %.4f, engines %.4f: index and engines disagree", p.Arm, p.PredictedHitRate, p.HitRate)
+			}
+		}
+	}
+}
+
+// TestEventDelay: with events held back longer than the run, the index stays empty and the dynamo arm
+// predicts nothing; without delay it predicts what the engines hit.
+func TestEventDelay(t *testing.T) {
+	tr := &bench.Trace{Requests: headTrace(t).Requests[:150]}
+	arm, _ := LookupArm(ArmDynamo)
+	for _, tc := range []struct {
+		name      string
+		delay     time.Duration
+		predicted bool
+	}{{"none", 0, true}, {"an hour", time.Hour, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.EventDelay = tc.delay
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			run, err := runArm(&cfg, tr, arm, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := bench.SummarizeArm(run)
+			if got := r.PredictedHitRate > 0; got != tc.predicted {
+				t.Fatalf("predicted hit rate %.4f (engines %.4f), want predicted=%v", r.PredictedHitRate, r.HitRate, tc.predicted)
+			}
+		})
+	}
+}
+
+// TestProfileTiming: one request alone on the fleet gets its first token after exactly one prefill
+// step of the profile's model (its prompt fits the 8,192-token budget).
+func TestProfileTiming(t *testing.T) {
+	req := bench.Request{InputLength: 3000, OutputLength: 3, HashIDs: []uint64{1, 2, 3, 4, 5, 6}}
+	tr := &bench.Trace{Requests: []bench.Request{req}}
+	arm, _ := LookupArm(ArmRoundRobin)
+	var ttft []float64
+	for _, p := range Profiles {
+		t.Run(p.Name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Profile = p.Name
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			run, err := runArm(&cfg, tr, arm, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := mocker.StepDuration(3000, 0, 0, 1, 1)
+			if p.Timing != nil {
+				want = p.Timing.Duration(mocker.StepInputs{PrefillTokens: 3000, PrefillPairs: 3000 * 1500}, 1, 1)
+			}
+			s := run.Samples[0]
+			if got := time.Duration(s.TTFT * 1e9); got-want > time.Microsecond || want-got > time.Microsecond {
+				t.Fatalf("TTFT %v, want %v", got, want)
+			}
+			ttft = append(ttft, s.TTFT)
+		})
+	}
+	// The 70B profile is the slowest, the mocker's polynomial the fastest.
+	if len(ttft) == 3 && !(ttft[0] < ttft[1] && ttft[1] < ttft[2]) {
+		t.Fatalf("TTFT by profile %v: want mocker < 8B < 70B", ttft)
+	}
+}
+
+// TestRekeyedIndexMatchesRouterHashes: after a request ran on worker w, the index finds its prompt's
+// cached blocks on w under the router's own prompt hashes.
+func TestRekeyedIndexMatchesRouterHashes(t *testing.T) {
+	req := bench.Request{InputLength: 1500, OutputLength: 2, HashIDs: []uint64{7, 8, 9}}
+	tr := &bench.Trace{Requests: []bench.Request{req}}
+	cfg := DefaultConfig()
+	cfg.EventDelay = 0
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var s *sim
+	arm := Arm{Name: "capture", New: func(f *Fleet, seed uint64) (Scheduler, error) {
+		a, err := newSelectArm(f, seed, modeConfig(f, scoring.ModeRoundRobin), nil)
+		return a, err
+	}}
+	run, err := runArmWith(&cfg, tr, arm, 1, func(x *sim) { s = x })
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := run.Samples[0].Worker
+	prompt := cfg.Blocks.AppendPrompt(nil, &tr.Requests[0])
+	local := scoring.LocalBlockHashes(nil, prompt, cfg.BlockSize, scoring.Seed, nil)
+	scores := s.index.FindMatches(local, nil)
+	if len(scores) != 1 || WorkerOf(scoring.WorkerKey(scores[0].Worker)) != w || int(scores[0].Blocks) != len(local) {
+		t.Fatalf("index scores %+v for %d blocks on worker %d", scores, len(local), w)
+	}
+}
+
+func TestGenerate(t *testing.T) {
+	for _, kind := range GenKinds {
+		t.Run(kind, func(t *testing.T) {
+			c := DefaultGenConfig(kind)
+			c.Duration = time.Minute
+			a, err := Generate(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := Generate(c)
+			if len(a.Requests) < 20 || !slices.EqualFunc(a.Requests, b.Requests, func(x, y bench.Request) bool {
+				return x.Timestamp == y.Timestamp && x.InputLength == y.InputLength && slices.Equal(x.HashIDs, y.HashIDs)
+			}) {
+				t.Fatalf("%d requests, or not reproducible", len(a.Requests))
+			}
+			if !slices.IsSortedFunc(a.Requests, func(x, y bench.Request) int { return int(x.Timestamp - y.Timestamp) }) {
+				t.Fatal("not sorted by time")
+			}
+			rate := float64(len(a.Requests)) / 60
+			if rate < 1 || rate > 9 {
+				t.Errorf("%.1f req/s, want about 3", rate)
+			}
+			for _, r := range a.Requests {
+				if want := (r.InputLength + idTokens - 1) / idTokens; len(r.HashIDs) != want {
+					t.Fatalf("%d ids for %d tokens", len(r.HashIDs), r.InputLength)
+				}
+			}
+			o := bench.Oracle{Blocks: bench.DefaultBlocks(), BlockSize: 64}
+			un, err := o.UnboundedHitRate(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if un.HitRate < 0.2 {
+				t.Errorf("unbounded oracle %.3f: the workload has little reuse", un.HitRate)
+			}
+		})
+	}
+	if _, err := Generate(GenConfig{Kind: "nope", Duration: time.Minute, Rate: 1}); err == nil {
+		t.Fatal("unknown kind accepted")
+	}
+}
+
+func TestRoutedTree(t *testing.T) {
+	tr := routedTree{}
+	tr.insert([]uint64{1, 2, 3}, 10)
+	tr.insert([]uint64{1, 2, 4, 5}, 20)
+	if got := tr.match([]uint64{1, 2, 3, 9}); got != 3 {
+		t.Fatalf("match %d, want 3", got)
+	}
+	tr.evict(3) // the older branch's leaf (3) goes first, then the deepest of the newer: 5
+	if _, ok := tr[3]; ok || len(tr) != 3 {
+		t.Fatalf("after evict: %v", tr)
+	}
+	if got := tr.match([]uint64{1, 2, 4, 5}); got != 3 {
+		t.Fatalf("match after evict %d, want 3", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(c *Config)
+	}{
+		{"arm", func(c *Config) { c.Arms = []string{"nope"} }},
+		{"profile", func(c *Config) { c.Profile = "nope" }},
+		{"workers", func(c *Config) { c.Workers = 0 }},
+		{"speedup", func(c *Config) { c.ArrivalSpeedups = []float64{0} }},
+		{"block size", func(c *Config) { c.BlockSize = 48 }},
+		{"slo", func(c *Config) { c.SLOs = []float64{-1} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.mod(&c)
+			if err := c.Validate(); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
