@@ -20,6 +20,7 @@ const (
 	ArmLLMD         = "llmd"
 	ArmSGLang       = "sglang"
 	ArmDynamo       = "dynamo"
+	ArmDynamoApprox = "dynamo-approx"
 	ArmDynamoScale8 = "dynamo-scale8"
 )
 
@@ -41,6 +42,7 @@ var Arms = []Arm{
 	{ArmDynamo, "Dynamo's default cost (scoring.Select, kv mode, default weights) over the KV-event index and scoring/load trackers", func(f *Fleet, seed uint64) (Scheduler, error) {
 		return newSelectArm(f, seed, modeConfig(f, scoring.ModeKV), nil)
 	}},
+	{ArmDynamoApprox, "dynamo without KV events: scoring.Approx's index of routed prompts (TTL 120 s)", newApproxArm},
 	{ArmDynamoScale8, "dynamo with --router-prefill-load-scale 8 (diagnostic)", func(f *Fleet, seed uint64) (Scheduler, error) {
 		c := modeConfig(f, scoring.ModeKV)
 		c.PrefillLoadScale = 8
