@@ -13,11 +13,13 @@
 //     summarized by bench.SummarizeArm exactly as the wall-clock e2e bench's runs are.
 //   - sched.go: the Scheduler interface, the Fleet view a scheduler may read (shape, index, scraped KV
 //     usage) and Request (prompt, local block hashes, prefix chain).
-//   - arms.go, sglang.go: the built-in arms. round-robin, random, least-loaded and dynamo (Dynamo's
-//     default cost) go through scoring.Select with candidates built as the router builds them (overlap
-//     from the index, load from one scoring/load tracker per worker, capacity and scraped KV usage);
-//     llmd is bench.LLMDSelector over the same candidates; sglang is bench.SGLangSelector over its own
-//     approximate tree of routed prompts (SGLang's router never reads KV events).
+//   - arms.go, machine.go, sglang.go: the built-in arms, every one the production scheduler
+//     (scoring/sched's Machine, as actors/router drives it: workers registered with their capacity,
+//     scraped KV usage through SetKVUsage, Tick on the scrape period) with another configuration,
+//     selector or index: kv (the router's defaults: Dynamo's cost), kv-approx (no events: the machine's
+//     approximate index), kv-scale8, round-robin, random, least-loaded, llmd (bench.LLMDSelector) and
+//     sglang (bench.SGLangSelector over its own approximate tree of routed prompts, since SGLang's router
+//     never reads KV events).
 //   - profile.go: engine profiles (below).
 //   - workload.go: generated workloads as Mooncake lines (agentic, fanout, tenants, herding,
 //     prefix-tree, bursts), seeded.
@@ -71,7 +73,8 @@
 // # Ownership
 //
 // The run owns the engines, the prefix index, the Fleet view and the scheduler it built; a scheduler
-// reads the Fleet only during its own calls. A Request's slices are shared by the scheduler and the
+// reads the Fleet only during its own calls, and writes the index only through the production
+// scheduler's approximate mode (as the router writes the indexer). A Request's slices are shared by the scheduler and the
 // engine and never modified.
 //
 // # Data flow

@@ -39,7 +39,7 @@ func encode(t *testing.T, r *Result) []byte {
 func TestDeterministic(t *testing.T) {
 	tr := &bench.Trace{Requests: headTrace(t).Requests[:120]}
 	cfg := DefaultConfig()
-	cfg.Arms = []string{ArmDynamo, ArmSGLang, ArmRandom}
+	cfg.Arms = []string{ArmKV, ArmSGLang, ArmRandom}
 	cfg.ArrivalSpeedups = []float64{2, 16}
 	cfg.KneeSLO, cfg.KneeSteps, cfg.KneeSearch = 0.1, 1, 1
 	cfg.Parallel = 3
@@ -81,7 +81,7 @@ func TestDeterministic(t *testing.T) {
 func TestCacheAwareArmsBound(t *testing.T) {
 	tr := headTrace(t)
 	cfg := DefaultConfig()
-	cfg.Arms = []string{ArmRoundRobin, ArmLLMD, ArmDynamoScale8, ArmDynamoApprox}
+	cfg.Arms = []string{ArmRoundRobin, ArmLLMD, ArmKVScale8, ArmKVApprox}
 	cfg.KneeSteps = 0
 	res, err := Run(context.Background(), cfg, "head", tr)
 	if err != nil {
@@ -103,7 +103,7 @@ func TestCacheAwareArmsBound(t *testing.T) {
 			}
 		default:
 			bound := 0.85
-			if p.Arm == ArmDynamoApprox { // Dynamo's default weights: the load term costs reuse
+			if p.Arm == ArmKVApprox { // Dynamo's default weights: the load term costs reuse
 				bound = 0.75
 			}
 			if p.HitRate < bound*pooled {
@@ -116,11 +116,11 @@ func TestCacheAwareArmsBound(t *testing.T) {
 	}
 }
 
-// TestEventDelay: with events held back longer than the run, the index stays empty and the dynamo arm
+// TestEventDelay: with events held back longer than the run, the index stays empty and the kv arm
 // predicts nothing; without delay it predicts what the engines hit.
 func TestEventDelay(t *testing.T) {
 	tr := &bench.Trace{Requests: headTrace(t).Requests[:150]}
-	arm, _ := LookupArm(ArmDynamo)
+	arm, _ := LookupArm(ArmKV)
 	for _, tc := range []struct {
 		name      string
 		delay     time.Duration
@@ -190,10 +190,7 @@ func TestRekeyedIndexMatchesRouterHashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var s *sim
-	arm := Arm{Name: "capture", New: func(f *Fleet, seed uint64) (Scheduler, error) {
-		a, err := newSelectArm(f, seed, modeConfig(f, scoring.ModeRoundRobin), nil)
-		return a, err
-	}}
+	arm, _ := LookupArm(ArmRoundRobin)
 	run, err := runArmWith(&cfg, tr, arm, 1, func(x *sim) { s = x })
 	if err != nil {
 		t.Fatal(err)

@@ -36,12 +36,13 @@ type Route struct {
 	OverlapBlocks int
 }
 
-// Released is a queued request the scheduler lets go, with its worker.
+// Released is a queued request the scheduler lets go, with its worker, or with the error that ends it.
 type Released struct {
 	ID     string
 	Worker int
 	// OverlapBlocks as in Route.
 	OverlapBlocks int
+	Err           error
 }
 
 // Scheduler is what an arm plugs into the lab: the routing decision and the two lifecycle notifications
@@ -52,6 +53,12 @@ type Scheduler interface {
 	Route(now time.Time, r *Request) (Route, error)
 	PrefillDone(now time.Time, id string) []Released
 	Free(now time.Time, id string) []Released
+}
+
+// Ticker is implemented by a scheduler with timers of its own (expiry); the lab calls Tick every
+// MetricsInterval.
+type Ticker interface {
+	Tick(now time.Time) []Released
 }
 
 // Matcher is the part of the prefix index a scheduler reads: *prefix.Index.
@@ -70,10 +77,13 @@ type Fleet struct {
 	BlockSize           int
 	TotalKVBlocks       int
 	MaxNumBatchedTokens int
-	// Index is the KV-event index (nil for nothing: the run always sets it).
-	Index   Matcher
+	// Index is the KV-event index.
+	Index Matcher
+	// index is the same index with its writers, for the production scheduler's adapter (which writes
+	// only in approximate mode).
+	index   *prefix.Index
 	kvUsed  []uint64
-	scraped bool
+	scrapes uint64
 }
 
 // Key is worker w's key in the index and in scoring (worker ids start at 1, dp rank 0).
@@ -84,7 +94,7 @@ func WorkerOf(k scoring.WorkerKey) int { return int(k.WorkerID) - 1 }
 
 // KVUsed returns worker w's scraped KV blocks in use, and false before the first scrape.
 func (f *Fleet) KVUsed(w int) (uint64, bool) {
-	if !f.scraped || w < 0 || w >= len(f.kvUsed) {
+	if f.scrapes == 0 || w < 0 || w >= len(f.kvUsed) {
 		return 0, false
 	}
 	return f.kvUsed[w], true

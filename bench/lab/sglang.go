@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvroute/kvroute/bench"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
 // SGLang's router (sgl-router, cache_aware policy) never reads the engines' KV events: it keeps an
@@ -77,11 +78,31 @@ func (t routedTree) evict(max int) {
 }
 
 type sglangArm struct {
-	*selectArm
+	*machineArm
 	trees     []routedTree
 	nextEvict time.Time
 	maxBlocks int
+	chain     []uint64
 }
+
+// treeIndex is the sglang arm's index for the machine: overlap is the match in each worker's tree of
+// routed prompts. The machine writes its Index only in approximate mode, which this arm does not use, so
+// Store and Remove have nothing to do.
+type treeIndex struct{ a *sglangArm }
+
+func (x treeIndex) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
+	a := x.a
+	a.chain = scoring.ChainHashes(a.chain[:0], local)
+	for w, t := range a.trees {
+		if n := t.match(a.chain); n > 0 {
+			out = append(out, prefix.Score{Worker: prefix.WorkerKey(Key(w)), Blocks: uint32(n)})
+		}
+	}
+	return out
+}
+
+func (treeIndex) Store(scoring.WorkerKey, uint64, bool, []prefix.Block) {}
+func (treeIndex) Remove(scoring.WorkerKey, []uint64)                    {}
 
 func newSGLangArm(f *Fleet, seed uint64) (Scheduler, error) {
 	sel := bench.NewSGLangSelector(f.BlockSize)
@@ -90,21 +111,17 @@ func newSGLangArm(f *Fleet, seed uint64) (Scheduler, error) {
 		a.trees[w] = routedTree{}
 	}
 	sel.CacheSize = func(k scoring.WorkerKey) float64 { return float64(len(a.trees[WorkerOf(k)])) }
-	sa, err := newSelectArm(f, seed, modeConfig(f, scoring.ModeKV), sel)
+	ma, err := newMachineArm(f, seed, modeConfig(f, scoring.ModeKV), treeIndex{a}, sel)
 	if err != nil {
 		return nil, err
 	}
-	sa.match = func(r *Request, cands []scoring.Candidate) {
-		for w := range cands {
-			cands[w].Overlap.Device = uint32(a.trees[w].match(r.Chain))
-		}
-	}
-	a.selectArm = sa
+	ma.routed = a.insert
+	a.machineArm = ma
 	return a, nil
 }
 
-// Route implements Scheduler: the cache-aware pick, then the prompt goes into the chosen worker's tree.
-func (a *sglangArm) Route(now time.Time, r *Request) (Route, error) {
+// insert puts a routed prompt into its worker's tree, trimming every tree each eviction interval.
+func (a *sglangArm) insert(now time.Time, r *Request, w int) {
 	if a.nextEvict.IsZero() {
 		a.nextEvict = now.Add(sglangEvictionInterval)
 	}
@@ -114,10 +131,5 @@ func (a *sglangArm) Route(now time.Time, r *Request) (Route, error) {
 		}
 		a.nextEvict = a.nextEvict.Add(sglangEvictionInterval)
 	}
-	rt, err := a.selectArm.Route(now, r)
-	if err != nil {
-		return rt, err
-	}
-	a.trees[rt.Worker].insert(r.Chain, now.UnixNano())
-	return rt, nil
+	a.trees[w].insert(r.Chain, now.UnixNano())
 }

@@ -168,7 +168,7 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 		s.engines = append(s.engines, simEngine{eng: e})
 	}
 	s.fleet = &Fleet{Workers: cfg.Workers, BlockSize: cfg.BlockSize, TotalKVBlocks: ec.NumGPUBlocks,
-		MaxNumBatchedTokens: ec.MaxNumBatchedTokens, Index: s.index, kvUsed: make([]uint64, cfg.Workers)}
+		MaxNumBatchedTokens: ec.MaxNumBatchedTokens, Index: s.index, index: s.index, kvUsed: make([]uint64, cfg.Workers)}
 	if s.sched, err = arm.New(s.fleet, cfg.Seed); err != nil {
 		return nil, fmt.Errorf("lab: arm %s: %w", arm.Name, err)
 	}
@@ -202,6 +202,9 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 			s.apply(int(e.w), e.ops)
 		case evTick:
 			s.scrape()
+			if t, ok := s.sched.(Ticker); ok {
+				s.release(t.Tick(s.time(s.now)))
+			}
 			if s.left > 0 {
 				s.at(s.now+s.tick, event{kind: evTick})
 			}
@@ -224,7 +227,7 @@ func (s *sim) scrape() {
 	for w := range s.engines {
 		s.fleet.kvUsed[w] = uint64(s.engines[w].eng.Stats().UsedBlocks)
 	}
-	s.fleet.scraped = true
+	s.fleet.scrapes++
 	for s.nextLd <= s.now {
 		s.loadT = append(s.loadT, float64(s.nextLd)/1e9)
 		for w := range s.engines {
@@ -295,6 +298,10 @@ func (s *sim) release(rel []Released) {
 	for _, r := range rel {
 		i, ok := s.byID[r.ID]
 		if !ok || !s.reqs[i].queued {
+			continue
+		}
+		if r.Err != nil {
+			s.fail(i, "queue: "+r.Err.Error(), false)
 			continue
 		}
 		s.dispatch(i, r.Worker, r.OverlapBlocks)

@@ -16,7 +16,7 @@ func TestBenchLab(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"trace", []string{"--trace", trace, "--minutes", "0.5", "--modes", "dynamo,llmd", "--sweep-arrival", "1,4", "--knee-steps", "1"}},
+		{"trace", []string{"--trace", trace, "--minutes", "0.5", "--modes", "kv,llmd", "--sweep-arrival", "1,4", "--knee-steps", "1"}},
 		{"generated", []string{"--workload", "fanout", "--gen-duration", "20s", "--modes", "sglang", "--profile", "llama8b-h100", "--knee-slo", "0"}},
 	}
 	for _, tc := range tests {

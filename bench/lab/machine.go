@@ -1,0 +1,115 @@
+package lab
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/scoring/sched"
+)
+
+// machineArm drives the production scheduler, scoring/sched's Machine, as actors/router does: every
+// engine registered as a worker with its KV capacity and token budget, the scraped KV usage handed over
+// with SetKVUsage, Route/PrefillDone/Free with the lab's time, Tick on the scrape period. Arms differ
+// only in the machine's configuration (mode, weights, events or approximate), its Selector (peer
+// baselines) and its Index.
+type machineArm struct {
+	f       *Fleet
+	m       *sched.Machine
+	scrapes uint64
+	// routed, when set, sees each decision (the sglang arm inserts the prompt into its tree).
+	routed func(now time.Time, r *Request, w int)
+}
+
+var (
+	_ Scheduler = (*machineArm)(nil)
+	_ Ticker    = (*machineArm)(nil)
+)
+
+// primaryIndex is the run's prefix index as the machine's Index, the way actors/router adapts the
+// indexer: reads for overlap, writes for the blocks the machine predicts (approximate mode only).
+type primaryIndex struct{ ix *prefix.Index }
+
+func (p primaryIndex) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
+	return p.ix.FindMatches(local, out)
+}
+
+func (p primaryIndex) Store(w scoring.WorkerKey, parent uint64, hasParent bool, blocks []prefix.Block) {
+	_ = p.ix.Store(prefix.WorkerKey(w), parent, hasParent, blocks) // a rejected store is the index's counter
+}
+
+func (p primaryIndex) Remove(w scoring.WorkerKey, hashes []uint64) {
+	_ = p.ix.Remove(prefix.WorkerKey(w), hashes)
+}
+
+func newMachineArm(f *Fleet, seed uint64, cfg scoring.Config, ix sched.Index, sel scoring.Selector) (*machineArm, error) {
+	cfg = cfg.Resolved()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+	}
+	m, err := sched.New(cfg, ix, sched.Options{Seed: &seed, Selector: sel, Start: epoch})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+	}
+	for w := range f.Workers {
+		m.AddWorker(epoch, sched.Worker{ID: Key(w).WorkerID, DPRanks: 1, TotalKVBlocks: f.TotalKVBlocks, MaxNumBatchedTokens: f.MaxNumBatchedTokens})
+	}
+	return &machineArm{f: f, m: m}, nil
+}
+
+func released(rel []sched.Released) []Released {
+	if len(rel) == 0 {
+		return nil
+	}
+	out := make([]Released, len(rel))
+	for i, r := range rel {
+		out[i] = Released{ID: r.ID, Worker: WorkerOf(r.Worker), OverlapBlocks: int(r.OverlapBlocks), Err: r.Err}
+	}
+	return out
+}
+
+// syncKV hands the machine the KV usage of the latest scrape, once per scrape.
+func (a *machineArm) syncKV() {
+	if a.f.scrapes == a.scrapes {
+		return
+	}
+	a.scrapes = a.f.scrapes
+	for w := range a.f.Workers {
+		if used, ok := a.f.KVUsed(w); ok {
+			a.m.SetKVUsage(Key(w), used)
+		}
+	}
+}
+
+// Route implements Scheduler.
+func (a *machineArm) Route(now time.Time, r *Request) (Route, error) {
+	a.syncKV()
+	d, queued, err := a.m.Route(now, &sched.Request{ID: r.ID, Local: r.Local, Chain: r.Chain, ISL: r.ISL})
+	if err != nil || queued {
+		return Route{Queued: queued}, err
+	}
+	w := WorkerOf(d.Worker)
+	if a.routed != nil {
+		a.routed(now, r, w)
+	}
+	return Route{Worker: w, OverlapBlocks: int(d.OverlapBlocks)}, nil
+}
+
+// PrefillDone implements Scheduler.
+func (a *machineArm) PrefillDone(now time.Time, id string) []Released {
+	rel, _ := a.m.PrefillDone(now, id) // unknown ids (a failed dispatch) are not the run's concern
+	return released(rel)
+}
+
+// Free implements Scheduler.
+func (a *machineArm) Free(now time.Time, id string) []Released {
+	rel, _ := a.m.Free(now, id)
+	return released(rel)
+}
+
+// Tick implements Ticker: the machine's timers (approximate and predicted expiry, stale requests).
+func (a *machineArm) Tick(now time.Time) []Released {
+	a.syncKV()
+	return released(a.m.Tick(now))
+}
