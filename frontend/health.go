@@ -201,7 +201,7 @@ func (m *Monitor) checkCompat(spec registry.Spec, met client.Metrics) {
 		m.r.SetDegraded(spec.ID, reason)
 		return
 	}
-	if m.cfg.SelfTest && spec.Events != "" {
+	if m.cfg.SelfTest && (spec.Events != "" || spec.Topic != "") {
 		go m.SelfTest(context.Background(), spec)
 	}
 }

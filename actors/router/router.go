@@ -110,6 +110,10 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 			r.Stop()
 			return nil, err
 		}
+		if err := cfg.Registerer.Register(fl.Collector()); err != nil {
+			r.Stop()
+			return nil, err
+		}
 	}
 	if cfg.TickInterval >= 0 {
 		iv := cfg.TickInterval

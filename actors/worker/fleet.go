@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sort"
 	"sync/atomic"
@@ -41,10 +42,18 @@ type Config struct {
 	// IdentityCheck is how often each directly connected worker's event publisher is re-verified while
 	// connected (kvevents.Config.IdentityCheck). Default 30s; negative disables.
 	IdentityCheck time.Duration
-	// BindEndpoint, when set, makes the fleet bind one SUB socket there (--kv-events-bind, e.g.
-	// tcp://*:5557) to which workers' publishers connect; each batch is attributed to the worker whose
-	// Spec.Topic equals the message topic (workers registered without an events endpoint).
-	BindEndpoint string
+	// BindEndpoints, when set, make the fleet bind one SUB socket at each (--kv-events-bind, repeatable,
+	// e.g. tcp://*:5557, or a port range tcp://*:5557-5558: registry.ExpandBindEndpoints) to which workers'
+	// publishers connect; each batch is attributed to the worker whose Spec.Topic equals the message topic
+	// (workers registered without an events endpoint). The i-th endpoint receives dp rank i, as vLLM's
+	// rank r publishes to its endpoint's port + r; a worker's replay endpoint is offset the same way.
+	BindEndpoints []string
+	// Grace is how long a worker's event stream may show a problem (no batch yet, every store rejected,
+	// batches of ranks it does not have) before the worker is marked degraded with the reason (Audit).
+	// Default 10s.
+	Grace time.Duration
+	// Log receives one line per worker when it turns degraded and per unknown topic; nil discards.
+	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -52,7 +61,7 @@ type Config struct {
 // DefaultConfig returns the defaults for a block size.
 func DefaultConfig(blockSize int) Config {
 	return Config{BlockSize: blockSize, InitialBackoff: 100 * time.Millisecond, BackoffWindow: 30 * time.Second, ReplayTimeout: 2 * time.Second,
-		IdentityCheck: 30 * time.Second}
+		IdentityCheck: 30 * time.Second, Grace: 10 * time.Second}
 }
 
 // Validate checks the configuration.
@@ -89,11 +98,15 @@ type Fleet struct {
 	mirrors atomic.Pointer[map[uint64]*Mirror]
 	stopped atomic.Bool
 
-	// Bind mode: one SUB socket for every topic-attributed worker.
-	bind     *kvevents.BindSubscriber
+	// Bind mode: one SUB socket per bind endpoint (dp rank) for every topic-attributed worker.
+	binds    []*kvevents.BindSubscriber
 	byTopic  atomic.Pointer[map[string]*Mirror]
 	bindStop context.CancelFunc
-	bindDone chan struct{}
+	bindDone []chan struct{}
+	unknown  unknownTopics
+
+	auditStop context.CancelFunc
+	auditDone chan struct{}
 }
 
 // NewFleet starts the fleet supervisor in system. Mirrors write to index.
@@ -108,20 +121,46 @@ func NewFleet(system *actor.ActorSystem, index *indexer.Indexer, cfg Config) (*F
 		// A mirror that panics is restarted; its subscribers are restarted with it.
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective })))
 	f.pid = system.Root.Spawn(props)
-	if cfg.BindEndpoint != "" {
+	if len(cfg.BindEndpoints) > 0 {
 		if err := f.startBind(); err != nil {
 			f.Stop()
 			return nil, err
 		}
 	}
+	f.startAudit()
 	return f, nil
 }
 
-// startBind opens the bind-mode subscriber. Its goroutine owns the socket; converters (one per topic,
-// with their re-keying scratch) are owned by that goroutine too.
+// startBind opens one bind-mode subscriber per endpoint. Each goroutine owns its socket and its
+// converters (one per topic, with their re-keying scratch).
 func (f *Fleet) startBind() error {
 	empty := map[string]*Mirror{}
 	f.byTopic.Store(&empty)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.bindStop = cancel
+	for rank, ep := range f.deps.cfg.BindEndpoints {
+		bs, err := f.newBind(rank, ep)
+		if err != nil {
+			return err
+		}
+		done := make(chan struct{})
+		f.binds, f.bindDone = append(f.binds, bs), append(f.bindDone, done)
+		go func() {
+			defer close(done)
+			_ = bs.Run(ctx)
+		}()
+		select {
+		case <-bs.Ready():
+		case <-done:
+			return fmt.Errorf("worker: cannot bind %s", ep)
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("worker: binding %s timed out", ep)
+		}
+	}
+	return nil
+}
+
+func (f *Fleet) newBind(rank int, ep string) (*kvevents.BindSubscriber, error) {
 	convs := map[string]*converter{}
 	conv := func(topic string) (*Mirror, *converter) {
 		m := (*f.byTopic.Load())[topic]
@@ -130,12 +169,12 @@ func (f *Fleet) startBind() error {
 		}
 		c := convs[topic]
 		if c == nil || c.workerID != m.Spec.ID {
-			c = &converter{workerID: m.Spec.ID, blockSize: f.deps.cfg.BlockSize, imageTok: f.deps.cfg.ImageTokenID}
+			c = &converter{workerID: m.Spec.ID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: f.deps.cfg.BlockSize, imageTok: f.deps.cfg.ImageTokenID}
 			convs[topic] = c
 		}
 		return m, c
 	}
-	bs, err := kvevents.NewBindSubscriber(kvevents.BindConfig{Endpoint: f.deps.cfg.BindEndpoint, ReplayTimeout: f.deps.cfg.ReplayTimeout},
+	return kvevents.NewBindSubscriber(kvevents.BindConfig{Endpoint: ep, ReplayTimeout: f.deps.cfg.ReplayTimeout},
 		kvevents.BindHandler{
 			OnBatch: func(topic string, seq uint64, b *kvevents.Batch) {
 				if m, c := conv(topic); m != nil {
@@ -145,44 +184,45 @@ func (f *Fleet) startBind() error {
 				}
 			},
 			OnReset: func(topic string) {
-				if m := (*f.byTopic.Load())[topic]; m != nil {
-					f.system.Root.Send(m.pid, &engineReset{})
+				if m, c := conv(topic); m != nil {
+					c.salted = nil
+					f.system.Root.Send(m.pid, &engineReset{Rank: rank})
 				}
 			},
+			OnUnknownTopic: func(topic []byte) { f.unknown.saw(f.deps.cfg.Log, topic, ep) },
 		})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f.bind, f.bindStop, f.bindDone = bs, cancel, make(chan struct{})
-	go func() {
-		defer close(f.bindDone)
-		_ = bs.Run(ctx)
-	}()
-	select {
-	case <-bs.Ready():
-		return nil
-	case <-f.bindDone:
-		return fmt.Errorf("worker: cannot bind %s", f.deps.cfg.BindEndpoint)
-	case <-time.After(5 * time.Second):
-		return fmt.Errorf("worker: binding %s timed out", f.deps.cfg.BindEndpoint)
-	}
 }
 
-// BindAddr is the resolved --kv-events-bind endpoint ("" when bind mode is off).
+// BindAddr is the first resolved --kv-events-bind endpoint ("" when bind mode is off).
 func (f *Fleet) BindAddr() string {
-	if f.bind == nil {
+	if len(f.binds) == 0 {
 		return ""
 	}
-	return f.bind.Addr()
+	return f.binds[0].Addr()
 }
 
-// BindStats returns the bind-mode subscriber's counters (zero when bind mode is off).
-func (f *Fleet) BindStats() kvevents.Stats {
-	if f.bind == nil {
-		return kvevents.Stats{}
+// BindAddrs are the resolved --kv-events-bind endpoints, by dp rank.
+func (f *Fleet) BindAddrs() []string {
+	out := make([]string, len(f.binds))
+	for i, b := range f.binds {
+		out[i] = b.Addr()
 	}
-	return f.bind.Stats()
+	return out
+}
+
+// BindStats returns the bind-mode subscribers' counters, summed (zero when bind mode is off).
+func (f *Fleet) BindStats() kvevents.Stats {
+	var st kvevents.Stats
+	for _, b := range f.binds {
+		st.Add(b.Stats())
+	}
+	return st
+}
+
+// UnknownTopics returns the distinct unregistered topics seen on the bind sockets (at most 16, the first
+// ones) and how many messages carried any unregistered topic.
+func (f *Fleet) UnknownTopics() ([]string, uint64) {
+	return f.unknown.list(), f.BindStats().UnknownTopics
 }
 
 // Add starts mirroring a worker.
@@ -293,7 +333,13 @@ func (f *Fleet) Stop() {
 	}
 	if f.bindStop != nil {
 		f.bindStop()
-		<-f.bindDone
+		for _, d := range f.bindDone {
+			<-d
+		}
+	}
+	if f.auditStop != nil {
+		f.auditStop()
+		<-f.auditDone
 	}
 	_ = f.system.Root.PoisonFuture(f.pid).Wait()
 }
@@ -332,7 +378,7 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 		return fmt.Errorf("%w: %d", ErrDuplicate, spec.ID)
 	}
 	d := a.f.deps
-	m := &Mirror{Spec: spec, c: &counters{}}
+	m := &Mirror{Spec: spec, c: &counters{}, added: d.now()}
 	m.c.lastSeq.Store(-1)
 	if spec.Events == "" && spec.Topic == "" {
 		setState(m.c, StateNoEvents)
@@ -349,13 +395,21 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 		}
 	}
 	if spec.Events == "" && spec.Topic != "" {
-		if a.f.bind == nil {
+		if len(a.f.binds) == 0 {
 			return fmt.Errorf("%w: worker %d names topic %q but the router has no --kv-events-bind endpoint", registry.ErrBadSpec, spec.ID, spec.Topic)
 		}
 		if _, taken := (*a.f.byTopic.Load())[spec.Topic]; taken {
 			return fmt.Errorf("%w: topic %q is already registered", ErrDuplicate, spec.Topic)
 		}
 		m.bound = true
+		binds, topic := a.f.binds, spec.Topic
+		m.topicStats = func() kvevents.Stats {
+			var st kvevents.Stats
+			for _, b := range binds {
+				st.Add(b.TopicStats(topic))
+			}
+			return st
+		}
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &mirrorActor{m: m, deps: d} },
 		actor.WithSupervisor(actor.NewExponentialBackoffStrategy(d.cfg.BackoffWindow, d.cfg.InitialBackoff)))
@@ -364,7 +418,13 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 	publishMap(&a.f.mirrors, func(mm map[uint64]*Mirror) { mm[spec.ID] = m })
 	if m.bound {
 		publishMap(&a.f.byTopic, func(mt map[string]*Mirror) { mt[spec.Topic] = m })
-		a.f.bind.AddTopic(spec.Topic, spec.Replay)
+		for rank, b := range a.f.binds {
+			replay := ""
+			if rank < spec.DPRanks() {
+				replay, _ = registry.RankEndpoint(spec.Replay, rank) // validated by registry.Spec
+			}
+			b.AddTopic(spec.Topic, replay)
+		}
 	}
 	return nil
 }
@@ -380,7 +440,9 @@ func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
 	if m, ok := (*a.f.mirrors.Load())[id]; ok {
 		setState(m.c, StateRemoved)
 		if m.bound {
-			a.f.bind.RemoveTopic(m.Spec.Topic)
+			for _, b := range a.f.binds {
+				b.RemoveTopic(m.Spec.Topic)
+			}
 			publishMap(&a.f.byTopic, func(mt map[string]*Mirror) { delete(mt, m.Spec.Topic) })
 		}
 	}

@@ -39,13 +39,19 @@ type Mirror struct {
 	pid  *actor.PID
 	c    *counters
 	subs []*subscription
-	// bound is true for a worker whose batches arrive on the fleet's bind socket, attributed by topic.
-	bound bool
+	// bound is true for a worker whose batches arrive on the fleet's bind sockets, attributed by topic;
+	// topicStats then sums its topic's stream counters over the bind sockets.
+	bound      bool
+	topicStats func() kvevents.Stats
 	// health is "" when healthy, else why the worker is out of routing; degraded is why its KV
 	// predictions cannot be trusted ("" when they can).
 	health     atomic.Pointer[string]
 	degraded   atomic.Pointer[string]
 	prediction atomic.Pointer[string]
+	// audit is why the worker's event stream is unusable, from Fleet.Audit ("" or nil when it is fine);
+	// added is when the worker was added (Audit's grace period starts there).
+	audit atomic.Pointer[string]
+	added time.Time
 }
 
 // Prediction modes of a worker's cached blocks, as /v1/workers shows them.
@@ -131,9 +137,18 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 	if d := m.degraded.Load(); d != nil {
 		st.Degraded = *d
 	}
+	if a := m.audit.Load(); a != nil && *a != "" {
+		if st.Degraded != "" {
+			st.Degraded += "; "
+		}
+		st.Degraded += *a
+	}
 	var ss kvevents.Stats
 	for _, s := range m.subs {
 		addStats(&ss, s.stats())
+	}
+	if m.topicStats != nil {
+		addStats(&ss, m.topicStats())
 	}
 	st.Gaps, st.Replays, st.ReplayTimeouts, st.DecodeErrors = ss.Gaps, ss.Replays, ss.ReplayTimeouts, ss.DecodeErrors
 	st.StaleBatches, st.DiscardedBatches = ss.Stale, ss.Discarded

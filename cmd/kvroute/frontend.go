@@ -38,7 +38,7 @@ type frontendFlags struct {
 	host      *string
 	modelPath *string
 	modelName *string
-	bind      *string
+	bind      *bindFlags
 	identity  *time.Duration
 	workers   workerFlags
 	maxBody   *int
@@ -73,7 +73,7 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	envModel := envOr("DYN_MODEL_PATH", envOr("KVROUTE_MODEL_PATH", defaultModelPath))
 	f.modelPath = fs.String("model-path", envModel, "HF-layout model directory or HF cache model name (tokenizer, chat template) [$DYN_MODEL_PATH, $KVROUTE_MODEL_PATH]")
 	f.modelName = fs.String("model-name", os.Getenv("DYN_MODEL_NAME"), "served model name (default: the model directory's name) [$DYN_MODEL_NAME]")
-	f.bind = fs.String("kv-events-bind", "", "bind one SUB socket here for publishers that connect to the router")
+	f.bind = registerBindFlag(fs)
 	f.identity = identityCheckFlag(fs)
 	fs.Var(&f.workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
 	maxBody := 32 << 20
@@ -173,7 +173,8 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	rcfg := router.DefaultConfig(cfg.BlockSize)
 	rcfg.Scoring = cfg
 	rcfg.Registerer = reg
-	rcfg.Worker.BindEndpoint = *f.bind
+	rcfg.Worker.BindEndpoints = *f.bind
+	rcfg.Worker.Log = log
 	rcfg.Worker.IdentityCheck = *f.identity
 	if m.Config.ImageTokenID > 0 {
 		rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)

@@ -70,7 +70,7 @@ func runRouter(args []string) int {
 	host := fs.String("http-host", envOr("DYN_HTTP_HOST", "0.0.0.0"), "HTTP listen address [$DYN_HTTP_HOST]")
 	alias(fs, "host", "http-host")
 	lf := addLogFlags(fs)
-	bind := fs.String("kv-events-bind", "", "bind one SUB socket here (e.g. tcp://*:5557) for publishers that connect to the router; workers are matched by topic")
+	bind := registerBindFlag(fs)
 	identity := identityCheckFlag(fs)
 	var sf serverFlags
 	sf.register(fs)
@@ -98,7 +98,8 @@ func runRouter(args []string) int {
 	rcfg := router.DefaultConfig(cfg.BlockSize)
 	rcfg.Scoring = cfg
 	rcfg.Registerer = prometheus.DefaultRegisterer
-	rcfg.Worker.BindEndpoint = *bind
+	rcfg.Worker.BindEndpoints = *bind
+	rcfg.Worker.Log = log
 	rcfg.Worker.IdentityCheck = *identity
 	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
 	r, err := router.New(system, rcfg)

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,9 @@ type BindSubscriber struct {
 
 	regMu sync.Mutex // serializes registry writers
 	reg   atomic.Pointer[map[string]string]
+	// topicC holds each registered topic's counters (its stream's sequence, replay and decode counts),
+	// swapped with reg under regMu; Stats sums them with c (session-wide counts).
+	topicC atomic.Pointer[map[string]*Counters]
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -82,6 +86,8 @@ func NewBindSubscriber(cfg BindConfig, h BindHandler) (*BindSubscriber, error) {
 	s := &BindSubscriber{cfg: cfg, h: h, ready: make(chan struct{}), streams: map[string]*stream{}}
 	empty := map[string]string{}
 	s.reg.Store(&empty)
+	emptyC := map[string]*Counters{}
+	s.topicC.Store(&emptyC)
 	return s, nil
 }
 
@@ -96,6 +102,11 @@ func (s *BindSubscriber) AddTopic(topic, replayEndpoint string) {
 		next[k] = v
 	}
 	next[topic] = replayEndpoint
+	if _, ok := (*s.topicC.Load())[topic]; !ok {
+		nc := maps.Clone(*s.topicC.Load())
+		nc[topic] = &Counters{}
+		s.topicC.Store(&nc)
+	}
 	s.reg.Store(&next)
 }
 
@@ -111,6 +122,17 @@ func (s *BindSubscriber) RemoveTopic(topic string) {
 		}
 	}
 	s.reg.Store(&next)
+	nc := maps.Clone(*s.topicC.Load())
+	delete(nc, topic)
+	s.topicC.Store(&nc)
+}
+
+// TopicStats returns a registered topic's counters (zero for an unknown topic); safe from any goroutine.
+func (s *BindSubscriber) TopicStats(topic string) Stats {
+	if c := (*s.topicC.Load())[topic]; c != nil {
+		return c.Snapshot()
+	}
+	return Stats{}
 }
 
 // VLLMTopic is llm-d's per-worker topic: "kv@<host>:<port>@<model>".
@@ -122,10 +144,17 @@ func (s *BindSubscriber) Ready() <-chan struct{} { return s.ready }
 // Addr is the bound endpoint (wildcard port resolved) once Ready.
 func (s *BindSubscriber) Addr() string { return load(&s.addr) }
 
-// Stats returns a snapshot of the counters, summed over topics; safe from any goroutine.
-func (s *BindSubscriber) Stats() Stats { return s.c.Snapshot() }
+// Stats returns a snapshot of the counters, summed over the registered topics; safe from any goroutine.
+func (s *BindSubscriber) Stats() Stats {
+	st := s.c.Snapshot()
+	for _, c := range *s.topicC.Load() {
+		st.Add(c.Snapshot())
+	}
+	return st
+}
 
-// Counters exposes the live counters; safe from any goroutine.
+// Counters exposes the session-wide live counters (unknown topics, malformed frames, connections);
+// per-topic counts are in TopicStats. Safe from any goroutine.
 func (s *BindSubscriber) Counters() *Counters { return &s.c }
 
 // Run binds and delivers batches until ctx is done, rebinding with backoff after a socket error (to the
@@ -222,7 +251,11 @@ func (s *BindSubscriber) stream(topic []byte) *stream {
 		return st
 	}
 	name := string(topic)
-	st := &stream{replayEndpoint: replay, replayTimeout: s.cfg.ReplayTimeout, poll: s.cfg.PollInterval, c: &s.c}
+	c := (*s.topicC.Load())[name]
+	if c == nil {
+		c = &s.c // registered between the two loads; counted session-wide
+	}
+	st := &stream{replayEndpoint: replay, replayTimeout: s.cfg.ReplayTimeout, poll: s.cfg.PollInterval, c: c}
 	if s.h.OnBatch != nil {
 		st.onBatch = func(seq uint64, b *Batch) { s.h.OnBatch(name, seq, b) }
 	}

@@ -27,6 +27,9 @@ type PublisherConfig struct {
 	// Endpoint is the PUB address; bound or connected by ShouldBind. Use tcp://127.0.0.1:* for an
 	// ephemeral port (read it back with Addr). Required.
 	Endpoint string
+	// Bind binds Endpoint whatever ShouldBind says: a fixed loopback port (tcp://127.0.0.1:5557) has
+	// neither "*" nor "::", so vLLM's rule would connect to it.
+	Bind bool
 	// ReplayEndpoint is the ROUTER replay address, always bound; "" disables replay.
 	ReplayEndpoint string
 	// Topic is frame 0 of every message. vLLM's default is "".
@@ -51,6 +54,9 @@ type PublisherConfig struct {
 	// SkipSend, when set, is asked for every seq: true keeps the batch in the replay ring but does not
 	// send it (fault injection for tests and the mocker's lossy mode).
 	SkipSend func(seq uint64) bool
+	// SendTwice, when set, is asked for every seq sent: true sends the batch a second time right after
+	// (a duplicate on the wire, as a relay's retry makes; fault injection for tests).
+	SendTwice func(seq uint64) bool
 }
 
 func (c PublisherConfig) withDefaults() PublisherConfig {
@@ -231,7 +237,7 @@ func (p *Publisher) open(st *pubState) error {
 	if err := curveServer(pub, p.cfg.CurveSecretKey); err != nil {
 		return err
 	}
-	if ShouldBind(p.cfg.Endpoint) {
+	if p.cfg.Bind || ShouldBind(p.cfg.Endpoint) {
 		if err := pub.Bind(p.cfg.Endpoint); err != nil {
 			return fmt.Errorf("kvevents: bind %s: %w", p.cfg.Endpoint, err)
 		}
@@ -288,6 +294,10 @@ func (p *Publisher) send(st *pubState, payload []byte) {
 		p.skipped.Add(1)
 	} else if err := sendFrames(st.pub, st.topic, seq8[:], payload); err != nil {
 		p.sendErrors.Add(1)
+	} else if p.cfg.SendTwice != nil && p.cfg.SendTwice(seq) {
+		if err := sendFrames(st.pub, st.topic, seq8[:], payload); err != nil {
+			p.sendErrors.Add(1)
+		}
 	}
 	if len(st.ring) == 0 {
 		return

@@ -43,3 +43,24 @@ func (c *Counters) Snapshot() Stats {
 		Reconnects: c.Reconnects.Load(), Connects: c.Connects.Load(),
 	}
 }
+
+// Add adds every counter of o to st.
+func (st *Stats) Add(o Stats) {
+	st.Batches += o.Batches
+	st.Events += o.Events
+	st.DecodeErrors += o.DecodeErrors
+	st.Gaps += o.Gaps
+	st.Lost += o.Lost
+	st.Replays += o.Replays
+	st.ReplayedBatches += o.ReplayedBatches
+	st.ReplayTimeouts += o.ReplayTimeouts
+	st.Duplicates += o.Duplicates
+	st.Resets += o.Resets
+	st.Stale += o.Stale
+	st.Discarded += o.Discarded
+	st.PartialBlocks += o.PartialBlocks
+	st.SkippedEvents += o.SkippedEvents
+	st.UnknownTopics += o.UnknownTopics
+	st.Reconnects += o.Reconnects
+	st.Connects += o.Connects
+}

@@ -29,7 +29,8 @@ type Spec struct {
 	URL string `json:"url,omitempty"`
 	// Events is the ZMQ endpoint of the worker's KV event publisher (the router connects a SUB to it).
 	Events string `json:"events,omitempty"`
-	// Replay is the worker's ZMQ replay (ROUTER) endpoint; empty disables gap recovery.
+	// Replay is the worker's ZMQ replay (ROUTER) endpoint; empty disables gap recovery and restart
+	// proof. With events or topic (bind mode); rank r's is offset by r like its events endpoint.
 	Replay string `json:"replay,omitempty"`
 	// Topic identifies this worker's batches on the router's --kv-events-bind socket, and filters the SUB.
 	Topic string `json:"topic,omitempty"`
@@ -131,8 +132,13 @@ func (s *Spec) Validate() error {
 	if s.CurveKey != "" && len(s.CurveKey) != 40 {
 		return fmt.Errorf("%w: worker %d: curve_key must be 40 Z85 characters", ErrBadSpec, s.ID)
 	}
-	if s.Replay != "" && s.Events == "" {
-		return fmt.Errorf("%w: worker %d: replay given without events", ErrBadSpec, s.ID)
+	if s.Replay != "" && s.Events == "" && s.Topic == "" {
+		return fmt.Errorf("%w: worker %d: replay given without events or topic", ErrBadSpec, s.ID)
+	}
+	if s.Replay != "" && s.DPRanks() > 1 {
+		if _, err := RankEndpoint(s.Replay, s.DPRanks()-1); err != nil {
+			return fmt.Errorf("%w: worker %d: replay %q cannot be offset for %d dp ranks", ErrBadSpec, s.ID, s.Replay, s.DPRanks())
+		}
 	}
 	return nil
 }
@@ -202,4 +208,36 @@ func ParseJSON(body []byte) (Spec, error) {
 		return Spec{}, fmt.Errorf("%w: %v", ErrBadSpec, err)
 	}
 	return sp, sp.Validate()
+}
+
+// ExpandBindEndpoints expands the values of a repeatable bind flag into endpoints, one per dp rank in
+// order: each value is an endpoint (tcp://*:5557) or a tcp port range (tcp://*:5557-5560, ranks 0..3 of
+// a data-parallel engine publishing to port + rank), or a comma list of either.
+func ExpandBindEndpoints(values []string) ([]string, error) {
+	var out []string
+	for _, v := range values {
+		for _, ep := range strings.Split(v, ",") {
+			ep = strings.TrimSpace(ep)
+			if ep == "" {
+				continue
+			}
+			i := strings.LastIndexByte(ep, ':')
+			if lo, hi, ok := strings.Cut(ep[i+1:], "-"); ok && strings.HasPrefix(ep, "tcp://") && i > len("tcp://") {
+				a, err1 := strconv.Atoi(lo)
+				b, err2 := strconv.Atoi(hi)
+				if err1 != nil || err2 != nil || a <= 0 || b < a || b > 65535 || b-a >= 1024 {
+					return nil, fmt.Errorf("%w: bind port range %q", ErrBadSpec, ep)
+				}
+				for p := a; p <= b; p++ {
+					out = append(out, ep[:i+1]+strconv.Itoa(p))
+				}
+				continue
+			}
+			if !validZMQEndpoint(ep) && !strings.HasSuffix(ep, ":*") {
+				return nil, fmt.Errorf("%w: %q is not a ZMQ endpoint to bind", ErrBadSpec, ep)
+			}
+			out = append(out, ep)
+		}
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -78,5 +79,39 @@ func TestParseJSON(t *testing.T) {
 		if _, err := ParseJSON([]byte(bad)); !errors.Is(err, ErrBadSpec) {
 			t.Errorf("%s: err %v", bad, err)
 		}
+	}
+}
+
+func TestExpandBindEndpoints(t *testing.T) {
+	tests := []struct {
+		in      []string
+		want    []string
+		wantErr bool
+	}{
+		{in: []string{"tcp://*:5557"}, want: []string{"tcp://*:5557"}},
+		{in: []string{"tcp://*:5557", "tcp://127.0.0.1:*"}, want: []string{"tcp://*:5557", "tcp://127.0.0.1:*"}},
+		{in: []string{"tcp://*:5557-5559"}, want: []string{"tcp://*:5557", "tcp://*:5558", "tcp://*:5559"}},
+		{in: []string{"tcp://*:5557,tcp://*:6000"}, want: []string{"tcp://*:5557", "tcp://*:6000"}},
+		{in: []string{"tcp://*:5559-5557"}, wantErr: true},
+		{in: []string{"tcp://*:1-99999"}, wantErr: true},
+		{in: []string{"nonsense"}, wantErr: true},
+	}
+	for _, tc := range tests {
+		got, err := ExpandBindEndpoints(tc.in)
+		if (err != nil) != tc.wantErr || !tc.wantErr && strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("ExpandBindEndpoints(%q) = %q, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestReplayNeedsEventsOrTopic(t *testing.T) {
+	if _, err := Parse("id=1,replay=tcp://127.0.0.1:5558"); err == nil {
+		t.Error("replay alone accepted")
+	}
+	if _, err := Parse("id=1,topic=kv@w,replay=tcp://127.0.0.1:5558,dp_size=2"); err != nil {
+		t.Errorf("bound worker with replay refused: %v", err)
+	}
+	if _, err := Parse("id=1,topic=kv@w,replay=ipc:///tmp/r,dp_size=2"); err == nil {
+		t.Error("an ipc replay endpoint cannot be offset for rank 1")
 	}
 }
