@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/scoring/sched"
 )
@@ -39,6 +41,10 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // prefix index; every command appends its result to the transcript.
 type Runner struct {
 	newIndex func() Index
+	// dir is where config's policy=FILE is read from (the scripts' directory).
+	dir string
+	// classes is set when a policy document is loaded: transcripts then name each queued request's class.
+	classes bool
 
 	cfg   scoring.Config
 	now   time.Time
@@ -74,8 +80,11 @@ func (x machineIndex) Remove(w scoring.WorkerKey, hashes []uint64) {
 }
 
 // New returns a runner whose index comes from newIndex (called again by each config command).
-func New(newIndex func() Index) *Runner {
-	r := &Runner{newIndex: newIndex, out: &strings.Builder{}}
+func New(newIndex func() Index) *Runner { return NewIn(newIndex, ".") }
+
+// NewIn is New with the directory that config's policy=FILE names files in.
+func NewIn(newIndex func() Index, dir string) *Runner {
+	r := &Runner{newIndex: newIndex, dir: dir, out: &strings.Builder{}}
 	if err := r.configure(nil); err != nil {
 		panic(err)
 	}
@@ -149,6 +158,9 @@ func (r *Runner) exec(line string) error {
 	case "load":
 		r.printLoad()
 		return nil
+	case "queues":
+		r.printQueues()
+		return nil
 	case "expect":
 		return r.expect(pos, args)
 	}
@@ -156,7 +168,8 @@ func (r *Runner) exec(line string) error {
 }
 
 // configure resets all state. Keys are router flag names (scoring.Flags), DYN_* environment variables,
-// and seed=N.
+// seed=N, and policy=FILE: a router policy document (scoring/policy) in the scripts' directory, whose
+// root profile the machine queues by.
 func (r *Runner) configure(kvs []string) error {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode = scoring.ModeKV
@@ -164,9 +177,20 @@ func (r *Runner) configure(kvs []string) error {
 	seed := uint64(1)
 	var flags []string
 	env := map[string]string{}
+	var profile *policy.Profile
 	for _, kv := range kvs {
 		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "DYN_") {
 			env[k] = v
+			continue
+		}
+		if v, ok := strings.CutPrefix(kv, "policy="); ok {
+			pc, err := policy.Load(filepath.Join(r.dir, v))
+			if err != nil {
+				return err
+			}
+			if profile = pc.Profile(""); profile == nil {
+				return fmt.Errorf("%s has no root profile", v)
+			}
 			continue
 		}
 		if v, ok := strings.CutPrefix(kv, "seed="); ok {
@@ -187,8 +211,9 @@ func (r *Runner) configure(kvs []string) error {
 	if err := fs.Parse(flags); err != nil {
 		return err
 	}
-	*r = Runner{newIndex: r.newIndex, out: r.out, failures: r.failures, line: r.line, now: epoch, index: r.newIndex()}
-	m, err := sched.New(cfg, machineIndex{r}, sched.Options{Seed: &seed, Start: epoch})
+	*r = Runner{newIndex: r.newIndex, dir: r.dir, classes: profile != nil, out: r.out, failures: r.failures, line: r.line,
+		now: epoch, index: r.newIndex()}
+	m, err := sched.New(cfg, machineIndex{r}, sched.Options{Seed: &seed, Start: epoch, Policy: profile})
 	if err != nil {
 		return err
 	}
@@ -395,14 +420,15 @@ func name(k scoring.WorkerKey) string { return fmt.Sprintf("w%d/%d", k.WorkerID,
 
 // parseRoute reads a route command into a machine request:
 //
-//	route id=ID tokens=SPEC [pin=N [pin-rank=R]] [priority=S] [strict=T] [osl=N] [session=S]
+//	route id=ID tokens=SPEC [pin=N [pin-rank=R]] [priority=S] [strict=T] [osl=N] [session=S] [class=C]
 //	      [credit=X] [scale=X] [temperature=X] [weight=X] [reuse=B] [track-prefill=B] [exclude=N,M]
 func (r *Runner) parseRoute(args map[string]string) (*sched.Request, error) {
 	tokens, err := parseTokens(args["tokens"])
 	if err != nil {
 		return nil, err
 	}
-	req := &sched.Request{ID: args["id"], ISL: len(tokens), ReturnCosts: true, Session: args["session"]}
+	req := &sched.Request{ID: args["id"], ISL: len(tokens), ReturnCosts: true, Session: args["session"],
+		PolicyClass: args["class"]}
 	req.Local, _ = r.hashes(tokens)
 	if _, ok := args["pin"]; ok {
 		pin := map[string]string{"pin": args["pin"]}
@@ -477,6 +503,10 @@ func (r *Runner) route(args map[string]string) error {
 	r.lastWorker, r.lastErr, r.lastQueued = nil, nil, false
 	d, queued, err := r.m.Route(r.now, req)
 	switch {
+	case queued && r.classes:
+		r.lastQueued = true
+		c, _ := r.m.Class(req.ID)
+		r.printf("%s queued in %s (%d waiting)", req.ID, c, r.m.Waiting())
 	case queued:
 		r.lastQueued = true
 		r.printf("%s queued (%d waiting)", req.ID, r.m.Waiting())
@@ -616,6 +646,13 @@ func (r *Runner) tick(pos []string) error {
 	return nil
 }
 
+// printQueues prints every policy class's queue: what it holds and its DRR deficit.
+func (r *Runner) printQueues() {
+	for _, c := range r.m.Classes(nil) {
+		r.printf("%s requests=%d raw_isl=%d cached=%d deficit=%d", c.Class, c.Requests, c.RawISLTokens, c.CachedTokens, c.Deficit)
+	}
+}
+
 func (r *Runner) printLoad() {
 	for _, t := range r.m.Loads(nil) {
 		s := t.Load
@@ -697,7 +734,8 @@ func (r *Runner) expect(pos []string, args map[string]string) error {
 	case args["error"] != "":
 		want := map[string]error{"all-busy": scoring.ErrAllBusy, "no-workers": scoring.ErrNoWorkers,
 			"pinned-busy": scoring.ErrPinnedBusy, "pinned-not-found": scoring.ErrPinnedNotFound,
-			"no-target": scoring.ErrNoTarget, "not-ready": sched.ErrNotReady, "bad-request": sched.ErrBadRequest}[args["error"]]
+			"no-target": scoring.ErrNoTarget, "not-ready": sched.ErrNotReady, "bad-request": sched.ErrBadRequest,
+			"queue-rejected": sched.ErrQueueRejected}[args["error"]]
 		if want == nil {
 			return fmt.Errorf("unknown error name %q", args["error"])
 		}

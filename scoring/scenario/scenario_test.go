@@ -29,7 +29,7 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := New(func() Index { return prefix.New() })
+			r := NewIn(func() Index { return prefix.New() }, dir)
 			got, failures, err := r.Run(bytes.NewReader(src))
 			if err != nil {
 				t.Fatal(err)

@@ -21,12 +21,17 @@
 // scoring.Select or the configured Selector) → commit (AddRequest on the target's tracker, approximate
 // and predicted blocks, the pending-events mark, the session binding, the replica-sync observer).
 //
-// The queue follows Dynamo's: a request waits while every eligible worker is over the queue threshold,
-// or while others already wait (no bypass of a backlog). Whenever capacity frees, the head is released
-// if its eligible workers are not all busy, charged, and only then is the next head checked, so one
-// freed slot releases one request, in policy order (fcfs, wspt, strict tiers first). A head that waited
-// longer than OverlapRefreshAfter (DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS, 10 s) has its overlap queried
-// again; otherwise it is routed with the overlap seen at arrival.
+// The queue follows Dynamo's. It has one heap per policy class (scoring/policy: the classes of
+// --router-policy-config, or one synthetic class from --router-queue-threshold and
+// --router-queue-policy). A request is classified (its x-dynamo-meta-policy-class, its uncached ISL),
+// then waits while its class's pool is busy by the class's rule, or while others of its class already
+// wait (no bypass of a backlog); a class at one of its queue limits rejects it (ErrQueueRejected).
+// Whenever capacity frees, the classes take turns by deficit round robin charged in uncached tokens; a
+// class's head is released if its eligible workers are not busy by its class's rule, charged, and only
+// then is the next head checked, so one freed slot releases one request, in class and policy order
+// (fcfs, wspt, strict tiers first). A head that waited longer than OverlapRefreshAfter
+// (DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS, 10 s) has its overlap queried again; otherwise it is routed
+// with the overlap seen at arrival.
 //
 // # Concurrency model
 //
@@ -38,7 +43,8 @@
 //
 // # Ownership
 //
-// The machine owns its targets, trackers, queue, side indexes and bindings; the Index is the caller's
+// The machine owns its targets, trackers, queue, side indexes and bindings; the policy Profile is shared
+// and read-only (the caller parsed it and must not change it); the Index is the caller's
 // (the machine only reads it and writes predicted blocks). Requests' slices are read during Route and
 // copied when the request is parked. Worker.Tag is the caller's value, returned untouched with decisions.
 //

@@ -8,8 +8,8 @@ import (
 
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/load"
+	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/scoring/prefix"
-	"github.com/kvroute/kvroute/scoring/queue"
 )
 
 // Errors of the request path, as sentinels the HTTP edge maps to statuses.
@@ -67,6 +67,9 @@ type Options struct {
 	MinWorkersPatience time.Duration
 	// Start is the machine's epoch (queue arrival offsets are measured from it).
 	Start time.Time
+	// Policy is the policy-class profile of --router-policy-config for the router's model (scoring/policy);
+	// nil is the single synthetic class of --router-queue-threshold and --router-queue-policy.
+	Policy *policy.Profile
 }
 
 // Machine is the scheduler: every target's load, the queue, the approximate and predicted side indexes,
@@ -91,7 +94,7 @@ type Machine struct {
 
 	active map[string]*target
 
-	q        *queue.Queue[*waiting]
+	pq       policyQueue
 	waitByID map[string]*waiting
 	// gate holds requests waiting for --router-min-initial-workers, in arrival order; seenWorkers is the
 	// number of distinct workers ever added (the gate opens for good once it reaches the minimum).
@@ -149,14 +152,13 @@ func New(cfg scoring.Config, index Index, opt Options) (*Machine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	q, err := queue.New[*waiting](cfg.QueuePolicy, opt.Start)
-	if err != nil {
-		return nil, err
-	}
-	m := &Machine{cfg: &cfg, index: index, selector: opt.Selector, observe: opt.Observer, q: q,
+	m := &Machine{cfg: &cfg, index: index, selector: opt.Selector, observe: opt.Observer,
 		active: make(map[string]*target), waitByID: make(map[string]*waiting),
 		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), patience: opt.MinWorkersPatience,
 		pos: newPosTable(0)}
+	if err := m.pq.init(&cfg, opt.Policy, opt.Start); err != nil {
+		return nil, err
+	}
 	if m.patience <= 0 {
 		m.patience = 30 * time.Second
 	}
@@ -187,15 +189,8 @@ func (m *Machine) SetConfig(now time.Time, cfg scoring.Config) ([]Released, erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.QueuePolicy != m.cfg.QueuePolicy && m.head() != nil {
-		return nil, fmt.Errorf("%w: the queue policy cannot change while requests wait", scoring.ErrBadConfig)
-	}
-	if cfg.QueuePolicy != m.cfg.QueuePolicy {
-		q, err := queue.New[*waiting](cfg.QueuePolicy, time.Time{})
-		if err != nil {
-			return nil, err
-		}
-		m.q = q
+	if err := m.pq.reconfigure(&cfg); err != nil {
+		return nil, err
 	}
 	m.cfg = &cfg
 	m.pred.setTTL(cfg.PredictedTTL)
@@ -410,7 +405,7 @@ func (m *Machine) Tick(now time.Time) []Released {
 		}
 	}
 	rel := m.expireGate(now, nil)
-	if freed || m.head() != nil {
+	if freed || m.pq.live > 0 {
 		rel = append(rel, m.drain(now, nil)...)
 	}
 	return rel

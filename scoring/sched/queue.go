@@ -1,12 +1,20 @@
 package sched
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/scoring/queue"
 )
+
+// ErrQueueRejected: the request's policy class has a queue at one of its limits (requests, raw ISL
+// tokens or cached tokens per worker); Dynamo's QueueRejected, HTTP 529 at the edge.
+var ErrQueueRejected = errors.New("router: queue rejected")
 
 // waiting is a parked request: a copy of what its decision needs, and when it arrived.
 type waiting struct {
@@ -17,10 +25,112 @@ type waiting struct {
 	arrival time.Time
 	gated   bool // at the minimum-workers gate, not in the queue
 	gone    bool // cancelled while in the queue heap (skipped when it reaches the head)
+	// class is the policy class whose heap holds the request; cached its best cached tokens among the
+	// eligible workers when it was queued (its limits, its DRR cost and its WSPT key).
+	class  int
+	cached int
 }
 
-// park copies req into a waiting entry: at the minimum-workers gate (gated) or in the queue.
-func (m *Machine) park(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score, gated bool) {
+// cost is what serving w takes from its class's deficit: its uncached tokens, at least 1 so a fully
+// cached request still takes its turn.
+func (w *waiting) cost() uint64 { return uint64(max(1, w.isl-w.cached)) }
+
+// classQueue is one policy class's heap, its deficit and what it holds (live entries only).
+type classQueue struct {
+	cls     *policy.Class
+	q       *queue.Queue[*waiting]
+	deficit uint64
+	st      policy.Stats
+}
+
+// drrCand is a class head's turn in a DRR pass: its cost, and whether it can be served now.
+type drrCand struct {
+	cost uint64
+	ok   bool
+}
+
+// policyQueue is the machine's queue: one heap per policy class (each in its class's order), served by
+// deficit round robin charged in uncached tokens. Without a policy document it is the single synthetic
+// class of --router-queue-threshold / --router-queue-policy, for which DRR reduces to popping the head.
+type policyQueue struct {
+	profile *policy.Profile
+	fixed   bool // the profile came from a policy document: SetConfig leaves it alone
+	classes []classQueue
+	on      bool // some class queues at all
+	live    int  // live entries over all classes
+	cursor  int  // where the next DRR ring pass starts
+	carry   int  // the class that keeps its turn while its deficit lasts, -1 none
+	cands   []drrCand
+	epoch   time.Time
+}
+
+// init builds the queue for profile p, or the synthetic class of cfg when p is nil.
+func (pq *policyQueue) init(cfg *scoring.Config, p *policy.Profile, epoch time.Time) error {
+	fixed := p != nil
+	if p == nil {
+		p = policy.Synthetic(cfg.QueueThreshold, cfg.QueuePolicy)
+	}
+	*pq = policyQueue{profile: p, fixed: fixed, carry: -1, epoch: epoch, classes: make([]classQueue, len(p.Classes)),
+		cands: make([]drrCand, len(p.Classes))}
+	for i := range p.Classes {
+		cls := &p.Classes[i]
+		q, err := queue.New[*waiting](cls.QueuePolicy, epoch)
+		if err != nil {
+			return err
+		}
+		pq.classes[i] = classQueue{cls: cls, q: q}
+		pq.on = pq.on || cls.Queues()
+	}
+	return nil
+}
+
+// reconfigure follows a configuration change: the synthetic class takes the new queue threshold and
+// policy (the policy only while nothing waits); a policy document's classes do not change.
+func (pq *policyQueue) reconfigure(cfg *scoring.Config) error {
+	if pq.fixed {
+		return nil
+	}
+	if cfg.QueuePolicy == pq.classes[0].cls.QueuePolicy {
+		// Same order: the waiting requests stay; only the threshold may have changed.
+		pq.profile = policy.Synthetic(cfg.QueueThreshold, cfg.QueuePolicy)
+		pq.classes[0].cls = &pq.profile.Classes[0]
+		pq.on = pq.classes[0].cls.Queues()
+		return nil
+	}
+	if pq.live > 0 {
+		return fmt.Errorf("%w: the queue policy cannot change while requests wait", scoring.ErrBadConfig)
+	}
+	return pq.init(cfg, nil, pq.epoch)
+}
+
+// Class names the policy class a request is in; for the scenarios and status pages. ok is false when
+// the request is not waiting in the queue.
+func (m *Machine) Class(id string) (name string, ok bool) {
+	w := m.waitByID[id]
+	if w == nil || w.gated {
+		return "", false
+	}
+	return m.pq.classes[w.class].cls.Name, true
+}
+
+// ClassQueue is one policy class's queue, for metrics.
+type ClassQueue struct {
+	Class   string
+	Deficit uint64
+	policy.Stats
+}
+
+// Classes appends every policy class's queue to dst.
+func (m *Machine) Classes(dst []ClassQueue) []ClassQueue {
+	for i := range m.pq.classes {
+		c := &m.pq.classes[i]
+		dst = append(dst, ClassQueue{Class: c.cls.Name, Deficit: c.deficit, Stats: c.st})
+	}
+	return dst
+}
+
+// newWaiting copies req into a waiting entry and registers it by id.
+func (m *Machine) newWaiting(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score, gated bool) *waiting {
 	w := &waiting{req: *req, chain: append([]uint64(nil), chain...), isl: isl, arrival: now, gated: gated,
 		scores: append([]prefix.Score(nil), scores...)}
 	w.req.Local = append([]uint64(nil), req.Local...)
@@ -31,49 +141,124 @@ func (m *Machine) park(now time.Time, req *Request, chain []uint64, isl int, sco
 		w.req.Pin = &p
 	}
 	m.waitByID[req.ID] = w
-	if gated {
-		m.gate = append(m.gate, w)
-		return
+	return w
+}
+
+// park holds req at the minimum-workers gate.
+func (m *Machine) park(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score) {
+	w := m.newWaiting(now, req, chain, isl, scores, true)
+	m.gate = append(m.gate, w)
+}
+
+// classify returns the policy class of a request and whether it must wait (spec §9.1: its class
+// queues, and either others of the class already wait — no bypass of a backlog — or its eligible pool
+// is busy by the class's rule). cached is the best cached prefix among the eligible workers; the
+// uncached rest picks the cache bucket.
+func (m *Machine) classify(req *Request, isl int, scores []prefix.Score, pin *scoring.WorkerKey, pinRank bool) (ci, cached int, wait bool) {
+	ci, direct := m.pq.profile.Direct(req.PolicyClass)
+	cached = -1
+	if !direct {
+		cached = m.bestCached(scores, isl, pin, pinRank, req.Exclude)
+		ci = m.pq.profile.Classify(req.PolicyClass, isl-cached)
 	}
-	m.enqueue(now, w)
+	c := &m.pq.classes[ci]
+	if !c.cls.Queues() || (c.st.Requests == 0 && !m.poolBusy(c.cls, pin, pinRank, req.Exclude)) {
+		return ci, cached, false
+	}
+	if cached < 0 {
+		cached = m.bestCached(scores, isl, pin, pinRank, req.Exclude)
+	}
+	return ci, cached, true
 }
 
-// enqueue pushes w into the queue under its key (spec §9.2: strict tier, then the policy score; WSPT
-// reads the best cached prefix among the eligible workers at arrival).
-func (m *Machine) enqueue(now time.Time, w *waiting) {
-	pin, pinRank := m.sessionPin(now, &w.req)
+// queueOrReject is the queue step of a decision: a request that must wait is parked in its class
+// (queued), or rejected when the class is at a limit; otherwise it goes on to selection.
+func (m *Machine) queueOrReject(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score,
+	pin *scoring.WorkerKey, pinRank bool) (queued bool, err error) {
+	ci, cached, wait := m.classify(req, isl, scores, pin, pinRank)
+	if !wait {
+		return false, nil
+	}
+	if err := m.admitClass(ci); err != nil {
+		return false, err
+	}
+	m.enqueue(m.newWaiting(now, req, chain, isl, scores, false), ci, cached)
+	return true, nil
+}
+
+// admitClass checks class ci's queue limits, scaled by the number of workers.
+func (m *Machine) admitClass(ci int) error {
+	c := &m.pq.classes[ci]
+	if rej := c.cls.Admit(c.st, m.workerCount()); rej != nil {
+		return fmt.Errorf("%w: %w", ErrQueueRejected, rej)
+	}
+	return nil
+}
+
+// workerCount is the number of workers (not ranks) the machine routes to.
+func (m *Machine) workerCount() int {
+	n := 0
+	for i, t := range m.list {
+		if i == 0 || t.w != m.list[i-1].w {
+			n++
+		}
+	}
+	return n
+}
+
+// enqueue pushes w into class ci's heap under its key (spec §9.2: strict tier, then the class's policy
+// score; WSPT reads the best cached prefix among the eligible workers at arrival).
+func (m *Machine) enqueue(w *waiting, ci, cached int) {
+	w.class, w.cached = ci, cached
+	c := &m.pq.classes[ci]
 	key := queue.Key{Strict: w.req.Strict, PriorityJump: queue.Jump(w.req.Priority), Arrival: w.arrival, ISL: w.isl,
-		BestCachedTokens: m.bestCached(w, pin, pinRank)}
-	m.q.Push(key, w)
+		BestCachedTokens: cached}
+	c.q.Push(key, w)
+	c.st.Requests++
+	c.st.RawISLTokens += uint64(w.isl)
+	c.st.CachedTokens += uint64(cached)
+	m.pq.live++
 }
 
-// bestCached is the WSPT key input: the largest min(overlap × block size, ISL) over the eligible workers
-// (the pinned worker's when pinned).
-func (m *Machine) bestCached(w *waiting, pin *scoring.WorkerKey, pinRank bool) int {
+// unqueue takes w's share out of its class's stats (popped or cancelled); an emptied class loses its
+// deficit, so credit never piles up while a class has nothing to send.
+func (m *Machine) unqueue(w *waiting) *classQueue {
+	c := &m.pq.classes[w.class]
+	c.st.Requests--
+	c.st.RawISLTokens -= uint64(w.isl)
+	c.st.CachedTokens -= uint64(w.cached)
+	m.pq.live--
+	if c.st.Requests == 0 {
+		c.deficit = 0
+	}
+	return c
+}
+
+// bestCached is the largest min(overlap × block size, ISL) over the eligible workers (the pinned
+// worker's when pinned).
+func (m *Machine) bestCached(scores []prefix.Score, isl int, pin *scoring.WorkerKey, pinRank bool, exclude []uint64) int {
 	best := uint32(0)
-	for _, s := range w.scores {
+	for _, s := range scores {
 		k := scoring.WorkerKey(s.Worker)
 		if pin != nil && (k.WorkerID != pin.WorkerID || pinRank && k.DPRank != pin.DPRank) {
 			continue
 		}
-		if i, ok := m.pos.find(k); !ok || m.skip(i, w.req.Exclude) {
+		if i, ok := m.pos.find(k); !ok || m.skip(i, exclude) {
 			continue
 		}
 		best = max(best, s.Blocks)
 	}
-	return min(int(best)*m.cfg.BlockSize, w.isl)
+	return min(int(best)*m.cfg.BlockSize, isl)
 }
 
-// queueFull reports whether a request with this pin and exclusions must wait (spec §9.1): a queue
-// threshold is set and every eligible worker has active prefill tokens > threshold ×
-// max_num_batched_tokens. With no eligible worker it is false, so the request falls through to the
-// selection error instead of waiting forever.
-func (m *Machine) queueFull(pin *scoring.WorkerKey, pinRank bool, exclude []uint64) bool {
+// poolBusy reports whether a request with this pin and exclusions finds its eligible workers busy by
+// class cls's rule: a worker is busy above the class's prefill thresholds (absolute tokens, or a
+// fraction of max_num_batched_tokens); the pool when all of them are, or busy_worker_ratio of them.
+// Workers already busy by the router's busy thresholds are not eligible. With no eligible worker it is
+// false, so the request falls through to the selection error instead of waiting forever.
+func (m *Machine) poolBusy(cls *policy.Class, pin *scoring.WorkerKey, pinRank bool, exclude []uint64) bool {
 	cfg := m.cfg
-	if !cfg.QueueThreshold.Set {
-		return false
-	}
-	any := false
+	eligible, busy := 0, 0
 	var c scoring.Candidate
 	for i, t := range m.list {
 		if pin != nil && (t.key.WorkerID != pin.WorkerID || pinRank && t.key.DPRank != pin.DPRank) {
@@ -89,34 +274,149 @@ func (m *Machine) queueFull(pin *scoring.WorkerKey, pinRank bool, exclude []uint
 		if scoring.Busy(&c, cfg) {
 			continue
 		}
-		any = true
+		eligible++
 		mb := c.Capacity.MaxNumBatchedTokens
 		if mb == 0 {
 			mb = scoring.DefaultMaxBatchedTokens
 		}
-		if float64(l.prefill) <= cfg.QueueThreshold.V*float64(mb) {
+		if cls.WorkerBusy(l.prefill, mb) {
+			busy++
+		} else if !cls.BusyWorkerRatio.Set {
 			return false
 		}
 	}
-	return any
+	return cls.PoolBusy(busy, eligible)
 }
 
-// head returns the queue's first live entry, dropping cancelled ones on the way.
-func (m *Machine) head() *waiting {
-	for m.q.Len() > 0 {
-		w, _, _ := m.q.Peek()
+// classHead returns class c's first live entry, dropping cancelled ones on the way.
+func classHead(c *classQueue) *waiting {
+	for c.q.Len() > 0 {
+		w, _, _ := c.q.Peek()
 		if !w.gone {
 			return w
 		}
-		m.q.Pop()
+		c.q.Pop()
 	}
 	return nil
 }
 
+// dispatchable is class c's head's turn: its cost, and whether its eligible pool has room by the
+// class's rule (a blocked head blocks its class, not the others).
+func (m *Machine) dispatchable(now time.Time, c *classQueue) drrCand {
+	w := classHead(c)
+	if w == nil {
+		return drrCand{}
+	}
+	pin, pinRank := m.sessionPin(now, &w.req)
+	if m.poolBusy(c.cls, pin, pinRank, w.req.Exclude) {
+		return drrCand{}
+	}
+	return drrCand{cost: w.cost(), ok: true}
+}
+
+// popNext is one deficit-round-robin step over the class heads that can be served now: a class whose
+// deficit covers its head's uncached tokens sends it; each visit in a ring pass adds the class's
+// quantum; a class keeps its turn (carry) while credit is left. When no head is affordable after a
+// pass, the fewest whole rounds that make one affordable are granted to every servable class at once
+// (the same rounds keep the quanta's proportions) instead of looping. nil: nothing can be served.
+func (m *Machine) popNext(now time.Time) *waiting {
+	pq := &m.pq
+	if pq.live == 0 {
+		pq.carry = -1
+		return nil
+	}
+	n := len(pq.classes)
+	cands := pq.cands
+	clear(cands)
+	carried := pq.carry
+	pq.carry = -1
+	if carried >= 0 {
+		c := &pq.classes[carried]
+		cd := m.dispatchable(now, c)
+		if cd.ok && cd.cost <= c.deficit {
+			return m.popClass(carried)
+		}
+		cands[carried] = cd
+	}
+	for off := range n {
+		i := (pq.cursor + off) % n
+		c := &pq.classes[i]
+		cd := cands[i]
+		if i != carried {
+			cd = m.dispatchable(now, c)
+			cands[i] = cd
+		}
+		if !cd.ok {
+			continue
+		}
+		if cd.cost <= c.deficit {
+			return m.popClass(i) // carried credit is spent before a new quantum
+		}
+		c.deficit = satAdd(c.deficit, c.cls.Quantum)
+		if cd.cost <= c.deficit {
+			return m.popClass(i)
+		}
+	}
+	rounds := uint64(math.MaxUint64)
+	for i, cd := range cands {
+		if cd.ok {
+			c := &pq.classes[i]
+			missing := cd.cost - min(cd.cost, c.deficit)
+			rounds = min(rounds, (missing+c.cls.Quantum-1)/c.cls.Quantum)
+		}
+	}
+	if rounds == math.MaxUint64 {
+		return nil // every head is blocked
+	}
+	for i, cd := range cands {
+		if cd.ok {
+			c := &pq.classes[i]
+			c.deficit = satAdd(c.deficit, satMul(c.cls.Quantum, rounds))
+		}
+	}
+	for off := range n {
+		i := (pq.cursor + off) % n
+		if cd := cands[i]; cd.ok && cd.cost <= pq.classes[i].deficit {
+			return m.popClass(i)
+		}
+	}
+	return nil
+}
+
+// popClass sends class i's head: charged to its deficit, out of its stats; the ring's next pass starts
+// after it, and it keeps the turn while credit is left.
+func (m *Machine) popClass(i int) *waiting {
+	pq := &m.pq
+	c := &pq.classes[i]
+	w, _, _ := c.q.Pop() // the live head dispatchable just saw
+	pq.cursor = (i + 1) % len(pq.classes)
+	c.deficit -= min(c.deficit, w.cost())
+	m.unqueue(w)
+	if c.st.Requests > 0 && c.deficit > 0 {
+		pq.carry = i
+	}
+	return w
+}
+
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+func satMul(a, b uint64) uint64 {
+	if a != 0 && b > math.MaxUint64/a {
+		return math.MaxUint64
+	}
+	return a * b
+}
+
 // drain releases waiting requests after capacity changed (a request's first token or end on worker t,
-// nil when unknown): the minimum-workers gate first, then the queue head by head, each released request
-// charged before the next check (spec §9.1: pop while not every eligible worker is busy). A head that
-// waited longer than OverlapRefreshAfter has its overlap queried again.
+// nil when unknown): the minimum-workers gate first, then the queue one request at a time, each
+// released request charged before the next check (spec §9.1: pop while not every eligible worker is
+// busy), the classes taking turns by deficit round robin. A request that waited longer than
+// OverlapRefreshAfter has its overlap queried again.
 func (m *Machine) drain(now time.Time, _ *target) []Released {
 	var rel []Released
 	if !m.gateOpen && len(m.gate) > 0 && m.openGate() {
@@ -127,15 +427,11 @@ func (m *Machine) drain(now time.Time, _ *target) []Released {
 		}
 	}
 	for {
-		w := m.head()
+		w := m.popNext(now)
 		if w == nil {
 			break
 		}
 		pin, pinRank := m.sessionPin(now, &w.req)
-		if m.queueFull(pin, pinRank, w.req.Exclude) {
-			break
-		}
-		m.q.Pop()
 		if ra := m.cfg.OverlapRefreshAfter; ra > 0 && now.Sub(w.arrival) > ra && m.cfg.NeedsIndexer() {
 			w.scores = m.index.FindMatches(w.req.Local, w.scores[:0])
 		}
@@ -147,17 +443,25 @@ func (m *Machine) drain(now time.Time, _ *target) []Released {
 	return rel
 }
 
-// admit routes a request released from the minimum-workers gate: decided now, or queued behind the
-// queue threshold like any new arrival.
+// admit routes a request released from the minimum-workers gate: decided now, queued behind its class
+// like any new arrival, or rejected at its class's limits.
 func (m *Machine) admit(now time.Time, w *waiting, rel []Released) []Released {
 	w.gated = false
 	if m.cfg.NeedsIndexer() {
 		w.scores = m.index.FindMatches(w.req.Local, w.scores[:0])
 	}
 	pin, pinRank := m.sessionPin(now, &w.req)
-	if m.cfg.QueueThreshold.Set && (m.head() != nil || m.queueFull(pin, pinRank, w.req.Exclude)) {
-		m.enqueue(now, w)
-		return rel
+	if m.pq.on {
+		ci, cached, wait := m.classify(&w.req, w.isl, w.scores, pin, pinRank)
+		if wait {
+			err := m.admitClass(ci)
+			if err == nil {
+				m.enqueue(w, ci, cached)
+				return rel
+			}
+			delete(m.waitByID, w.req.ID)
+			return append(rel, Released{Decision: Decision{ID: w.req.ID, Ticket: w.req.Ticket, Queued: now.Sub(w.arrival)}, Err: err})
+		}
 	}
 	delete(m.waitByID, w.req.ID)
 	d, err := m.decide(now, &w.req, w.chain, w.isl, w.scores, pin, pinRank)
@@ -206,8 +510,8 @@ func (m *Machine) Cancel(id string) bool {
 		}
 		return true
 	}
-	w.gone = true // dropped when it reaches the head; Len counts it until then
-	m.head()
+	w.gone = true // dropped from its heap when it reaches the head
+	classHead(m.unqueue(w))
 	return true
 }
 

@@ -42,6 +42,9 @@ type Request struct {
 	// Session is the X-Dynamo-Session-ID of the request ("" none); with session affinity on, a session's
 	// requests go to the worker its first request went to while the binding lives.
 	Session string
+	// PolicyClass is the x-dynamo-meta-policy-class header ("" none): an explicit policy class by name,
+	// or a policy family (classified further by the request's uncached ISL); see scoring/policy.
+	PolicyClass string
 	// Ticket is the caller's handle for the request, returned with its Released when it waited.
 	Ticket any
 }
@@ -111,7 +114,7 @@ func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, e
 	}
 	isl := max(req.ISL, len(req.Local)*m.cfg.BlockSize)
 	if !m.gateOpen && !m.openGate() {
-		m.park(now, req, chain, isl, nil, true)
+		m.park(now, req, chain, isl, nil)
 		return d, true, nil
 	}
 	m.pred.expireDue(now)
@@ -121,9 +124,10 @@ func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, e
 		scores = m.sc.scores
 	}
 	pin, pinRank := m.sessionPin(now, req)
-	if m.cfg.QueueThreshold.Set && (m.head() != nil || m.queueFull(pin, pinRank, req.Exclude)) {
-		m.park(now, req, chain, isl, scores, false)
-		return d, true, nil
+	if m.pq.on {
+		if queued, err = m.queueOrReject(now, req, chain, isl, scores, pin, pinRank); queued || err != nil {
+			return d, queued, err
+		}
 	}
 	d, err = m.decide(now, req, chain, isl, scores, pin, pinRank)
 	return d, false, err
