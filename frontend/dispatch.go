@@ -107,7 +107,8 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 			a.Metrics.migr.Inc()
 		}
 		excluded = append(excluded, route.Worker.WorkerID)
-		res, rerr := a.R.Route(j.ctx, &router.RouteRequest{ID: j.id, Tokens: p.tokens, ReturnCosts: j.returnRoute, Exclude: excluded})
+		res, rerr := a.R.Route(j.ctx, &router.RouteRequest{ID: j.id, Tokens: p.tokens, ReturnCosts: j.returnRoute, Exclude: excluded,
+			PolicyClass: j.policyClass})
 		if rerr != nil {
 			a.fail(ctx, j, mapRouteErr(rerr))
 			return

@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
@@ -50,6 +51,8 @@ type stackOpts struct {
 	decode     bool
 	// transfer is --mm-transfer (shm or net); "" is off.
 	transfer string
+	// policy is the router policy document (--router-policy-config); nil: one synthetic class.
+	policy *policy.Config
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -75,6 +78,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	rcfg := router.DefaultConfig(16)
 	rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
 	rcfg.Scoring.MigrationLimit = o.migrationLimit
+	rcfg.Policy = o.policy
 	r, err := router.New(system, rcfg)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,14 @@ var (
 	// ErrHeaderTooLarge: request headers past the limit (431).
 	ErrHeaderTooLarge = errors.New("request headers too large")
 	ErrMethod         = errors.New("method not allowed")
+	// ErrOverloaded: the request's router policy class has its queue at a limit (529, Dynamo's
+	// QueueRejected); the client may retry later.
+	ErrOverloaded = errors.New("overloaded")
 )
+
+// StatusOverloaded is 529, the non-standard "site is overloaded" status Dynamo answers a rejected
+// queue admission with.
+const StatusOverloaded = 529
 
 // apiError is the OpenAI error body: {"error":{"message","type","param","code"}}.
 type apiError struct {
@@ -61,6 +68,8 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusUnauthorized, "authentication_error"
 	case errors.Is(err, ErrMethod):
 		return fasthttp.StatusMethodNotAllowed, "invalid_request_error"
+	case errors.Is(err, ErrOverloaded):
+		return StatusOverloaded, "overloaded_error"
 	}
 	return fasthttp.StatusInternalServerError, "internal_server_error"
 }

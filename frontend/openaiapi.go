@@ -197,7 +197,8 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (
 	return j, nil
 }
 
-// readHeaders takes Dynamo's routing headers: priority, strict priority, and direct-mode worker pins.
+// readHeaders takes Dynamo's routing headers: priority, strict priority, policy class and direct-mode
+// worker pins.
 func (a *OpenAIAPI) readHeaders(ctx *fasthttp.RequestCtx, j *job) error {
 	if v := ctx.Request.Header.Peek("x-dynamo-request-priority"); len(v) > 0 {
 		f, err := strconv.ParseFloat(string(v), 64)
@@ -228,8 +229,16 @@ func (a *OpenAIAPI) readHeaders(ctx *fasthttp.RequestCtx, j *job) error {
 		r := uint32(n)
 		j.pinRank = &r
 	}
+	if v := ctx.Request.Header.Peek(PolicyClassHeader); len(v) > 0 {
+		j.policyClass = string(v)
+	}
 	return nil
 }
+
+// PolicyClassHeader names the request's router policy class: an explicit class of
+// --router-policy-config, or a policy family (the request's uncached ISL then picks the class). A name
+// the document does not know routes in the default family.
+const PolicyClassHeader = "x-dynamo-meta-policy-class"
 
 // pin returns the worker a request is pinned to (header, then nvext.backend_instance_id), or nil.
 func (a *OpenAIAPI) pin(j *job) *scoring.WorkerKey {

@@ -55,6 +55,8 @@ type job struct {
 	pinWorker   *uint64
 	pinRank     *uint32
 	returnRoute bool
+	// policyClass is x-dynamo-meta-policy-class: an explicit policy class or a policy family.
+	policyClass string
 
 	// headers backs the worker request's extra headers (request id, dp rank).
 	headers [2]client.Header
@@ -210,7 +212,7 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if j.priority != nil {
 		rr.Priority = *j.priority
 	}
-	rr.Strict = j.strict
+	rr.Strict, rr.PolicyClass = j.strict, j.policyClass
 	if h := j.common.NVExt; h != nil && h.AgentHints != nil && h.AgentHints.OSL != nil {
 		rr.ExpectedOutputTokens = *h.AgentHints.OSL
 	}

@@ -25,6 +25,8 @@ type routeRequest struct {
 	LoraName    string            `json:"lora_name"`
 	CacheSalt   string            `json:"cache_salt"` // the cache namespace the worker hashes with
 	Override    *scoring.Override `json:"router_config_override"`
+	// PolicyClass is the router policy class or family (the x-dynamo-meta-policy-class header when unset).
+	PolicyClass string `json:"policy_class"`
 }
 
 type routeCandidate struct {
@@ -111,6 +113,10 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 	if req.Priority != nil {
 		rr.Priority = *req.Priority
 	}
+	rr.PolicyClass = req.PolicyClass
+	if rr.PolicyClass == "" {
+		rr.PolicyClass = string(ctx.Request.Header.Peek(PolicyClassHeader))
+	}
 	if req.WorkerID != nil {
 		pin := scoring.WorkerKey{WorkerID: *req.WorkerID}
 		if req.DPRank != nil {
@@ -147,6 +153,8 @@ func mapRouteErr(err error) error {
 		return errorf(ErrUnavailable, "all workers are busy: %v", err)
 	case errors.Is(err, scoring.ErrNoWorkers):
 		return errorf(ErrUnavailable, "no workers available: %v", err)
+	case errors.Is(err, router.ErrQueueRejected):
+		return errorf(ErrOverloaded, "%v", err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return errorf(ErrUnavailable, "request waited too long in the router queue")
 	}

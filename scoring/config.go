@@ -173,6 +173,10 @@ type Config struct {
 	QueueThreshold OptFloat
 	// QueuePolicy orders waiting requests. Default fcfs.
 	QueuePolicy QueuePolicy
+	// PolicyConfig is the path of the router policy YAML (scoring/policy): policy classes, each with its
+	// own queue, busy rule and limits, replacing QueueThreshold and QueuePolicy. Read once when the
+	// router starts. Default "" (one synthetic class from QueueThreshold and QueuePolicy).
+	PolicyConfig string
 	// OverlapRefreshAfter re-queries overlap for requests that waited longer. Default 10 s; 0 disables.
 	OverlapRefreshAfter time.Duration
 

@@ -100,6 +100,9 @@ var Flags = []Flag{
 		Field: func(c *Config) any { return &c.QueueThreshold }},
 	{Name: "router-queue-policy", Env: "DYN_ROUTER_QUEUE_POLICY", Help: "queue order: fcfs, wspt or lcfs",
 		Field: func(c *Config) any { return &c.QueuePolicy }},
+	{Name: "router-policy-config", Env: "DYN_ROUTER_POLICY_CONFIG",
+		Help:  "router policy YAML: policy classes (x-dynamo-meta-policy-class) with their own queues, busy thresholds and limits; replaces the queue threshold and policy (unset: one class)",
+		Field: func(c *Config) any { return &c.PolicyConfig }},
 	{Name: "active-decode-blocks-threshold", Env: "DYN_ACTIVE_DECODE_BLOCKS_THRESHOLD", Help: "busy above this fraction of KV blocks in use, [0,1]",
 		Field: func(c *Config) any { return &c.ActiveDecodeBlocksThreshold }},
 	{Name: "active-prefill-tokens-threshold", Env: "DYN_ACTIVE_PREFILL_TOKENS_THRESHOLD", Help: "busy above this many active prefill tokens",
@@ -219,6 +222,9 @@ func render(p any) string {
 	case *OptFloat:
 		return p.String()
 	case *string:
+		if *p == "" {
+			return "unset"
+		}
 		return *p
 	case *RouterMode:
 		return string(*p)

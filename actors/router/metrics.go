@@ -81,6 +81,8 @@ type loadCollector struct {
 	decode, pfTok  *prometheus.Desc
 	requests, apps *prometheus.Desc
 	approx         *prometheus.Desc
+	// per policy class queue (--router-policy-config; one "default" class without it)
+	clsReq, clsISL, clsCached *prometheus.Desc
 }
 
 func newLoadCollector(s *scheduler) *loadCollector {
@@ -92,6 +94,10 @@ func newLoadCollector(s *scheduler) *loadCollector {
 		requests: prometheus.NewDesc("kvroute_worker_active_requests", "Requests routed to a worker rank and not yet freed.", labels, nil),
 		approx:   prometheus.NewDesc("kvroute_worker_events_degraded", "1 while a worker rank's KV events have stopped and its blocks are predicted from routing history.", labels, nil),
 		apps:     prometheus.NewDesc("dynamo_component_kv_cache_events_applied", "KV cache events applied to the index.", []string{"status", "event_type"}, nil),
+		clsReq:   prometheus.NewDesc("kvroute_router_queue_class_pending_requests", "Requests waiting in a policy class's queue.", []string{"policy_class"}, nil),
+		clsISL:   prometheus.NewDesc("kvroute_router_queue_class_pending_isl_tokens", "Prompt tokens of the requests waiting in a policy class's queue.", []string{"policy_class"}, nil),
+		clsCached: prometheus.NewDesc("kvroute_router_queue_class_pending_cached_tokens", "Cached prompt tokens (best eligible worker) of the requests waiting in a policy class's queue.",
+			[]string{"policy_class"}, nil),
 	}
 }
 
@@ -101,6 +107,9 @@ func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.requests
 	ch <- c.apps
 	ch <- c.approx
+	ch <- c.clsReq
+	ch <- c.clsISL
+	ch <- c.clsCached
 }
 
 func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
@@ -115,6 +124,11 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 			degraded = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.approx, prometheus.GaugeValue, degraded, id, rank, "decode")
+	}
+	for _, q := range c.s.classes() {
+		ch <- prometheus.MustNewConstMetric(c.clsReq, prometheus.GaugeValue, float64(q.Requests), q.Class)
+		ch <- prometheus.MustNewConstMetric(c.clsISL, prometheus.GaugeValue, float64(q.RawISLTokens), q.Class)
+		ch <- prometheus.MustNewConstMetric(c.clsCached, prometheus.GaugeValue, float64(q.CachedTokens), q.Class)
 	}
 	ev := c.s.index.EventCounts()
 	for _, e := range ev {

@@ -12,7 +12,9 @@ import (
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/worker"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/scoring/sched"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
@@ -51,6 +53,11 @@ type Config struct {
 	// applied it (replica sync, --router-replica-sync; see replica.go). It runs on the request path and
 	// must not block. Default nil (off).
 	OnLoad func(LoadEvent)
+	// Policy is the parsed router policy document (scoring/policy). Nil: New loads
+	// Scoring.PolicyConfig when that path is set; without either the queue is one synthetic class.
+	Policy *policy.Config
+	// Model is the served model's name, which picks its profile from Policy's `models` (else the root).
+	Model string
 }
 
 // DefaultConfig returns the defaults for a block size: KV mode, Dynamo's cost weights.
@@ -89,12 +96,19 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 	if cfg.Worker.Now == nil {
 		cfg.Worker.Now = cfg.Now
 	}
+	if cfg.Policy == nil && cfg.Scoring.PolicyConfig != "" {
+		pc, err := policy.Load(cfg.Scoring.PolicyConfig)
+		if err != nil {
+			return nil, fmt.Errorf("router: --router-policy-config: %w", err)
+		}
+		cfg.Policy = pc
+	}
 	m := NewMetrics(cfg.Registerer, cfg.RouterID)
 	ix, err := indexer.New(system, cfg.Indexer)
 	if err != nil {
 		return nil, err
 	}
-	sched, err := newScheduler(cfg.Scoring, ix, cfg.Now, cfg.Seed, m, cfg.Selector, cfg.OnLoad)
+	sched, err := newScheduler(cfg.Scoring, ix, cfg.Now, cfg.Seed, m, cfg.Selector, cfg.OnLoad, cfg.Policy.Profile(cfg.Model))
 	if err != nil {
 		ix.Stop()
 		return nil, err
@@ -226,6 +240,10 @@ func (r *Router) SetDegraded(id uint64, reason string) { r.Fleet.SetDegraded(id,
 func (r *Router) ActiveRequests() int {
 	return r.sched.active()
 }
+
+// QueueClasses reports every policy class's queue (--router-policy-config): what waits in it and its
+// round-robin deficit. Without a policy document there is one class, "default".
+func (r *Router) QueueClasses() []sched.ClassQueue { return r.sched.classes() }
 
 // RecordOutput reports a request's generated tokens so far (for output-block tracking).
 func (r *Router) RecordOutput(id string, tokens int) { r.sched.recordOutput(id, tokens) }

@@ -11,6 +11,7 @@ import (
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/worker"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/scoring/sched"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -27,6 +28,8 @@ var (
 	ErrBadRequest = sched.ErrBadRequest
 	// ErrNotReady: fewer workers than --router-min-initial-workers joined while the request waited.
 	ErrNotReady = sched.ErrNotReady
+	// ErrQueueRejected: the request's policy class has its queue at a limit (HTTP 529).
+	ErrQueueRejected = sched.ErrQueueRejected
 )
 
 // RouteRequest is one routing decision's input.
@@ -62,6 +65,9 @@ type RouteRequest struct {
 	Exclude []uint64
 	// Session is the request's X-Dynamo-Session-ID ("" none), for session affinity.
 	Session string
+	// PolicyClass is the request's x-dynamo-meta-policy-class ("" none): an explicit policy class, or a
+	// policy family combined with the request's uncached-ISL bucket (--router-policy-config).
+	PolicyClass string
 }
 
 // RouteResult is what Route decided.
@@ -113,8 +119,9 @@ func (a indexAdapter) Remove(w scoring.WorkerKey, hashes []uint64) {
 }
 
 func newScheduler(cfg scoring.Config, index *indexer.Indexer, now func() time.Time, seed *uint64, m *Metrics,
-	selector scoring.Selector, observe func(sched.LoadEvent)) (*scheduler, error) {
-	mc, err := sched.New(cfg, indexAdapter{index}, sched.Options{Seed: seed, Selector: selector, Observer: observe, Start: now()})
+	selector scoring.Selector, observe func(sched.LoadEvent), profile *policy.Profile) (*scheduler, error) {
+	mc, err := sched.New(cfg, indexAdapter{index}, sched.Options{Seed: seed, Selector: selector, Observer: observe, Start: now(),
+		Policy: profile})
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +228,8 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 
 	mreq := sched.Request{ID: req.ID, Local: sc.local, Chain: sc.chain, ISL: isl, Scores: sc.scores, Matched: true,
 		Priority: req.Priority, Strict: req.Strict, Pin: req.Pin, PinRank: req.PinRank, Override: req.Override,
-		OSL: req.ExpectedOutputTokens, ReturnCosts: req.ReturnCosts, Exclude: req.Exclude, Session: req.Session}
+		OSL: req.ExpectedOutputTokens, ReturnCosts: req.ReturnCosts, Exclude: req.Exclude, Session: req.Session,
+		PolicyClass: req.PolicyClass}
 	var wait chan sched.Released
 	s.mu.Lock()
 	d, queued, err := s.m.Route(tf, &mreq)
@@ -355,6 +363,13 @@ func (s *scheduler) active() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m.Active()
+}
+
+// classes returns every policy class's queue.
+func (s *scheduler) classes() []sched.ClassQueue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Classes(nil)
 }
 
 // loads returns every target's load.

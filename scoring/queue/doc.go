@@ -14,9 +14,9 @@
 //
 // # Ownership
 //
-// The router's scheduler actor owns the queue: it pushes when ShouldQueue says so, and drains (Pop while
-// ShouldQueue is false) whenever capacity frees: a prefill completes or a request is freed. Requests
-// that waited longer than the overlap refresh interval get their overlap re-queried at dequeue.
+// The scheduler machine (scoring/sched) owns one Queue per policy class: it pushes a request its class
+// must hold, and pops class heads by deficit round robin whenever capacity frees (a prefill completes or
+// a request is freed). Limits and rejection are the machine's; a Queue itself never rejects.
 //
 // # Data flow
 //
