@@ -172,6 +172,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
 	rcfg := router.DefaultConfig(cfg.BlockSize)
 	rcfg.Scoring = cfg
+	rcfg.Model = name // picks its profile from --router-policy-config's models
 	rcfg.Registerer = reg
 	rcfg.Worker.BindEndpoints = *f.bind
 	rcfg.Worker.Log = log
