@@ -89,7 +89,7 @@ func addOpsFlags(fs *flag.FlagSet) (*opsFlags, error) {
 	o.requestPlane = fs.String("request-plane", envOr("DYN_REQUEST_PLANE", "http"), "how requests reach workers: http, their OpenAI API (tcp and nats are refused) [$DYN_REQUEST_PLANE]")
 	o.dumpConfig = fs.String("dump-config-to", os.Getenv("DYN_DUMP_CONFIG_TO"), "write every flag's resolved value as JSON to this file at startup [$DYN_DUMP_CONFIG_TO]")
 	o.metricsPfx = fs.String("metrics-prefix", envOr("DYN_METRICS_PREFIX", "dynamo_frontend"), "frontend metric prefix; only Dynamo's default dynamo_frontend is supported [$DYN_METRICS_PREFIX]")
-	o.tokenizer = fs.String("tokenizer", envOr("DYN_TOKENIZER", "default"), "default or fastokens: both mean the model's tokenizer.json, which kvroute's own tokenizer reads [$DYN_TOKENIZER]")
+	o.tokenizer = fs.String("tokenizer", envOr("DYN_TOKENIZER", "default"), "default or fastokens: both mean the model's tokenizer.json, which kvroute's own tokenizer reads; none: no model directory, prompts must be token ids [$DYN_TOKENIZER]")
 	o.chatProc = fs.String("dyn-chat-processor", envOr("DYN_CHAT_PROCESSOR", "dynamo"), "chat template renderer: dynamo (kvroute renders templates itself; vllm and sglang are refused) [$DYN_CHAT_PROCESSOR]")
 	o.pprof = fs.Bool("pprof", truthy(os.Getenv("KVROUTE_PPROF")), "serve Go profiles at /debug/pprof/ (an admin path: needs --admin-token when one is set) [$KVROUTE_PPROF]")
 	grace, err := envSeconds("DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS", 5*time.Second)
@@ -143,7 +143,7 @@ func (o *opsFlags) check() (discovery string, err error) {
 	if *o.metricsPfx != "dynamo_frontend" {
 		return "", fmt.Errorf("--metrics-prefix %q: not supported; the frontend's metrics keep Dynamo's default names (dynamo_frontend_*) so its dashboards work", *o.metricsPfx)
 	}
-	if err := oneOf("tokenizer", *o.tokenizer, []string{"default", "fastokens"}); err != nil {
+	if err := oneOf("tokenizer", *o.tokenizer, []string{"default", "fastokens", "none"}); err != nil {
 		return "", err
 	}
 	if *o.chatProc != "dynamo" {

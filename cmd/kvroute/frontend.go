@@ -156,17 +156,28 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	dir, err := model.Resolve(*f.modelPath)
-	if err != nil {
-		return nil, fmt.Errorf("--model-path: %w", err)
-	}
-	m, err := model.Load(dir)
-	if err != nil {
-		return nil, err
-	}
-	name := *f.modelName
-	if name == "" {
-		name = modelNameOf(dir)
+	var (
+		dir  string
+		m    *model.Model
+		name = *f.modelName
+		err  error
+	)
+	switch *f.ops.tokenizer {
+	case "none":
+		if name == "" {
+			return nil, fmt.Errorf("--tokenizer none: give --model-name, the model the workers serve")
+		}
+		log.Info("no tokenizer (--tokenizer none): prompts must be token ids; text prompts and chat are answered 422, images route on their token ids")
+	default: // the model's tokenizer.json (oneOf checked the value)
+		if dir, err = model.Resolve(*f.modelPath); err != nil {
+			return nil, fmt.Errorf("--model-path: %w (for fleets fed token ids, --tokenizer none runs without a model)", err)
+		}
+		if m, err = model.Load(dir); err != nil {
+			return nil, err
+		}
+		if name == "" {
+			name = modelNameOf(dir)
+		}
 	}
 	app := &frontendApp{system: actors.NewSystem(nil), model: m, name: name, log: log,
 		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
@@ -177,7 +188,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	rcfg.Worker.BindEndpoints = *f.bind
 	rcfg.Worker.Log = log
 	rcfg.Worker.IdentityCheck = *f.identity
-	if m.Config.ImageTokenID > 0 {
+	if m != nil && m.Config.ImageTokenID > 0 {
 		rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
 	}
 	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
@@ -199,7 +210,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		api.AccessLog = log
 	}
 	app.api = api
-	if *f.mmOn {
+	if *f.mmOn && m != nil {
 		if err := enableMM(api, f, dir, name, reg, log); err != nil {
 			app.stop()
 			return nil, err

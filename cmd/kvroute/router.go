@@ -128,7 +128,8 @@ func runRouter(args []string) int {
 		_ = srv.Shutdown()
 	}()
 	log.Info("kvroute router listening", "addr", ln.Addr().String(), "block_size", cfg.BlockSize,
-		"shards", cfg.EventThreads, "workers", len(workers))
+		"shards", cfg.EventThreads, "workers", len(workers), "bind", *bind,
+		"tokenizer", "none: no model directory is read; requests carry token ids or block hashes")
 	if err := srv.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 1
