@@ -114,6 +114,7 @@ func (e *engine) restart() {
 	e.start()
 }
 
+// nextSeq is the seq of the next batch published, once every batch published so far has been sent.
 func (e *engine) nextSeq() int64 { return int64(e.p.Stats().Published) }
 
 // store publishes one BlockStored of blocks (4 tokens each) with engine hashes from hash on.
@@ -258,6 +259,8 @@ func runCompat(t *testing.T, tc compatCase) {
 	case "duplicate": // prompt 1's second batch arrives twice; a single removal must still drop it
 		p, h := prompt(0, 1), hashOf(0, 1)
 		e0.store(0, false, h, p[:4])
+		// Once the first block is indexed, it was sent: the next seq is the second batch's.
+		waitFor(t, "prompt 1's first block", func() bool { return overlapAt(r, p, id, 0) == 1 })
 		e0.twice.Store(e0.nextSeq())
 		e0.store(h, true, h+1, p[4:])
 		waitFor(t, "prompt 1 indexed", func() bool { return overlapAt(r, p, id, 0) == 2 })
