@@ -153,6 +153,7 @@ func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router
 	body := resp.Body
 	if resp.HasUsage {
 		a.observeUsage(route, resp.Usage)
+		j.promptTokens = resp.Usage.PromptTokens
 	}
 	if j.returnRoute && resp.Status < 300 {
 		if b, err := openai.AddNVExt(body, nvextOf(route)); err == nil {
@@ -240,8 +241,10 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 			if ev.HasUsage {
 				if u, ok := s.Usage(); ok {
 					a.observeUsage(route, u)
+					j.promptTokens = u.PromptTokens
 				}
 			}
+			j.chunks++
 			if _, err := w.Write(raw); err != nil {
 				return // client gone: the deferred Close aborts the worker's request
 			}

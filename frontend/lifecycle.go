@@ -47,6 +47,11 @@ func (a *OpenAIAPI) end(j *job, status int) {
 		a.Metrics.duration.Observe(d.Seconds())
 		if j.routed {
 			a.Metrics.rReqs.Inc()
+			var itl time.Duration
+			if j.chunks > 1 {
+				itl = (d - j.firstAt) / time.Duration(j.chunks-1)
+			}
+			a.Metrics.lastRequest(j.route.Worker.WorkerID, j.route.Worker.DPRank, j.firstAt, j.promptTokens, itl)
 		}
 	}
 	a.live.Add(-1)

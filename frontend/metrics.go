@@ -3,8 +3,11 @@ package frontend
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/actors/router"
 )
 
 // FrontendMetrics are the OpenAI edge's metrics under Dynamo's names and labels, so Dynamo's dashboards
@@ -31,7 +34,11 @@ type FrontendMetrics struct {
 	rISL  prometheus.Observer
 	rOSL  prometheus.Observer
 
-	predErr prometheus.Histogram
+	// Per worker rank, the last request's figures (dynamo_frontend_worker_last_*).
+	lastTTFT, lastISL, lastITL *prometheus.GaugeVec
+
+	predErr                 prometheus.Histogram
+	cachedTok, predictedTok prometheus.Counter
 
 	mu        sync.Mutex
 	precision map[uint64]*precision
@@ -114,6 +121,12 @@ func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *Frontend
 		rITL:     rITL.WithLabelValues(compVals...),
 		rISL:     rISL.WithLabelValues(compVals...),
 		rOSL:     rOSL.WithLabelValues(compVals...),
+		lastTTFT: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dynamo_frontend_worker_last_time_to_first_token_seconds",
+			Help: "Time to first token of the last request a worker rank served."}, workerLabels),
+		lastISL: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dynamo_frontend_worker_last_input_sequence_tokens",
+			Help: "Prompt tokens of the last request a worker rank served."}, workerLabels),
+		lastITL: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dynamo_frontend_worker_last_inter_token_latency_seconds",
+			Help: "Mean inter-token latency of the last streamed request a worker rank served."}, workerLabels),
 		predErr: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_cached_tokens_prediction_error",
 			Help:    "Worker-reported cached tokens minus the router's predicted cached tokens.",
 			Buckets: []float64{-4096, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 4096}}),
@@ -129,8 +142,89 @@ func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *Frontend
 			}
 		}
 	}
-	reg.MustRegister(reqs, inflight, queued, ttft, itl, duration, isl, osl, migr, rReqs, rTTFT, rITL, rISL, rOSL, m.predErr, m.precGauge)
+	m.cachedTok = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_cached_tokens_total",
+		Help: "Prompt tokens the workers reported served from their prefix cache (engine hit rate = rate of this / rate of dynamo_frontend_input_sequence_tokens_sum)."})
+	m.predictedTok = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_predicted_cached_tokens_total",
+		Help: "Prompt tokens the router predicted cached on the worker it chose, for requests whose usage came back."})
+	reg.MustRegister(reqs, inflight, queued, ttft, itl, duration, isl, osl, migr, rReqs, rTTFT, rITL, rISL, rOSL,
+		m.lastTTFT, m.lastISL, m.lastITL, m.predErr, m.precGauge, m.cachedTok, m.predictedTok)
 	return m
+}
+
+// workerLabels label the per-worker gauges as Dynamo's (worker_type is decode: workers are aggregated).
+var workerLabels = []string{"worker_id", "dp_rank", "worker_type"}
+
+// lastRequest records a finished request's figures for its worker rank.
+func (m *FrontendMetrics) lastRequest(worker uint64, rank uint32, ttft time.Duration, promptTokens int, itl time.Duration) {
+	id, r := strconv.FormatUint(worker, 10), strconv.FormatUint(uint64(rank), 10)
+	if ttft > 0 {
+		m.lastTTFT.WithLabelValues(id, r, "decode").Set(ttft.Seconds())
+	}
+	if promptTokens > 0 {
+		m.lastISL.WithLabelValues(id, r, "decode").Set(float64(promptTokens))
+	}
+	if itl > 0 {
+		m.lastITL.WithLabelValues(id, r, "decode").Set(itl.Seconds())
+	}
+}
+
+// ModelCollector exports the served model's configuration as Dynamo's dynamo_frontend_model_* gauges,
+// and each worker's health as kvroute_worker_*, read from the router at scrape time.
+type ModelCollector struct {
+	r                                *router.Router
+	model                            string
+	migration                        int
+	workers, blockSize, migr, blocks *prometheus.Desc
+	healthy, degraded, gaps          *prometheus.Desc
+}
+
+// NewModelCollector returns the collector; register it with the frontend's registry.
+func NewModelCollector(r *router.Router, model string, migrationLimit int) *ModelCollector {
+	l := []string{"model"}
+	return &ModelCollector{r: r, model: model, migration: migrationLimit,
+		workers:   prometheus.NewDesc("dynamo_frontend_model_workers", "Workers serving the model.", l, nil),
+		blockSize: prometheus.NewDesc("dynamo_frontend_model_kv_cache_block_size", "KV cache block size of the model's workers, in tokens.", l, nil),
+		migr:      prometheus.NewDesc("dynamo_frontend_model_migration_limit", "Request migration limit.", l, nil),
+		blocks:    prometheus.NewDesc("dynamo_frontend_model_total_kv_blocks", "Total KV blocks over the model's workers that report it.", l, nil),
+		healthy: prometheus.NewDesc("kvroute_worker_healthy", "1 while a worker passes its health checks (it is routable), else 0.",
+			[]string{"worker_id"}, nil),
+		degraded: prometheus.NewDesc("kvroute_worker_degraded", "1 while a worker's KV events disagree with the router's hashes (registration self-test), else 0.",
+			[]string{"worker_id"}, nil),
+		gaps: prometheus.NewDesc("kvroute_worker_kv_event_gaps_total", "Gaps seen in a worker's KV event sequence (each one asks the worker for a replay).",
+			[]string{"worker_id"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *ModelCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.workers
+	ch <- c.blockSize
+	ch <- c.migr
+	ch <- c.blocks
+	ch <- c.healthy
+	ch <- c.degraded
+	ch <- c.gaps
+}
+
+// Collect implements prometheus.Collector.
+func (c *ModelCollector) Collect(ch chan<- prometheus.Metric) {
+	ms := c.r.Fleet.Mirrors()
+	total := 0
+	for _, m := range ms {
+		total += m.Spec.TotalKVBlocks
+		st, ok := c.r.Fleet.StatusOf(m.Spec.ID)
+		if !ok {
+			continue
+		}
+		id := strconv.FormatUint(m.Spec.ID, 10)
+		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, float64(b2i(st.Healthy)), id)
+		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, float64(b2i(st.Degraded != "")), id)
+		ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.CounterValue, float64(st.Gaps), id)
+	}
+	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(len(ms)), c.model)
+	ch <- prometheus.MustNewConstMetric(c.blockSize, prometheus.GaugeValue, float64(c.r.BlockSize()), c.model)
+	ch <- prometheus.MustNewConstMetric(c.migr, prometheus.GaugeValue, float64(c.migration), c.model)
+	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(total), c.model)
 }
 
 // label is the endpoint label Dynamo gives the endpoint.
@@ -174,6 +268,8 @@ func b2i(b bool) int {
 func (m *FrontendMetrics) prediction(worker uint64, predicted, reported, blockSize int) {
 	diff := reported - predicted
 	m.predErr.Observe(float64(diff))
+	m.cachedTok.Add(float64(max(reported, 0)))
+	m.predictedTok.Add(float64(max(predicted, 0)))
 	m.mu.Lock()
 	p := m.precision[worker]
 	if p == nil {

@@ -65,6 +65,10 @@ type job struct {
 	route   router.RouteResult
 	routed  bool
 	firstAt time.Duration
+	// promptTokens is the worker's reported prompt length (0 until usage arrives); chunks counts the
+	// stream's events, for the mean inter-token latency.
+	promptTokens int
+	chunks       int
 }
 
 // close ends the request: its context, and the resources it held for the worker.

@@ -206,6 +206,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	fm := frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})
 	api := frontend.NewOpenAIAPI(app.router, m, name, app.system, app.pool,
 		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout}, fm)
+	reg.MustRegister(frontend.NewModelCollector(app.router, name, cfg.MigrationLimit))
 	if *f.ops.log.access {
 		api.AccessLog = log
 	}
