@@ -34,7 +34,7 @@ test: deps
 # benches are skipped when BENCH_TRACE is missing. Full runs: see docs/benchmarks.md "Benchmark suite".
 BENCH_TIME  ?= 100ms
 BENCH_OUT   ?= out/bench
-BENCH_TRACE ?= ../shared/traces/mooncake_conversation_trace.jsonl
+BENCH_TRACE ?= testdata/traces/conversation-sample.jsonl
 bench: build
 	@mkdir -p $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -short $(PKGS) > $(BENCH_OUT)/gotest.txt 2>&1; \

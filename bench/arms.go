@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Helpers for the end-to-end report (issue 9 item 4), pure so the e2e driver only has to record samples.
+// Helpers for the end-to-end report (the e2e bench), pure so the e2e driver only has to record samples.
 
 // Goodput returns the highest offered rate at which the SLO holds at that rate and every lower one: rates
 // are the offered arrival rates of a sweep, p90 the TTFT p90 measured at each (same order), slo the bound
@@ -53,10 +53,12 @@ func LoadImbalance(active []float64) float64 {
 
 // LoadOverTime builds the per-worker load plot: t in seconds, load[w][i] the active requests of worker w
 // at t[i].
-func LoadOverTime(title string, t []float64, load [][]float64) *LinePlot {
+// firstID is the worker id of load[0], so the legend numbers workers as /v1/workers and the routing
+// headers do.
+func LoadOverTime(title string, t []float64, load [][]float64, firstID int) *LinePlot {
 	p := &LinePlot{Title: title, XLabel: "time (s)", YLabel: "active requests"}
 	for w, l := range load {
-		p.Series = append(p.Series, Series{Name: "worker " + strconv.Itoa(w), X: t, Y: l})
+		p.Series = append(p.Series, Series{Name: "worker " + strconv.Itoa(firstID+w), X: t, Y: l})
 	}
 	return p
 }

@@ -32,8 +32,8 @@ func TestLoadImbalanceAndPlots(t *testing.T) {
 	if LoadImbalance(nil) != 0 || LoadImbalance([]float64{0, 0}) != 0 {
 		t.Fatal("idle fleet")
 	}
-	svg := LoadOverTime("load", []float64{0, 1, 2}, [][]float64{{1, 2, 3}, {0, 1, 0}}).SVG()
-	if strings.Count(svg, "<polyline") != 2 || !strings.Contains(svg, "worker 1") {
+	svg := LoadOverTime("load", []float64{0, 1, 2}, [][]float64{{1, 2, 3}, {0, 1, 0}}, 1).SVG()
+	if strings.Count(svg, "<polyline") != 2 || !strings.Contains(svg, "worker 1") || !strings.Contains(svg, "worker 2") || strings.Contains(svg, "worker 0") {
 		t.Fatal("load plot")
 	}
 	bar := HitRatePlot("hits", []string{"kv", "round-robin"}, []float64{0.25, 0.05}).SVG()

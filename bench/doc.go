@@ -1,4 +1,4 @@
-// Package bench is kvroute's in-process benchmark suite (issue 9): trace replay, the indexer, routing
+// Package bench is kvroute's in-process benchmark suite: trace replay, the indexer, routing
 // decision and tokenizer benchmarks behind `kvroute bench`, the oracles and peer-style baselines the
 // side-by-side routing report compares against, and the report writer.
 //
@@ -50,7 +50,7 @@
 //	trace → PrepareIndexer (hash, partition, per-worker LRU → Stored/Removed) → RunIndexer → IndexerRun
 //	results → Fill*Report → Report.Write(out) → report.json, report.md, *.svg
 //
-// The end-to-end bench (issue 9 item 4: frontend + simulated workers, every routing arm on one trace)
+// The end-to-end bench (frontend + simulated workers, every routing arm on one trace)
 // is built on these pieces: prompts from Blocks, arrivals from Arrivals through Replay, the oracle rates
 // for its report, the peer selectors as arms. Its request goroutines (one per arrival) each own their
 // sample slot; the load sampler goroutine owns LoadT/Load; RunArm reads both only after joining them.

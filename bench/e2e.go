@@ -27,7 +27,7 @@ import (
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
-// The end-to-end bench (issue 9 item 4): per arm, a fresh fleet of simulated vLLM workers (real HTTP and
+// The end-to-end bench: per arm, a fresh fleet of simulated vLLM workers (real HTTP and
 // ZMQ on loopback), a fresh router core and OpenAI frontend, and the trace replayed through
 // /v1/completions as token-id prompts. Arms run one after another on the same arrivals.
 
@@ -220,6 +220,9 @@ func armRouterConfig(arm string, bs int) router.Config {
 	return rcfg
 }
 
+// e2eFirstWorkerID numbers the bench's workers from 1, as kvroute serve and the launch script do.
+const e2eFirstWorkerID = 1
+
 func startE2EStack(cfg *E2EConfig, arm string) (_ *e2eStack, err error) {
 	eng := mocker.DefaultEngineConfig()
 	eng.BlockSize, eng.NumGPUBlocks, eng.SpeedupRatio = cfg.BlockSize, cfg.NumGPUBlocks, cfg.SpeedupRatio
@@ -228,7 +231,7 @@ func startE2EStack(cfg *E2EConfig, arm string) (_ *e2eStack, err error) {
 	if events {
 		tmpl.KVEvents = mocker.DefaultKVEventsConfig()
 	}
-	fc := mocker.FleetConfig{NumWorkers: cfg.Workers, Template: tmpl, NoReplay: !events}
+	fc := mocker.FleetConfig{NumWorkers: cfg.Workers, Template: tmpl, NoReplay: !events, FirstID: e2eFirstWorkerID}
 	fleet, err := mocker.StartFleet(fc)
 	if err != nil {
 		return nil, err

@@ -186,7 +186,7 @@ func (r *E2EResult) armNames() []string {
 	return out
 }
 
-// Finish computes goodput per arm and the acceptance checks of issue 9.
+// Finish computes goodput per arm and the acceptance checks.
 func (r *E2EResult) Finish() {
 	r.Goodput = map[string]float64{}
 	for _, arm := range r.armNames() {
@@ -326,7 +326,7 @@ func FillE2EReport(rep *Report, r *E2EResult, runs []*ArmRun) {
 	for _, arm := range r.armNames() {
 		gp.Rows = append(gp.Rows, []string{arm, F(r.Goodput[arm], 2)})
 	}
-	acc := Table{Title: "Acceptance (issue 9)", Columns: []string{"target", "value", "met"}}
+	acc := Table{Title: "Acceptance targets", Columns: []string{"target", "value", "met"}}
 	for _, c := range r.Acceptance {
 		met := "no"
 		switch {
@@ -385,7 +385,7 @@ func FillE2EReport(rep *Report, r *E2EResult, runs []*ArmRun) {
 		top := speeds[len(speeds)-1]
 		for _, run := range runs {
 			if run.ArrivalSpeedup == top {
-				p := LoadOverTime(fmt.Sprintf("In-flight requests per worker, %s, arrival ×%s", run.Arm, FormatNum(top)), run.LoadT, run.Load)
+				p := LoadOverTime(fmt.Sprintf("In-flight requests per worker, %s, arrival ×%s", run.Arm, FormatNum(top)), run.LoadT, run.Load, e2eFirstWorkerID)
 				rep.AddPlot("load_"+run.Arm+".svg", p.Title, p.SVG())
 			}
 		}

@@ -36,6 +36,10 @@ type BarPlot struct {
 
 var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
 
+// labelCharW and slantCharW are the approximate widths of one label character at the plots' font size
+// and at the slanted labels' (10 px), in pixels.
+const labelCharW, slantCharW = 7.0, 6.0
+
 const (
 	svgW, svgH                     = 760, 460
 	padL, padR, padT, padB float64 = 78, 170, 40, 56
@@ -222,6 +226,18 @@ func (p *BarPlot) SVG() string {
 	}
 	ay.lo = 0
 	pw, ph := svgW-padL-padR, svgH-padT-padB
+	// Labels wider than their slot are drawn slanted from the bar's foot, so many bars (a matrix of
+	// cells) stay readable instead of overlapping; the plot gives up the height they need.
+	slant, longest := false, 0
+	for _, l := range p.Labels {
+		longest = max(longest, len(l))
+		if n := len(p.Values); n > 0 && float64(len(l))*labelCharW > pw/float64(n)*0.95 {
+			slant = true
+		}
+	}
+	if slant {
+		ph -= max(0, float64(longest)*slantCharW*0.5-padB+20)
+	}
 	py := func(v float64) float64 { return padT + (1-ay.norm(v))*ph }
 	var b strings.Builder
 	svgHeader(&b, p.Title)
@@ -240,6 +256,12 @@ func (p *BarPlot) SVG() string {
 		label := ""
 		if i < len(p.Labels) {
 			label = p.Labels[i]
+		}
+		if slant {
+			lx, ly := x+slot*0.35, padT+ph+12
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="end" font-size="10" transform="rotate(-30 %.1f %.0f)">%s</text>`+"\n",
+				lx, ly, lx, ly, html.EscapeString(label))
+			continue
 		}
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n", x+slot*0.35, padT+ph+16, html.EscapeString(label))
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/goccy/go-json"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
@@ -287,12 +288,17 @@ func (a *OpenAIAPI) models(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, map[string]any{"object": "list", "data": []modelCard{{ID: a.ModelName, Object: "model", Created: 0, OwnedBy: "kvroute", Root: a.ModelName}}})
 }
 
-// tokenizeRequest is vLLM's /tokenize body: completion form (prompt) or chat form (messages).
+// tokenizeRequest is vLLM's /tokenize body: completion form (prompt) or chat form (messages, with the
+// chat body's template inputs: tools, chat_template_kwargs, continue_final_message). Other chat fields
+// are accepted and have no effect on tokens.
 type tokenizeRequest struct {
-	Model               string          `json:"model"`
-	Prompt              *string         `json:"prompt"`
-	Messages            []model.Message `json:"messages"`
-	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	Model                string            `json:"model"`
+	Prompt               *string           `json:"prompt"`
+	Messages             []model.Message   `json:"messages"`
+	AddGenerationPrompt  *bool             `json:"add_generation_prompt"`
+	Tools                []json.RawMessage `json:"tools"`
+	ChatTemplateKwargs   map[string]any    `json:"chat_template_kwargs"`
+	ContinueFinalMessage bool              `json:"continue_final_message"`
 }
 
 func (a *OpenAIAPI) tokenizeEndpoint(ctx *fasthttp.RequestCtx) {
@@ -321,12 +327,13 @@ func (a *OpenAIAPI) tokenizeEndpoint(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, errorf(ErrUnprocessable, "model has no chat template"))
 			return
 		}
-		addGen := true
+		addGen := !req.ContinueFinalMessage
 		if req.AddGenerationPrompt != nil {
 			addGen = *req.AddGenerationPrompt
 		}
 		var err error
-		toks, err = a.Model.EncodeChat(req.Messages, model.ChatOptions{AddGenerationPrompt: addGen})
+		toks, err = a.Model.EncodeChat(req.Messages, model.ChatOptions{AddGenerationPrompt: addGen, Tools: req.Tools,
+			Kwargs: req.ChatTemplateKwargs, ContinueFinalMessage: req.ContinueFinalMessage})
 		if err != nil {
 			writeError(ctx, errorf(ErrBadRequest, "cannot render the chat template: %v", err))
 			return

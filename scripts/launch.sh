@@ -17,7 +17,7 @@
 #                           --kv-cache-block-size, which must agree [16]
 #   GPU_MEMORY_UTILIZATION  each worker's --gpu-memory-utilization; empty: vLLM's default (0.9), or 0.9/NUM_WORKERS
 #                           when SINGLE_GPU=1 []
-#   SINGLE_GPU              1: every worker runs on GPU 0 (CUDA_VISIBLE_DEVICES=0) and they start one after the
+#   SINGLE_GPU              1 (or true): every worker runs on GPU 0 (CUDA_VISIBLE_DEVICES=0) and they start one after the
 #                           other, so each vLLM profiles memory alone; otherwise worker i gets
 #                           CUDA_VISIBLE_DEVICES=i-1 and all start at once [0]
 #   HTTP_PORT_BASE          worker i serves HTTP on HTTP_PORT_BASE + i - 1 [8101]
@@ -49,6 +49,10 @@ NUM_WORKERS=${NUM_WORKERS:-2}
 BLOCK_SIZE=${BLOCK_SIZE:-16}
 GPU_MEMORY_UTILIZATION=${GPU_MEMORY_UTILIZATION:-}
 SINGLE_GPU=${SINGLE_GPU:-0}
+case ${SINGLE_GPU,,} in # the seed scripts write true/false
+1 | true | yes | on) SINGLE_GPU=1 ;;
+*) SINGLE_GPU=0 ;;
+esac
 HTTP_PORT_BASE=${HTTP_PORT_BASE:-8101}
 KV_EVENTS_PORT_BASE=${KV_EVENTS_PORT_BASE:-5557}
 KV_REPLAY_PORT_BASE=${KV_REPLAY_PORT_BASE:-$((KV_EVENTS_PORT_BASE + 100))}
@@ -172,11 +176,21 @@ http_ok() {
 	[[ $status == "HTTP/1."?" 200"* ]]
 }
 
+# port_free HOST PORT NAME: fails, saying so, when something already answers on the port: a probe there would
+# reach that process instead of ours.
+port_free() {
+	if { : 3<>"/dev/tcp/$1/$2"; } 2>/dev/null; then
+		log "$3: port $2 is already in use by another process"
+		return 1
+	fi
+}
+
 # wait_healthy NAME PID HOST PORT: polls GET /health until 200; fails when the child exits or HEALTH_TIMEOUT
-# passes.
+# passes. The port was free before the child started (port_free), and the child must still be alive once the
+# probe succeeds, so a 200 is the child's own.
 wait_healthy() {
 	local name=$1 pid=$2 host=$3 port=$4 deadline=$((SECONDS + HEALTH_TIMEOUT))
-	until http_ok "$host" "$port"; do
+	until http_ok "$host" "$port" && kill -0 "$pid" 2>/dev/null; do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			log "$name exited before it was healthy"
 			return 1
@@ -204,6 +218,7 @@ for ((i = 1; i <= NUM_WORKERS; i++)); do
 	[[ -n $GPU_MEMORY_UTILIZATION ]] && args+=(--gpu-memory-utilization "$GPU_MEMORY_UTILIZATION")
 	gpu=$((i - 1))
 	[[ $SINGLE_GPU == 1 ]] && gpu=0
+	port_free "$connect_host" "$port" "worker-$i" || exit 1
 	CUDA_VISIBLE_DEVICES=$gpu start "worker-$i" "${vllm_cmd[@]}" "${args[@]}" "${vllm_extra[@]}"
 	worker_pids+=("$!")
 	worker_flags+=(--worker "id=$i,url=http://$connect_host:$port,events=tcp://$connect_host:$events,replay=tcp://$connect_host:$replay")
@@ -217,11 +232,12 @@ if [[ $SINGLE_GPU != 1 ]]; then
 	done
 fi
 
-start frontend "$KVROUTE" frontend --http-port "$FRONTEND_PORT" --host "$FRONTEND_HOST" \
-	--model-path "$MODEL" --model-name "$SERVED_MODEL_NAME" --kv-cache-block-size "$BLOCK_SIZE" \
-	"${worker_flags[@]}" "${frontend_extra[@]}"
 frontend_host=$FRONTEND_HOST
 [[ $FRONTEND_HOST == 0.0.0.0 ]] && frontend_host=127.0.0.1
+port_free "$frontend_host" "$FRONTEND_PORT" frontend || exit 1
+start frontend "$KVROUTE" frontend --http-port "$FRONTEND_PORT" --http-host "$FRONTEND_HOST" \
+	--model-path "$MODEL" --model-name "$SERVED_MODEL_NAME" --kv-cache-block-size "$BLOCK_SIZE" \
+	"${worker_flags[@]}" "${frontend_extra[@]}"
 wait_healthy frontend "$!" "$frontend_host" "$FRONTEND_PORT" || exit 1
 log "ready: curl http://localhost:$FRONTEND_PORT/v1/chat/completions -H 'content-type: application/json'" \
 	"-d '{\"model\":\"$SERVED_MODEL_NAME\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'"

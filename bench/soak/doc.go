@@ -1,4 +1,4 @@
-// Package soak is the soak test of issue 11: `make soak` runs load against a `kvroute serve`-like stack
+// Package soak is the soak test: `make soak` runs load against a `kvroute serve`-like stack
 // in this process (simulated vLLM workers publishing real ZMQ KV events, the router core, the OpenAI
 // frontend on loopback) for a set time and reports errors, latency percentiles, RSS and goroutine counts.
 // The test lives behind the build tag soak (soak_test.go); this package has no code of its own.

@@ -168,12 +168,20 @@ func finish(rep *bench.Report, out string) error {
 	return nil
 }
 
+// sampleTrace is the trace that ships in the repository (testdata/traces/README.md): 60 conversations
+// of the Mooncake conversation trace, all their turns, time compressed 15×, so the e2e bench runs on a
+// fresh clone.
+const sampleTrace = "testdata/traces/conversation-sample.jsonl"
+
 func loadTrace(path string, minutes float64) (*bench.Trace, error) {
 	if path == "" {
 		return nil, fmt.Errorf("--trace is required")
 	}
 	t, err := bench.LoadTrace(path)
 	if err != nil {
+		if path == sampleTrace && errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s not found: run from the repository root or give --trace", path)
+		}
 		return nil, err
 	}
 	if minutes > 0 {
@@ -452,7 +460,7 @@ func benchE2E(args []string) error {
 	cfg := bench.DefaultE2EConfig()
 	fs := flag.NewFlagSet("bench e2e", flag.ContinueOnError)
 	c := commonFlags(fs, "e2e")
-	trace := fs.String("trace", "", "Mooncake JSONL trace (required)")
+	trace := fs.String("trace", sampleTrace, "Mooncake JSONL trace (default: the sample in the repository, 279 requests of 60 conversations)")
 	minutes := fs.Float64("minutes", 10, "use only the first N minutes of the trace (0: all)")
 	maxReq := fs.Int("max-requests", 0, "use only the first N requests (0: all)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated workers")

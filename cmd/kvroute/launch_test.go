@@ -287,3 +287,72 @@ func (s *launchOutput) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestLaunchScriptBusyFrontendPort: another process already answers /health on the frontend's port. The script
+// must not take that answer for its frontend's: it stops with the reason and leaves nothing running.
+// SINGLE_GPU is given as the seed scripts write it (true).
+func TestLaunchScriptBusyFrontendPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a worker")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not found")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildKVRouteBinary(t, root)
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	go func() {
+		_ = http.Serve(other, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	}()
+	busy := other.Addr().(*net.TCPAddr).Port
+	ports := launchPortRange(t, 3)
+	var out launchOutput
+	cmd := exec.Command(bash, filepath.Join(root, "scripts", "launch.sh"))
+	cmd.Dir = t.TempDir()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(),
+		"VLLM_CMD="+bin+" mocker", "KVROUTE="+bin, "MODEL="+filepath.Join(root, "testdata", "models", "Qwen3-VL-2B-Instruct"),
+		"NUM_WORKERS=1", "SINGLE_GPU=true", "WORKER_HOST=127.0.0.1", "FRONTEND_HOST=127.0.0.1",
+		"FRONTEND_PORT="+strconv.Itoa(busy), "HTTP_PORT_BASE="+strconv.Itoa(ports),
+		"KV_EVENTS_PORT_BASE="+strconv.Itoa(ports+1), "KV_REPLAY_PORT_BASE="+strconv.Itoa(ports+2),
+		"VLLM_EXTRA_ARGS=--speedup-ratio 20", "HEALTH_TIMEOUT=30", "STOP_TIMEOUT=5", "LOG_DIR=")
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		for _, pgid := range launchedPIDs(out.String()) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		t.Fatalf("launch.sh still running with its frontend port taken:\n%s", out.String())
+	}
+	log := out.String()
+	if err == nil || strings.Contains(log, "frontend healthy") || !strings.Contains(log, "port "+strconv.Itoa(busy)+" is already in use") {
+		t.Fatalf("launch.sh with a busy frontend port: %v\n%s", err, log)
+	}
+	if !strings.Contains(log, "worker-1 healthy") {
+		t.Errorf("the worker never came up\n%s", log)
+	}
+	for _, pgid := range launchedPIDs(log) {
+		deadline := time.Now().Add(10 * time.Second)
+		for syscall.Kill(-pgid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("process group %d still alive after launch.sh exited", pgid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

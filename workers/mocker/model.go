@@ -19,6 +19,10 @@ type Tokenizer interface {
 type ChatMessage struct {
 	Role  string
 	Parts []ChatPart
+	// Msg is the whole message as the router's renderer reads it (tool calls, tool call ids, names,
+	// reasoning), when the request carried it; the chat template renders it rather than Parts, so the
+	// prompt is the router's to the byte.
+	Msg *model.Message
 }
 
 // ChatPart is a text part or an image part.
@@ -40,7 +44,8 @@ type Model struct {
 	Tok  Tokenizer
 	// RenderChat renders messages with the chat template; each image part becomes exactly one
 	// ImagePadID token after Encode.
-	RenderChat func(msgs []ChatMessage, addGenerationPrompt bool) (string, error)
+	// opts carries the request's template inputs (generation prompt, tools, chat_template_kwargs).
+	RenderChat func(msgs []ChatMessage, opts model.ChatOptions) (string, error)
 	// ImagePadID is the placeholder token repeated once per image token (Qwen: <|image_pad|> 151655).
 	ImagePadID uint32
 	// PatchSize, MergeSize, MinPixels and MaxPixels are the Qwen-VL resize parameters
@@ -119,7 +124,8 @@ func (byteTokenizer) Decode(ids []uint32) string {
 
 // renderQwenChat is Qwen3-VL's template for plain conversations (no tools): each message as
 // <|im_start|>role\ncontent<|im_end|>\n, images as <|vision_start|><|image_pad|><|vision_end|>.
-func renderQwenChat(msgs []ChatMessage, addGenerationPrompt bool) (string, error) {
+func renderQwenChat(msgs []ChatMessage, opts model.ChatOptions) (string, error) {
+	addGenerationPrompt := opts.AddGenerationPrompt
 	var b strings.Builder
 	for _, m := range msgs {
 		b.WriteString("<|im_start|>")
@@ -214,8 +220,8 @@ func LoadModel(dir, name string) (*Model, error) {
 		m.MaxModelLen = int(v)
 	}
 	if hf.ChatTemplate != nil {
-		m.RenderChat = func(msgs []ChatMessage, addGen bool) (string, error) {
-			return hf.RenderChat(toModelMessages(msgs), model.ChatOptions{AddGenerationPrompt: addGen})
+		m.RenderChat = func(msgs []ChatMessage, opts model.ChatOptions) (string, error) {
+			return hf.RenderChat(toModelMessages(msgs), opts)
 		}
 	}
 	return m, nil
@@ -224,6 +230,10 @@ func LoadModel(dir, name string) (*Model, error) {
 func toModelMessages(msgs []ChatMessage) []model.Message {
 	out := make([]model.Message, len(msgs))
 	for i, m := range msgs {
+		if m.Msg != nil {
+			out[i] = *m.Msg
+			continue
+		}
 		out[i].Role = m.Role
 		if len(m.Parts) == 1 && !m.Parts[0].Image {
 			out[i].Content = model.TextContent(m.Parts[0].Text)

@@ -35,6 +35,35 @@ type openAIRequest struct {
 	ContinueFinalMessage bool     `json:"continue_final_message"`
 	ReturnTokenStrs      bool     `json:"return_token_strs"`
 	Tokens               []uint32 `json:"tokens"`
+	// Tools and ChatTemplateKwargs are chat template inputs, rendered as the router renders them.
+	Tools              []json.RawMessage `json:"tools"`
+	ChatTemplateKwargs map[string]any    `json:"chat_template_kwargs"`
+}
+
+// fullMessages is the messages of a chat body decoded as the router decodes them (model.Message).
+type fullMessages struct {
+	Messages []model.Message `json:"messages"`
+}
+
+// chatMessages parses a chat body's messages: the parts the engine needs (images) and, for the
+// template, each whole message as the router reads it.
+func chatMessages(raw []byte, body *openAIRequest) ([]ChatMessage, error) {
+	msgs, err := parseMessages(body.Messages)
+	if err != nil {
+		return nil, err
+	}
+	var full fullMessages
+	if err := json.Unmarshal(raw, &full); err == nil && len(full.Messages) == len(msgs) {
+		for i := range msgs {
+			msgs[i].Msg = &full.Messages[i]
+		}
+	}
+	return msgs, nil
+}
+
+// chatOptions are the request's template inputs.
+func chatOptions(body *openAIRequest) model.ChatOptions {
+	return model.ChatOptions{AddGenerationPrompt: addGenerationPrompt(body), Tools: body.Tools, Kwargs: body.ChatTemplateKwargs}
 }
 
 type rawMessage struct {
@@ -204,11 +233,11 @@ func parseMessages(raw []rawMessage) ([]ChatMessage, error) {
 
 // chatPrompt renders and tokenizes messages and expands each image's single placeholder to its token
 // count, recording the images' placeholder ranges for the block extra keys.
-func (w *Worker) chatPrompt(msgs []ChatMessage, addGen, cont bool) ([]uint32, []MMItem, error) {
-	if cont && addGen {
+func (w *Worker) chatPrompt(msgs []ChatMessage, opts model.ChatOptions, cont bool) ([]uint32, []MMItem, error) {
+	if cont && opts.AddGenerationPrompt {
 		return nil, nil, fmt.Errorf("%w: continue_final_message cannot be combined with add_generation_prompt", ErrBadRequest)
 	}
-	text, err := w.model.RenderChat(msgs, addGen)
+	text, err := w.model.RenderChat(msgs, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: chat template: %v", ErrBadRequest, err)
 	}
@@ -266,12 +295,11 @@ func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (prepared, error) 
 	p.usage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
 	var err error
 	if chat {
-		msgs, err := parseMessages(body.Messages)
+		msgs, err := chatMessages(ctx.PostBody(), &body)
 		if err != nil {
 			return prepared{}, err
 		}
-		addGen := addGenerationPrompt(&body)
-		p.req.Prompt, p.req.MM, err = w.chatPrompt(msgs, addGen, body.ContinueFinalMessage)
+		p.req.Prompt, p.req.MM, err = w.chatPrompt(msgs, chatOptions(&body), body.ContinueFinalMessage)
 		if err != nil {
 			return prepared{}, err
 		}
@@ -451,8 +479,8 @@ func (w *Worker) serveTokenize(ctx *fasthttp.RequestCtx) {
 	var err error
 	if len(body.Messages) > 0 {
 		var msgs []ChatMessage
-		if msgs, err = parseMessages(body.Messages); err == nil {
-			ids, _, err = w.chatPrompt(msgs, addGenerationPrompt(&body), body.ContinueFinalMessage)
+		if msgs, err = chatMessages(ctx.PostBody(), &body); err == nil {
+			ids, _, err = w.chatPrompt(msgs, chatOptions(&body), body.ContinueFinalMessage)
 		}
 	} else {
 		ids, err = w.parsePrompt(body.Prompt)
