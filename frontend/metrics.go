@@ -169,13 +169,15 @@ func (m *FrontendMetrics) lastRequest(worker uint64, rank uint32, ttft time.Dura
 }
 
 // ModelCollector exports the served model's configuration as Dynamo's dynamo_frontend_model_* gauges,
-// and each worker's health as kvroute_worker_*, read from the router at scrape time.
+// and each worker's health as kvroute_worker_healthy, read from the router at scrape time.
 type ModelCollector struct {
 	r                                *router.Router
 	model                            string
 	migration                        int
 	workers, blockSize, migr, blocks *prometheus.Desc
-	healthy, degraded, gaps          *prometheus.Desc
+	// healthy is per worker; the event plane's per-worker metrics (gaps, degraded) are the fleet's own
+	// collector (actors/worker).
+	healthy *prometheus.Desc
 }
 
 // NewModelCollector returns the collector; register it with the frontend's registry.
@@ -188,10 +190,6 @@ func NewModelCollector(r *router.Router, model string, migrationLimit int) *Mode
 		blocks:    prometheus.NewDesc("dynamo_frontend_model_total_kv_blocks", "Total KV blocks over the model's workers that report it.", l, nil),
 		healthy: prometheus.NewDesc("kvroute_worker_healthy", "1 while a worker passes its health checks (it is routable), else 0.",
 			[]string{"worker_id"}, nil),
-		degraded: prometheus.NewDesc("kvroute_worker_degraded", "1 while a worker's KV events disagree with the router's hashes (registration self-test), else 0.",
-			[]string{"worker_id"}, nil),
-		gaps: prometheus.NewDesc("kvroute_worker_kv_event_gaps_total", "Gaps seen in a worker's KV event sequence (each one asks the worker for a replay).",
-			[]string{"worker_id"}, nil),
 	}
 }
 
@@ -202,8 +200,6 @@ func (c *ModelCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.migr
 	ch <- c.blocks
 	ch <- c.healthy
-	ch <- c.degraded
-	ch <- c.gaps
 }
 
 // Collect implements prometheus.Collector.
@@ -218,8 +214,6 @@ func (c *ModelCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		id := strconv.FormatUint(m.Spec.ID, 10)
 		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, float64(b2i(st.Healthy)), id)
-		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, float64(b2i(st.Degraded != "")), id)
-		ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.CounterValue, float64(st.Gaps), id)
 	}
 	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(len(ms)), c.model)
 	ch <- prometheus.MustNewConstMetric(c.blockSize, prometheus.GaugeValue, float64(c.r.BlockSize()), c.model)
