@@ -14,8 +14,10 @@ all: build
 deps:
 	@bash scripts/deps.sh
 
+# The commit is stamped at link time (kvroute version), so builds without Go's VCS stamping say it too.
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -modified)
 build: deps
-	$(GO) build -o $(BIN) ./cmd/kvroute
+	$(GO) build -ldflags "-X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/kvroute
 
 # The one-command demo: the frontend on :8000 with simulated workers in-process.
 run: build

@@ -19,6 +19,8 @@ type ProbeConfig struct {
 	// Checked, when set, reports whether a worker has passed a health check since it registered; a
 	// worker counts as ready only then. Nil: every healthy registered worker is ready.
 	Checked func(id uint64) bool
+	// Version is what GET /version reports (the binary's version and commit). Default "".
+	Version string
 }
 
 // Probes serves the orchestration endpoints:
@@ -27,6 +29,7 @@ type ProbeConfig struct {
 //	/health 200 with Dynamo's shape: status healthy once a worker is registered, endpoints and instances.
 //	/ready  200 {"status":"ready"} once MinReadyWorkers workers are healthy and checked, 503
 //	        {"status":"notready","reason":...} before that and from the moment the drain starts.
+//	/version 200 {"version":...}.
 type Probes struct {
 	r        *router.Router
 	cfg      ProbeConfig
@@ -60,6 +63,8 @@ func (p *Probes) Handle(ctx *fasthttp.RequestCtx) bool {
 		p.health(ctx)
 	case "/ready":
 		p.ready(ctx)
+	case "/version":
+		writeJSON(ctx, map[string]string{"version": p.cfg.Version})
 	default:
 		return false
 	}

@@ -109,7 +109,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	switch string(ctx.Path()) {
-	case "/health", "/live", "/ready":
+	case "/health", "/live", "/ready", "/version":
 		if s.cfg.Probes == nil || !s.cfg.Probes.Handle(ctx) {
 			ctx.SetStatusCode(fasthttp.StatusOK)
 		}

@@ -221,7 +221,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	hc.Interval, hc.SelfTest, hc.ModelName = *f.health, *f.selfTest, name
 	app.mon = frontend.NewMonitor(app.router, app.pool, hc, log)
 	app.probes = frontend.NewProbes(app.router, frontend.ProbeConfig{Namespace: *f.ops.namespace,
-		MinReadyWorkers: max(1, cfg.MinInitialWorkers), Checked: app.mon.Checked})
+		MinReadyWorkers: max(1, cfg.MinInitialWorkers), Checked: app.mon.Checked, Version: version()})
 	scfg := f.srv.config(*f.maxBody, reg)
 	scfg.Probes = app.probes
 	handlers := []frontend.Handler{api, &frontend.RouterAPI{R: app.router}}

@@ -38,9 +38,14 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "  version    the module version and the commit it was built from")
 }
 
-// version is the binary's module version and VCS revision, from the build info Go embeds.
+// buildVersion and buildCommit may be set at link time (-ldflags "-X main.buildVersion=... -X
+// main.buildCommit=...", as make build and the container build do) where Go's VCS stamping is off.
+var buildVersion, buildCommit string
+
+// version is the binary's module version and VCS revision, from the build info Go embeds (or the
+// link-time values).
 func version() string {
-	v, rev, dirty := "(devel)", "", false
+	v, rev, dirty := "(devel)", buildCommit, false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {
 			v = bi.Main.Version
@@ -48,17 +53,17 @@ func version() string {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				rev = s.Value
+				rev = s.Value[:min(12, len(s.Value))]
 			case "vcs.modified":
 				dirty = s.Value == "true"
 			}
 		}
 	}
+	if buildVersion != "" {
+		v = buildVersion
+	}
 	s := "kvroute " + v
 	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
 		s += " commit " + rev
 		if dirty {
 			s += " (modified)"

@@ -83,6 +83,9 @@ func TestServeOperations(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	launchWaitFor(t, 30*time.Second, exited, "/ready 200", func() bool { code, _ := get("/ready"); return code == 200 })
+	if code, body := get("/version"); code != 200 || !strings.Contains(body, `"version":"kvroute `) {
+		t.Fatalf("/version: %d %s", code, body)
+	}
 	if code, body := get("/health"); code != 200 || !strings.Contains(body, `"status":"healthy"`) || strings.Count(body, `"instance_id"`) != 2 {
 		t.Fatalf("/health: %d %s", code, body)
 	}
