@@ -17,11 +17,20 @@ type DumpEntry struct {
 // blocks, with two exceptions it returns as skipped: blocks a worker holds below a block it no longer holds
 // (after a removal in the middle of a chain) cannot be expressed as stores under a parent the worker holds,
 // and are never matched anyway (Dynamo's dump drops them too); known workers without blocks emit nothing.
-// Dump allocates and is meant for snapshots and resync, not the hot path.
+// Dump carries device blocks only (lower-tier blocks are not replayed). Dump allocates and is meant for
+// snapshots and resync, not the hot path.
 func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 	type item struct {
 		n    uint32
 		emit bitset // workers whose blocks above n were all emitted
+	}
+	// Lower-tier slots are unions that replay from the device stores plus the lower-tier stores; a dump
+	// carries the device tier only.
+	var lower bitset
+	for s, ws := range ix.workers {
+		if ws != nil && ws.tier != TierDevice {
+			lower.set(uint32(s))
+		}
 	}
 	var queue []item
 	enqueueKids := func(n uint32, emit bitset) {
@@ -47,6 +56,7 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 		queue = queue[1:]
 		nd := &ix.nodes[it.n]
 		emit := nd.workers.bits()
+		emit.andNot(lower)
 		if nd.parent != rootNode {
 			for i := range emit {
 				if i < len(it.emit) {
@@ -57,7 +67,7 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 			}
 		}
 		nd.workers.each(func(slot uint32) {
-			if emit.has(slot) {
+			if emit.has(slot) || lower.has(slot) {
 				return
 			}
 			for j, id := range nd.ids {

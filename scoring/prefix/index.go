@@ -21,10 +21,15 @@ type Block struct {
 	LocalHash  uint64
 }
 
-// Score is the number of consecutive prefix blocks of a query that a worker holds.
+// Score is the number of consecutive prefix blocks of a query that a worker holds on its device (Blocks),
+// and how far that prefix continues on lower tiers: Host more blocks held on host memory (or the device),
+// then Disk more held on disk or external storage (or a faster tier). Host and Disk are 0 for workers that
+// never reported a lower-tier block.
 type Score struct {
 	Worker WorkerKey
 	Blocks uint32
+	Host   uint32
+	Disk   uint32
 }
 
 // Stats counts what the index has applied since it was created.
@@ -47,6 +52,15 @@ type workerState struct {
 	// block. It is nil unless an engine names one block with two hashes, which chained engine hashes never
 	// do; the worker leaves the block only when its last handle there goes.
 	multi map[uint32]uint32
+	// tier is TierDevice for the worker's own slot (the one in Index.slotOf). A lower-tier slot holds
+	// what the worker holds on that tier or any faster one (tiers.go); dev is then its device slot.
+	tier Tier
+	dev  uint32
+	// lower is, for a device slot, slot+1 of its host and disk slots (0: none yet).
+	lower [numTiers - 1]uint32
+	// own counts, for a lower-tier slot, the references of its own tier's stores (handles counts them
+	// together with the mirrored ones of faster tiers): a removal on the tier may take only these.
+	own handleTable
 }
 
 // Index is the prefix index. The zero value is not usable; call New.
@@ -62,7 +76,8 @@ type Index struct {
 	freeSlots []uint32
 	words     int // bitset words that cover every slot ever used
 
-	size  int    // Σ handles over workers
+	size  int    // Σ handles over every slot, lower-tier slots included
+	lower int    // live lower-tier slots: FindMatches takes the device-only path while 0
 	sink  uint32 // keeps handleTable.touch from being optimized away
 	stats Stats
 }
@@ -74,23 +89,29 @@ func New() *Index {
 	return ix
 }
 
-// slotFor returns the dense slot of w, registering w when it is new.
+// slotFor returns the dense (device) slot of w, registering w when it is new.
 func (ix *Index) slotFor(w WorkerKey) uint32 {
 	if s, ok := ix.slotOf[w]; ok {
 		return s
 	}
+	s := ix.newSlot(&workerState{key: w})
+	ix.slotOf[w] = s
+	return s
+}
+
+// newSlot gives ws a dense slot, reusing a freed one first.
+func (ix *Index) newSlot(ws *workerState) uint32 {
 	var s uint32
 	if k := len(ix.freeSlots); k > 0 {
 		s = ix.freeSlots[k-1]
 		ix.freeSlots = ix.freeSlots[:k-1]
-		ix.workers[s] = &workerState{key: w}
-		ix.keys[s] = w
+		ix.workers[s] = ws
+		ix.keys[s] = ws.key
 	} else {
 		s = uint32(len(ix.workers))
-		ix.workers = append(ix.workers, &workerState{key: w})
-		ix.keys = append(ix.keys, w)
+		ix.workers = append(ix.workers, ws)
+		ix.keys = append(ix.keys, ws.key)
 	}
-	ix.slotOf[w] = s
 	ix.words = max(ix.words, int(s>>6)+1)
 	return s
 }
@@ -107,27 +128,38 @@ type pending struct {
 // parent (the root when !hasParent). An unknown parent rejects the whole store with ErrParentNotFound.
 // Storing an engine hash the worker already holds for the same block adds a reference; one that it holds
 // for another block stops the store with ErrInvalidBlockSequence, leaving the earlier blocks applied.
+// The blocks are device blocks (the engine's own pool); StoreTier stores on a lower tier.
 func (ix *Index) Store(w WorkerKey, parent uint64, hasParent bool, blocks []Block) error {
-	cur := noBlock
-	var slot uint32
-	if hasParent {
-		s, ok := ix.slotOf[w]
-		var i int
-		if ok {
-			i, ok = ix.workers[s].handles.find(parent)
-		}
-		if !ok {
+	s, ok := ix.slotOf[w]
+	if !ok {
+		if hasParent {
 			ix.stats.RejectedParentNotFound++
 			return fmt.Errorf("%w: worker %d rank %d parent %#x", ErrParentNotFound, w.WorkerID, w.DPRank, parent)
 		}
-		slot, cur = s, ix.workers[s].handles.slots[i].id
-	} else {
-		slot = ix.slotFor(w)
+		s = ix.slotFor(w)
 	}
+	n, err := ix.store(s, parent, hasParent, blocks)
+	if ix.lower > 0 && n > 0 {
+		ix.mirrorStore(s, TierDevice, parent, hasParent, blocks[:n])
+	}
+	return err
+}
+
+// store applies a store to one slot and returns how many blocks it applied.
+func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Block) (int, error) {
+	cur := noBlock
 	ws := ix.workers[slot]
+	if hasParent {
+		i, ok := ws.handles.find(parent)
+		if !ok {
+			ix.stats.RejectedParentNotFound++
+			return 0, fmt.Errorf("%w: worker %d rank %d parent %#x", ErrParentNotFound, ws.key.WorkerID, ws.key.DPRank, parent)
+		}
+		cur = ws.handles.slots[i].id
+	}
 	ix.sink += ws.handles.touch(blocks)
 	var p pending
-	for _, b := range blocks {
+	for j, b := range blocks {
 		// The child position of cur with this local hash, if it exists.
 		n, off := ix.locate(cur)
 		nd := &ix.nodes[n]
@@ -143,8 +175,8 @@ func (ix *Index) Store(w WorkerKey, parent uint64, hasParent bool, blocks []Bloc
 		if held && ws.handles.slots[hi].id != cand {
 			ix.flush(slot, &p)
 			ix.stats.RejectedInvalidBlock++
-			return fmt.Errorf("%w: worker %d rank %d engine hash %#x already names another block",
-				ErrInvalidBlockSequence, w.WorkerID, w.DPRank, b.EngineHash)
+			return j, fmt.Errorf("%w: worker %d rank %d engine hash %#x already names another block",
+				ErrInvalidBlockSequence, ws.key.WorkerID, ws.key.DPRank, b.EngineHash)
 		}
 		ix.stats.StoredBlocks++
 		if cand != noBlock {
@@ -195,7 +227,7 @@ func (ix *Index) Store(w WorkerKey, parent uint64, hasParent bool, blocks []Bloc
 		ix.size++
 	}
 	ix.flush(slot, &p)
-	return nil
+	return len(blocks), nil
 }
 
 // flush adds the worker to the pending range: isolate the range in its own node, then merge it with its
@@ -220,42 +252,51 @@ func (ix *Index) flush(slot uint32, p *pending) {
 
 // Remove applies a removed event of worker w. Each engine hash loses one reference; at zero the worker
 // leaves the block, and a block left with no worker is dropped with everything below it. Unknown hashes are
-// counted and skipped; the first one is returned, wrapping ErrBlockNotFound.
+// counted and skipped; the first one is returned, wrapping ErrBlockNotFound. The hashes are device blocks;
+// RemoveTier removes from a lower tier.
 func (ix *Index) Remove(w WorkerKey, engineHashes []uint64) error {
 	var first error
 	s, known := ix.slotOf[w]
+	mirror := known && ix.lower > 0 && ix.workers[s].lower != [numTiers - 1]uint32{}
 	for _, eh := range engineHashes {
-		var i int
-		ok := known
-		if ok {
-			i, ok = ix.workers[s].handles.find(eh)
-		}
-		if !ok {
+		if !known || !ix.removeOne(s, eh) {
 			ix.stats.BlockNotFound++
 			if first == nil {
 				first = fmt.Errorf("%w: worker %d rank %d engine hash %#x", ErrBlockNotFound, w.WorkerID, w.DPRank, eh)
 			}
 			continue
 		}
-		ix.stats.RemovedBlocks++
-		ws := ix.workers[s]
-		h := &ws.handles.slots[i]
-		if h.count > 1 {
-			h.count--
-			continue
+		if mirror {
+			ix.mirrorRemove(s, TierDevice, eh)
 		}
-		id := h.id
-		ws.handles.deleteAt(i)
-		ix.size--
-		if ws.multi[id] > 0 {
-			if ws.multi[id]--; ws.multi[id] == 0 {
-				delete(ws.multi, id)
-			}
-			continue
-		}
-		ix.leave(s, id)
 	}
 	return first
+}
+
+// removeOne drops one reference of slot to engine hash eh and reports whether the slot held it.
+func (ix *Index) removeOne(s uint32, eh uint64) bool {
+	ws := ix.workers[s]
+	i, ok := ws.handles.find(eh)
+	if !ok {
+		return false
+	}
+	ix.stats.RemovedBlocks++
+	h := &ws.handles.slots[i]
+	if h.count > 1 {
+		h.count--
+		return true
+	}
+	id := h.id
+	ws.handles.deleteAt(i)
+	ix.size--
+	if ws.multi[id] > 0 {
+		if ws.multi[id]--; ws.multi[id] == 0 {
+			delete(ws.multi, id)
+		}
+		return true
+	}
+	ix.leave(s, id)
+	return true
 }
 
 // leave takes worker slot out of block id.
@@ -342,11 +383,15 @@ func (ix *Index) purge(slot, id uint32, eh uint64) {
 		ws.handles.deleteAt(i)
 		ix.size--
 		ix.stats.CascadedBlocks++
+		if ws.tier != TierDevice {
+			ws.dropOwn(eh)
+		}
 		return
 	}
 	for _, h := range ix.handlesOf(slot, id, eh) {
 		i, _ := ws.handles.find(h.eh)
 		ws.handles.deleteAt(i)
+		ws.dropOwn(h.eh)
 		ix.size--
 		ix.stats.CascadedBlocks++
 	}
@@ -399,9 +444,14 @@ func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 		ix.size -= ws.handles.n
 		ix.stats.ClearedBlocks += uint64(ws.handles.n)
 		ws.handles.reset()
+		ws.own.reset()
 		ws.multi = nil
 		if forget {
-			delete(ix.slotOf, ws.key)
+			if ws.tier == TierDevice {
+				delete(ix.slotOf, ws.key)
+			} else {
+				ix.lower--
+			}
 			ix.workers[s] = nil
 			ix.freeSlots = append(ix.freeSlots, uint32(s))
 		}
@@ -433,6 +483,9 @@ func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
 	q := localHashes
 	if len(q) == 0 {
 		return out
+	}
+	if ix.lower > 0 {
+		return ix.findTiered(q, out)
 	}
 	c, ok := ix.nodes[rootNode].child(q[0])
 	if !ok {
@@ -510,8 +563,22 @@ func (ix *Index) Workers() []WorkerKey {
 	return out
 }
 
-// Size is the number of (engine hash, worker) entries: Σ WorkerBlocks.
-func (ix *Index) Size() int { return ix.size }
+// Size is the number of (engine hash, worker) entries: Σ WorkerBlocks (device blocks).
+func (ix *Index) Size() int {
+	n := ix.size
+	if ix.lower > 0 {
+		for _, ws := range ix.workers {
+			if ws != nil && ws.tier != TierDevice {
+				n -= ws.handles.n
+			}
+		}
+	}
+	return n
+}
+
+// Positions is the number of block positions in the tree: distinct prefixes held by at least one worker.
+// A prefix held by workers of two indexes (two indexer shards) counts once in each.
+func (ix *Index) Positions() int { return len(ix.locs) - len(ix.freeIDs) }
 
 // Stats returns the counters.
 func (ix *Index) Stats() Stats { return ix.stats }
