@@ -254,6 +254,15 @@ type IndexerRun struct {
 	IndexEntries int `json:"index_entries"`
 	// MeanMatches is the mean number of (worker, score) results per query.
 	MeanMatches float64 `json:"mean_matches"`
+	// IndexBytes is the live heap the indexer holds after the run (after a GC, less the heap before it
+	// started); BytesPerEntry divides it by IndexEntries: the memory of what `kvroute serve` runs, for
+	// the configured shard count.
+	IndexBytes    int64   `json:"index_bytes"`
+	BytesPerEntry float64 `json:"bytes_per_entry"`
+	// Positions is the block positions of every shard's tree, summed: a prefix held by workers on k
+	// shards counts k times, so Positions over the positions of one tree holding everything is the
+	// shared-prefix duplication across shards.
+	Positions int `json:"positions"`
 
 	latencies []float64
 }
@@ -285,7 +294,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 		err     error
 	}
 	results := make([]result, len(w.timeline))
-	runtime.GC()
+	base := liveHeap()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for r := range w.timeline {
@@ -351,8 +360,9 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 		quiet = append(quiet, float64(time.Since(q0).Nanoseconds())/1e3)
 	}
 
+	heap := liveHeap() - base
 	k := int64(cfg.Duplicate)
-	run := &IndexerRun{QuiescentMicros: Summarize(quiet), OfferedSeconds: duration.Seconds(), ElapsedSeconds: elapsed.Seconds(),
+	run := &IndexerRun{IndexBytes: heap, Positions: x.Positions(), QuiescentMicros: Summarize(quiet), OfferedSeconds: duration.Seconds(), ElapsedSeconds: elapsed.Seconds(),
 		Workers: cfg.Workers * cfg.Duplicate, Queries: w.Queries * k, Events: w.Events * k,
 		QueryBlocks: w.QueryBlocks * k, StoredBlocks: w.StoredBlocks * k, RemovedBlocks: w.RemovedBlocks * k,
 		IndexEntries: x.Size()}
@@ -380,7 +390,18 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	if run.Queries > 0 {
 		run.MeanMatches = float64(matches) / float64(run.Queries)
 	}
+	if run.IndexEntries > 0 {
+		run.BytesPerEntry = float64(run.IndexBytes) / float64(run.IndexEntries)
+	}
 	return run, nil
+}
+
+// liveHeap returns the heap in use after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
 
 // SweepDurations returns steps durations from hi down to lo, evenly spaced in log scale (offered rate

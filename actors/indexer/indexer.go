@@ -256,6 +256,18 @@ func (x *Indexer) Size() int {
 	return n
 }
 
+// Positions returns the block positions of every shard's tree, summed: a prefix held by workers of k
+// shards counts k times (prefix.Index.Positions).
+func (x *Indexer) Positions() int {
+	n := 0
+	for _, s := range x.shards {
+		s.mu.RLock()
+		n += s.idx.Positions()
+		s.mu.RUnlock()
+	}
+	return n
+}
+
 // Stop stops the shard actors after they drain their mailboxes.
 func (x *Indexer) Stop() {
 	x.mu.Lock()
