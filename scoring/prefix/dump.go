@@ -28,7 +28,7 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 	// carries the device tier only.
 	var lower bitset
 	for s, ws := range ix.workers {
-		if ws != nil && ws.tier != TierDevice {
+		if ws != nil && ix.tiers[s].tier != TierDevice {
 			lower.set(uint32(s))
 		}
 	}

@@ -52,12 +52,6 @@ type workerState struct {
 	// block. It is nil unless an engine names one block with two hashes, which chained engine hashes never
 	// do; the worker leaves the block only when its last handle there goes.
 	multi map[uint32]uint32
-	// tier is TierDevice for the worker's own slot (the one in Index.slotOf). A lower-tier slot holds
-	// what the worker holds on that tier or any faster one (tiers.go); dev is then its device slot.
-	tier Tier
-	dev  uint32
-	// lower is, for a device slot, slot+1 of its host and disk slots (0: none yet).
-	lower [numTiers - 1]uint32
 	// own counts, for a lower-tier slot, the references of its own tier's stores (handles counts them
 	// together with the mirrored ones of faster tiers): a removal on the tier may take only these.
 	own handleTable
@@ -65,21 +59,37 @@ type workerState struct {
 
 // Index is the prefix index. The zero value is not usable; call New.
 type Index struct {
-	nodes     []node   // by node index; nodes[rootNode] is the root
+	// View is the tree the queries read: the nodes, and per worker slot its key and tier. An owner that
+	// serves reads while it writes keeps a second View in step (NewView, Sync).
+	View
+
 	freeNodes []uint32 // indices of freed nodes, reused first
 	locs      []loc    // by block id: where the block currently sits
 	freeIDs   []uint32 // freed block ids, reused first
 
 	slotOf    map[WorkerKey]uint32
 	workers   []*workerState // by slot; nil for a free slot
-	keys      []WorkerKey    // by slot, dense so that emitting scores touches one array
 	freeSlots []uint32
-	words     int // bitset words that cover every slot ever used
 
 	size  int    // Σ handles over every slot, lower-tier slots included
-	lower int    // live lower-tier slots: FindMatches takes the device-only path while 0
 	sink  uint32 // keeps handleTable.touch from being optimized away
 	stats Stats
+
+	// With a View attached (NewView), the nodes written since the last Sync, each flagged dirty, and
+	// whether the slot arrays changed.
+	track      bool
+	dirty      []uint32
+	slotsDirty bool
+}
+
+// slotTier is a worker slot's place among its worker's tiers: TierDevice for the worker's own slot (the
+// one in Index.slotOf), whose lower holds slot+1 of its host and disk slots (0: none yet); for a
+// lower-tier slot, which holds what the worker holds on that tier or any faster one (tiers.go), dev is
+// its device slot.
+type slotTier struct {
+	tier  Tier
+	dev   uint32
+	lower [numTiers - 1]uint32
 }
 
 // New returns an empty index.
@@ -94,25 +104,28 @@ func (ix *Index) slotFor(w WorkerKey) uint32 {
 	if s, ok := ix.slotOf[w]; ok {
 		return s
 	}
-	s := ix.newSlot(&workerState{key: w})
+	s := ix.newSlot(&workerState{key: w}, slotTier{})
 	ix.slotOf[w] = s
 	return s
 }
 
 // newSlot gives ws a dense slot, reusing a freed one first.
-func (ix *Index) newSlot(ws *workerState) uint32 {
+func (ix *Index) newSlot(ws *workerState, t slotTier) uint32 {
 	var s uint32
 	if k := len(ix.freeSlots); k > 0 {
 		s = ix.freeSlots[k-1]
 		ix.freeSlots = ix.freeSlots[:k-1]
 		ix.workers[s] = ws
 		ix.keys[s] = ws.key
+		ix.tiers[s] = t
 	} else {
 		s = uint32(len(ix.workers))
 		ix.workers = append(ix.workers, ws)
 		ix.keys = append(ix.keys, ws.key)
+		ix.tiers = append(ix.tiers, t)
 	}
 	ix.words = max(ix.words, int(s>>6)+1)
+	ix.slotsDirty = true
 	return s
 }
 
@@ -222,6 +235,7 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 			ix.nodes[c].workers.set(slot)
 			cur = ix.appendPos(c, b.LocalHash, b.EngineHash)
 			ix.nodes[n].addKid(b.LocalHash, c)
+			ix.touch(n)
 		}
 		ws.handles.insert(b.EngineHash, cur)
 		ix.size++
@@ -246,6 +260,7 @@ func (ix *Index) flush(slot uint32, p *pending) {
 		m = ix.split(n, p.lo)
 	}
 	ix.nodes[m].workers.set(slot)
+	ix.touch(m)
 	ix.tryMerge(m)
 	ix.tryMerge(ix.nodes[m].parent)
 }
@@ -257,7 +272,7 @@ func (ix *Index) flush(slot uint32, p *pending) {
 func (ix *Index) Remove(w WorkerKey, engineHashes []uint64) error {
 	var first error
 	s, known := ix.slotOf[w]
-	mirror := known && ix.lower > 0 && ix.workers[s].lower != [numTiers - 1]uint32{}
+	mirror := known && ix.lower > 0 && ix.tiers[s].lower != [numTiers - 1]uint32{}
 	for _, eh := range engineHashes {
 		if !known || !ix.removeOne(s, eh) {
 			ix.stats.BlockNotFound++
@@ -315,6 +330,7 @@ func (ix *Index) leave(slot, id uint32) {
 	}
 	md := &ix.nodes[m]
 	md.workers.unset(slot)
+	ix.touch(m)
 	if md.workers.empty() {
 		ix.dropSubtree(m, nil, true)
 		return
@@ -344,6 +360,8 @@ func (ix *Index) truncate(n uint32, off int) {
 	}
 	ix.freeIDs = append(ix.freeIDs, nd.ids[off:]...)
 	nd.hashes, nd.ids, nd.ehs = nd.hashes[:off], nd.ids[:off], nd.ehs[:off]
+	nd.synced = min(nd.synced, uint32(off))
+	ix.touch(n)
 }
 
 // dropSubtree removes node m, which no worker holds any more, and everything below it: the handles that
@@ -354,6 +372,7 @@ func (ix *Index) dropSubtree(m uint32, skip bitset, merge bool) {
 	md := &ix.nodes[m]
 	p := md.parent
 	ix.nodes[p].removeKid(md.hashes[0])
+	ix.touch(p)
 	stack := []uint32{m}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
@@ -383,7 +402,7 @@ func (ix *Index) purge(slot, id uint32, eh uint64) {
 		ws.handles.deleteAt(i)
 		ix.size--
 		ix.stats.CascadedBlocks++
-		if ws.tier != TierDevice {
+		if ix.tiers[slot].tier != TierDevice {
 			ws.dropOwn(eh)
 		}
 		return
@@ -447,11 +466,13 @@ func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 		ws.own.reset()
 		ws.multi = nil
 		if forget {
-			if ws.tier == TierDevice {
+			if ix.tiers[s].tier == TierDevice {
 				delete(ix.slotOf, ws.key)
 			} else {
 				ix.lower--
 			}
+			ix.tiers[s] = slotTier{}
+			ix.slotsDirty = true
 			ix.workers[s] = nil
 			ix.freeSlots = append(ix.freeSlots, uint32(s))
 		}
@@ -462,6 +483,7 @@ func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 	for n := 1; n < len(ix.nodes); n++ {
 		if nd := &ix.nodes[n]; nd.live {
 			nd.workers.andNot(mask)
+			ix.touch(uint32(n))
 		}
 	}
 	for n := 1; n < len(ix.nodes); n++ {
@@ -473,73 +495,6 @@ func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 		for ix.tryMerge(uint32(n)) {
 		}
 	}
-}
-
-// FindMatches appends to out, for every (worker, dp_rank) holding at least the first block of the query,
-// the number of consecutive query blocks from the start that it holds. localHashes are the query's local
-// block hashes. It does not modify the index and allocates nothing when out has room (for up to 2,048
-// worker slots), so concurrent calls are safe while no writer runs.
-func (ix *Index) FindMatches(localHashes []uint64, out []Score) []Score {
-	q := localHashes
-	if len(q) == 0 {
-		return out
-	}
-	if ix.lower > 0 {
-		return ix.findTiered(q, out)
-	}
-	c, ok := ix.nodes[rootNode].child(q[0])
-	if !ok {
-		return out
-	}
-	var buf [32]uint64
-	var active []uint64
-	if ix.words <= len(buf) {
-		active = buf[:ix.words]
-	} else {
-		active = make([]uint64, ix.words)
-	}
-	nd := &ix.nodes[c]
-	keys := ix.keys
-	for i := range active {
-		active[i] = nd.workers.word(i)
-	}
-	depth := 0
-	for {
-		run := nd.hashes
-		rest := q[depth:]
-		k := min(len(run), len(rest))
-		run, rest = run[:k], rest[:k]
-		m := 1 + commonPrefix(run[1:], rest[1:]) // run[0] matched through the child lookup
-		depth += m
-		if m < len(nd.hashes) || depth == len(q) {
-			break
-		}
-		if c, ok = nd.child(q[depth]); !ok {
-			break
-		}
-		nd = &ix.nodes[c]
-		// Workers absent from the child drop out here; a worker can also be absent from a node and present
-		// below it (removed from a middle block), so intersect rather than replace.
-		cw := &nd.workers
-		alive := uint64(0)
-		for i, a := range active {
-			x := cw.word(i)
-			for d := a &^ x; d != 0; d &= d - 1 {
-				out = append(out, Score{Worker: keys[i<<6+trailingZeros(d)], Blocks: uint32(depth)})
-			}
-			active[i] = a & x
-			alive |= a & x
-		}
-		if alive == 0 {
-			return out
-		}
-	}
-	for i, a := range active {
-		for ; a != 0; a &= a - 1 {
-			out = append(out, Score{Worker: keys[i<<6+trailingZeros(a)], Blocks: uint32(depth)})
-		}
-	}
-	return out
 }
 
 // WorkerBlocks is the number of engine hashes w holds (Dynamo's tree size of a worker).
@@ -567,8 +522,8 @@ func (ix *Index) Workers() []WorkerKey {
 func (ix *Index) Size() int {
 	n := ix.size
 	if ix.lower > 0 {
-		for _, ws := range ix.workers {
-			if ws != nil && ws.tier != TierDevice {
+		for s, ws := range ix.workers {
+			if ws != nil && ix.tiers[s].tier != TierDevice {
 				n -= ws.handles.n
 			}
 		}

@@ -292,6 +292,8 @@ type node struct {
 	ehs     []uint64 // engine hash of the store that created each position: the fast path to a handle
 	parent  uint32   // index of the parent node
 	live    bool     // false once freed
+	dirty   bool     // written since the last Sync (Index.dirty holds it)
+	synced  uint32   // leading hashes of the run that the synced View holds unchanged: Sync copies the rest
 }
 
 func (n *node) child(h uint64) (uint32, bool) { return n.kids.get(h) }
@@ -322,7 +324,16 @@ func (ix *Index) newNode(parent uint32) uint32 {
 	nd := &ix.nodes[n]
 	nd.parent = parent
 	nd.live = true
+	ix.touch(n)
 	return n
+}
+
+// touch records that node n's query fields (run, children, workers) changed, for the next Sync.
+func (ix *Index) touch(n uint32) {
+	if nd := &ix.nodes[n]; ix.track && !nd.dirty {
+		nd.dirty = true
+		ix.dirty = append(ix.dirty, n)
+	}
 }
 
 // maxPooledRun bounds the run buffers a freed node keeps for reuse.
@@ -330,7 +341,7 @@ const maxPooledRun = 256
 
 func (ix *Index) freeNode(n uint32) {
 	nd := &ix.nodes[n]
-	keep := node{}
+	keep := node{dirty: nd.dirty}
 	if cap(nd.hashes) <= maxPooledRun {
 		keep.hashes, keep.ids, keep.ehs = nd.hashes[:0], nd.ids[:0], nd.ehs[:0]
 	}
@@ -361,6 +372,7 @@ func (ix *Index) locate(id uint32) (uint32, int) {
 
 // appendPos adds one position at the end of node n's run.
 func (ix *Index) appendPos(n uint32, h, eh uint64) uint32 {
+	ix.touch(n)
 	nd := &ix.nodes[n]
 	id := ix.newID(n, len(nd.hashes))
 	nd.hashes = append(nd.hashes, h)
@@ -387,6 +399,8 @@ func (ix *Index) split(n uint32, at int) uint32 {
 		ix.locs[id] = loc{node: t, off: uint32(j)}
 	}
 	nd.hashes, nd.ids, nd.ehs = clip(nd.hashes, at), clip(nd.ids, at), clip(nd.ehs, at)
+	nd.synced = min(nd.synced, uint32(at))
+	ix.touch(n)
 	return t
 }
 
@@ -421,6 +435,7 @@ func (ix *Index) tryMerge(n uint32) bool {
 	nd.kids = cd.kids
 	nd.eachKid(func(k uint32) { ix.nodes[k].parent = n })
 	ix.freeNode(c)
+	ix.touch(n)
 	return true
 }
 

@@ -222,15 +222,15 @@ func checkInvariants(ix *Index) error {
 			continue
 		}
 		size += ws.handles.n
-		if ws.tier != TierDevice {
+		if st := ix.tiers[s]; st.tier != TierDevice {
 			// A lower-tier slot: reachable from its device slot, and a union holding every handle of the
 			// next faster tier's slot with at least as many references.
-			if got := ix.slotOf[ws.key]; got != ws.dev || ix.workers[ws.dev].lower[ws.tier-1] != uint32(s)+1 {
+			if got := ix.slotOf[ws.key]; got != st.dev || ix.tiers[st.dev].lower[st.tier-1] != uint32(s)+1 {
 				return fmt.Errorf("%v tier slot %d not linked from device slot %d", ws.key, s, got)
 			}
-			src := ws.dev
-			for u := ws.tier - 1; u > TierDevice; u-- {
-				if l := ix.workers[ws.dev].lower[u-1]; l != 0 {
+			src := st.dev
+			for u := st.tier - 1; u > TierDevice; u-- {
+				if l := ix.tiers[st.dev].lower[u-1]; l != 0 {
 					src = l - 1
 					break
 				}
@@ -240,7 +240,7 @@ func checkInvariants(ix *Index) error {
 					continue
 				}
 				if i, ok := ws.handles.find(h.eh); !ok || ws.handles.slots[i].count < h.count || ws.handles.slots[i].id != h.id {
-					return fmt.Errorf("%v %v slot misses handle %#x of slot %d", ws.key, ws.tier, h.eh, src)
+					return fmt.Errorf("%v %v slot misses handle %#x of slot %d", ws.key, st.tier, h.eh, src)
 				}
 			}
 		} else if got := ix.slotOf[ws.key]; got != uint32(s) {

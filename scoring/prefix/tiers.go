@@ -84,7 +84,7 @@ func (ix *Index) RemoveTier(w WorkerKey, t Tier, engineHashes []uint64) error {
 	d, known := ix.slotOf[w]
 	var l uint32
 	if known {
-		l = ix.workers[d].lower[t-1]
+		l = ix.tiers[d].lower[t-1]
 	}
 	for _, eh := range engineHashes {
 		if l == 0 || !ix.takeOwn(l-1, eh) || !ix.removeOne(l-1, eh) {
@@ -122,29 +122,29 @@ func (ws *workerState) dropOwn(eh uint64) {
 // lowerSlot returns the slot of tier t of device slot d, creating it as a copy of the next faster tier's
 // slot (the union it must contain) the first time.
 func (ix *Index) lowerSlot(d uint32, t Tier) uint32 {
-	dw := ix.workers[d]
-	if l := dw.lower[t-1]; l != 0 {
+	if l := ix.tiers[d].lower[t-1]; l != 0 {
 		return l - 1
 	}
 	src := d
 	for u := t - 1; u > TierDevice; u-- {
-		if l := dw.lower[u-1]; l != 0 {
+		if l := ix.tiers[d].lower[u-1]; l != 0 {
 			src = l - 1
 			break
 		}
 	}
 	sw := ix.workers[src]
-	ws := &workerState{key: dw.key, tier: t, dev: d, multi: maps.Clone(sw.multi)}
+	ws := &workerState{key: sw.key, multi: maps.Clone(sw.multi)}
 	ws.handles = sw.handles
 	ws.handles.slots = slices.Clone(sw.handles.slots)
-	s := ix.newSlot(ws)
+	s := ix.newSlot(ws, slotTier{tier: t, dev: d})
 	ix.size += ws.handles.n
 	ix.lower++
-	dw.lower[t-1] = s + 1
+	ix.tiers[d].lower[t-1] = s + 1
 	// Every node holding src holds all its positions (a node's run shares one worker set).
 	for n := 1; n < len(ix.nodes); n++ {
 		if nd := &ix.nodes[n]; nd.live && nd.workers.has(src) {
 			nd.workers.set(s)
+			ix.touch(uint32(n))
 		}
 	}
 	return s
@@ -153,9 +153,8 @@ func (ix *Index) lowerSlot(d uint32, t Tier) uint32 {
 // mirrorStore applies blocks, stored on tier t and accepted there, to the worker's slots of the tiers
 // below t. Mirrors are bookkeeping, not events: the counters stay as the event left them.
 func (ix *Index) mirrorStore(d uint32, t Tier, parent uint64, hasParent bool, blocks []Block) {
-	dw := ix.workers[d]
 	for u := max(t+1, TierHost); u < numTiers; u++ {
-		if l := dw.lower[u-1]; l != 0 {
+		if l := ix.tiers[d].lower[u-1]; l != 0 {
 			st := ix.stats
 			_, _ = ix.store(l-1, parent, hasParent, blocks)
 			ix.stats = st
@@ -166,9 +165,8 @@ func (ix *Index) mirrorStore(d uint32, t Tier, parent uint64, hasParent bool, bl
 // mirrorRemove drops the reference that a removal of eh from tier t took from the tier's slot from the
 // worker's slots of the tiers below t.
 func (ix *Index) mirrorRemove(d uint32, t Tier, eh uint64) {
-	dw := ix.workers[d]
 	for u := max(t+1, TierHost); u < numTiers; u++ {
-		if l := dw.lower[u-1]; l != 0 {
+		if l := ix.tiers[d].lower[u-1]; l != 0 {
 			st := ix.stats
 			ix.removeOne(l-1, eh)
 			ix.stats = st
@@ -184,7 +182,7 @@ func (ix *Index) TierBlocks(w WorkerKey, t Tier) int {
 		return 0
 	}
 	if t > TierDevice {
-		l := ix.workers[s].lower[t-1]
+		l := ix.tiers[s].lower[t-1]
 		if l == 0 {
 			return ix.TierBlocks(w, t-1)
 		}
@@ -195,26 +193,26 @@ func (ix *Index) TierBlocks(w WorkerKey, t Tier) int {
 
 // findTiered is FindMatches once some worker holds lower-tier blocks: the same walk, recording each
 // slot's prefix length, then one Score per worker with its device, host and disk overlap.
-func (ix *Index) findTiered(q []uint64, out []Score) []Score {
-	c, ok := ix.nodes[rootNode].child(q[0])
+func (v *View) findTiered(q []uint64, out []Score) []Score {
+	c, ok := v.nodes[rootNode].child(q[0])
 	if !ok {
 		return out
 	}
 	var dbuf [2048]uint32
 	var depthOf []uint32
-	if n := ix.words * 64; n <= len(dbuf) {
+	if n := v.words * 64; n <= len(dbuf) {
 		depthOf = dbuf[:n]
 	} else {
 		depthOf = make([]uint32, n)
 	}
 	var abuf, fbuf [32]uint64
 	var active, first []uint64
-	if ix.words <= len(abuf) {
-		active, first = abuf[:ix.words], fbuf[:ix.words]
+	if v.words <= len(abuf) {
+		active, first = abuf[:v.words], fbuf[:v.words]
 	} else {
-		active, first = make([]uint64, ix.words), make([]uint64, ix.words)
+		active, first = make([]uint64, v.words), make([]uint64, v.words)
 	}
-	nd := &ix.nodes[c]
+	nd := &v.nodes[c]
 	for i := range active {
 		active[i] = nd.workers.word(i)
 	}
@@ -232,7 +230,7 @@ func (ix *Index) findTiered(q []uint64, out []Score) []Score {
 		if c, ok = nd.child(q[depth]); !ok {
 			break
 		}
-		nd = &ix.nodes[c]
+		nd = &v.nodes[c]
 		alive := uint64(0)
 		for i, a := range active {
 			x := nd.workers.word(i)
@@ -258,23 +256,23 @@ func (ix *Index) findTiered(q []uint64, out []Score) []Score {
 		for ; a != 0; a &= a - 1 {
 			s := uint32(i<<6 + trailingZeros(a))
 			d := s
-			if ws := ix.workers[s]; ws.tier != TierDevice {
-				d = ws.dev
+			if st := &v.tiers[s]; st.tier != TierDevice {
+				d = st.dev
 			}
 			if depthOf[d]&done != 0 {
 				continue
 			}
-			dw := ix.workers[d]
+			dt := &v.tiers[d]
 			dev := depthOf[d]
 			host := dev
-			if l := dw.lower[TierHost-1]; l != 0 {
+			if l := dt.lower[TierHost-1]; l != 0 {
 				host = max(host, depthOf[l-1])
 			}
 			disk := host
-			if l := dw.lower[TierDisk-1]; l != 0 {
+			if l := dt.lower[TierDisk-1]; l != 0 {
 				disk = max(disk, depthOf[l-1])
 			}
-			out = append(out, Score{Worker: dw.key, Blocks: dev, Host: host - dev, Disk: disk - host})
+			out = append(out, Score{Worker: v.keys[d], Blocks: dev, Host: host - dev, Disk: disk - host})
 			depthOf[d] |= done
 		}
 	}

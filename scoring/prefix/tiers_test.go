@@ -145,9 +145,11 @@ func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
 	return true
 }
 
-// TestTiersRandomAgainstReference applies random stores and removals on every tier, clears and worker
-// removals to the index and to refIndex, where each (worker, tier) is a worker of its own, and compares
-// errors, device sizes, per-tier block counts and every worker's device, host and disk overlap.
+// TestTiersRandomAgainstReference applies random stores and removals on every tier (on the device only
+// for every third seed), clears and worker removals to the index and to refIndex, where each (worker,
+// tier) is a worker of its own, and compares errors, device sizes, per-tier block counts and every
+// worker's device, host and disk overlap. A View attached to the index, synced at random points, must
+// then answer every query as the index does.
 func TestTiersRandomAgainstReference(t *testing.T) {
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runTiersRandom(t, seed, 1500) })
@@ -161,7 +163,11 @@ func runTiersRandom(t *testing.T, seed uint64, ops int) {
 		alpha = 12
 	}
 	var keys []WorkerKey
-	for id := range uint64(3) {
+	ids := uint64(3)
+	if seed >= 4 {
+		ids, ops = 160, ops/5 // 320 device slots and their lower ones: worker sets spill past the inline words
+	}
+	for id := range ids {
 		for rank := range uint32(2) {
 			keys = append(keys, WorkerKey{WorkerID: id + 1, DPRank: rank})
 		}
@@ -171,6 +177,8 @@ func runTiersRandom(t *testing.T, seed uint64, ops int) {
 		return WorkerKey{WorkerID: w.WorkerID*4 + uint64(tier), DPRank: w.DPRank}
 	}
 	ix, ref := New(), newRef()
+	var view *View
+	deviceOnly := seed%3 == 0
 	held := func(k WorkerKey) []uint64 {
 		var out []uint64
 		for eh := range ref.handles[k] {
@@ -183,10 +191,14 @@ func runTiersRandom(t *testing.T, seed uint64, ops int) {
 		w := keys[rng.IntN(len(keys))]
 		tier := Tier(0)
 		switch x := rng.IntN(10); {
+		case deviceOnly:
 		case x >= 8:
 			tier = TierDisk
 		case x >= 5:
 			tier = TierHost
+		}
+		if view == nil && op == ops/10 {
+			view = ix.NewView() // attached to a non-empty index
 		}
 		k := rk(w, tier)
 		var got, want error
@@ -278,6 +290,28 @@ func runTiersRandom(t *testing.T, seed uint64, ops int) {
 			}
 			if got, want := tierScores(ix, q), refTierScores(ref, q, keys, rk); !mapsEqual(got, want) {
 				t.Fatalf("op %d %s: query %v: %v, want %v", op, desc, q, got, want)
+			}
+		}
+		if view != nil && rng.IntN(4) == 0 {
+			ix.Sync(view)
+			for range 8 {
+				var q []uint64
+				for x := ref.root; len(x.kids) > 0 && rng.IntN(8) != 0; {
+					var ks []uint64
+					for k := range x.kids {
+						ks = append(ks, k)
+					}
+					slices.Sort(ks)
+					k := ks[rng.IntN(len(ks))]
+					q = append(q, k)
+					x = x.kids[k]
+				}
+				got, want := view.FindMatches(q, nil), ix.FindMatches(q, nil)
+				sortScores(got)
+				sortScores(want)
+				if !slices.Equal(got, want) {
+					t.Fatalf("op %d %s: view answers %v to %v, index %v", op, desc, got, q, want)
+				}
 			}
 		}
 	}

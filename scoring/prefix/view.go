@@ -1,0 +1,135 @@
+package prefix
+
+import "maps"
+
+// View is the part of an index that queries read: the tree's nodes and, per worker slot, its key and
+// tier. An Index embeds its own View; NewView makes a second one that Sync brings up to date, so that an
+// owner can let queries read one while it writes the other (actors/indexer's shards do, so that reads
+// never wait for writes). A View copies only what queries read (runs, children, worker sets): the
+// handles, block ids and engine hashes stay in the Index.
+type View struct {
+	nodes []node      // by node index; nodes[rootNode] is the root
+	keys  []WorkerKey // by slot, dense so that emitting scores touches one array
+	tiers []slotTier  // by slot
+	words int         // bitset words that cover every slot ever used
+	lower int         // live lower-tier slots: FindMatches takes the device-only path while 0
+}
+
+// NewView returns a copy of ix's view and starts recording the nodes ix writes, for Sync. An index keeps
+// one such view: Sync consumes the record.
+func (ix *Index) NewView() *View {
+	v := &View{}
+	ix.track = true
+	for n := range ix.nodes {
+		ix.touch(uint32(n))
+	}
+	ix.slotsDirty = true
+	ix.Sync(v)
+	return v
+}
+
+// Sync copies into v what ix changed since the last Sync: afterwards v answers every query as ix does.
+// No query may read v meanwhile. Cost: the changed parts of the runs, and the child and worker sets, of
+// the nodes written; not the index.
+func (ix *Index) Sync(v *View) {
+	if len(v.nodes) < len(ix.nodes) {
+		v.nodes = append(v.nodes, make([]node, len(ix.nodes)-len(v.nodes))...)
+	}
+	for _, n := range ix.dirty {
+		src := &ix.nodes[n]
+		src.dirty = false
+		d := &v.nodes[n]
+		// A run mostly grows at its end (a conversation's next turn): copy what changed.
+		d.hashes = append(d.hashes[:src.synced], src.hashes[src.synced:]...)
+		src.synced = uint32(len(src.hashes))
+		d.workers.inl = src.workers.inl
+		d.workers.ext = append(d.workers.ext[:0], src.workers.ext...)
+		d.kids.first, d.kids.n = src.kids.first, src.kids.n
+		d.kids.rest = append(d.kids.rest[:0], src.kids.rest...)
+		switch {
+		case src.kids.m == nil:
+			d.kids.m = nil
+		case d.kids.m == nil:
+			d.kids.m = maps.Clone(src.kids.m)
+		default:
+			clear(d.kids.m)
+			maps.Copy(d.kids.m, src.kids.m)
+		}
+		d.parent, d.live = src.parent, src.live
+	}
+	ix.dirty = ix.dirty[:0]
+	if ix.slotsDirty {
+		v.keys = append(v.keys[:0], ix.keys...)
+		v.tiers = append(v.tiers[:0], ix.tiers...)
+		ix.slotsDirty = false
+	}
+	v.words, v.lower = ix.words, ix.lower
+}
+
+// FindMatches appends to out, for every (worker, dp_rank) holding at least the first block of the query,
+// the number of consecutive query blocks from the start that it holds. localHashes are the query's local
+// block hashes. It does not modify the view and allocates nothing when out has room (for up to 2,048
+// worker slots), so concurrent calls are safe while no writer runs.
+func (v *View) FindMatches(localHashes []uint64, out []Score) []Score {
+	q := localHashes
+	if len(q) == 0 {
+		return out
+	}
+	if v.lower > 0 {
+		return v.findTiered(q, out)
+	}
+	c, ok := v.nodes[rootNode].child(q[0])
+	if !ok {
+		return out
+	}
+	var buf [32]uint64
+	var active []uint64
+	if v.words <= len(buf) {
+		active = buf[:v.words]
+	} else {
+		active = make([]uint64, v.words)
+	}
+	nd := &v.nodes[c]
+	keys := v.keys
+	for i := range active {
+		active[i] = nd.workers.word(i)
+	}
+	depth := 0
+	for {
+		run := nd.hashes
+		rest := q[depth:]
+		k := min(len(run), len(rest))
+		run, rest = run[:k], rest[:k]
+		m := 1 + commonPrefix(run[1:], rest[1:]) // run[0] matched through the child lookup
+		depth += m
+		if m < len(nd.hashes) || depth == len(q) {
+			break
+		}
+		if c, ok = nd.child(q[depth]); !ok {
+			break
+		}
+		nd = &v.nodes[c]
+		// Workers absent from the child drop out here; a worker can also be absent from a node and present
+		// below it (removed from a middle block), so intersect rather than replace.
+		cw := &nd.workers
+		alive := uint64(0)
+		for i, a := range active {
+			x := cw.word(i)
+			for d := a &^ x; d != 0; d &= d - 1 {
+				out = append(out, Score{Worker: keys[i<<6+trailingZeros(d)], Blocks: uint32(depth)})
+			}
+			active[i] = a & x
+			alive |= a & x
+		}
+		if alive == 0 {
+			return out
+		}
+	}
+	for i, a := range active {
+		for ; a != 0; a &= a - 1 {
+			out = append(out, Score{Worker: keys[i<<6+trailingZeros(a)], Blocks: uint32(depth)})
+		}
+	}
+	return out
+}
+
