@@ -8,9 +8,9 @@ import "github.com/kvroute/kvroute/scoring/prefix"
 // far. It returns the blocks that could not be expressed (see prefix.Index.Dump). Snapshots only.
 func (x *Indexer) Dump(fn func(prefix.DumpEntry)) (skipped int) {
 	for _, s := range x.shards {
-		s.mu.RLock()
+		s.mu.Lock()
 		skipped += s.idx.Dump(fn)
-		s.mu.RUnlock()
+		s.mu.Unlock()
 	}
 	return skipped
 }

@@ -192,9 +192,9 @@ func (x *Indexer) Flush() {
 // is a concatenation.
 func (x *Indexer) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
 	for _, s := range x.shards {
-		s.mu.RLock()
-		out = s.idx.FindMatches(local, out)
-		s.mu.RUnlock()
+		ix, k := s.enter()
+		out = ix.FindMatches(local, out)
+		s.leave(k)
 	}
 	return out
 }
@@ -208,8 +208,8 @@ func (x *Indexer) Blocks(w prefix.WorkerKey) int {
 		return 0
 	}
 	s := x.shards[si]
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.idx.WorkerBlocks(w)
 }
 
@@ -222,8 +222,8 @@ func (x *Indexer) Stats(workerID uint64) WorkerStats {
 		return WorkerStats{}
 	}
 	s := x.shards[si]
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if st := s.stats[workerID]; st != nil {
 		return *st
 	}
@@ -249,9 +249,9 @@ func (x *Indexer) ShardWorkers() []int {
 func (x *Indexer) Size() int {
 	n := 0
 	for _, s := range x.shards {
-		s.mu.RLock()
+		s.mu.Lock()
 		n += s.idx.Size()
-		s.mu.RUnlock()
+		s.mu.Unlock()
 	}
 	return n
 }
@@ -261,9 +261,9 @@ func (x *Indexer) Size() int {
 func (x *Indexer) Positions() int {
 	n := 0
 	for _, s := range x.shards {
-		s.mu.RLock()
+		s.mu.Lock()
 		n += s.idx.Positions()
-		s.mu.RUnlock()
+		s.mu.Unlock()
 	}
 	return n
 }

@@ -24,20 +24,26 @@ type WorkerStats struct {
 	OtherTierOps uint64
 }
 
-// shard is one partition of the index. Its actor is the only writer; FindMatches readers take the read
-// lock. The struct outlives actor restarts, so a restarted shard keeps its index.
+// shard is one partition of the index. Its actor is the only writer; readers never wait for it. Queries
+// read one of two views of the tree (left-right): the index's own, and a copy the actor keeps in step
+// (prefix.View). The actor writes the index while the readers are on the copy, publishes the index's view,
+// brings the copy up to date once the readers that were on it have left, and publishes the copy again. The
+// struct outlives actor restarts, so a restarted shard keeps its index.
 type shard struct {
-	mu    sync.RWMutex
-	idx   *prefix.Index
+	idx     *prefix.Index
+	views   [2]*prefix.View // views[0] is idx's own, views[1] the copy
+	live    atomic.Uint32   // the view readers enter
+	readers [2]readerCount  // readers inside each view
+
+	// mu is held by the actor while it writes idx, and by the control-plane reads of idx (Blocks, Size,
+	// Stats, Dump); it also guards stats.
+	mu    sync.Mutex
 	stats map[uint64]*WorkerStats
 
 	// Every message for the shard waits here for the shard actor, in the order it was sent; the actor
-	// takes the whole list at once (drain) and applies each run of consecutive event batches under one
-	// write lock. A write lock per batch, with a batch per request under load, made the overlap queries
-	// of the request path queue behind writers on every shard: on 2 cores a reader that blocks behind a
-	// writer waits for a run-queue turn, and the convoy lasts hundreds of µs. Messages go through this
-	// list rather than the mailbox because a mailbox cannot be drained in one go; the mailbox only
-	// carries a drainPending, sent when the list turns non-empty.
+	// takes the whole list at once (drain) and publishes each run of consecutive event batches in one
+	// write. Messages go through this list rather than the mailbox because a mailbox cannot be drained in
+	// one go; the mailbox only carries a drainPending, sent when the list turns non-empty.
 	pendMu  sync.Mutex
 	pending []shardMessage // "indexer.pending": bounded by maxPending, senders wait on space when full
 	kicked  bool           // a drainPending is in the mailbox or being handled
@@ -49,6 +55,67 @@ type shard struct {
 	unknown atomic.Uint64
 	// applied counts events by status and type (dynamo_component_kv_cache_events_applied).
 	applied [numStatus][numEventType]atomic.Uint64
+}
+
+// readerCount is padded to a cache line of its own: both copies' counters are written by every reader.
+type readerCount struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
+// enter returns the view a reader may read until it calls leave with the same number. It never blocks:
+// it retries only when the writer published between its two loads of live.
+func (s *shard) enter() (*prefix.View, uint32) {
+	for {
+		k := s.live.Load()
+		s.readers[k].n.Add(1)
+		if s.live.Load() == k {
+			return s.views[k], k
+		}
+		s.readers[k].n.Add(-1)
+	}
+}
+
+func (s *shard) leave(k uint32) { s.readers[k].n.Add(-1) }
+
+// waitReaders waits until no reader is inside view k; live no longer names it, so none can enter. The
+// readers inside entered before the last publication, at most a query's duration ago.
+func (s *shard) waitReaders(k uint32) {
+	for s.readers[k].n.Load() != 0 {
+		runtime.Gosched()
+	}
+}
+
+// write applies batch to the index and publishes it (shard actor only), advancing *next before each
+// message: readers are moved to the copy, the index is written, readers are moved back to the index's
+// view, and the copy is synced for the next write.
+func (s *shard) write(batch []shardMessage, next *int) {
+	s.waitReaders(0) // readers are on the copy since the last write
+	s.mu.Lock()
+	func() {
+		defer s.mu.Unlock()
+		for _, m := range batch {
+			*next++
+			s.applyTo(m)
+		}
+	}()
+	s.live.Store(0)
+	s.waitReaders(1)
+	s.idx.Sync(s.views[1])
+	s.live.Store(1)
+}
+
+// applyTo applies one message to the index (shard actor, under mu).
+func (s *shard) applyTo(msg shardMessage) {
+	switch m := msg.(type) {
+	case *Apply:
+		s.apply(m)
+	case *ClearWorker:
+		s.idx.ClearWorker(m.WorkerID)
+	case *RemoveWorker:
+		s.idx.RemoveWorker(m.WorkerID)
+		delete(s.stats, m.WorkerID)
+	}
 }
 
 // Event statuses and types of the applied-events counter, with Dynamo's label values.
@@ -83,8 +150,10 @@ func statusOf(err error) int {
 }
 
 func newShard(maxPending int) *shard {
-	s := &shard{idx: prefix.New(), stats: make(map[uint64]*WorkerStats), maxPending: maxPending}
+	idx := prefix.New()
+	s := &shard{idx: idx, views: [2]*prefix.View{&idx.View, idx.NewView()}, stats: make(map[uint64]*WorkerStats), maxPending: maxPending}
 	s.space = sync.NewCond(&s.pendMu)
+	s.live.Store(1)
 	return s
 }
 
@@ -102,11 +171,10 @@ func (s *shard) enqueue(m shardMessage) (kick bool) {
 	return kick
 }
 
-// drainBudget bounds the work applied under one write lock, in blocks stored or removed plus one per op,
-// so a backlog does not hold readers out for long: a batch of one block per request (the common case)
-// shares the lock with 31 others, a 512-block prefill holds it alone. With a budget in batches instead,
-// BenchmarkFindMatchesUnderWrites (flooding 17-op batches) read p99 in milliseconds.
-const drainBudget = 32
+// drainBudget bounds the work published in one write, in blocks stored or removed plus one per op: readers
+// see a backlog's first batches while the rest is applied. A batch of one block per request (the common
+// case) shares a write with up to 255 others; a long prefill is published alone.
+const drainBudget = 256
 
 // weight is a batch's share of drainBudget.
 func weight(m *Apply) int {
@@ -118,7 +186,7 @@ func weight(m *Apply) int {
 }
 
 // drain handles every pending message in order (shard actor only); consecutive event batches share a
-// write lock up to drainBudget.
+// write up to drainBudget.
 func (s *shard) drain() {
 	s.pendMu.Lock()
 	list := s.pending
@@ -134,7 +202,6 @@ func (s *shard) drain() {
 			s.requeue(list[next:])
 		}
 	}()
-	locked := false // a write lock was taken in this drain: yield before the next one
 	for next < len(list) {
 		a, ok := list[next].(*Apply)
 		if !ok {
@@ -142,11 +209,6 @@ func (s *shard) drain() {
 			next++
 			s.handle(m)
 			continue
-		}
-		if locked {
-			// A backlog: let the readers woken by the last Unlock (and everything else queued behind this
-			// goroutine) run before taking the lock again.
-			runtime.Gosched()
 		}
 		end, w := next+1, weight(a)
 		for end < len(list) && w < drainBudget {
@@ -158,23 +220,15 @@ func (s *shard) drain() {
 			end++
 		}
 		s.applyChunk(list[next:end], &next)
-		locked = true
 	}
 	clear(list)
 	s.spare = list[:0]
 }
 
-// applyChunk applies event batches in order under one write lock, advancing *next before each, then
-// closes their Done channels.
+// applyChunk publishes event batches in order in one write, advancing *next before each, then closes
+// their Done channels.
 func (s *shard) applyChunk(batches []shardMessage, next *int) {
-	func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, m := range batches {
-			*next++
-			s.apply(m.(*Apply))
-		}
-	}()
+	s.write(batches, next)
 	for _, m := range batches {
 		closeIf(m.(*Apply).Done)
 	}
@@ -192,9 +246,8 @@ func (s *shard) requeue(list []shardMessage) {
 func (s *shard) handle(msg shardMessage) {
 	switch m := msg.(type) {
 	case *ClearWorker:
-		s.mu.Lock()
-		s.idx.ClearWorker(m.WorkerID)
-		s.mu.Unlock()
+		var n int
+		s.write([]shardMessage{m}, &n)
 		closeIf(m.Done)
 	case *ClearRank:
 		s.mu.Lock()
@@ -202,17 +255,15 @@ func (s *shard) handle(msg shardMessage) {
 		s.mu.Unlock()
 		closeIf(m.Done)
 	case *RemoveWorker:
-		s.mu.Lock()
-		s.idx.RemoveWorker(m.WorkerID)
-		delete(s.stats, m.WorkerID)
-		s.mu.Unlock()
+		var n int
+		s.write([]shardMessage{m}, &n)
 		closeIf(m.Done)
 	case *Barrier:
 		closeIf(m.Done)
 	case *Query:
-		s.mu.RLock()
-		out := s.idx.FindMatches(m.Local, nil)
-		s.mu.RUnlock()
+		ix, k := s.enter()
+		out := ix.FindMatches(m.Local, nil)
+		s.leave(k)
 		m.Reply <- out
 	case *Apply:
 		var n int
@@ -245,7 +296,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 	}
 }
 
-// apply applies one batch; the caller holds the write lock.
+// apply applies one batch to the index (shard actor, under mu).
 func (s *shard) apply(m *Apply) {
 	st := s.stats[m.WorkerID]
 	if st == nil {
