@@ -146,15 +146,15 @@ func TestRejectedStoreAndRemovals(t *testing.T) {
 	if x.Size() != 1 || x.Blocks(w) != 1 {
 		t.Fatalf("size after the restart of rank 0: %d, rank 1 holds %d", x.Size(), x.Blocks(w))
 	}
-	// A block offloaded to host memory is not device cache, and its eviction from host memory leaves the
-	// device copy.
+	// A block offloaded to host memory is not device cache (it is host overlap), and its eviction from
+	// host memory leaves the device copy.
 	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{
 		{Kind: OpStore, DPRank: 0, Blocks: chain(300, 30, 1), Medium: scoring.MediumHostPinned},
 		{Kind: OpRemove, DPRank: 1, Hashes: []uint64{10}, Medium: scoring.MediumHostPinned},
 	}})
 	x.Flush()
-	if got := x.FindMatches([]uint64{300}, nil); len(got) != 0 {
-		t.Fatalf("host-tier block credited as device cache: %+v", got)
+	if got := x.FindMatches([]uint64{300}, nil); len(got) != 1 || got[0].Blocks != 0 || got[0].Host != 1 {
+		t.Fatalf("host-tier block: %+v, want device overlap 0 and host overlap 1", got)
 	}
 	if x.Blocks(w) != 1 || x.Stats(1).OtherTierOps != 2 {
 		t.Fatalf("rank 1 holds %d blocks, stats %+v", x.Blocks(w), x.Stats(1))

@@ -29,10 +29,11 @@ type Op struct {
 	Blocks []prefix.Block
 	// Hashes are the engine hashes of removed blocks (OpRemove).
 	Hashes []uint64
-	// Medium is the storage tier of the stored or removed blocks (the event's medium). The index holds
-	// device blocks only: a store or removal of another tier is counted (WorkerStats.OtherTierOps) and
-	// not applied, so a block offloaded to host memory is never credited as device cache, and its eviction
-	// from host memory does not remove the device copy. Per-tier refcounts will take these ops.
+	// Medium is the storage tier of the stored or removed blocks (the event's medium). The index keeps
+	// per-tier references (prefix.StoreTier): a block offloaded to host memory is never credited as device
+	// cache, only as the host overlap of prefix.Score, and its eviction from host memory does not remove
+	// the device copy. Host-pinned → host tier; disk and external → disk tier; an unknown medium is
+	// counted (WorkerStats.OtherTierOps) and skipped.
 	Medium scoring.Medium
 }
 

@@ -20,7 +20,9 @@ type WorkerStats struct {
 	RejectedStores uint64
 	// MissingRemoves counts removes of engine hashes the index did not hold.
 	MissingRemoves uint64
-	// OtherTierOps counts stores and removals of a tier other than the device (Op.Medium), not applied.
+	// OtherTierOps counts stores and removals of a tier other than the device (Op.Medium). They are
+	// applied to that tier (host, or disk for disk and external media), never credited as device cache;
+	// those of an unknown medium are skipped.
 	OtherTierOps uint64
 }
 
@@ -112,6 +114,8 @@ func (s *shard) applyTo(msg shardMessage) {
 		s.apply(m)
 	case *ClearWorker:
 		s.idx.ClearWorker(m.WorkerID)
+	case *ClearRank:
+		s.idx.ClearRank(prefix.WorkerKey{WorkerID: m.WorkerID, DPRank: m.DPRank})
 	case *RemoveWorker:
 		s.idx.RemoveWorker(m.WorkerID)
 		delete(s.stats, m.WorkerID)
@@ -250,9 +254,8 @@ func (s *shard) handle(msg shardMessage) {
 		s.write([]shardMessage{m}, &n)
 		closeIf(m.Done)
 	case *ClearRank:
-		s.mu.Lock()
-		s.idx.ClearRank(prefix.WorkerKey{WorkerID: m.WorkerID, DPRank: m.DPRank})
-		s.mu.Unlock()
+		var n int
+		s.write([]shardMessage{m}, &n)
 		closeIf(m.Done)
 	case *RemoveWorker:
 		var n int
@@ -307,19 +310,23 @@ func (s *shard) apply(m *Apply) {
 		op := &m.Ops[i]
 		w := prefix.WorkerKey{WorkerID: m.WorkerID, DPRank: op.DPRank}
 		st.Events++
+		tier := prefix.TierDevice
 		if op.Medium != scoring.MediumDevice && op.Kind != OpClear {
 			st.OtherTierOps++
-			continue
+			var ok bool
+			if tier, ok = tierOf(op.Medium); !ok {
+				continue
+			}
 		}
 		switch op.Kind {
 		case OpStore:
-			err := s.idx.Store(w, op.Parent, op.HasParent, op.Blocks)
+			err := s.idx.StoreTier(w, tier, op.Parent, op.HasParent, op.Blocks)
 			if err != nil {
 				st.RejectedStores++
 			}
 			s.applied[statusOf(err)][typeStored].Add(1)
 		case OpRemove:
-			err := s.idx.Remove(w, op.Hashes)
+			err := s.idx.RemoveTier(w, tier, op.Hashes)
 			if err != nil && errors.Is(err, prefix.ErrBlockNotFound) {
 				st.MissingRemoves++
 			}
@@ -330,6 +337,20 @@ func (s *shard) apply(m *Apply) {
 			s.applied[statusOK][typeCleared].Add(1)
 		}
 	}
+}
+
+// tierOf maps an event's storage medium to the index's tier: host-pinned memory is the host tier, disk and
+// storage beyond the worker (external) the disk tier. An unknown medium has no tier: never credited.
+func tierOf(m scoring.Medium) (prefix.Tier, bool) {
+	switch m {
+	case scoring.MediumDevice:
+		return prefix.TierDevice, true
+	case scoring.MediumHostPinned:
+		return prefix.TierHost, true
+	case scoring.MediumDisk, scoring.MediumExternal:
+		return prefix.TierDisk, true
+	}
+	return 0, false
 }
 
 func closeIf(c chan struct{}) {
