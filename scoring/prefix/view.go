@@ -132,4 +132,3 @@ func (v *View) FindMatches(localHashes []uint64, out []Score) []Score {
 	}
 	return out
 }
-
