@@ -43,8 +43,8 @@ type IndexerConfig struct {
 	// Default 2 × GOMAXPROCS.
 	Replayers int
 	// MaxBatchBlocks splits every Stored event into events of at most this many blocks, each sent as its
-	// own Apply, so a shard's write lock is held for at most that many blocks at a time (an experiment on
-	// the query tail under writes; engines batch per scheduler step). Default 0: one event per request.
+	// own Apply (an experiment on the query tail under writes from when readers waited for a shard's
+	// write lock; engines batch per scheduler step). Default 0: one event per request.
 	MaxBatchBlocks int
 	// Seed seeds the partition of requests over workers. Default 42.
 	Seed uint64

@@ -40,7 +40,7 @@ func (c *Config) Validate() error {
 
 // Indexer is the indexer root: it owns N shard actors, pins each worker to the shard with the fewest
 // workers on first sight, routes every write to that shard, and answers overlap queries by reading every
-// shard under its read lock and merging.
+// shard's published view and merging.
 type Indexer struct {
 	system *actor.ActorSystem
 	root   *actor.PID
@@ -187,9 +187,9 @@ func (x *Indexer) Flush() {
 	}
 }
 
-// FindMatches appends to out the overlap of every (worker, dp rank) that matches at least the first
-// block of local, reading each shard under its read lock. Workers are disjoint across shards, so the merge
-// is a concatenation.
+// FindMatches appends to out the overlap of every (worker, dp rank) that holds at least the first block
+// of local (on its device or a lower tier), reading each shard's published view without waiting for its
+// writer. Workers are disjoint across shards, so the merge is a concatenation.
 func (x *Indexer) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
 	for _, s := range x.shards {
 		ix, k := s.enter()

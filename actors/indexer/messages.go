@@ -38,7 +38,7 @@ type Op struct {
 }
 
 // Apply carries one event batch of one worker to the shard that owns the worker. The shard applies the
-// ops in order under its write lock. Done, when set, is closed once the ops are applied.
+// ops in order and publishes them to readers. Done, when set, is closed once the ops are applied.
 type Apply struct {
 	WorkerID uint64
 	Ops      []Op

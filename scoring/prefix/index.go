@@ -79,6 +79,7 @@ type Index struct {
 	// whether the slot arrays changed.
 	track      bool
 	dirty      []uint32
+	kidLog     []kidOp // changes of child maps since the last Sync (node.kidsFull ones excepted)
 	slotsDirty bool
 }
 
@@ -234,8 +235,7 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 			c := ix.newNode(n)
 			ix.nodes[c].workers.set(slot)
 			cur = ix.appendPos(c, b.LocalHash, b.EngineHash)
-			ix.nodes[n].addKid(b.LocalHash, c)
-			ix.touch(n)
+			ix.addKid(n, b.LocalHash, c)
 		}
 		ws.handles.insert(b.EngineHash, cur)
 		ix.size++
@@ -371,8 +371,7 @@ func (ix *Index) truncate(n uint32, off int) {
 func (ix *Index) dropSubtree(m uint32, skip bitset, merge bool) {
 	md := &ix.nodes[m]
 	p := md.parent
-	ix.nodes[p].removeKid(md.hashes[0])
-	ix.touch(p)
+	ix.removeKid(p, md.hashes[0])
 	stack := []uint32{m}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]

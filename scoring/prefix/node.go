@@ -293,13 +293,53 @@ type node struct {
 	parent  uint32   // index of the parent node
 	live    bool     // false once freed
 	dirty   bool     // written since the last Sync (Index.dirty holds it)
+	// kidsFull: the child set was replaced since the last Sync (Sync copies it whole rather than replaying
+	// Index.kidLog).
+	kidsFull bool
 	synced  uint32   // leading hashes of the run that the synced View holds unchanged: Sync copies the rest
 }
 
 func (n *node) child(h uint64) (uint32, bool) { return n.kids.get(h) }
 func (n *node) numKids() int                  { return n.kids.len() }
-func (n *node) addKid(h uint64, c uint32)     { n.kids.add(h, c) }
-func (n *node) removeKid(h uint64)            { n.kids.remove(h) }
+
+// addKid adds child c under its first hash h to node n.
+func (ix *Index) addKid(n uint32, h uint64, c uint32) {
+	nd := &ix.nodes[n]
+	inline := nd.kids.m == nil
+	nd.kids.add(h, c)
+	ix.kidChanged(n, inline, kidOp{node: n, hash: h, child: c})
+}
+
+// removeKid removes the child with first hash h from node n.
+func (ix *Index) removeKid(n uint32, h uint64) {
+	nd := &ix.nodes[n]
+	inline := nd.kids.m == nil
+	nd.kids.remove(h)
+	ix.kidChanged(n, inline, kidOp{node: n, hash: h, del: true})
+}
+
+// kidChanged records a child-set change of node n for Sync: a child map (a node with many children, such
+// as the end of a shared system prompt where every conversation branches) is updated in the view by the
+// logged change, not copied whole; an inline set is copied whole.
+func (ix *Index) kidChanged(n uint32, wasInline bool, op kidOp) {
+	ix.touch(n)
+	nd := &ix.nodes[n]
+	switch {
+	case !ix.track || nd.kids.m == nil || nd.kidsFull:
+	case wasInline:
+		nd.kidsFull = true // just became a map
+	default:
+		ix.kidLog = append(ix.kidLog, op)
+	}
+}
+
+// kidOp is one logged change of a child map.
+type kidOp struct {
+	node  uint32
+	child uint32
+	hash  uint64
+	del   bool
+}
 
 // eachKid calls fn for every child index.
 func (n *node) eachKid(fn func(c uint32)) { n.kids.each(func(k kid) { fn(k.node) }) }
@@ -324,6 +364,7 @@ func (ix *Index) newNode(parent uint32) uint32 {
 	nd := &ix.nodes[n]
 	nd.parent = parent
 	nd.live = true
+	nd.kidsFull = true
 	ix.touch(n)
 	return n
 }
@@ -394,6 +435,7 @@ func (ix *Index) split(n uint32, at int) uint32 {
 	td.kids = nd.kids
 	nd.kids = children{}
 	nd.kids.add(td.hashes[0], t)
+	td.kidsFull, nd.kidsFull = true, true
 	td.eachKid(func(c uint32) { ix.nodes[c].parent = t })
 	for j, id := range td.ids {
 		ix.locs[id] = loc{node: t, off: uint32(j)}
@@ -433,6 +475,7 @@ func (ix *Index) tryMerge(n uint32) bool {
 		ix.locs[id] = loc{node: n, off: uint32(base + j)}
 	}
 	nd.kids = cd.kids
+	nd.kidsFull = true
 	nd.eachKid(func(k uint32) { ix.nodes[k].parent = n })
 	ix.freeNode(c)
 	ix.touch(n)

@@ -49,14 +49,25 @@ func (ix *Index) Sync(v *View) {
 		switch {
 		case src.kids.m == nil:
 			d.kids.m = nil
-		case d.kids.m == nil:
+		case src.kidsFull || d.kids.m == nil:
 			d.kids.m = maps.Clone(src.kids.m)
-		default:
-			clear(d.kids.m)
-			maps.Copy(d.kids.m, src.kids.m)
 		}
 		d.parent, d.live = src.parent, src.live
 	}
+	// Child maps copied whole above already hold their logged changes.
+	for _, op := range ix.kidLog {
+		if src := &ix.nodes[op.node]; src.kids.m != nil && !src.kidsFull {
+			if m := v.nodes[op.node].kids.m; op.del {
+				delete(m, op.hash)
+			} else {
+				m[op.hash] = op.child
+			}
+		}
+	}
+	for _, n := range ix.dirty {
+		ix.nodes[n].kidsFull = false
+	}
+	ix.kidLog = ix.kidLog[:0]
 	ix.dirty = ix.dirty[:0]
 	if ix.slotsDirty {
 		v.keys = append(v.keys[:0], ix.keys...)
