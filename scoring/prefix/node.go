@@ -296,7 +296,7 @@ type node struct {
 	// kidsFull: the child set was replaced since the last Sync (Sync copies it whole rather than replaying
 	// Index.kidLog).
 	kidsFull bool
-	synced  uint32   // leading hashes of the run that the synced View holds unchanged: Sync copies the rest
+	synced   uint32 // leading hashes of the run that the synced View holds unchanged: Sync copies the rest
 }
 
 func (n *node) child(h uint64) (uint32, bool) { return n.kids.get(h) }
