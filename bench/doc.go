@@ -23,6 +23,8 @@
 //   - tokenizer.go: Encode tokens/s, cold and warm, per fixture tokenizer.
 //   - stats.go, report.go, svg.go, progress.go: nearest-rank percentiles, report.json/report.md,
 //     hand-written SVG plots, a stderr progress bar.
+//   - The deterministic fleet lab (the same arms on a virtual clock, no HTTP) is the sub-package
+//     bench/lab; it reuses Blocks, the oracles, the peer selectors, SummarizeArm and the report.
 //
 // What one op is, per bench:
 //

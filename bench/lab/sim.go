@@ -27,7 +27,8 @@ const (
 	evArrive evKind = iota // a request arrives (i: trace index)
 	evStep                 // engine w's step ends
 	evKV                   // a batch of engine w's KV events reaches the index
-	evTick                 // metrics scrape and load sample
+	evTick                 // metrics scrape and the scheduler's timers
+	evSample               // per-worker load sample for the report
 )
 
 type event struct {
@@ -135,7 +136,6 @@ type sim struct {
 	loadT   []float64
 	load    [][]float64
 	tick    int64
-	nextLd  int64
 	ldEvery int64
 }
 
@@ -177,15 +177,13 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 	for _, a := range arrivals {
 		s.at(int64(a.At), event{kind: evArrive, i: int32(a.Index)})
 	}
-	span := int64(tr.Span()) / 1
-	if x > 0 {
-		span = int64(float64(tr.Span()) / x)
-	}
+	span := int64(float64(tr.Span()) / x)
 	s.tick = int64(cfg.MetricsInterval)
 	s.ldEvery = max(int64(20*time.Millisecond), span/int64(cfg.LoadSamples))
 	s.load = make([][]float64, cfg.Workers)
 	if len(arrivals) > 0 {
 		s.at(0, event{kind: evTick})
+		s.at(0, event{kind: evSample})
 	}
 	if hook != nil {
 		hook(s)
@@ -208,6 +206,11 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 			if s.left > 0 {
 				s.at(s.now+s.tick, event{kind: evTick})
 			}
+		case evSample:
+			s.sample()
+			if s.left > 0 {
+				s.at(s.now+s.ldEvery, event{kind: evSample})
+			}
 		}
 	}
 	run := &bench.ArmRun{Arm: arm.Name, ArrivalSpeedup: x, TimeScale: 1, Samples: s.samples, LoadT: s.loadT, Load: s.load,
@@ -221,19 +224,19 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 	return run, nil
 }
 
-// scrape records every engine's KV usage for the schedulers (the router's metrics poll) and, on the
-// load-sample period, the per-worker in-flight requests for the report.
+// scrape records every engine's KV usage for the schedulers (the router's metrics poll).
 func (s *sim) scrape() {
 	for w := range s.engines {
 		s.fleet.kvUsed[w] = uint64(s.engines[w].eng.Stats().UsedBlocks)
 	}
 	s.fleet.scrapes++
-	for s.nextLd <= s.now {
-		s.loadT = append(s.loadT, float64(s.nextLd)/1e9)
-		for w := range s.engines {
-			s.load[w] = append(s.load[w], float64(s.engines[w].inflight))
-		}
-		s.nextLd += s.ldEvery
+}
+
+// sample records the per-worker in-flight requests for the report's imbalance and load plot.
+func (s *sim) sample() {
+	s.loadT = append(s.loadT, float64(s.now)/1e9)
+	for w := range s.engines {
+		s.load[w] = append(s.load[w], float64(s.engines[w].inflight))
 	}
 }
 
