@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/kvroute/kvroute/bench"
 	"github.com/kvroute/kvroute/scoring"
@@ -15,6 +16,7 @@ const (
 	ArmKV          = "kv"
 	ArmKVApprox    = "kv-approx"
 	ArmKVScale8    = "kv-scale8"
+	ArmKVPredicted = "kv-predicted"
 	ArmRoundRobin  = "round-robin"
 	ArmRandom      = "random"
 	ArmLeastLoaded = "least-loaded"
@@ -36,6 +38,11 @@ var Arms = []Arm{
 	{ArmKVScale8, "kv with --router-prefill-load-scale 8 (diagnostic)", func(f *Fleet, seed uint64) (Scheduler, error) {
 		c := modeConfig(f, scoring.ModeKV)
 		c.PrefillLoadScale = 8
+		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
+	}},
+	{ArmKVPredicted, "kv with predict-on-route (--router-predicted-ttl-secs 5): decisions count as cached until events arrive", func(f *Fleet, seed uint64) (Scheduler, error) {
+		c := modeConfig(f, scoring.ModeKV)
+		c.PredictedTTL = 5 * time.Second
 		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
 	}},
 	{ArmRoundRobin, "scoring/sched, mode round-robin", func(f *Fleet, seed uint64) (Scheduler, error) {

@@ -17,9 +17,9 @@
 //     (scoring/sched's Machine, as actors/router drives it: workers registered with their capacity,
 //     scraped KV usage through SetKVUsage, Tick on the scrape period) with another configuration,
 //     selector or index: kv (the router's defaults: Dynamo's cost), kv-approx (no events: the machine's
-//     approximate index), kv-scale8, round-robin, random, least-loaded, llmd (bench.LLMDSelector) and
-//     sglang (bench.SGLangSelector over its own approximate tree of routed prompts, since SGLang's router
-//     never reads KV events).
+//     approximate index), kv-scale8, kv-predicted (predict-on-route), round-robin, random,
+//     least-loaded, llmd (bench.LLMDSelector) and sglang (bench.SGLangSelector over its own approximate
+//     tree of routed prompts, since SGLang's router never reads KV events).
 //   - profile.go: engine profiles (below).
 //   - workload.go: generated workloads as Mooncake lines (agentic, fanout, tenants, herding,
 //     prefix-tree, bursts), seeded.

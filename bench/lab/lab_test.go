@@ -41,6 +41,7 @@ func TestDeterministic(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Arms = []string{ArmKV, ArmSGLang, ArmRandom}
 	cfg.ArrivalSpeedups = []float64{2, 16}
+	cfg.Workers = 4
 	cfg.KneeSLO, cfg.KneeSteps, cfg.KneeSearch = 0.1, 1, 1
 	cfg.Parallel = 3
 	a, err := Run(context.Background(), cfg, "head", tr)
@@ -282,5 +283,29 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatal("accepted")
 			}
 		})
+	}
+}
+
+// TestPredictOnRouteFanout: best-of-N copies arrive together, before any of their blocks are stored. The
+// event-driven kv arm sees no overlap for the copies; with predict-on-route it sees the first copy's
+// decision and keeps more copies together (not all: the first copy's prefill load still weighs against
+// its worker under Dynamo's default weights).
+func TestPredictOnRouteFanout(t *testing.T) {
+	gc := DefaultGenConfig(GenFanout)
+	gc.Duration = 30 * time.Second
+	tr, err := Generate(gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Arms = []string{ArmKV, ArmKVPredicted}
+	cfg.KneeSteps = 0
+	res, err := Run(context.Background(), cfg, "fanout", tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, pred := res.Points[0], res.Points[1]
+	if pooled := res.Pooled.HitRate; pred.HitRate < kv.HitRate+0.05 || kv.HitRate > 0.7*pooled {
+		t.Fatalf("hit rate kv %.3f, kv-predicted %.3f, pooled %.3f", kv.HitRate, pred.HitRate, pooled)
 	}
 }
