@@ -107,8 +107,9 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 			a.Metrics.migr.Inc()
 		}
 		excluded = append(excluded, route.Worker.WorkerID)
-		res, rerr := a.R.Route(j.ctx, &router.RouteRequest{ID: j.id, Tokens: p.tokens, ReturnCosts: j.returnRoute, Exclude: excluded,
-			PolicyClass: j.policyClass})
+		again := *p.req // the first decision's request, whole: namespace, priority, tier, pin, OSL, session
+		again.Exclude = excluded
+		res, rerr := a.R.Route(j.ctx, &again)
 		if rerr != nil {
 			a.fail(ctx, j, mapRouteErr(rerr))
 			return

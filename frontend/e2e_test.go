@@ -21,9 +21,11 @@ import (
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/workers/client"
+	"github.com/kvroute/kvroute/workers/faultproxy"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -53,6 +55,13 @@ type stackOpts struct {
 	transfer string
 	// policy is the router policy document (--router-policy-config); nil: one synthetic class.
 	policy *policy.Config
+	// scoring adjusts the router configuration (flags) before the router starts.
+	scoring func(*scoring.Config)
+	// eventFaults, when set, puts a fault proxy (workers/faultproxy) with these faults between each
+	// worker's KV event stream and the router.
+	eventFaults *faultproxy.Faults
+	// seed makes the router's random choices reproducible.
+	seed *uint64
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -79,6 +88,10 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
 	rcfg.Scoring.MigrationLimit = o.migrationLimit
 	rcfg.Policy = o.policy
+	rcfg.Seed = o.seed
+	if o.scoring != nil {
+		o.scoring(&rcfg.Scoring)
+	}
 	r, err := router.New(system, rcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +100,15 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		sp, err := registry.Parse(s)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if o.eventFaults != nil {
+			px, err := faultproxy.Start(faultproxy.Config{Upstream: sp.Events, UpstreamReplay: sp.Replay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(px.Close)
+			px.SetFaults(*o.eventFaults)
+			sp.Events, sp.Replay = px.Addr(), px.ReplayAddr()
 		}
 		if err := r.AddWorker(sp); err != nil {
 			t.Fatal(err)

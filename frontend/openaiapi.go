@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/frontend/openai"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/sched"
 )
 
 // OpenAIConfig configures the OpenAI endpoints.
@@ -214,6 +215,12 @@ func (a *OpenAIAPI) readHeaders(ctx *fasthttp.RequestCtx, j *job) error {
 			return errorf(ErrBadRequest, "header x-dynamo-request-strict-priority: %q is not an unsigned integer", v)
 		}
 		j.strict = uint32(n)
+	}
+	if v := ctx.Request.Header.Peek("x-dynamo-session-id"); len(v) > 0 {
+		if len(v) > sched.MaxSessionIDBytes {
+			return errorf(ErrBadRequest, "header x-dynamo-session-id: longer than %d bytes", sched.MaxSessionIDBytes)
+		}
+		j.session = string(v)
 	}
 	if v := ctx.Request.Header.Peek("x-dynamo-worker-instance-id"); len(v) > 0 {
 		n, err := strconv.ParseUint(string(v), 10, 64)

@@ -52,6 +52,7 @@ type job struct {
 	// Routing inputs from headers (they take precedence over the body).
 	priority    *float64
 	strict      uint32
+	session     string // X-Dynamo-Session-ID
 	pinWorker   *uint64
 	pinRank     *uint32
 	returnRoute bool
@@ -82,9 +83,11 @@ func (j *job) close() {
 
 // prepared is the request actor's answer: the routing decision (or why there is none).
 type prepared struct {
-	tokens []uint32 // the routing tokens (image positions expanded), re-routed on migration
-	route  router.RouteResult
-	err    error
+	// req is the route request of the first decision (routing tokens with image positions expanded,
+	// namespace, priority, tier, pin, OSL, session); migration re-routes it with failed workers excluded.
+	req   *router.RouteRequest
+	route router.RouteResult
+	err   error
 }
 
 // prepareJob asks a request actor to tokenize and route one request.
@@ -216,7 +219,7 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if j.priority != nil {
 		rr.Priority = *j.priority
 	}
-	rr.Strict, rr.PolicyClass = j.strict, j.policyClass
+	rr.Strict, rr.PolicyClass, rr.Session = j.strict, j.policyClass, j.session
 	if h := j.common.NVExt; h != nil && h.AgentHints != nil && h.AgentHints.OSL != nil {
 		rr.ExpectedOutputTokens = *h.AgentHints.OSL
 	}
@@ -229,5 +232,5 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 		return prepared{err: mapRouteErr(err)}
 	}
 	a.forwardImages(j, imgs, view, members)
-	return prepared{tokens: rr.Tokens, route: res}
+	return prepared{req: rr, route: res}
 }

@@ -149,6 +149,8 @@ func mapRouteErr(err error) error {
 		return errorf(ErrBadRequest, "%v", err)
 	case errors.Is(err, scoring.ErrBadConfig):
 		return errorf(ErrBadRequest, "%v", err)
+	case errors.Is(err, router.ErrNotReady), errors.Is(err, router.ErrShuttingDown):
+		return errorf(ErrUnavailable, "%v", err)
 	case errors.Is(err, scoring.ErrAllBusy):
 		return errorf(ErrUnavailable, "all workers are busy: %v", err)
 	case errors.Is(err, scoring.ErrNoWorkers):

@@ -245,6 +245,9 @@ func (r *Router) ActiveRequests() int {
 // round-robin deficit. Without a policy document there is one class, "default".
 func (r *Router) QueueClasses() []sched.ClassQueue { return r.sched.classes() }
 
+// Waiting is the number of requests the scheduler holds (queue and minimum-workers gate).
+func (r *Router) Waiting() int { return r.sched.waiting() }
+
 // RecordOutput reports a request's generated tokens so far (for output-block tracking).
 func (r *Router) RecordOutput(id string, tokens int) { r.sched.recordOutput(id, tokens) }
 
@@ -295,8 +298,13 @@ func (r *Router) Overlap(local []uint64, out []prefix.Score) []prefix.Score {
 	return r.Index.FindMatches(local, out)
 }
 
-// Stop stops the ticker, the fleet, then the index.
+// FailWaiting answers every request waiting in the scheduler (queue, minimum-workers gate) with
+// ErrShuttingDown; a graceful shutdown calls it before draining the HTTP server.
+func (r *Router) FailWaiting() { r.sched.failWaiting(ErrShuttingDown) }
+
+// Stop fails waiting requests, then stops the ticker, the fleet and the index.
 func (r *Router) Stop() {
+	r.FailWaiting()
 	if r.stopTick != nil {
 		r.stopTick()
 		<-r.tickDone

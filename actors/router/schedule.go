@@ -26,6 +26,8 @@ var (
 	ErrDuplicateRequest = sched.ErrDuplicateRequest
 	// ErrBadRequest: a request the router cannot route as given (no tokens, a bad pin, a bad override).
 	ErrBadRequest = sched.ErrBadRequest
+	// ErrShuttingDown: the router stopped while the request waited.
+	ErrShuttingDown = errors.New("router: shutting down")
 	// ErrNotReady: fewer workers than --router-min-initial-workers joined while the request waited.
 	ErrNotReady = sched.ErrNotReady
 	// ErrQueueRejected: the request's policy class has its queue at a limit (HTTP 529).
@@ -370,6 +372,20 @@ func (s *scheduler) classes() []sched.ClassQueue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m.Classes(nil)
+}
+
+// failWaiting answers every waiting request with err.
+func (s *scheduler) failWaiting(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deliver(s.m.CancelAll(s.now(), err))
+}
+
+// waiting is the number of requests the machine holds.
+func (s *scheduler) waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Waiting()
 }
 
 // loads returns every target's load.

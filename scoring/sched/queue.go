@@ -517,3 +517,13 @@ func (m *Machine) Cancel(id string) bool {
 
 // QueueLen is the number of requests waiting in the queue (not at the minimum-workers gate).
 func (m *Machine) QueueLen() int { return len(m.waitByID) - len(m.gate) }
+
+// CancelAll releases every waiting request (queue and gate) with err: the owner is shutting down.
+func (m *Machine) CancelAll(now time.Time, err error) []Released {
+	rel := make([]Released, 0, len(m.waitByID))
+	for id, w := range m.waitByID {
+		m.Cancel(id)
+		rel = append(rel, Released{Decision: Decision{ID: id, Ticket: w.req.Ticket, Queued: now.Sub(w.arrival)}, Err: err})
+	}
+	return rel
+}
