@@ -1,10 +1,13 @@
 package router
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/scoring/policy"
 )
 
 type stage int
@@ -32,6 +35,8 @@ type Metrics struct {
 	stages  [numStages]prometheus.Observer
 	hitRate prometheus.Observer
 	pending prometheus.Gauge
+	// rejected counts requests a policy class turned away at its queue limits, by class and limit.
+	rejected *prometheus.CounterVec
 }
 
 // overheadBuckets span 1 µs to 100 ms in milliseconds.
@@ -63,7 +68,20 @@ func NewMetrics(reg prometheus.Registerer, routerID string) *Metrics {
 	}, []string{"worker_type"})
 	reg.MustRegister(pg)
 	m.pending = pg.WithLabelValues("decode")
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvroute_router_queue_rejected_total", Help: "Requests rejected (HTTP 529) because their policy class's queue was at a limit.",
+	}, []string{"policy_class", "limit"})
+	reg.MustRegister(m.rejected)
 	return m
+}
+
+// countRejected counts a queue rejection by class and limit kind (class names come from the policy
+// document, so the label set is bounded).
+func (m *Metrics) countRejected(err error) {
+	var rej *policy.Rejection
+	if errors.As(err, &rej) {
+		m.rejected.WithLabelValues(rej.Class, rej.Kind).Inc()
+	}
 }
 
 func (m *Metrics) observeStage(st stage, d time.Duration) {

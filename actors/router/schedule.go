@@ -252,6 +252,9 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		}
 	}
 	if err != nil {
+		if errors.Is(err, ErrQueueRejected) {
+			s.metrics.countRejected(err)
+		}
 		return RouteResult{}, err
 	}
 	s.metrics.observeStage(stageTotal, s.now().Sub(t0))

@@ -238,3 +238,36 @@ func TestClassBusyAndLimits(t *testing.T) {
 		t.Error("synthetic class without a threshold queues")
 	}
 }
+
+// FuzzParse: any bytes either fail with ErrInvalid or give profiles whose classification stays inside
+// their classes.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte("default_policy_family: f\nuncached_isl_buckets: [{min_tokens: 0, bucket: b}]\npolicy_classes: [{name: c, policy_family: f, cache_bucket: b, quantum: 1}]\n"))
+	f.Add([]byte("models: {m: {default_policy_family: f}}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error outside ErrInvalid: %v", err)
+			}
+			return
+		}
+		profiles := []*Profile{c.Profile("")}
+		for _, m := range c.Models() {
+			profiles = append(profiles, c.Profile(m))
+		}
+		for _, p := range profiles {
+			if p == nil {
+				continue
+			}
+			for _, req := range []string{"", "x", p.Classes[0].Name} {
+				for _, u := range []int{-1, 0, 1, 1 << 20, 1 << 62} {
+					if i := p.Classify(req, u); i < 0 || i >= len(p.Classes) {
+						t.Fatalf("Classify(%q, %d) = %d of %d classes", req, u, i, len(p.Classes))
+					}
+				}
+			}
+		}
+	})
+}
