@@ -36,7 +36,8 @@ const (
 // QueuePolicy is --router-queue-policy (spec §9.2). The ordering itself lives in scoring/queue.
 type QueuePolicy string
 
-// Queue policies. LCFS is for experiments; Dynamo accepts it only in policy YAML, kvroute also on the flag.
+// Queue policies. LCFS is for experiments, on the flag only: policy classes (scoring/policy) take fcfs or
+// wspt, as Dynamo's do.
 const (
 	QueueFCFS QueuePolicy = "fcfs"
 	QueueWSPT QueuePolicy = "wspt"

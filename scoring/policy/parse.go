@@ -46,6 +46,8 @@ type rawDoc struct {
 	UncachedISLBuckets  *[]rawBucket           `yaml:"uncached_isl_buckets"`
 	PolicyClasses       *[]rawClass            `yaml:"policy_classes"`
 	Models              map[string]*rawProfile `yaml:"models"`
+	// WorkerSelection is Dynamo's worker-selection plug-in section, which kvroute does not have.
+	WorkerSelection *yaml.Node `yaml:"worker_selection"`
 }
 
 type rawProfile struct {
@@ -91,6 +93,9 @@ func Parse(data []byte) (*Config, error) {
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, invalidf("one YAML document expected")
+	}
+	if raw.WorkerSelection != nil {
+		return nil, invalidf("worker_selection is not supported (kvroute selects workers by --router-mode and its cost flags)")
 	}
 	c := &Config{models: map[string]*Profile{}}
 	switch {
@@ -246,11 +251,12 @@ func resolveClass(rc *rawClass, loc string) (Class, error) {
 		PrefillBusyThreshold: optOf(rc.PrefillBusyThreshold), RequestLimitPerWorker: optOf(rc.RequestQueueLimitPerWorker),
 		RawISLTokenLimitPerWorker: optOf(rc.RawISLTokenQueueLimitPerWorker), CachedTokenLimitPerWorker: optOf(rc.CachedTokenQueueLimitPerWorker)}
 	if rc.QueuePolicy != nil {
+		// lcfs (an experiment of the --router-queue-policy flag) is refused here, as Dynamo refuses it.
 		switch qp := scoring.QueuePolicy(*rc.QueuePolicy); qp {
-		case scoring.QueueFCFS, scoring.QueueWSPT, scoring.QueueLCFS:
+		case scoring.QueueFCFS, scoring.QueueWSPT:
 			cl.QueuePolicy = qp
 		default:
-			return Class{}, invalidf("%s policy class %q queue_policy %q must be fcfs, wspt or lcfs", loc, rc.Name, *rc.QueuePolicy)
+			return Class{}, invalidf("%s policy class %q queue_policy %q must be fcfs or wspt", loc, rc.Name, *rc.QueuePolicy)
 		}
 	}
 	if rc.Quantum == nil {

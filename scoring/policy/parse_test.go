@@ -32,7 +32,7 @@ policy_classes:
   - name: batch-warm
     policy_family: batch
     cache_bucket: warm
-    queue_policy: lcfs
+    queue_policy: fcfs
     quantum: 512
     prefill_busy_threshold: 0
   - name: batch-cold
@@ -89,7 +89,7 @@ func TestParseGood(t *testing.T) {
 		t.Error("a family is not a direct class")
 	}
 	warm, cold, bw := &p.Classes[0], &p.Classes[1], &p.Classes[2]
-	if warm.QueuePolicy != scoring.QueueWSPT || bw.QueuePolicy != scoring.QueueLCFS || cold.QueuePolicy != scoring.QueueFCFS {
+	if warm.QueuePolicy != scoring.QueueWSPT || bw.QueuePolicy != scoring.QueueFCFS || cold.QueuePolicy != scoring.QueueFCFS {
 		t.Errorf("queue policies %s %s %s", warm.QueuePolicy, bw.QueuePolicy, cold.QueuePolicy)
 	}
 	if !cold.RequestLimitPerWorker.Set || cold.RequestLimitPerWorker.V != 4 || cold.RawISLTokenLimitPerWorker.Set {
@@ -142,6 +142,7 @@ func TestParseBad(t *testing.T) {
 		{"zero quantum", head + "  - {name: c, policy_family: f, cache_bucket: b, quantum: 0}\n", "greater than zero"},
 		{"negative quantum", head + "  - {name: c, policy_family: f, cache_bucket: b, quantum: -1}\n", "parse"},
 		{"bad queue policy", head + "  - {name: c, policy_family: f, cache_bucket: b, quantum: 1, queue_policy: sjf}\n", "queue_policy"},
+		{"lcfs class", head + "  - {name: c, policy_family: f, cache_bucket: b, quantum: 1, queue_policy: lcfs}\n", "must be fcfs or wspt"},
 		{"negative frac", head + "  - {name: c, policy_family: f, cache_bucket: b, quantum: 1, prefill_busy_threshold_frac: -0.5}\n", "finite and non-negative"},
 		{"nan frac", head + "  - {name: c, policy_family: f, cache_bucket: b, quantum: 1, prefill_busy_threshold_frac: .nan}\n", "finite and non-negative"},
 		{"ratio above 1", head + "  - {name: c, policy_family: f, cache_bucket: b, quantum: 1, prefill_busy_threshold: 1, busy_worker_ratio: 16}\n", "busy_worker_ratio"},
@@ -165,7 +166,7 @@ func TestParseBad(t *testing.T) {
 		{"duplicate key", head + "  - {name: c, name: d, policy_family: f, cache_bucket: b, quantum: 1}\n", "already defined"},
 		{"incomplete model", "models:\n  m:\n    default_policy_family: f\n", "model \"m\" must specify"},
 		{"bad model profile", "models:\n  m:\n    default_policy_family: f\n    uncached_isl_buckets: [{min_tokens: 0, bucket: b}]\n    policy_classes: [{name: c, policy_family: g, cache_bucket: b, quantum: 1}]\n", "model \"m\" default_policy_family"},
-		{"worker_selection unsupported", head + cell + "worker_selection: {}\n", "field worker_selection not found"},
+		{"worker_selection unsupported", head + cell + "worker_selection: {}\n", "worker_selection is not supported"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -28,7 +28,8 @@ func optOf(p *uint64) Opt {
 type Class struct {
 	// Name identifies the class (metrics, errors, and explicit selection by header).
 	Name string
-	// QueuePolicy orders the class's waiting requests: fcfs (default), wspt or lcfs.
+	// QueuePolicy orders the class's waiting requests: fcfs (default) or wspt (lcfs only in the
+	// synthetic class of --router-queue-policy).
 	QueuePolicy scoring.QueuePolicy
 	// Quantum is the class's deficit-round-robin credit per round, in uncached prompt tokens (> 0):
 	// classes with backlogs are served in proportion to their quanta.
