@@ -35,6 +35,10 @@ type overlapScore struct {
 	WorkerID      uint64 `json:"worker_id"`
 	DPRank        uint32 `json:"dp_rank"`
 	OverlapBlocks uint32 `json:"overlap_blocks"`
+	// HostBlocks and DiskBlocks are how far the device prefix continues on the host-pinned and disk
+	// tiers (KV events with medium CPU / DISK); omitted when zero.
+	HostBlocks uint32 `json:"host_blocks,omitempty"`
+	DiskBlocks uint32 `json:"disk_blocks,omitempty"`
 }
 
 type overlapResponse struct {
@@ -134,7 +138,7 @@ func checkQuery(tokens []uint32, hashes []uint64) error {
 func toOverlapScores(scores []prefix.Score) []overlapScore {
 	out := make([]overlapScore, len(scores))
 	for i, s := range scores {
-		out[i] = overlapScore{WorkerID: s.Worker.WorkerID, DPRank: s.Worker.DPRank, OverlapBlocks: s.Blocks}
+		out[i] = overlapScore{WorkerID: s.Worker.WorkerID, DPRank: s.Worker.DPRank, OverlapBlocks: s.Blocks, HostBlocks: s.Host, DiskBlocks: s.Disk}
 	}
 	sortScores(out)
 	return out

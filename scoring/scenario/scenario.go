@@ -23,6 +23,8 @@ import (
 type Index interface {
 	Store(w prefix.WorkerKey, parent uint64, hasParent bool, blocks []prefix.Block) error
 	Remove(w prefix.WorkerKey, engineHashes []uint64) error
+	StoreTier(w prefix.WorkerKey, t prefix.Tier, parent uint64, hasParent bool, blocks []prefix.Block) error
+	RemoveTier(w prefix.WorkerKey, t prefix.Tier, engineHashes []uint64) error
 	ClearWorker(workerID uint64)
 	RemoveWorker(workerID uint64)
 	FindMatches(local []uint64, out []prefix.Score) []prefix.Score
@@ -354,7 +356,8 @@ func (r *Runner) hashes(tokens []uint32) (local, seq []uint64) {
 	return local, scoring.SequenceHashes(nil, local)
 }
 
-// kvEvent: kv-event worker=ID [dp=N] store|remove tokens=... [from=BLOCK] | clear. Store and remove act on
+// kvEvent: kv-event worker=ID [dp=N] store|remove tokens=... [from=BLOCK] [medium=CPU|DISK] | clear. The
+// medium puts the blocks on a lower storage tier (scoring.ParseMedium, as the worker actor does). Store and remove act on
 // the blocks of tokens from block index `from` on; a store with from > 0 names block from−1 as parent.
 // Events go to the index directly, as the worker actor applies them.
 func (r *Runner) kvEvent(pos []string, args map[string]string) error {
@@ -379,6 +382,16 @@ func (r *Runner) kvEvent(pos []string, args map[string]string) error {
 	if err != nil {
 		return err
 	}
+	tier := prefix.TierDevice
+	switch scoring.ParseMedium(args["medium"]) {
+	case scoring.MediumHostPinned:
+		tier = prefix.TierHost
+	case scoring.MediumDisk, scoring.MediumExternal:
+		tier = prefix.TierDisk
+	case scoring.MediumDevice:
+	default:
+		return fmt.Errorf("unknown medium %q", args["medium"])
+	}
 	local, seq := r.hashes(tokens)
 	if from > len(local) {
 		return fmt.Errorf("from=%d beyond %d blocks", from, len(local))
@@ -393,16 +406,16 @@ func (r *Runner) kvEvent(pos []string, args map[string]string) error {
 		if from > 0 {
 			parent = seq[from-1] ^ engineSalt
 		}
-		err = r.index.Store(pk, parent, from > 0, blocks)
-		r.printf("stored %d blocks on %s: %s", len(blocks), name(k), errText(err))
+		err = r.index.StoreTier(pk, tier, parent, from > 0, blocks)
+		r.printf("stored %d blocks on %s (%v): %s", len(blocks), name(k), tier, errText(err))
 	case "remove":
 		// Leaf first, as an engine evicts: removing a parent first would cascade its children out.
 		eh := make([]uint64, 0, len(local)-from)
 		for i := len(local) - 1; i >= from; i-- {
 			eh = append(eh, seq[i]^engineSalt)
 		}
-		err = r.index.Remove(pk, eh)
-		r.printf("removed %d blocks on %s: %s", len(eh), name(k), errText(err))
+		err = r.index.RemoveTier(pk, tier, eh)
+		r.printf("removed %d blocks on %s (%v): %s", len(eh), name(k), tier, errText(err))
 	default:
 		return fmt.Errorf("unknown kv-event %q", pos[0])
 	}

@@ -208,13 +208,14 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	if req.Override != nil && req.Override.AssumeKVReuse != nil {
 		reuse = *req.Override.AssumeKVReuse
 	}
-	if am, ok := scoring.NewArgmin(&sreq, cfg, m.rng); ok && m.selector == nil {
+	tiered := tieredScores(scores)
+	if am, ok := scoring.NewArgmin(&sreq, cfg, m.rng); ok && m.selector == nil && !tiered {
 		// The common case in one pass over the targets, no candidate slice (argmin).
 		m.rr++
 		t, sel, err = m.argmin(&am, scores, chain, reuse, req.Exclude)
 		return t, sel, reuse, err
 	}
-	cands := m.candidates(scores, chain, reuse, req.Exclude)
+	cands := m.candidates(scores, chain, reuse, req.Exclude, tiered)
 	sreq.RoundRobin = m.rr
 	m.rr++
 	if m.selector != nil {
@@ -226,6 +227,18 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 		return nil, sel, reuse, err
 	}
 	return m.sc.tgts[sel.Index], sel, reuse, nil
+}
+
+// tieredScores reports whether some worker's prefix continues on a host or disk tier (the candidates
+// then carry those overlaps for the cost's host and disk weights; the one-pass rows carry the device
+// overlap only).
+func tieredScores(scores []prefix.Score) bool {
+	for i := range scores {
+		if scores[i].Host|scores[i].Disk != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // maxScores merges two overlap lists into dst, keeping the larger overlap per worker (predict-on-route:
@@ -432,9 +445,9 @@ func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 	return ov
 }
 
-// candidates builds one Candidate per routable target: overlap, load plus this request's additional
-// blocks, capacity. m.sc.tgts[i] is candidate i's target.
-func (m *Machine) candidates(scores []prefix.Score, chain []uint64, reuse bool, exclude []uint64) []scoring.Candidate {
+// candidates builds one Candidate per routable target: overlap (per tier when tiered), load plus this
+// request's additional blocks, capacity. m.sc.tgts[i] is candidate i's target.
+func (m *Machine) candidates(scores []prefix.Score, chain []uint64, reuse bool, exclude []uint64, tiered bool) []scoring.Candidate {
 	ov := m.overlaps(scores)
 	cands := m.sc.cands[:0]
 	tgts := m.sc.tgts[:0]
@@ -450,6 +463,19 @@ func (m *Machine) candidates(scores []prefix.Score, chain []uint64, reuse bool, 
 		m.capacity(&c.Capacity, i)
 		m.fillLoad(c, i, ov[i], chain, reuse)
 		tgts = append(tgts, m.list[i])
+	}
+	if tiered {
+		for _, sco := range scores {
+			if sco.Host|sco.Disk == 0 {
+				continue
+			}
+			k := scoring.WorkerKey(sco.Worker)
+			for j := range cands {
+				if cands[j].Worker == k {
+					cands[j].Overlap.Host, cands[j].Overlap.Disk = sco.Host, sco.Disk
+				}
+			}
+		}
 	}
 	m.sc.cands, m.sc.tgts = cands, tgts
 	return cands
