@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kvroute/kvroute/bench"
@@ -28,7 +29,7 @@ func (r *Result) Tables() []bench.Table {
 		gp.Columns = append(gp.Columns, "p90 ≤ "+bench.FormatNum(s)+" s")
 	}
 	for _, p := range r.Points {
-		if len(gp.Rows) > 0 && containsRow(gp.Rows, p.Arm) {
+		if slices.ContainsFunc(gp.Rows, func(r []string) bool { return r[0] == p.Arm }) {
 			continue
 		}
 		row := []string{p.Arm}
@@ -62,15 +63,6 @@ func (r *Result) Tables() []bench.Table {
 	return out
 }
 
-func containsRow(rows [][]string, first string) bool {
-	for _, r := range rows {
-		if r[0] == first {
-			return true
-		}
-	}
-	return false
-}
-
 // Markdown is the tables as Markdown (deterministic).
 func (r *Result) Markdown() string {
 	var b strings.Builder
@@ -87,7 +79,7 @@ func FillReport(rep *bench.Report, r *Result) {
 	rep.Data = r
 	var arms []string
 	for _, p := range r.Points {
-		if !containsStr(arms, p.Arm) {
+		if !slices.Contains(arms, p.Arm) {
 			arms = append(arms, p.Arm)
 		}
 	}
@@ -110,13 +102,4 @@ func FillReport(rep *bench.Report, r *Result) {
 		"Virtual time: every figure is simulated model time; the run is deterministic (same seed and workload → the same tables and report.json data).",
 		fmt.Sprintf("Hit rate = Σ engine cached_tokens / Σ prompt tokens; of pooled = hit rate / the pooled oracle's %s.", bench.Pct(r.Pooled.HitRate)),
 		"TTFT p90 of a point with failed requests counts as missing every SLO.")
-}
-
-func containsStr(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

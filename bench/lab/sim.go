@@ -106,14 +106,10 @@ type simEngine struct {
 }
 
 type simReq struct {
-	req      Request
-	arrive   int64
-	first    int64
-	worker   int
-	overlap  int
-	queued   bool
-	started  bool
-	finished bool
+	req    Request
+	arrive int64
+	first  int64
+	queued bool // the scheduler holds it
 }
 
 // sim is one run. Single goroutine; owns everything it holds.
@@ -268,7 +264,7 @@ func (s *sim) dispatch(i, w, overlap int) {
 		s.fail(i, fmt.Sprintf("scheduler chose worker %d of %d", w, len(s.engines)), true)
 		return
 	}
-	sr.worker, sr.overlap, sr.started, sr.queued = w, overlap, true, false
+	sr.queued = false
 	smp := &s.samples[i]
 	smp.Worker = w
 	smp.PredictedTokens = min(overlap*s.cfg.BlockSize, sr.req.ISL)
@@ -286,7 +282,6 @@ func (s *sim) dispatch(i, w, overlap int) {
 // fail ends request i without tokens; routed tells whether the scheduler holds it (and must free it).
 func (s *sim) fail(i int, msg string, routed bool) {
 	sr := &s.reqs[i]
-	sr.finished = true
 	s.left--
 	smp := &s.samples[i]
 	smp.Err = msg
@@ -353,7 +348,6 @@ func (s *sim) stepEnd(w int) {
 			s.release(s.sched.PrefillDone(now, p.ID))
 		}
 		if p.Done {
-			sr.finished = true
 			s.left--
 			e.inflight--
 			smp.OutputTokens = p.Output
