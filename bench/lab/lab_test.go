@@ -57,8 +57,8 @@ func TestDeterministic(t *testing.T) {
 	if !bytes.Equal(ea, eb) {
 		t.Fatalf("two runs differ:\n%s\n----\n%s", ea, eb)
 	}
-	if len(a.Points) != 6 || len(a.Knees) != 3 {
-		t.Fatalf("%d points, %d knees", len(a.Points), len(a.Knees))
+	if len(a.Points) != 6 || len(a.Knees) != 3 || len(a.Goodput[ArmKV]) != len(cfg.SLOs) {
+		t.Fatalf("%d points, %d knees, %d goodput SLOs", len(a.Points), len(a.Knees), len(a.Goodput[ArmKV]))
 	}
 	for _, k := range a.Knees {
 		if k.Runs == 0 || (k.PassRPS > 0 && k.FailRPS > 0 && k.PassRPS >= k.FailRPS) {
@@ -307,5 +307,54 @@ func TestPredictOnRouteFanout(t *testing.T) {
 	kv, pred := res.Points[0], res.Points[1]
 	if pooled := res.Pooled.HitRate; pred.HitRate < kv.HitRate+0.05 || kv.HitRate > 0.7*pooled {
 		t.Fatalf("hit rate kv %.3f, kv-predicted %.3f, pooled %.3f", kv.HitRate, pred.HitRate, pooled)
+	}
+}
+
+// TestMetricsInterval: the llmd arm's KV-utilization scorer reads the scraped usage; scraping once an hour
+// (only the idle scrape at time zero) routes differently from every 2 s.
+func TestMetricsInterval(t *testing.T) {
+	tr := &bench.Trace{Requests: headTrace(t).Requests[:200]}
+	arm, _ := LookupArm(ArmLLMD)
+	var workers [][]int
+	for _, every := range []time.Duration{2 * time.Second, time.Hour} {
+		cfg := DefaultConfig()
+		cfg.MetricsInterval = every
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		run, err := runArm(&cfg, tr, arm, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ws []int
+		for _, s := range run.Samples {
+			ws = append(ws, s.Worker)
+		}
+		workers = append(workers, ws)
+	}
+	if slices.Equal(workers[0], workers[1]) {
+		t.Fatal("the scrape period changed no llmd decision")
+	}
+}
+
+// TestGenRate: the generator's rate and duration set the request count.
+func TestGenRate(t *testing.T) {
+	count := func(rate float64, d time.Duration) int {
+		c := DefaultGenConfig(GenTenants)
+		c.Rate, c.Duration = rate, d
+		tr, err := Generate(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(tr.Requests)
+	}
+	base := count(3, time.Minute)
+	for _, tc := range []struct {
+		rate float64
+		d    time.Duration
+	}{{6, time.Minute}, {3, 2 * time.Minute}} {
+		if n := count(tc.rate, tc.d); n < base*3/2 || n > base*5/2 {
+			t.Errorf("rate %v over %v: %d requests, base %d", tc.rate, tc.d, n, base)
+		}
 	}
 }
