@@ -39,15 +39,20 @@
 // arrived while a writer held or waited for the lock parked, and on 2 shared cores it then also waited
 // for a run-queue turn. The conversation trace at 1,000 workers (kvroute bench indexer --trace ...
 // --workers 1000 --block-size 16 --capacity 1000000, the hour compressed into 20 s and 4 s), old and new
-// binaries run alternately, load average 7–9 from other work on the 2 cores:
+// binaries run alternately, three runs each, load average 18–22 from other work on the 2 cores:
 //
-//	                                 read lock                    two views (this)
-//	20 s (434 k stored blocks/s)     p99 1.2–1.9 ms, p999 10–18 ms  p99 43–51 µs, p999 2.1–5.0 ms
-//	4 s (2.17 M stored blocks/s)     p99 1.3–10 ms                  p99 31–51 µs
+//	                                 read lock                          two views (this)
+//	20 s (434 k stored blocks/s)     p99 3.8–13 ms, p999 45–86 ms       p99 44–62 µs, p999 2.1–7.0 ms
+//	4 s (2.17 M stored blocks/s)     p99 30–38 ms, p999 83–112 ms       p99 24–31 µs, p999 0.3–3.2 ms
+//	10,000 workers, 4 s              p99 11.6 ms                        p99 61 µs
 //
 // The remaining tail is the machine: the same queries replayed from one goroutine with nothing writing
-// ("quiescent") had p99 28–230 µs and p999 in milliseconds in the same runs. The cost is memory, the
-// copy's runs and node headers: 67 B per (block, worker) instead of 60 B at 4 shards.
+// ("quiescent") had p99 22–280 µs in the same runs. The writer pays a sync of the nodes it wrote (the
+// changed tails of runs, child-map changes replayed from a log) and may wait for a reader that entered the
+// view it is about to change. Unpaced, the trace ran at 3.1–5.7 M blocks/s (query plus stored) against
+// 3.1–3.8 M before; at 4 s pacing the writes fell behind in two of three runs (6.1 and 7.9 s against
+// 4.9–5.5 s before). The cost is memory, the copy's runs and node headers: 67 B per (block, worker)
+// instead of 60 B at 4 shards (docs/benchmarks.md, "Reads while the writes run").
 //
 // Why not reply channels: measured with BenchmarkFindMatches (512-block query, 256 workers, 1 M indexed
 // (block, worker) entries, 4 shards, 2 cores shared with other work):

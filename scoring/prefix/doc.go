@@ -107,5 +107,5 @@
 // per store and need reclamation, and seqlocked reads of Go slices that a writer reallocates are data
 // races. On the conversation trace at 1,000 workers (actors/indexer's doc has the figures) the copy costs
 // 67 B instead of 60 B per (block, worker) at 4 shards, and a query under writes no longer waits: p99
-// 31–51 µs where it was 1.2–10 ms, on a loaded 2-core machine.
+// 24–62 µs where it was 3.8–38 ms, on a 2-core machine at load average 18–22.
 package prefix
