@@ -282,6 +282,7 @@ func (s *sim) dispatch(i, w, overlap int) {
 // fail ends request i without tokens; routed tells whether the scheduler holds it (and must free it).
 func (s *sim) fail(i int, msg string, routed bool) {
 	sr := &s.reqs[i]
+	sr.req.Prompt, sr.req.Local, sr.req.Chain = nil, nil, nil
 	s.left--
 	smp := &s.samples[i]
 	smp.Err = msg
@@ -348,6 +349,7 @@ func (s *sim) stepEnd(w int) {
 			s.release(s.sched.PrefillDone(now, p.ID))
 		}
 		if p.Done {
+			sr.req.Prompt, sr.req.Local, sr.req.Chain = nil, nil, nil // the engine keeps what it caches
 			s.left--
 			e.inflight--
 			smp.OutputTokens = p.Output
