@@ -30,7 +30,8 @@
 // # Engine profiles
 //
 // A profile sets the engine's capacity and its step-time model (workers/mocker.Timing; the mocker's
-// polynomial when nil). Figures are model time at speedup ratio 1, block size 64.
+// polynomial when nil). Figures are model time at speedup ratio 1, block size 64. Other profiles come in
+// through Config.ExtraProfiles (`--profile-file`, JSON read by ReadProfile).
 //
 //   - mocker: Dynamo's polynomial, unchanged (prefill_ms = 4.21e-7·T² + 0.01518·T + 16.5; decode_ms =
 //     −25.74·p² + 54.01·p + 5.74 at KV occupancy p), 16,384 blocks, max_num_seqs 256, 8,192 batched

@@ -1,7 +1,9 @@
 package lab
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/kvroute/kvroute/workers/mocker"
@@ -11,16 +13,36 @@ import (
 // scheduler is always the mocker's (workers/mocker.Engine); a profile only sets its configuration.
 type Profile struct {
 	// Name is the --profile value.
-	Name string
+	Name string `json:"name"`
 	// Note says where the numbers come from (shown in the report).
-	Note string
+	Note string `json:"note,omitempty"`
 	// NumGPUBlocks is the KV capacity in blocks of the lab's block size (64 tokens by default).
-	NumGPUBlocks int
+	NumGPUBlocks int `json:"num_gpu_blocks"`
 	// MaxNumSeqs and MaxNumBatchedTokens are vLLM's batch limits.
-	MaxNumSeqs          int
-	MaxNumBatchedTokens int
+	MaxNumSeqs          int `json:"max_num_seqs"`
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens"`
 	// Timing is the fitted step-time model; nil is Dynamo's polynomial (mocker.StepDuration).
-	Timing *mocker.Timing
+	Timing *mocker.Timing `json:"timing,omitempty"`
+}
+
+// ReadProfile parses a profile from JSON (--profile-file): the fields of Profile, Timing's under
+// "timing" with mocker.Timing's field names. Unknown fields are an error, so a misspelt coefficient does
+// not silently become zero.
+func ReadProfile(r io.Reader) (Profile, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var p Profile
+	if err := dec.Decode(&p); err != nil {
+		return Profile{}, fmt.Errorf("%w: profile: %v", ErrBadConfig, err)
+	}
+	if p.Name == "" {
+		return Profile{}, fmt.Errorf("%w: profile without a name", ErrBadConfig)
+	}
+	c := p.EngineConfig(64)
+	if err := c.Validate(); err != nil {
+		return Profile{}, fmt.Errorf("%w: profile %s: %v", ErrBadConfig, p.Name, err)
+	}
+	return p, nil
 }
 
 // Profile names.
@@ -66,13 +88,14 @@ func ProfileNames() []string {
 	return out
 }
 
-// LookupProfile returns the named built-in profile.
-func LookupProfile(name string) (Profile, error) {
-	i := slices.IndexFunc(Profiles, func(p Profile) bool { return p.Name == name })
+// LookupProfile returns the named profile among extra (first) and the built-in ones.
+func LookupProfile(name string, extra ...Profile) (Profile, error) {
+	all := append(slices.Clone(extra), Profiles...)
+	i := slices.IndexFunc(all, func(p Profile) bool { return p.Name == name })
 	if i < 0 {
 		return Profile{}, fmt.Errorf("%w: unknown engine profile %q (have %v)", ErrBadConfig, name, ProfileNames())
 	}
-	return Profiles[i], nil
+	return all[i], nil
 }
 
 // EngineConfig is the mocker configuration of one simulated engine of this profile.

@@ -21,8 +21,10 @@ type Config struct {
 	// ArrivalSpeedups divide trace time, one run per arm each (as bench e2e's --sweep-arrival). Default
 	// {1}.
 	ArrivalSpeedups []float64
-	// Profile names the engine profile (Profiles). Default "mocker".
+	// Profile names the engine profile (ExtraProfiles, then Profiles). Default "mocker".
 	Profile string
+	// ExtraProfiles are profiles beyond the built-in ones (--profile-file). Default none.
+	ExtraProfiles []Profile
 	// Blocks maps trace hash ids to tokens. Default bench.DefaultBlocks().
 	Blocks bench.Blocks
 	// BlockSize is the engine's and the router's KV block size in tokens. Default 64.
@@ -88,7 +90,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: slo %v must be positive", ErrBadConfig, s)
 		}
 	}
-	p, err := LookupProfile(c.Profile)
+	p, err := LookupProfile(c.Profile, c.ExtraProfiles...)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ func benchLab(args []string) error {
 	modes := fs.String("modes", strings.Join(lab.ArmNames(), ","), "comma-separated arms: "+strings.Join(lab.ArmNames(), ", "))
 	sweep := fs.String("sweep-arrival", "1", "comma-separated arrival speedups (trace time divided by each)")
 	fs.StringVar(&cfg.Profile, "profile", cfg.Profile, "engine profile: "+strings.Join(lab.ProfileNames(), ", "))
+	profileFile := fs.String("profile-file", "", "JSON engine profile (bench/lab.Profile); used as --profile")
 	fs.DurationVar(&cfg.EventDelay, "event-delay", cfg.EventDelay, "KV event latency from a step's end to the index")
 	fs.DurationVar(&cfg.MetricsInterval, "metrics-interval", cfg.MetricsInterval, "period of the engines' KV usage scrape")
 	slos := fs.String("slos", "0.5,1,2,4", "comma-separated TTFT p90 bounds (s) of the goodput sweep")
@@ -54,6 +55,18 @@ func benchLab(args []string) error {
 	}
 	if cfg.SLOs, err = parseFloats(*slos); err != nil {
 		return fmt.Errorf("--slos: %w", err)
+	}
+	if *profileFile != "" {
+		f, err := os.Open(*profileFile)
+		if err != nil {
+			return err
+		}
+		p, err := lab.ReadProfile(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		cfg.ExtraProfiles, cfg.Profile = append(cfg.ExtraProfiles, p), p.Name
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +44,42 @@ func TestBenchLab(t *testing.T) {
 				prev = js
 			}
 		})
+	}
+	// A profile file: an engine ten times slower than the mocker's prefill shows in the TTFT.
+	slow := filepath.Join(dir, "slow.json")
+	if err := os.WriteFile(slow, []byte(`{"name":"slow","num_gpu_blocks":16384,"max_num_seqs":256,"max_num_batched_tokens":8192,
+		"timing":{"PrefillBaseMs":20,"PrefillPerTokenMs":0.15,"DecodeBaseMs":6,"DecodePerSeqMs":0.05}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p90 := func(extra ...string) float64 {
+		out := filepath.Join(dir, "prof", strings.Join(extra, "_"))
+		args := append([]string{"lab", "--trace", trace, "--minutes", "0.5", "--modes", "kv", "--knee-slo", "0", "--out", out}, extra...)
+		if code := runBench(args); code != 0 {
+			t.Fatalf("%v: exit %d", extra, code)
+		}
+		js, err := os.ReadFile(filepath.Join(out, "lab.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			Points []struct {
+				TTFT struct{ P90 float64 } `json:"ttft_s"`
+			} `json:"points"`
+		}
+		if err := json.Unmarshal(js, &res); err != nil || len(res.Points) != 1 {
+			t.Fatalf("lab.json: %v", err)
+		}
+		return res.Points[0].TTFT.P90
+	}
+	if fast, slow := p90(), p90("--profile-file", slow); slow < 3*fast {
+		t.Fatalf("TTFT p90 %.3f s with the slow profile, %.3f s with the mocker's", slow, fast)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"name":"bad","num_gpu_blocks":16,"max_num_seqs":1,"max_num_batched_tokens":64,"timing":{"PrefilBaseMs":1}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := runBench([]string{"lab", "--trace", trace, "--profile-file", bad}); code != 1 {
+		t.Fatalf("misspelt profile field exit %d", code)
 	}
 	if code := runBench([]string{"lab", "--workload", "nope"}); code != 1 {
 		t.Fatalf("unknown workload exit %d", code)
