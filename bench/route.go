@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -8,20 +9,23 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/actors"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/scoring"
-	"github.com/kvroute/kvroute/scoring/load"
 	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/workers/registry"
 )
 
 // RouteConfig configures the routing-decision benchmark.
 //
-// One op is one whole routing decision, the stages of actors/router's request path: block hashing and the
-// prefix chain of the prompt, FindMatches on the sharded indexer (every shard under its read lock),
-// candidate building (published load snapshot per worker plus one active-prompt registry query for
-// additional blocks), scoring.Select in kv mode, then AddRequest on the chosen worker's tracker, its
-// snapshot publish and the registry Add. Freeing the request afterwards (to keep the fleet steady) is
-// not timed.
+// One op is one whole routing decision of the production router (actors/router, the path of
+// BenchmarkRouteDecision): block hashing and the prefix chain of the prompt, FindMatches on the sharded
+// indexer (every shard's readers beside its writer), then the scheduler machine's step under its lock —
+// candidates with load projection, selection, AddRequest on the chosen worker. Freeing the request
+// afterwards (to keep the fleet steady) is not timed. Stage means come from the router's own overhead
+// histograms.
 type RouteConfig struct {
 	// Workers, PromptTokens and IndexedBlocks are the matrix axes. Defaults {16, 256, 1024},
 	// {1024, 8192, 32768}, {65536, 1048576}.
@@ -72,8 +76,8 @@ type RouteCell struct {
 	// AllocsPerDecision and BytesPerDecision come from runtime.MemStats over the loop.
 	AllocsPerDecision float64 `json:"allocs_per_decision"`
 	BytesPerDecision  float64 `json:"bytes_per_decision"`
-	// StageMicros is the mean time per stage: hash (block hashes + prefix chain), match (FindMatches), cands,
-	// select, add (tracker AddRequest + snapshot), registry (active-prompt registry Add).
+	// StageMicros is the mean time per stage, from the router's overhead histograms: hash (block hashes +
+	// prefix chain), match (FindMatches), decide (the scheduler step: candidates, select, charge).
 	StageMicros map[string]float64 `json:"stage_mean_us"`
 	// MeanOverlap is the chosen worker's mean overlap in blocks.
 	MeanOverlap float64 `json:"mean_overlap_blocks"`
@@ -134,26 +138,23 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 
 	system := actors.NewSystem(nil)
 	defer system.Shutdown()
-	icfg := indexer.DefaultConfig()
-	icfg.Shards = cfg.Shards
-	x, err := indexer.New(system, icfg)
+	reg := prometheus.NewRegistry()
+	rcfg := router.DefaultConfig(bs)
+	rcfg.Indexer.Shards = cfg.Shards
+	rcfg.TickInterval = -1
+	rcfg.Registerer = reg
+	seed := cfg.Seed
+	rcfg.Seed = &seed
+	r, err := router.New(system, rcfg)
 	if err != nil {
 		return nil, err
 	}
-	defer x.Stop()
-
-	keys := make([]scoring.WorkerKey, workers)
-	slot := make(map[scoring.WorkerKey]int, workers)
-	trackers := make([]*load.Tracker, workers)
-	snaps := make([]load.Snapshot, workers)
-	reg := load.NewRegistry()
-	lc := load.DefaultConfig()
-	for w := range keys {
-		keys[w] = scoring.WorkerKey{WorkerID: uint64(w + 1)}
-		slot[keys[w]] = w
-		trackers[w] = load.New(lc)
+	defer r.Stop()
+	for w := range workers {
+		if err := r.AddWorker(registry.Spec{ID: uint64(w + 1)}); err != nil {
+			return nil, err
+		}
 	}
-	now := time.Unix(0, 0)
 	for p := 0; p < prompts; p++ {
 		local := scoring.LocalBlockHashes(nil, tokensOf(p, 0), bs, scoring.Seed, nil)
 		seq := scoring.ChainHashes(nil, local)
@@ -161,104 +162,56 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 		for i := range bl {
 			bl[i] = prefix.Block{EngineHash: seq[i], LocalHash: local[i]}
 		}
-		w := p % workers
-		if err := x.Apply(&indexer.Apply{WorkerID: keys[w].WorkerID, Ops: []indexer.Op{{Kind: indexer.OpStore, Blocks: bl}}}); err != nil {
+		if err := r.Index.Apply(&indexer.Apply{WorkerID: uint64(p%workers + 1), Ops: []indexer.Op{{Kind: indexer.OpStore, Blocks: bl}}}); err != nil {
 			return nil, err
 		}
 	}
-	// Active load: ActivePerWorker requests per worker, prompts taken round-robin from the corpus.
-	for w := range keys {
+	r.Index.Flush()
+	// Active load: ActivePerWorker requests per worker (pinned there), prompts taken round-robin from the
+	// corpus with a fresh tail each.
+	ctx := context.Background()
+	for w := range workers {
 		for a := 0; a < cfg.ActivePerWorker; a++ {
 			p := (w + a*workers) % prompts
-			local := scoring.LocalBlockHashes(nil, tokensOf(p, uint64(1+w*cfg.ActivePerWorker+a)), bs, scoring.Seed, nil)
-			seq := scoring.ChainHashes(nil, local)
-			id := "bg-" + strconv.Itoa(w) + "-" + strconv.Itoa(a)
-			if err := trackers[w].AddRequest(load.Request{ID: id, SeqHashes: seq, ISL: promptTokens, Now: now}); err != nil {
-				return nil, err
-			}
-			if err := reg.Add(id, keys[w], local, seq); err != nil {
+			pin := scoring.WorkerKey{WorkerID: uint64(w + 1)}
+			req := router.RouteRequest{ID: "bg-" + strconv.Itoa(w) + "-" + strconv.Itoa(a),
+				Tokens: tokensOf(p, uint64(1+w*cfg.ActivePerWorker+a)), Pin: &pin}
+			if _, err := r.Route(ctx, &req); err != nil {
 				return nil, err
 			}
 		}
-		snaps[w] = trackers[w].Snapshot()
 	}
-	x.Flush()
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed+1))
 	queries := make([][]uint32, 64)
 	for i := range queries {
 		queries[i] = tokensOf(rng.IntN(prompts), uint64(1<<18+i))
 	}
-	scfg := scoring.DefaultConfig()
-	scfg.Mode = scoring.ModeKV
-	scfg.BlockSize = bs
-	scfg = scfg.Resolved()
-	if err := scfg.Validate(); err != nil {
-		return nil, err
-	}
-	var (
-		local  = make([]uint64, 0, promptBlocks)
-		seq    = make([]uint64, 0, promptBlocks)
-		scores = make([]prefix.Score, 0, workers)
-		act    = make([]prefix.Score, 0, workers)
-		cands  = make([]scoring.Candidate, workers)
-		lat    = make([]float64, 0, cfg.Decisions)
-		stage  [6]time.Duration
-		ovl    int64
-	)
+	lat := make([]float64, 0, cfg.Decisions)
+	var ovl int64
+	req := router.RouteRequest{ID: "q"}
 	decide := func(i int, timed bool) error {
-		tokens := queries[i%len(queries)]
+		req.Tokens = queries[i%len(queries)]
 		start := time.Now()
-		local = scoring.LocalBlockHashes(local[:0], tokens, bs, scoring.Seed, nil)
-		seq = scoring.ChainHashes(seq[:0], local)
-		t1 := time.Now()
-		scores = x.FindMatches(local, scores[:0])
-		t2 := time.Now()
-		for w := range cands {
-			cands[w] = scoring.Candidate{Worker: keys[w], Load: snaps[w].Load(uint64(len(seq))), InFlight: uint32(snaps[w].ActiveRequests)}
-		}
-		for _, s := range scores {
-			cands[slot[scoring.WorkerKey(s.Worker)]].Overlap.Device = s.Blocks
-		}
-		act = reg.ActivePrefix(local, act[:0])
-		for _, a := range act {
-			cands[slot[scoring.WorkerKey(a.Worker)]].Load.AdditionalBlocks = uint64(len(seq)) - uint64(a.Blocks)
-		}
-		t3 := time.Now()
-		d, err := scoring.Select(scoring.Request{ISL: len(tokens)}, cands, &scfg, rng)
+		res, err := r.Route(ctx, &req)
+		el := time.Since(start)
 		if err != nil {
 			return err
 		}
-		t4 := time.Now()
-		tr := trackers[d.Index]
-		if err := tr.AddRequest(load.Request{ID: "q", SeqHashes: seq, ISL: len(tokens), OverlapBlocks: d.Overlap, Now: now}); err != nil {
-			return err
-		}
-		snaps[d.Index] = tr.Snapshot()
-		t5a := time.Now()
-		if err := reg.Add("q", d.Worker, local, seq); err != nil {
-			return err
-		}
-		t5 := time.Now()
 		if timed {
-			lat = append(lat, float64(t5.Sub(start).Nanoseconds())/1e3)
-			stage[0] += t1.Sub(start)
-			stage[1] += t2.Sub(t1)
-			stage[2] += t3.Sub(t2)
-			stage[3] += t4.Sub(t3)
-			stage[4] += t5a.Sub(t4)
-			stage[5] += t5.Sub(t5a)
-			ovl += int64(d.Overlap)
+			lat = append(lat, float64(el.Nanoseconds())/1e3)
+			ovl += int64(res.OverlapBlocks)
 		}
-		tr.Free("q")
-		snaps[d.Index] = tr.Snapshot()
-		reg.Free("q")
-		return nil
+		return r.Free(req.ID)
 	}
 	for i := 0; i < 64; i++ { // warm the scratch slices and the tables
 		if err := decide(i, false); err != nil {
 			return nil, err
 		}
+	}
+	before, err := stageSums(reg)
+	if err != nil {
+		return nil, err
 	}
 	runtime.GC()
 	var m0, m1 runtime.MemStats
@@ -275,22 +228,48 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 	if progress != nil {
 		progress.Add(int64(cfg.Decisions % 64))
 	}
+	after, err := stageSums(reg)
+	if err != nil {
+		return nil, err
+	}
 	n := float64(cfg.Decisions)
 	cell := &RouteCell{Workers: workers, PromptTokens: promptTokens, IndexedBlocks: indexed,
 		AllocsPerDecision: float64(m1.Mallocs-m0.Mallocs) / n, BytesPerDecision: float64(m1.TotalAlloc-m0.TotalAlloc) / n,
 		StageMicros: map[string]float64{}, MeanOverlap: float64(ovl) / n}
-	for i, name := range []string{"hash", "match", "cands", "select", "add", "registry"} {
-		cell.StageMicros[name] = float64(stage[i].Nanoseconds()) / 1e3 / n
+	for name, ms := range after {
+		cell.StageMicros[name] = (ms - before[name]) * 1e3 / n
 	}
 	cell.latencies = lat
 	cell.Micros = Summarize(lat)
 	return cell, nil
 }
 
+// routeStages maps the router's overhead histograms (milliseconds) to the report's stage names.
+var routeStages = map[string]string{
+	"dynamo_router_overhead_block_hashing_ms":        "hash",
+	"dynamo_router_overhead_indexer_find_matches_ms": "match",
+	"dynamo_router_overhead_scheduling_ms":           "decide",
+}
+
+// stageSums reads the sum of each stage histogram, in milliseconds.
+func stageSums(reg *prometheus.Registry) (map[string]float64, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if name, ok := routeStages[mf.GetName()]; ok && len(mf.GetMetric()) == 1 {
+			out[name] = mf.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	return out, nil
+}
+
 // FillRouteReport adds the tables and plots of a route bench to rep.
 func FillRouteReport(rep *Report, cfg RouteConfig, cells []*RouteCell) {
 	rep.Data = map[string]any{"config": cfg, "cells": cells}
-	tab := Table{Title: "Routing decision latency", Columns: []string{"workers", "prompt tokens", "indexed blocks", "p50 µs", "p99 µs", "p999 µs", "mean µs", "allocs/decision", "B/decision", "hash µs", "match µs", "cands µs", "select µs", "add µs", "registry µs", "overlap blocks"}}
+	tab := Table{Title: "Routing decision latency", Columns: []string{"workers", "prompt tokens", "indexed blocks", "p50 µs", "p99 µs", "p999 µs", "mean µs", "allocs/decision", "B/decision", "hash µs", "match µs", "decide µs", "overlap blocks"}}
 	var cdf []Series
 	var labels []string
 	var p99 []float64
@@ -298,7 +277,7 @@ func FillRouteReport(rep *Report, cfg RouteConfig, cells []*RouteCell) {
 		s := c.StageMicros
 		tab.Rows = append(tab.Rows, []string{strconv.Itoa(c.Workers), strconv.Itoa(c.PromptTokens), binary(c.IndexedBlocks),
 			F(c.Micros.P50, 1), F(c.Micros.P99, 1), F(c.Micros.P999, 1), F(c.Micros.Mean, 1), F(c.AllocsPerDecision, 1), FormatNum(c.BytesPerDecision),
-			F(s["hash"], 1), F(s["match"], 1), F(s["cands"], 1), F(s["select"], 1), F(s["add"], 1), F(s["registry"], 1), F(c.MeanOverlap, 0)})
+			F(s["hash"], 1), F(s["match"], 1), F(s["decide"], 1), F(c.MeanOverlap, 0)})
 		xs, ys := CDF(c.latencies, 300)
 		cdf = append(cdf, Series{Name: c.Name(), X: xs, Y: ys})
 		labels, p99 = append(labels, c.Name()), append(p99, c.Micros.P99)

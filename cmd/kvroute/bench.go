@@ -388,7 +388,7 @@ func benchRoute(args []string) error {
 	stop()
 	p.Done()
 	bench.FillRouteReport(rep, cfg, cells)
-	rep.Notes = append(rep.Notes, "One op is one whole routing decision: block hashing and the prefix chain, FindMatches on the sharded indexer, candidates (snapshots + active-prompt registry), Select (kv mode), AddRequest + snapshot publish + registry Add on the chosen worker. The Free that keeps the fleet steady is not timed.",
+	rep.Notes = append(rep.Notes, "One op is one whole routing decision of the production router (Router.Route, as BenchmarkRouteDecision): block hashing and the prefix chain, FindMatches on the sharded indexer, then the scheduler step (candidates with load projection, selection in kv mode, AddRequest on the chosen worker). Stage means come from the router's own overhead histograms. The Free that keeps the fleet steady is not timed.",
 		"Index: prompts of the cell's length (a quarter shared among 64 system prompts), each stored on one worker; queries are indexed prompts with a fresh last quarter.")
 	return finish(rep, *c.out)
 }

@@ -2,8 +2,6 @@ package load
 
 import (
 	"errors"
-	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 
@@ -150,58 +148,5 @@ func check(t *testing.T, what string, got, want Snapshot) {
 	t.Helper()
 	if got != want {
 		t.Errorf("%s: snapshot %+v, want %+v", what, got, want)
-	}
-}
-
-// TestRegistryMatchesTrackers checks the registry's per-worker active prefix against each tracker's
-// Projection over random request mixes on 4 workers.
-func TestRegistryMatchesTrackers(t *testing.T) {
-	rng := rand.New(rand.NewPCG(8, 9))
-	reg := NewRegistry()
-	trackers := make([]*Tracker, 4)
-	for i := range trackers {
-		trackers[i] = newTracker(nil)
-	}
-	type live struct {
-		id string
-		w  int
-	}
-	var active []live
-	prompt := func() ([]uint64, []uint64) {
-		toks := make([]uint32, 2*(1+rng.IntN(10)))
-		for i := range toks {
-			toks[i] = uint32(rng.IntN(2))
-		}
-		local := scoring.LocalBlockHashes(nil, toks, 2, scoring.Seed, nil)
-		return local, scoring.SequenceHashes(nil, local)
-	}
-	for i := range 3000 {
-		if len(active) > 0 && rng.IntN(3) == 0 {
-			k := rng.IntN(len(active))
-			trackers[active[k].w].Free(active[k].id)
-			if !reg.Free(active[k].id) {
-				t.Fatal("registry lost a request")
-			}
-			active = append(active[:k], active[k+1:]...)
-		} else {
-			id, w := "r"+strconv.Itoa(i), rng.IntN(4)
-			local, seq := prompt()
-			must(t, trackers[w].AddRequest(Request{ID: id, SeqHashes: seq, Now: t0}))
-			must(t, reg.Add(id, scoring.WorkerKey{WorkerID: uint64(w)}, local, seq))
-			active = append(active, live{id, w})
-		}
-		local, seq := prompt()
-		got := make([]uint64, 4)
-		for w := range got {
-			got[w] = uint64(len(seq))
-		}
-		for _, s := range reg.ActivePrefix(local, nil) {
-			got[s.Worker.WorkerID] -= uint64(s.Blocks)
-		}
-		for w, tr := range trackers {
-			if want := tr.Projection(seq, true); got[w] != want {
-				t.Fatalf("step %d worker %d: registry %d, tracker %d", i, w, got[w], want)
-			}
-		}
 	}
 }
