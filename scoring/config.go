@@ -92,7 +92,8 @@ const DefaultStaleExpiry = 3600 * time.Second
 // Config is every router parameter of spec/router.md §3.2 and §12. The zero value is not useful; start
 // from DefaultConfig. Fields map 1:1 to flags (see Flags in flags.go).
 type Config struct {
-	// Mode is the routing mode. Default round-robin, as Dynamo's frontend; `kvroute router` sets kv.
+	// Mode is the routing mode. Default kv: kvroute exists to route by KV overlap (Dynamo's frontend
+	// defaults to round-robin; pass --router-mode round-robin for that).
 	Mode RouterMode
 	// LoadAware is the --load-aware preset: kv mode with credit 0, KV events off, assume_kv_reuse off,
 	// active and prefill tracking on (§8.3). Applied by Resolved.
@@ -206,7 +207,7 @@ type Config struct {
 // DefaultConfig returns Dynamo's defaults (spec §3.2, §12).
 func DefaultConfig() Config {
 	return Config{
-		Mode:                      ModeRoundRobin,
+		Mode:                      ModeKV,
 		BlockSize:                 16,
 		OverlapScoreCredit:        1.0,
 		OverlapScoreCreditDecay:   0,

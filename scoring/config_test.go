@@ -19,7 +19,7 @@ func TestDefaultConfigMatchesDynamo(t *testing.T) {
 		got  any
 		want any
 	}{
-		{"mode", c.Mode, ModeRoundRobin},
+		{"mode", c.Mode, ModeKV}, // the one default that differs from Dynamo's frontend (round-robin), on purpose
 		{"credit", c.OverlapScoreCredit, 1.0},
 		{"decay", c.OverlapScoreCreditDecay, 0.0},
 		{"scale", c.PrefillLoadScale, 1.0},
@@ -80,9 +80,9 @@ func TestResolved(t *testing.T) {
 		mode                 RouterMode
 		events, reuse, track bool
 	}{
-		{"defaults", func(*Config) {}, 1, 1, ModeRoundRobin, true, true, true},
-		{"weight 2", func(c *Config) { c.OverlapScoreWeight = Some(2); c.PrefillLoadScale = 5 }, 1, 2, ModeRoundRobin, true, true, true},
-		{"weight 0", func(c *Config) { c.OverlapScoreWeight = Some(0) }, 0, 0, ModeRoundRobin, true, true, true},
+		{"defaults", func(*Config) {}, 1, 1, ModeKV, true, true, true},
+		{"weight 2", func(c *Config) { c.OverlapScoreWeight = Some(2); c.PrefillLoadScale = 5 }, 1, 2, ModeKV, true, true, true},
+		{"weight 0", func(c *Config) { c.OverlapScoreWeight = Some(0) }, 0, 0, ModeKV, true, true, true},
 		{"load-aware", func(c *Config) { c.LoadAware = true; c.PrefillLoadScale = 3; c.TrackPrefillTokens = false }, 0, 3, ModeKV, false, false, true},
 	}
 	for _, tc := range tests {

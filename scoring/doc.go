@@ -22,23 +22,25 @@
 //
 // # Concurrency model
 //
-// Nothing here is safe for concurrent mutation; every value has one owner (an actor in actors/ or a test),
-// and functions are pure where they can be. Select is a pure function of its arguments: randomness comes
-// through the RNG argument, round-robin position through Request.RoundRobin, time through arguments
-// (Approx). It reads candidates and never retains them, so concurrent Selects over separately built
-// candidate slices are safe given separate RNGs. A Config is immutable once Resolved and validated.
+// Nothing here is safe for concurrent mutation; every value has one owner, and functions are pure where
+// they can be. Select is a pure function of its arguments: randomness comes through the RNG argument,
+// round-robin position through Request.RoundRobin, time through arguments (Approx). It reads candidates
+// and never retains them. A Config is immutable once Resolved and validated.
 //
 // # Ownership
 //
 // Request hashing and event re-keying both go through LocalBlockHashes / BlockHash, so router and engine
-// views can never drift apart. The router owns the Config and the round-robin counter; each worker mirror
-// actor owns its load tracker (scoring/load) and publishes snapshots that become Candidate.Load; the
-// indexer actor of the approximate index owns the Approx bookkeeping; the scheduler actor owns the queue.
+// views can never drift apart. The scheduler machine (scoring/sched) owns everything stateful a decision
+// reads or writes: the per-worker load trackers (scoring/load), the queue (scoring/queue heaps, policy
+// classes), the approximate and predicted Approx bookkeeping, session bindings, the round-robin counter and
+// the RNG. Its owner in production is actors/router, which serializes its steps under one mutex. The
+// prefix index (scoring/prefix) is owned by the indexer shard actors (actors/indexer); worker mirror actors
+// (actors/worker) own a worker's event stream and feed the index, not load.
 //
 // # Data flow
 //
-//	tokens → LocalBlockHashes → prefix FindMatches (Overlap) ┐
-//	       → SequenceHashes → load Projection (AdditionalBlocks) ┴→ []Candidate
-//	ShouldQueue? → queue.Push … drain → Select(req, cands, cfg, rng) → Decision
-//	Decision → worker actor AddRequest; approximate mode: Approx.Record → index Store/Remove
+//	tokens → PromptHashes → local hashes + prefix chain
+//	local → prefix FindMatches (Overlap) ─┐
+//	chain → load Projection (Additional)  ┴→ sched.Machine: queue? → Argmin / Select → Decision
+//	Decision → tracker AddRequest; approximate mode: Approx.Record → index Store/Remove
 package scoring
