@@ -9,7 +9,8 @@
 //     speedup, the engines' KV events re-keyed with kvevents.Rekey (as actors/worker's converter does)
 //     and applied to a scoring/prefix.Index EventDelay after their step ends, and the arm's Scheduler
 //     called at each arrival (Route), first token (PrefillDone) and end (Free). The engines' KV usage is
-//     scraped every MetricsInterval (the frontend health check's poll). A run yields a bench.ArmRun,
+//     scraped every MetricsInterval (the frontend health check's poll); Config.SpeedChanges change every
+//     engine's speed mid-run (mocker Engine.SetSpeed). A run yields a bench.ArmRun,
 //     summarized by bench.SummarizeArm exactly as the wall-clock e2e bench's runs are.
 //   - sched.go: the Scheduler interface, the Fleet view a scheduler may read (shape, index, scraped KV
 //     usage) and Request (prompt, local block hashes, prefix chain).

@@ -358,3 +358,30 @@ func TestGenRate(t *testing.T) {
 		}
 	}
 }
+
+// TestSpeedChange: engines slowed to a quarter of their speed from the start give longer TTFTs; a change
+// after the run's end changes nothing.
+func TestSpeedChange(t *testing.T) {
+	tr := &bench.Trace{Requests: headTrace(t).Requests[:150]}
+	arm, _ := LookupArm(ArmKV)
+	ttft := func(changes ...SpeedChange) float64 {
+		cfg := DefaultConfig()
+		cfg.SpeedChanges = changes
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		run, err := runArm(&cfg, tr, arm, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := bench.SummarizeArm(run)
+		return r.TTFT.Mean + r.Utilization // a late change must not stretch the run either
+	}
+	base := ttft()
+	if slow := ttft(SpeedChange{At: time.Millisecond, Factor: 0.25}); slow < 2*base {
+		t.Fatalf("mean TTFT %.3f s at quarter speed, %.3f s at full", slow, base)
+	}
+	if late := ttft(SpeedChange{At: time.Hour, Factor: 0.25}); late != base {
+		t.Fatalf("a change after the end moved the mean TTFT %.4f → %.4f", base, late)
+	}
+}

@@ -50,6 +50,10 @@ type Config struct {
 	LoadSamples int
 	// Parallel bounds the runs in flight (each single-threaded). Default GOMAXPROCS.
 	Parallel int
+	// SpeedChanges change every engine's speed during a run (model time from the first arrival, not
+	// scaled by the arrival speedup): from At on, steps run Factor times as fast as the profile says
+	// (0.5: half speed). Default none.
+	SpeedChanges []SpeedChange
 
 	profile Profile
 	arms    []Arm
@@ -85,6 +89,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: event delay %v, metrics interval %v, load samples %d, parallel %d, knee steps %d, knee slo %v",
 			ErrBadConfig, c.EventDelay, c.MetricsInterval, c.LoadSamples, c.Parallel, c.KneeSteps, c.KneeSLO)
 	}
+	for _, sc := range c.SpeedChanges {
+		if sc.At < 0 || !(sc.Factor > 0) || sc.Factor > 1e6 {
+			return fmt.Errorf("%w: speed change %v at %v", ErrBadConfig, sc.Factor, sc.At)
+		}
+	}
 	for _, s := range c.SLOs {
 		if !(s > 0) {
 			return fmt.Errorf("%w: slo %v must be positive", ErrBadConfig, s)
@@ -107,6 +116,12 @@ func (c *Config) Validate() error {
 		c.arms = append(c.arms, a)
 	}
 	return nil
+}
+
+// SpeedChange is one change of the engines' speed during a run.
+type SpeedChange struct {
+	At     time.Duration `json:"at"`
+	Factor float64       `json:"factor"`
 }
 
 // Result is a whole lab run. It holds no wall-clock figure, so the same configuration and workload give

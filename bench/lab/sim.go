@@ -29,6 +29,7 @@ const (
 	evKV                   // a batch of engine w's KV events reaches the index
 	evTick                 // metrics scrape and the scheduler's timers
 	evSample               // per-worker load sample for the report
+	evSpeed                // every engine's speed changes (i: index into Config.SpeedChanges)
 )
 
 type event struct {
@@ -126,7 +127,8 @@ type sim struct {
 	reqs    []simReq
 	byID    map[string]int
 	samples []bench.E2ESample
-	left    int // requests not ended
+	left    int   // requests not ended
+	end     int64 // when the last request ended
 	local   []uint64
 	prompt  []uint32
 	loadT   []float64
@@ -181,6 +183,9 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 		s.at(0, event{kind: evTick})
 		s.at(0, event{kind: evSample})
 	}
+	for k, sc := range cfg.SpeedChanges {
+		s.at(int64(sc.At), event{kind: evSpeed, i: int32(k)})
+	}
 	if hook != nil {
 		hook(s)
 	}
@@ -202,6 +207,13 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 			if s.left > 0 {
 				s.at(s.now+s.tick, event{kind: evTick})
 			}
+		case evSpeed:
+			f := cfg.SpeedChanges[e.i].Factor
+			for w := range s.engines {
+				if err := s.engines[w].eng.SetSpeed(ec.SpeedupRatio*f, ec.DecodeSpeedupRatio); err != nil {
+					return nil, err
+				}
+			}
 		case evSample:
 			s.sample()
 			if s.left > 0 {
@@ -210,7 +222,7 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 		}
 	}
 	run := &bench.ArmRun{Arm: arm.Name, ArrivalSpeedup: x, TimeScale: 1, Samples: s.samples, LoadT: s.loadT, Load: s.load,
-		Wall: time.Duration(s.now)}
+		Wall: time.Duration(s.end)}
 	if span > 0 {
 		run.Offered = float64(len(tr.Requests)) / (float64(span) / 1e9)
 	}
@@ -284,6 +296,7 @@ func (s *sim) fail(i int, msg string, routed bool) {
 	sr := &s.reqs[i]
 	sr.req.Prompt, sr.req.Local, sr.req.Chain = nil, nil, nil
 	s.left--
+	s.end = s.now
 	smp := &s.samples[i]
 	smp.Err = msg
 	smp.TTFT = float64(s.now-sr.arrive) / 1e9
@@ -351,6 +364,7 @@ func (s *sim) stepEnd(w int) {
 		if p.Done {
 			sr.req.Prompt, sr.req.Local, sr.req.Chain = nil, nil, nil // the engine keeps what it caches
 			s.left--
+			s.end = s.now
 			e.inflight--
 			smp.OutputTokens = p.Output
 			smp.E2E = float64(s.now-sr.arrive) / 1e9

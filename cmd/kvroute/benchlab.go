@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,7 @@ func benchLab(args []string) error {
 	fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "simulations in flight (each is single-threaded)")
 	fs.IntVar(&cfg.Blocks.BlockSize, "trace-block-size", cfg.Blocks.BlockSize, "tokens per trace hash id")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "engine and router KV block size in tokens")
+	speed := fs.String("speed-change", "", "engine speed changes during a run, comma-separated AT:FACTOR (model time from the first arrival: 300s:0.5 halves every engine's speed from 5 minutes on)")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the arms' random choices, the token blocks and generated workloads")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -55,6 +57,18 @@ func benchLab(args []string) error {
 	}
 	if cfg.SLOs, err = parseFloats(*slos); err != nil {
 		return fmt.Errorf("--slos: %w", err)
+	}
+	for _, f := range strings.Split(*speed, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		at, factor, ok := strings.Cut(f, ":")
+		d, err := time.ParseDuration(at)
+		v, err2 := strconv.ParseFloat(factor, 64)
+		if !ok || err != nil || err2 != nil {
+			return fmt.Errorf("--speed-change: bad AT:FACTOR %q", f)
+		}
+		cfg.SpeedChanges = append(cfg.SpeedChanges, lab.SpeedChange{At: d, Factor: v})
 	}
 	if *profileFile != "" {
 		f, err := os.Open(*profileFile)

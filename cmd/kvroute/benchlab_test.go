@@ -71,8 +71,15 @@ func TestBenchLab(t *testing.T) {
 		}
 		return res.Points[0].TTFT.P90
 	}
-	if fast, slow := p90(), p90("--profile-file", slow); slow < 3*fast {
+	fast := p90()
+	if slow := p90("--profile-file", slow); slow < 3*fast {
 		t.Fatalf("TTFT p90 %.3f s with the slow profile, %.3f s with the mocker's", slow, fast)
+	}
+	if slowed := p90("--speed-change", "1ms:0.2"); slowed < 3*fast {
+		t.Fatalf("TTFT p90 %.3f s with engines at a fifth of their speed, %.3f s at full", slowed, fast)
+	}
+	if code := runBench([]string{"lab", "--trace", trace, "--speed-change", "5m"}); code != 1 {
+		t.Fatalf("--speed-change without a factor: exit %d", code)
 	}
 	bad := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(bad, []byte(`{"name":"bad","num_gpu_blocks":16,"max_num_seqs":1,"max_num_batched_tokens":64,"timing":{"PrefilBaseMs":1}}`), 0o644); err != nil {

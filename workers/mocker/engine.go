@@ -152,6 +152,16 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 // Config returns the engine's configuration.
 func (e *Engine) Config() EngineConfig { return e.cfg }
 
+// SetSpeed changes the speedup ratios from the next step on (an engine slowed or sped up mid-run, for
+// simulations of a fleet whose engines change speed). Both must be positive.
+func (e *Engine) SetSpeed(speedup, decodeSpeedup float64) error {
+	if !(speedup > 0) || !(decodeSpeedup > 0) {
+		return fmt.Errorf("%w: speedup ratios %v and %v must be positive", ErrBadConfig, speedup, decodeSpeedup)
+	}
+	e.cfg.SpeedupRatio, e.cfg.DecodeSpeedupRatio = speedup, decodeSpeedup
+	return nil
+}
+
 // Add queues a request. It fails with ErrBadRequest when the request can never fit the KV cache or the
 // model length, or when its ID is already live.
 func (e *Engine) Add(req Request) error {

@@ -77,3 +77,31 @@ func TestTimingValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestSetSpeed: a speed change applies from the next step on.
+func TestSetSpeed(t *testing.T) {
+	e, err := NewEngine(DefaultEngineConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := make([]uint32, 600)
+	for i := range prompt {
+		prompt[i] = uint32(i)
+	}
+	if err := e.Add(Request{ID: "a", Prompt: prompt, MaxTokens: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.Step().Duration, StepDuration(600, 0, 0, 1, 1); got != want {
+		t.Fatalf("prefill %v, want %v", got, want)
+	}
+	if err := e.SetSpeed(0, 1); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("SetSpeed(0) = %v", err)
+	}
+	if err := e.SetSpeed(0.5, 2); err != nil {
+		t.Fatal(err)
+	}
+	occ := float64(e.Stats().UsedBlocks) / float64(e.Stats().Blocks)
+	if got, want := e.Step().Duration, StepDuration(0, 1, occ, 0.5, 2); got != want {
+		t.Fatalf("decode after SetSpeed %v, want %v", got, want)
+	}
+}
