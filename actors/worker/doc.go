@@ -7,6 +7,15 @@
 // subscriber child per dp rank (kvevents.Subscriber on the worker's ZMQ endpoint, port offset by rank),
 // the worker's counters, and forwards re-keyed batches to the indexer shard that owns the worker.
 //
+// Bind mode (Config.BindEndpoints): the fleet owns one kvevents.BindSubscriber per bound endpoint, the
+// i-th receiving dp rank i, and attributes batches to workers by topic; a worker's topic is registered on
+// every bind socket with its replay endpoint offset by that rank.
+//
+// audit.go makes problems visible: Audit (every second, or a quarter of Config.Grace) marks a worker
+// degraded with the reason when its stream has shown one for longer than the grace period (no batch
+// yet, every store rejected, ranks beyond dp_size) and logs it once; unregistered topics are remembered
+// (the first 16) and logged once. metrics.go exports the counters at scrape time (Fleet.Collector).
+//
 // # Concurrency model
 //
 // Subscriber goroutines decode and re-key (router local hashes from token_ids, optional image-run
@@ -23,6 +32,8 @@
 //
 // # Ownership
 //
+// Bind subscribers' goroutines own their sockets and per-topic converters. The audit goroutine is the
+// only writer of each mirror's audit reason; the unknown-topic list is guarded by its own mutex.
 // Counters are written only by the mirror actor; the fleet map only by the fleet actor; ZMQ sockets only
 // by the subscriber goroutine that opened them. Removing a worker stops its mirror (and subscribers)
 // first, then removes the worker from the index, so no batch of a removed worker lands afterwards.
