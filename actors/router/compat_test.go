@@ -364,15 +364,32 @@ func TestEventProblemsAreVisible(t *testing.T) {
 	if err := r.AddWorker(registry.Spec{ID: 2, Events: "tcp://127.0.0.1:" + strconv.Itoa(base)}); err != nil {
 		t.Fatal(err)
 	}
+	// A worker whose endpoint nobody serves, and one whose engine is connected but idle (publishes
+	// nothing, as vLLM does until blocks change).
+	ports := freePorts(t, 2)
+	startEngine(t, kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:" + strconv.Itoa(ports+1), Bind: true}, kvevents.DialectVLLM, 0)
+	for id, port := range map[uint64]int{3: ports, 4: ports + 1} {
+		if err := r.AddWorker(registry.Spec{ID: id, Events: "tcp://127.0.0.1:" + strconv.Itoa(port)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p := prompt(0, 0)
 	start := time.Now()
-	waitFor(t, "both workers degraded", func() bool {
+	waitFor(t, "three workers degraded", func() bool {
 		wrong.store(0, false, 1, p)
 		rank3.store(0, false, 1, p)
 		s1, _ := r.Fleet.StatusOf(1)
 		s2, _ := r.Fleet.StatusOf(2)
-		return s1.Degraded != "" && s2.Degraded != ""
+		s3, _ := r.Fleet.StatusOf(3)
+		return s1.Degraded != "" && s2.Degraded != "" && s3.Degraded != ""
 	})
+	r.Fleet.Audit(time.Now().Add(time.Hour))
+	if s3, _ := r.Fleet.StatusOf(3); !strings.Contains(s3.Degraded, "never connected") {
+		t.Fatalf("unserved endpoint: %+v", s3)
+	}
+	if s4, _ := r.Fleet.StatusOf(4); s4.Degraded != "" {
+		t.Fatalf("a connected idle worker was marked: %+v", s4)
+	}
 	t.Logf("degraded %v after registration (grace %v)", time.Since(start).Round(time.Millisecond), cfg.Worker.Grace)
 	s1, _ := r.Fleet.StatusOf(1)
 	if s1.State != "connecting" || s1.Topic != "kv@127.0.0.1:8001@m" ||

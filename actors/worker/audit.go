@@ -42,8 +42,10 @@ func (f *Fleet) startAudit() {
 
 // Audit marks each worker whose event stream has shown a problem for longer than Config.Grace as
 // degraded with the reason, and clears the mark once the problem is gone. Problems:
-//   - no batch yet, Grace after the worker was added (a wrong topic, endpoint or port; a publisher that
-//     never connects): the reason names the worker's topic and the unregistered topics seen;
+//   - no batch yet, Grace after the worker was added, and either no connection (a wrong endpoint or
+//     port, a publisher that never connects) or, in bind mode, messages under unregistered topics (a
+//     wrong topic): the reason names the worker's topic and the topics seen. A connected engine that
+//     is only idle publishes nothing and is not marked;
 //   - every store rejected (indexed_blocks 0 while rejected_stores grows): the parent chain cannot be
 //     followed, so nothing is ever cached for routing;
 //   - batches naming a dp rank the worker does not have (dp_size too small).
@@ -87,14 +89,23 @@ func (f *Fleet) problem(m *Mirror, grace time.Duration) string {
 		return fmt.Sprintf("%d batches named a dp rank >= dp_size %d: not indexed", n, m.Spec.DPRanks())
 	}
 	if m.c.batches.Load() == 0 {
-		if m.bound {
-			r := fmt.Sprintf("no KV event batch on topic %q within %v", m.Spec.Topic, grace)
-			if topics, n := f.UnknownTopics(); n > 0 {
-				r += fmt.Sprintf("; %d messages with unregistered topics %q", n, topics)
+		// An idle engine publishes nothing (vLLM sends a batch only when blocks change), so silence alone
+		// is not a problem: a connection that never came up is, and so are messages under topics nobody
+		// registered while this worker's topic stays silent.
+		if !m.bound {
+			if m.eventStats().Connects == 0 {
+				return fmt.Sprintf("never connected to the event publisher at %s within %v", m.Spec.Events, grace)
 			}
-			return r
+			return ""
 		}
-		return fmt.Sprintf("no KV event batch from %s within %v", m.Spec.Events, grace)
+		bs := f.BindStats()
+		if topics, n := f.UnknownTopics(); n > 0 {
+			return fmt.Sprintf("no KV event batch on topic %q within %v, but %d messages under unregistered topics %q", m.Spec.Topic, grace, n, topics)
+		}
+		if bs.Connects == 0 {
+			return fmt.Sprintf("no publisher connected to the bind sockets %v within %v (topic %q)", f.BindAddrs(), grace, m.Spec.Topic)
+		}
+		return ""
 	}
 	is := f.deps.index.Stats(m.Spec.ID)
 	if is.RejectedStores > 0 && f.indexedBlocks(m) == 0 {

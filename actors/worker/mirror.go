@@ -143,13 +143,7 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 		}
 		st.Degraded += *a
 	}
-	var ss kvevents.Stats
-	for _, s := range m.subs {
-		addStats(&ss, s.stats())
-	}
-	if m.topicStats != nil {
-		addStats(&ss, m.topicStats())
-	}
+	ss := m.eventStats()
 	st.Gaps, st.Replays, st.ReplayTimeouts, st.DecodeErrors = ss.Gaps, ss.Replays, ss.ReplayTimeouts, ss.DecodeErrors
 	st.StaleBatches, st.DiscardedBatches = ss.Stale, ss.Discarded
 	st.DuplicateBatches, st.LostBatches = ss.Duplicates, ss.Lost
@@ -162,6 +156,19 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 		st.IndexedBlocks += ix.Blocks(rankKey(m.Spec.ID, r))
 	}
 	return st
+}
+
+// eventStats sums the stream counters of the worker's subscribers (connect mode) or of its topic on the
+// bind sockets.
+func (m *Mirror) eventStats() kvevents.Stats {
+	var ss kvevents.Stats
+	for _, s := range m.subs {
+		addStats(&ss, s.stats())
+	}
+	if m.topicStats != nil {
+		addStats(&ss, m.topicStats())
+	}
+	return ss
 }
 
 // LastBatch returns when the mirror last saw a batch (zero time before the first).

@@ -80,6 +80,7 @@ func addStats(st *kvevents.Stats, c kvevents.Stats) {
 	st.Discarded += c.Discarded
 	st.Duplicates += c.Duplicates
 	st.Lost += c.Lost
+	st.Connects += c.Connects
 }
 
 // open builds a new subscriber that forwards to mirror, retiring the previous one's counters into base.

@@ -144,7 +144,8 @@ func (s *BindSubscriber) Ready() <-chan struct{} { return s.ready }
 // Addr is the bound endpoint (wildcard port resolved) once Ready.
 func (s *BindSubscriber) Addr() string { return load(&s.addr) }
 
-// Stats returns a snapshot of the counters, summed over the registered topics; safe from any goroutine.
+// Stats returns a snapshot of the counters, summed over the registered topics (a removed topic's counts
+// leave the sum); safe from any goroutine.
 func (s *BindSubscriber) Stats() Stats {
 	st := s.c.Snapshot()
 	for _, c := range *s.topicC.Load() {
@@ -253,7 +254,7 @@ func (s *BindSubscriber) stream(topic []byte) *stream {
 	name := string(topic)
 	c := (*s.topicC.Load())[name]
 	if c == nil {
-		c = &s.c // registered between the two loads; counted session-wide
+		c = &s.c // unregistered since reg was loaded; counted session-wide
 	}
 	st := &stream{replayEndpoint: replay, replayTimeout: s.cfg.ReplayTimeout, poll: s.cfg.PollInterval, c: c}
 	if s.h.OnBatch != nil {

@@ -21,7 +21,7 @@ type Counters struct {
 	SkippedEvents   atomic.Uint64 // events with an unknown tag
 	UnknownTopics   atomic.Uint64 // bind mode: messages from unregistered topics, dropped
 	Reconnects      atomic.Uint64 // socket sessions restarted after an error
-	Connects        atomic.Uint64 // bind mode: publisher connections accepted (handshakes)
+	Connects        atomic.Uint64 // connections established (handshakes): to the publisher, or from publishers in bind mode
 }
 
 // Stats is a point-in-time copy of Counters.

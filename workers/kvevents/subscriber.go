@@ -179,7 +179,10 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	}
 	s.st.discard = func() uint64 { return discardQueued(sub, s.cfg.RcvHWM) }
 	defer func() { s.st.discard = nil }()
-	loop := loopHooks{mon: mon, onConnect: func() { s.st.catchUp(ctx) }}
+	loop := loopHooks{mon: mon, onConnect: func() {
+		s.c.Connects.Add(1)
+		s.st.catchUp(ctx)
+	}}
 	if s.cfg.IdentityCheck > 0 && s.st.replayEndpoint != "" {
 		loop.every, loop.tick = s.cfg.IdentityCheck, func() {
 			if s.st.tr.have {
