@@ -83,11 +83,18 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		}
 		j.route = route
 		j.headers[0] = client.Header{Key: "X-Request-Id", Value: j.reqID}
-		req := &client.Request{Path: j.ep.path(), Body: j.body, Headers: j.headers[:1]}
+		n := 1
 		if route.Spec.DPRanks() > 1 {
-			j.headers[1] = client.Header{Key: "X-data-parallel-rank", Value: strconv.FormatUint(uint64(route.Worker.DPRank), 10)}
-			req.Headers = j.headers[:2]
+			j.headers[n] = client.Header{Key: "X-data-parallel-rank", Value: strconv.FormatUint(uint64(route.Worker.DPRank), 10)}
+			n++
 		}
+		for k, v := range j.trace.workerHeaders() {
+			if n < len(j.headers) {
+				j.headers[n] = client.Header{Key: k, Value: v}
+				n++
+			}
+		}
+		req := &client.Request{Path: j.ep.path(), Body: j.body, Headers: j.headers[:n]}
 		var done bool
 		if j.stream {
 			err, done = a.dispatchStream(ctx, j, route, ep, req)

@@ -28,6 +28,7 @@ import (
 	"github.com/kvroute/kvroute/workers/faultproxy"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const fixtureModel = "../testdata/models/Qwen3-VL-2B-Instruct"
@@ -62,6 +63,8 @@ type stackOpts struct {
 	eventFaults *faultproxy.Faults
 	// seed makes the router's random choices reproducible.
 	seed *uint64
+	// tracer traces requests (nil: off).
+	tracer trace.Tracer
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -117,6 +120,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	pool := NewWorkerPool(client.DefaultConfig())
 	var st0 *transfer.Sender
 	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
+	api.Tracer = o.tracer
 	if o.mm {
 		spec, err := mm.LoadSpec(fixtureModel, name)
 		if err != nil {

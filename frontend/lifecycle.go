@@ -55,6 +55,7 @@ func (a *OpenAIAPI) end(j *job, status int) {
 		}
 	}
 	a.live.Add(-1)
+	j.trace.end(j, status, d)
 	if a.AccessLog != nil {
 		a.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "request",
 			slog.String("request_id", j.reqID), slog.String("endpoint", j.ep.path()), slog.Bool("stream", j.stream),

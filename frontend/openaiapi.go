@@ -13,6 +13,7 @@ import (
 	"github.com/goccy/go-json"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
@@ -47,6 +48,8 @@ type OpenAIAPI struct {
 	MM *MMConfig
 	// AccessLog, when set, gets one line per request at its end (lifecycle.go). Set before serving.
 	AccessLog *slog.Logger
+	// Tracer, when set, traces each request (tracing.go). Set before serving.
+	Tracer trace.Tracer
 
 	mmMetrics *mmMetrics
 	props     *actor.Props
@@ -118,20 +121,25 @@ func (a *OpenAIAPI) serveGenerate(ctx *fasthttp.RequestCtx, ep endpoint) {
 	if reqID != "" {
 		ctx.Response.Header.Set("X-Request-Id", reqID)
 	}
+	tr := a.startTrace(ctx, ep)
 	j, err := a.parse(ctx, ep, reqID) // 1 parse + validate; copy out of RequestCtx
 	if err != nil {
 		writeError(ctx, err)
 		a.failEarly(ctx, ep, reqID, ctx.Response.StatusCode())
+		tr.end(&job{ep: ep, reqID: reqID}, ctx.Response.StatusCode(), 0)
 		return
 	}
+	j.trace = tr
 	ctx.Response.Header.Set("X-Request-Id", j.reqID)
 	a.begin(j)
+	j.trace.nextStage(a, "route")
 	p := a.runRequestActor(j) // 2–7 request actor: template + tokenize → (images) → hash → route
 	if p.err != nil {
 		a.fail(ctx, j, p.err)
 		return
 	}
 	j.route, j.routed = p.route, true
+	j.trace.nextStage(a, "dispatch")
 	a.dispatch(ctx, j, p) // 8–9 dispatch → stream → lifecycle (prefill done, free)
 }
 

@@ -59,8 +59,8 @@ type job struct {
 	// policyClass is x-dynamo-meta-policy-class: an explicit policy class or a policy family.
 	policyClass string
 
-	// headers backs the worker request's extra headers (request id, dp rank).
-	headers [2]client.Header
+	// headers backs the worker request's extra headers (request id, dp rank, traceparent, tracestate).
+	headers [4]client.Header
 
 	// What the lifecycle records (lifecycle.go): the route taken, when the first token came.
 	route   router.RouteResult
@@ -70,6 +70,8 @@ type job struct {
 	// stream's events, for the mean inter-token latency.
 	promptTokens int
 	chunks       int
+	// trace is the request's spans (zero when tracing is off).
+	trace requestTrace
 }
 
 // close ends the request: its context, and the resources it held for the worker.

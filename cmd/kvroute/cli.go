@@ -46,7 +46,7 @@ var topicPrefixes = map[string]string{
 	"router-durable-kv-events": topicScaleOut, "router-snapshot-threshold": topicScaleOut, "router-reset-states": topicScaleOut,
 	"router-id": topicScaleOut, "router-replica-sync": topicScaleOut, "request-plane": topicScaleOut,
 	"mm-": topicMM, "media-": topicMM, "frontend-decoding": topicMM,
-	"log-": topicOps, "access-log": topicOps, "graceful-shutdown": topicOps, "pprof": topicOps, "dump-config-to": topicOps,
+	"log-": topicOps, "access-log": topicOps, "graceful-shutdown": topicOps, "pprof": topicOps, "dump-config-to": topicOps, "otlp-": topicOps, "otel-": topicOps,
 	"ready-": topicOps,
 }
 

@@ -26,6 +26,8 @@ type opsFlags struct {
 	tokenizer    *string
 	chatProc     *string
 	pprof        *bool
+	otlp         *string
+	service      *string
 	grace        *time.Duration
 	drain        *time.Duration
 }
@@ -91,6 +93,14 @@ func addOpsFlags(fs *flag.FlagSet) (*opsFlags, error) {
 	o.metricsPfx = fs.String("metrics-prefix", envOr("DYN_METRICS_PREFIX", "dynamo_frontend"), "frontend metric prefix; only Dynamo's default dynamo_frontend is supported [$DYN_METRICS_PREFIX]")
 	o.tokenizer = fs.String("tokenizer", envOr("DYN_TOKENIZER", "default"), "default or fastokens: both mean the model's tokenizer.json, which kvroute's own tokenizer reads; none: no model directory, prompts must be token ids [$DYN_TOKENIZER]")
 	o.chatProc = fs.String("dyn-chat-processor", envOr("DYN_CHAT_PROCESSOR", "dynamo"), "chat template renderer: dynamo (kvroute renders templates itself; vllm and sglang are refused) [$DYN_CHAT_PROCESSOR]")
+	otlp := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if otlp == "" {
+		if base := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); base != "" {
+			otlp = strings.TrimSuffix(base, "/") + "/v1/traces"
+		}
+	}
+	o.otlp = fs.String("otlp-traces-endpoint", otlp, "OTLP/HTTP traces URL (e.g. http://otel-collector:4318/v1/traces): a span per request and per stage, W3C traceparent taken from the client and passed to the worker; empty: no tracing [$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT]")
+	o.service = fs.String("otel-service-name", envOr("OTEL_SERVICE_NAME", "kvroute"), "service.name of the exported spans [$OTEL_SERVICE_NAME]")
 	o.pprof = fs.Bool("pprof", truthy(os.Getenv("KVROUTE_PPROF")), "serve Go profiles at /debug/pprof/ (an admin path: needs --admin-token when one is set) [$KVROUTE_PPROF]")
 	grace, err := envSeconds("DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS", 5*time.Second)
 	if err != nil {

@@ -144,6 +144,8 @@ type frontendApp struct {
 	log    *slog.Logger
 	mon    *frontend.Monitor
 	fleet  *mocker.Fleet // kvroute serve's simulated workers, closed by closeFleet
+	// traceStop flushes and stops the span exporter (nil: tracing off).
+	traceStop func(context.Context) error
 	nats   *natsFlags
 	ln     net.Listener
 	model  *model.Model
@@ -209,6 +211,15 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	reg.MustRegister(frontend.NewModelCollector(app.router, name, cfg.MigrationLimit))
 	if *f.ops.log.access {
 		api.AccessLog = log
+	}
+	if *f.ops.otlp != "" {
+		tracer, shutdown, err := startTracing(*f.ops.otlp, *f.ops.service)
+		if err != nil {
+			app.stop()
+			return nil, err
+		}
+		api.Tracer, app.traceStop = tracer, shutdown
+		log.Info("tracing on", "otlp_endpoint", *f.ops.otlp, "service", *f.ops.service)
 	}
 	app.api = api
 	if *f.mmOn && m != nil {
@@ -296,6 +307,11 @@ func (a *frontendApp) stop() {
 	}
 	if a.mon != nil {
 		a.mon.Stop()
+	}
+	if a.traceStop != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = a.traceStop(ctx)
+		cancel()
 	}
 	if a.nats != nil {
 		a.nats.stop()
