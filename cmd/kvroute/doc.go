@@ -10,8 +10,15 @@
 //	tokenize   tokenizes a prompt or chat messages with a model directory
 //	hash       prints router block hashes for given tokens
 //
+// `kvroute help <command>` (or --help) prints a command's flags grouped by topic on stdout, exit 0;
+// `kvroute version` the build. Every command parses through parseFlags (cli.go): a mistake is one line
+// on stderr with a "did you mean", exit 2. frontend and serve accept Dynamo's frontend launch line
+// (dynamo.go): its flags and DYN_* variables are honoured, or refused with the reason. logging.go builds
+// the slog logger (--log-format, --log-level, DYN_LOG, DYN_LOGGING_JSONL); tracing.go the OTLP tracer.
+//
 // # Ownership
 //
 // Flags are read only here (STYLE §13): each subcommand builds its components' Config values from its
-// flags and environment, starts them, and stops them on SIGINT/SIGTERM.
+// flags and environment, starts them, and stops them on SIGINT/SIGTERM (frontend and serve through
+// frontend.Drain: readiness off, grace period, bounded drain).
 package main
