@@ -146,10 +146,10 @@ type frontendApp struct {
 	fleet  *mocker.Fleet // kvroute serve's simulated workers, closed by closeFleet
 	// traceStop flushes and stops the span exporter (nil: tracing off).
 	traceStop func(context.Context) error
-	nats   *natsFlags
-	ln     net.Listener
-	model  *model.Model
-	name   string
+	nats      *natsFlags
+	ln        net.Listener
+	model     *model.Model
+	name      string
 }
 
 // startFrontend loads the model, starts the router core, registers the flag workers and listens.
