@@ -3,8 +3,10 @@ package router
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/worker"
@@ -80,5 +82,58 @@ func TestReplicaObserveAndApply(t *testing.T) {
 	defer mu.Unlock()
 	if len(seen) != 4 { // the three above plus the local Route of the second "a"; remote events never echo
 		t.Fatalf("observer saw %d events, want 4", len(seen))
+	}
+}
+
+// TestReplicaSharesSessionBindings: a session bound on one router reaches another through the replica
+// events (LoadBind), and the other router pins the session's next request to the same worker even where
+// its own cost would pick another.
+func TestReplicaSharesSessionBindings(t *testing.T) {
+	var mu sync.Mutex
+	var seen []LoadEvent
+	build := func(observe bool) *Router {
+		cfg := DefaultConfig(4)
+		cfg.TickInterval = -1
+		cfg.Scoring.SessionAffinityTTL = time.Minute
+		if observe {
+			cfg.OnLoad = func(ev LoadEvent) { mu.Lock(); seen = append(seen, ev); mu.Unlock() }
+		}
+		system := actors.NewSystem(nil)
+		r, err := New(system, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Stop(); system.Shutdown() })
+		for id := uint64(1); id <= 2; id++ {
+			if err := r.AddWorker(registry.Spec{ID: id, URL: "http://127.0.0.1:1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r
+	}
+	a, b := build(true), build(false)
+	pin := scoring.WorkerKey{WorkerID: 2}
+	if _, err := a.Route(context.Background(), &RouteRequest{ID: "t1", Tokens: []uint32{1, 2, 3, 4}, Session: "s", Pin: &pin}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	events := append([]LoadEvent(nil), seen...)
+	mu.Unlock()
+	for _, ev := range events {
+		if err := b.ApplyRemote("a", ev); err != nil {
+			t.Fatalf("apply %+v: %v", ev, err)
+		}
+	}
+	// On b, worker 2 carries a's request (replica load) and worker 1 is idle: only the binding sends the
+	// session there.
+	for i := range 4 {
+		res, err := b.Route(context.Background(), &RouteRequest{ID: "t" + strconv.Itoa(2+i), Tokens: []uint32{9, 9, 9, 9}, Session: "s"})
+		if err != nil || res.Worker.WorkerID != 2 {
+			t.Fatalf("session request %d on the second router: worker %d, %v", i, res.Worker.WorkerID, err)
+		}
+	}
+	res, err := b.Route(context.Background(), &RouteRequest{ID: "other", Tokens: []uint32{9, 9, 9, 9}})
+	if err != nil || res.Worker.WorkerID != 1 {
+		t.Fatalf("a request without the session went to %d (%v), want the idle worker 1", res.Worker.WorkerID, err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // Replica-sync wire format, version 1 (little-endian; Dynamo's ActiveSequenceEvent fields):
 //
-//	u8 version | u8 kind (1 add_request, 2 mark_prefill_completed, 3 free)
+//	u8 version | u8 kind (1 add_request, 2 mark_prefill_completed, 3 free, 4 session binding: request id = session id)
 //	u16 len | router id | u16 len | request id | u64 worker id | u32 dp rank
 //	add_request only: u32 isl | u32 overlap blocks | u32 expected output tokens
 //	                  u8 flags (1 assume_kv_reuse, 2 track_prefill_tokens set, 4 its value)
@@ -64,7 +64,7 @@ func decodeReplicaEvent(b []byte) (routerID string, ev router.LoadEvent, err err
 		return bad("version")
 	}
 	ev.Kind = router.LoadEventKind(b[1])
-	if ev.Kind < router.LoadAdd || ev.Kind > router.LoadFree {
+	if ev.Kind < router.LoadAdd || ev.Kind > router.LoadBind {
 		return bad("kind")
 	}
 	b = b[2:]

@@ -19,6 +19,7 @@ func TestReplicaCodecRoundTrip(t *testing.T) {
 		{"add-empty", router.LoadEvent{Kind: router.LoadAdd, RequestID: "x", SeqHashes: []uint64{}}},
 		{"prefill", router.LoadEvent{Kind: router.LoadPrefillDone, RequestID: "a", Worker: scoring.WorkerKey{WorkerID: 1}}},
 		{"free", router.LoadEvent{Kind: router.LoadFree, RequestID: "b", Worker: scoring.WorkerKey{WorkerID: 3, DPRank: 1}}},
+		{"bind", router.LoadEvent{Kind: router.LoadBind, RequestID: "session-7", Worker: scoring.WorkerKey{WorkerID: 3, DPRank: 1}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
