@@ -211,7 +211,7 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 	onConnect := func() {
 		s.c.Connects.Add(1)
 		for _, st := range s.streams {
-			st.verify = st.replayEndpoint != ""
+			st.verify = st.replayEndpoint != "" && !st.replayDead
 		}
 	}
 	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(topic []byte, seq uint64, payload []byte) {

@@ -43,8 +43,11 @@ type stream struct {
 	// sequence equals ours (it sent as many batches before as the old one had).
 	recent [recentDigests]seqDigest
 	// verify asks for the publisher's identity to be checked before the next live batch (bind mode: a
-	// publisher connected, and it may be this stream's, restarted).
-	verify bool
+	// publisher connected, and it may be this stream's, restarted). replayDead is set while the last
+	// replay exchange timed out: bind mode then skips the check (each would stall every worker's stream
+	// sharing the socket for a replay timeout) until a replay of this stream is answered again.
+	verify     bool
+	replayDead bool
 }
 
 // recentDigests is how many consumed seqs keep their payload digest (16 bytes each).
@@ -398,6 +401,7 @@ func (s *stream) exchange(ctx context.Context, from uint64, fn func(seq uint64, 
 		wait := time.Until(deadline)
 		if wait <= 0 {
 			s.c.ReplayTimeouts.Add(1)
+			s.replayDead = true
 			s.closeDealer()
 			return false
 		}
@@ -421,6 +425,7 @@ func (s *stream) exchange(ctx context.Context, from uint64, fn func(seq uint64, 
 		}
 		seq := binary.BigEndian.Uint64(msg[1])
 		if seq == endSeq && len(msg[2]) == 0 {
+			s.replayDead = false
 			return wanted
 		}
 		if wanted {
