@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -57,42 +58,62 @@ func (a intAlias) Set(s string) error {
 	return nil
 }
 
+// routerFlags are kvroute router's flags. addRouterFlags is the one place they are registered, so the
+// command and the flag coverage test see the same set.
+type routerFlags struct {
+	cfg      scoring.Config
+	port     *int
+	host     *string
+	log      *logFlags
+	bind     *bindFlags
+	identity *time.Duration
+	srv      serverFlags
+	workers  workerFlags
+}
+
+func addRouterFlags(fs *flag.FlagSet) (*routerFlags, error) {
+	rf := &routerFlags{cfg: scoring.DefaultConfig()}
+	rf.cfg.Mode = scoring.ModeKV // the standalone router exists to route by KV overlap
+	if err := scoring.RegisterFlags(fs, &rf.cfg); err != nil {
+		return nil, err
+	}
+	fs.Var(intAlias{&rf.cfg.BlockSize}, "block-size", "KV block size in tokens (alias of --kv-cache-block-size)")
+	rf.port = fs.Int("http-port", 8000, "HTTP port")
+	rf.host = fs.String("http-host", envOr("DYN_HTTP_HOST", "0.0.0.0"), "HTTP listen address [$DYN_HTTP_HOST]")
+	alias(fs, "host", "http-host")
+	rf.log = addLogFlags(fs)
+	rf.bind = registerBindFlag(fs)
+	rf.identity = identityCheckFlag(fs)
+	rf.srv.register(fs)
+	fs.Var(&rf.workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
+	return rf, nil
+}
+
 func runRouter(args []string) int {
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
-	cfg := scoring.DefaultConfig()
-	cfg.Mode = scoring.ModeKV // the standalone router exists to route by KV overlap
-	if err := scoring.RegisterFlags(fs, &cfg); err != nil {
+	rf, err := addRouterFlags(fs)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 2
 	}
-	fs.Var(intAlias{&cfg.BlockSize}, "block-size", "KV block size in tokens (alias of --kv-cache-block-size)")
-	port := fs.Int("http-port", 8000, "HTTP port")
-	host := fs.String("http-host", envOr("DYN_HTTP_HOST", "0.0.0.0"), "HTTP listen address [$DYN_HTTP_HOST]")
-	alias(fs, "host", "http-host")
-	lf := addLogFlags(fs)
-	bind := registerBindFlag(fs)
-	identity := identityCheckFlag(fs)
-	var sf serverFlags
-	sf.register(fs)
-	var workers workerFlags
-	fs.Var(&workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
 	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
 	}
-	if err := sf.check(); err != nil {
+	if err := rf.srv.check(); err != nil {
 		fmt.Fprintln(errOut, "kvroute router:", err)
 		return 2
 	}
-	cfg = cfg.Resolved()
+	cfg := rf.cfg.Resolved()
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(errOut, "kvroute router:", err)
 		return 2
 	}
-	log, err := lf.logger(os.Stderr)
+	log, err := rf.log.logger(os.Stderr)
 	if err != nil {
 		fmt.Fprintln(errOut, "kvroute router:", err)
 		return 2
 	}
+	bind, identity, sf, workers, port, host := rf.bind, rf.identity, &rf.srv, rf.workers, rf.port, rf.host
 
 	system := actors.NewSystem(nil)
 	rcfg := router.DefaultConfig(cfg.BlockSize)
