@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Tests that show what a flag does where no other test did; flag_coverage_test.go points at them.
+
+// Every refused Dynamo flag stops kvroute frontend with exit 2 and its reason; a refused boolean's --no-
+// form (kvroute's behaviour anyway) is accepted.
+func TestRefusedFlagsSayWhy(t *testing.T) {
+	for _, r := range refusedFlags {
+		args := []string{"--" + r.name}
+		if !r.isBool {
+			args = append(args, "x")
+		}
+		_, herr := captureCLI(t)
+		if _, _, code, ok := parseFrontend("frontend", args, nil); ok || code != 2 || !strings.Contains(herr.String(), r.reason) {
+			t.Errorf("%v: exit %d ok %v, stderr %q; want exit 2 with %q", args, code, ok, herr.String(), r.reason)
+		}
+		if r.isBool {
+			_, herr = captureCLI(t)
+			if _, _, code, ok := parseFrontend("frontend", []string{"--no-" + r.name}, nil); !ok {
+				t.Errorf("--no-%s: exit %d, %q", r.name, code, herr.String())
+			}
+		}
+	}
+}
+
+// Dynamo's compatibility flags take the value kvroute implements and refuse the others with the reason;
+// --discovery-backend nats switches discovery to the NATS bucket.
+func TestCompatFlagsRefuseOtherValues(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // "" accepted
+	}{
+		{[]string{"--metrics-prefix", "dynamo_frontend"}, ""},
+		{[]string{"--metrics-prefix", "myco"}, "--metrics-prefix"},
+		{[]string{"--dyn-chat-processor", "dynamo"}, ""},
+		{[]string{"--dyn-chat-processor", "vllm"}, "--dyn-chat-processor"},
+		{[]string{"--request-plane", "http"}, ""},
+		{[]string{"--request-plane", "tcp"}, "--request-plane tcp: not supported"},
+		{[]string{"--discovery-backend", "mem"}, ""},
+		{[]string{"--discovery-backend", "kubernetes"}, "--discovery-backend kubernetes: not supported"},
+		{[]string{"--discovery-backend", "nats", "--discovery", "static"}, "disagree"},
+	}
+	for _, tc := range tests {
+		_, herr := captureCLI(t)
+		_, _, code, ok := parseFrontend("frontend", tc.args, nil)
+		switch {
+		case tc.want == "" && !ok:
+			t.Errorf("%v: exit %d, %q", tc.args, code, herr.String())
+		case tc.want != "" && (ok || code != 2 || !strings.Contains(herr.String(), tc.want)):
+			t.Errorf("%v: exit %d ok %v, stderr %q; want exit 2 with %q", tc.args, code, ok, herr.String(), tc.want)
+		}
+	}
+	captureCLI(t)
+	f, _, _, ok := parseFrontend("frontend", []string{"--discovery-backend", "nats"}, nil)
+	if !ok || *f.nats.discovery != "nats" {
+		t.Fatalf("--discovery-backend nats: ok %v", ok)
+	}
+}
+
+// --log-level drops lines below the level; Dynamo's DYN_LOG form takes its first bare level.
+func TestLogLevelFilters(t *testing.T) {
+	for _, tc := range []struct {
+		level       string
+		debug, info bool
+	}{{"debug", true, true}, {"info", false, true}, {"warn", false, false}, {"warn,dynamo_llm=debug", false, false}} {
+		captureCLI(t)
+		f, _, code, ok := parseFrontend("frontend", []string{"--log-level", tc.level}, nil)
+		if !ok {
+			t.Fatalf("--log-level %s: exit %d", tc.level, code)
+		}
+		var buf bytes.Buffer
+		log, err := f.ops.log.logger(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Debug("d-line")
+		log.Info("i-line")
+		log.Warn("w-line")
+		out := buf.String()
+		if strings.Contains(out, "d-line") != tc.debug || strings.Contains(out, "i-line") != tc.info || !strings.Contains(out, "w-line") {
+			t.Errorf("--log-level %s: logged %q", tc.level, out)
+		}
+	}
+}
+
+// kvroute frontend with and without a handful of switches, checked over HTTP: --model-path names the
+// served model when --model-name is unset; --namespace names /health's instances; --pprof serves /debug/pprof/;
+// --no-mm-routing keeps multimodal routing off for a model whose family is known; --router-event-threads
+// sets the number of index shards.
+func TestFrontendOpsFlags(t *testing.T) {
+	modelDir, err := filepath.Abs(filepath.Join("..", "..", defaultModelPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	get := func(app *frontendApp, path string) (int, string) {
+		t.Helper()
+		resp, err := hc.Get("http://" + app.ln.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	start := func(extra ...string) (*frontendApp, string) {
+		t.Helper()
+		_, herr := captureCLI(t)
+		args := append([]string{"--model-path", modelDir, "--http-host", "127.0.0.1", "--http-port", "0", "--health-check-interval", "0",
+			"--no-worker-self-test", "--worker", "id=1,url=http://127.0.0.1:9"}, extra...)
+		f, _, code, ok := parseFrontend("frontend", args, nil)
+		if !ok {
+			t.Fatalf("%v: exit %d: %s", args, code, herr.String())
+		}
+		var logged bytes.Buffer
+		app, err := startFrontend(f, newRegistry(), slog.New(slog.NewTextHandler(&logged, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(app.stop)
+		return app, logged.String()
+	}
+
+	def, logged := start()
+	if _, b := get(def, "/v1/models"); !strings.Contains(b, `"`+filepath.Base(modelDir)+`"`) {
+		t.Errorf("default: /v1/models does not serve the model directory's name: %s", b)
+	}
+	if _, b := get(def, "/health"); !strings.Contains(b, `"namespace":"dynamo"`) {
+		t.Errorf("default: /health lacks the dynamo namespace: %s", b)
+	}
+	if st, _ := get(def, "/debug/pprof/"); st != http.StatusNotFound {
+		t.Errorf("default: /debug/pprof/ answers %d, want 404 without --pprof", st)
+	}
+	if !strings.Contains(logged, "multimodal routing on") {
+		t.Errorf("default: multimodal routing not on for %s:\n%s", modelDir, logged)
+	}
+	if n := len(def.router.Index.ShardWorkers()); n != 4 {
+		t.Errorf("default: %d index shards, want 4", n)
+	}
+
+	set, logged := start("--model-name", "served-x", "--namespace", "team-x", "--pprof", "--no-mm-routing", "--router-event-threads", "3")
+	if _, b := get(set, "/v1/models"); !strings.Contains(b, `"served-x"`) {
+		t.Errorf("--model-name served-x: /v1/models %s", b)
+	}
+	if _, b := get(set, "/health"); !strings.Contains(b, `"namespace":"team-x"`) {
+		t.Errorf("--namespace team-x: /health %s", b)
+	}
+	if st, b := get(set, "/debug/pprof/"); st != http.StatusOK || !strings.Contains(b, "goroutine") {
+		t.Errorf("--pprof: /debug/pprof/ answers %d", st)
+	}
+	if strings.Contains(logged, "multimodal routing on") {
+		t.Errorf("--no-mm-routing: multimodal routing turned on:\n%s", logged)
+	}
+	if n := len(set.router.Index.ShardWorkers()); n != 3 {
+		t.Errorf("--router-event-threads 3: %d index shards", n)
+	}
+}
+
+// --request-timeout bounds a request whose worker never answers: the client gets an error within the
+// bound instead of waiting on the worker. The worker comes from --worker.
+func TestRequestTimeout(t *testing.T) {
+	var reached atomic.Int32
+	release := make(chan struct{})
+	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		select { // never answers on its own
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); worker.Close() })
+	_, herr := captureCLI(t)
+	args := []string{"--tokenizer", "none", "--model-name", "m", "--http-host", "127.0.0.1", "--http-port", "0",
+		"--health-check-interval", "0", "--no-worker-self-test", "--worker", "id=1,url=" + worker.URL, "--request-timeout", "300ms"}
+	f, _, code, ok := parseFrontend("frontend", args, nil)
+	if !ok {
+		t.Fatalf("parse: exit %d: %s", code, herr.String())
+	}
+	app, err := startFrontend(f, newRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.stop()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	t0 := time.Now()
+	resp, err := hc.Post("http://"+app.ln.Addr().String()+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"m","prompt":[1,2,3,4,5,6,7,8],"max_tokens":1}`))
+	if err != nil {
+		t.Fatalf("no answer within the client's 10 s: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(t0)
+	if reached.Load() == 0 {
+		t.Fatalf("the --worker worker never saw the request: %d %s", resp.StatusCode, b)
+	}
+	if resp.StatusCode < 400 || !strings.Contains(string(b), "error") || took < 300*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("answer %d %s after %v; want an error after about 300ms", resp.StatusCode, b, took)
+	}
+}
