@@ -117,6 +117,8 @@ var flagEvidence = map[string][]string{
 	"log-format":                     {"cmd/kvroute: TestServeOperations"},
 	"log-level":                      {"cmd/kvroute: TestLogLevelFilters"},
 	"pprof":                          {"cmd/kvroute: TestFrontendOpsFlags"},
+	"otlp-traces-endpoint":           {"cmd/kvroute: TestOTLPTracesExported", "frontend: TestTracingFollowsTheRequest"},
+	"otel-service-name":              {"cmd/kvroute: TestOTLPTracesExported"},
 
 	// Other.
 	"dyn-chat-processor": {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},

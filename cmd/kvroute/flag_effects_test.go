@@ -211,3 +211,44 @@ func TestRequestTimeout(t *testing.T) {
 		t.Fatalf("answer %d %s after %v; want an error after about 300ms", resp.StatusCode, b, took)
 	}
 }
+
+// --otlp-traces-endpoint exports the request spans over OTLP/HTTP to that URL, named by
+// --otel-service-name; the spans are flushed when the frontend stops.
+func TestOTLPTracesExported(t *testing.T) {
+	var posts atomic.Int32
+	var got atomic.Value // []byte: the last export body
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/traces" {
+			got.Store(b)
+			posts.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+	_, herr := captureCLI(t)
+	args := []string{"--tokenizer", "none", "--model-name", "m", "--http-host", "127.0.0.1", "--http-port", "0",
+		"--health-check-interval", "0", "--otlp-traces-endpoint", collector.URL + "/v1/traces", "--otel-service-name", "svc-under-test"}
+	f, _, code, ok := parseFrontend("frontend", args, nil)
+	if !ok {
+		t.Fatalf("parse: exit %d: %s", code, herr.String())
+	}
+	app, err := startFrontend(f, newRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Post("http://"+app.ln.Addr().String()+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"m","prompt":[1,2,3,4],"max_tokens":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	app.stop() // flushes the batch
+	b, _ := got.Load().([]byte)
+	if posts.Load() == 0 || !bytes.Contains(b, []byte("svc-under-test")) {
+		t.Fatalf("collector got %d exports; last %d bytes without the service name", posts.Load(), len(b))
+	}
+}
