@@ -8,8 +8,10 @@
 // Commands, one per line (# starts a comment, copied to the transcript):
 //
 //	config KEY=VALUE…          reset everything; keys are router flag names (scoring.Flags, e.g.
-//	                           router-mode=kv, no-router-kv-events), DYN_* variables, and seed=N.
-//	                           Defaults: kv mode, block size 4, seed 1.
+//	                           router-mode=kv, no-router-kv-events), DYN_* variables, seed=N, and
+//	                           policy=FILE: a router policy document (scoring/policy) beside the
+//	                           scripts, whose root profile's classes the queue uses (transcripts then
+//	                           name each queued request's class). Defaults: kv mode, block size 4, seed 1.
 //	add-worker id=N [dp=R] [device=cpu] [total-kv-blocks=N] [kv-used=N] [max-batched=N]
 //	set-worker id=N [dp=R] [kv-used=N] …       update what a worker reports
 //	remove-worker id=N
@@ -17,13 +19,15 @@
 //	                           store/remove the blocks of tokens from block B on (store: parent = block
 //	                           B−1); the engine hash is the router sequence hash XOR a salt, and the
 //	                           runner re-keys blocks with scoring.LocalBlockHashes, as the worker actor does
-//	route id=ID tokens=SPEC [n=K] [pin=N [pin-rank=R]] [priority=S] [strict=T] [osl=N]
-//	      [credit=X] [scale=X] [temperature=X] [weight=X] [reuse=B] [track-prefill=B]
+//	route id=ID tokens=SPEC [n=K] [pin=N [pin-rank=R]] [priority=S] [strict=T] [osl=N] [session=S]
+//	      [class=C] [credit=X] [scale=X] [temperature=X] [weight=X] [reuse=B] [track-prefill=B]
+//	                           class= is x-dynamo-meta-policy-class
 //	sample n=K tokens=SPEC …   K dry Selects (no AddRequest); prints wins per worker
 //	prefill-done id=ID | free id=ID | output id=ID tokens=N
 //	tick DURATION              advance the fake clock; approximate expiry and stale requests
 //	load                       print every worker's load snapshot
-//	expect worker=N [dp=R] | error=all-busy|no-workers|pinned-busy|pinned-not-found|no-target
+//	queues                     print every policy class's queue: requests, raw ISL, cached tokens, deficit
+//	expect worker=N [dp=R] | error=all-busy|no-workers|pinned-busy|pinned-not-found|no-target|queue-rejected
 //	       | queued | pending=N | overlap tokens=SPEC worker=N blocks=B
 //	       | load worker=N [prefill=N] [decode=X] [requests=N]
 //
