@@ -95,7 +95,7 @@ var flagEvidence = map[string][]string{
 	"nats-store-dir":            {"cmd/kvroute: TestNATSFlagsNewRouter"},
 	"nats-url":                  {"cmd/kvroute: TestNATSURLAndResetStates"},
 	"request-plane":             {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},
-	"router-id":                 {"workers/natsplane: TestReplicaSyncSpreadsLikeOneRouter"},
+	"router-id":                 {"cmd/kvroute: TestFrontendOpsFlags", "workers/natsplane: TestReplicaSyncSpreadsLikeOneRouter"},
 	"router-replica-sync":       {"cmd/kvroute: TestNATSFlagsNewRouter", "workers/natsplane: TestReplicaSyncSpreadsLikeOneRouter"},
 	"router-reset-states":       {"cmd/kvroute: TestNATSURLAndResetStates"},
 	"router-snapshot-threshold": {"workers/natsplane: TestSnapshotRestore"},

@@ -99,7 +99,7 @@ func TestLogLevelFilters(t *testing.T) {
 // kvroute frontend with and without a handful of switches, checked over HTTP: --model-path names the
 // served model when --model-name is unset; --namespace names /health's instances; --pprof serves /debug/pprof/;
 // --no-mm-routing keeps multimodal routing off for a model whose family is known; --router-event-threads
-// sets the number of index shards.
+// sets the number of index shards; --router-id labels the router's metrics.
 func TestFrontendOpsFlags(t *testing.T) {
 	modelDir, err := filepath.Abs(filepath.Join("..", "..", defaultModelPath))
 	if err != nil {
@@ -147,11 +147,15 @@ func TestFrontendOpsFlags(t *testing.T) {
 	if !strings.Contains(logged, "multimodal routing on") {
 		t.Errorf("default: multimodal routing not on for %s:\n%s", modelDir, logged)
 	}
+	if _, b := get(def, "/metrics"); !strings.Contains(b, `router_id="kvroute"`) {
+		t.Errorf("default: /metrics lacks router_id=\"kvroute\"")
+	}
 	if n := len(def.router.Index.ShardWorkers()); n != 4 {
 		t.Errorf("default: %d index shards, want 4", n)
 	}
 
-	set, logged := start("--model-name", "served-x", "--namespace", "team-x", "--pprof", "--no-mm-routing", "--router-event-threads", "3")
+	set, logged := start("--model-name", "served-x", "--namespace", "team-x", "--pprof", "--no-mm-routing", "--router-event-threads", "3",
+		"--router-id", "r-test")
 	if _, b := get(set, "/v1/models"); !strings.Contains(b, `"served-x"`) {
 		t.Errorf("--model-name served-x: /v1/models %s", b)
 	}
@@ -163,6 +167,9 @@ func TestFrontendOpsFlags(t *testing.T) {
 	}
 	if strings.Contains(logged, "multimodal routing on") {
 		t.Errorf("--no-mm-routing: multimodal routing turned on:\n%s", logged)
+	}
+	if _, b := get(set, "/metrics"); !strings.Contains(b, `router_id="r-test"`) || strings.Contains(b, `router_id="kvroute"`) {
+		t.Errorf("--router-id r-test: /metrics does not label the router r-test")
 	}
 	if n := len(set.router.Index.ShardWorkers()); n != 3 {
 		t.Errorf("--router-event-threads 3: %d index shards", n)

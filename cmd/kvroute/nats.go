@@ -52,7 +52,7 @@ func addNATSFlags(fs *flag.FlagSet) *natsFlags {
 	n.replicas = fs.Int("nats-replicas", 1, "replicas of the JetStream stream, object store and discovery bucket (3 on a 3-node cluster)")
 	n.discovery = fs.String("discovery", "static", "worker discovery: static (--worker flags) or nats (the kvroute-workers key-value bucket)")
 	n.discoveryTT = fs.Duration("discovery-ttl", 10*time.Second, "nats discovery: a worker leaves after this long without a heartbeat")
-	n.routerID = fs.String("router-id", "", "replica sync: this router's id (default: random)")
+	n.routerID = fs.String("router-id", "", "this router's id: the router_id label of its overhead metrics (default kvroute) and its name in replica sync (default: random)")
 	return n
 }
 
@@ -82,6 +82,9 @@ func (n *natsFlags) needsNATS(rcfg *router.Config) bool {
 // the --worker flags itself (their ZMQ endpoints stripped when events come over NATS) before the event
 // source subscribes, and empties *workers so the caller's registration loop adds nothing twice.
 func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, workers *workerFlags, log *slog.Logger) (*router.Router, error) {
+	if *n.routerID != "" {
+		rcfg.RouterID = *n.routerID // the router_id label of the overhead histograms
+	}
 	if !n.needsNATS(&rcfg) {
 		return router.New(system, rcfg)
 	}
