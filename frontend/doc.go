@@ -16,13 +16,22 @@
 // OpenAI-style body {"error":{"message","type","param","code"}} with the status its class maps to
 // (errors.go): handlers return class-wrapped errors, and only this package turns them into statuses.
 //
+// Before any handler runs, Server admits the request by plane (admin: fleet changes, busy thresholds,
+// debug; router API: /v1/route*, /v1/overlap_scores): the plane's bearer token when one is configured,
+// else loopback clients only. It then reads the body itself (body.go): fasthttp streams it, and the
+// buffer grows with the bytes that arrived, charged to one process-wide budget, under deadlines counted
+// from the first header byte and from the end of the headers. After a burst of connections ends, the
+// memory is handed back to the OS (reclaim.go). Every media URL of a chat request passes the SSRF guard
+// (mm.Guard.CheckURL) before it is routed or forwarded.
+//
 // # Concurrency model
 //
 // fasthttp runs each request on a worker goroutine and recycles its RequestCtx afterwards: handlers copy
 // what they keep (decoded bodies are copies) before returning; a stream's body writer runs after the
 // handler returns, so a request ends (lifecycle end) in the writer. Handlers call the router core
-// directly. State kept here is atomic: the in-flight count, the draining flag, metric children resolved
-// once at construction.
+// directly. State kept here is atomic: the in-flight count, the draining flag, the body budget, metric
+// children resolved once at construction; and the reclaimer's connection count under its mutex
+// (fasthttp's ConnState hook, any goroutine).
 //
 // # Ownership
 //

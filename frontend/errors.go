@@ -21,6 +21,10 @@ var (
 	ErrUnprocessable = openai.ErrUnprocessable
 	ErrUnavailable   = openai.ErrUnavailable
 	ErrUnauthorized  = errors.New("unauthorized")
+	// ErrForbidden: an admin or router-API call from a non-loopback client with no token configured (403).
+	ErrForbidden = errors.New("forbidden")
+	// ErrRequestTimeout: the request body did not arrive within its deadline (408).
+	ErrRequestTimeout = errors.New("request timeout")
 	// ErrTooMany: the server is at its concurrent-request limit (429).
 	ErrTooMany = errors.New("too many requests")
 	// ErrHeaderTooLarge: request headers past the limit (431).
@@ -66,6 +70,10 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error"
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized, "authentication_error"
+	case errors.Is(err, ErrForbidden):
+		return fasthttp.StatusForbidden, "permission_error"
+	case errors.Is(err, ErrRequestTimeout):
+		return fasthttp.StatusRequestTimeout, "invalid_request_error"
 	case errors.Is(err, ErrMethod):
 		return fasthttp.StatusMethodNotAllowed, "invalid_request_error"
 	case errors.Is(err, ErrOverloaded):

@@ -9,8 +9,8 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
 
-// PprofHandler serves Go's profiles under /debug/pprof/. It is an admin path: with an admin token set
-// the server asks for it (Server's isAdmin), so mount it only where the admin plane is protected.
+// PprofHandler serves Go's profiles under /debug/pprof/. It is an admin path (Server's admit): the admin
+// token when one is set, else loopback clients only.
 type PprofHandler struct{ h fasthttp.RequestHandler }
 
 // NewPprofHandler returns the handler.

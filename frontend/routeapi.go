@@ -3,9 +3,11 @@ package frontend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
+	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/actors/router"
@@ -45,6 +47,30 @@ type routeResponse struct {
 	CachedTokens  int              `json:"cached_tokens"`
 	URL           string           `json:"url,omitempty"`
 	Candidates    []routeCandidate `json:"candidates"`
+}
+
+// maxPriorityJump bounds a request's queue priority (seconds its arrival is moved earlier): a day.
+const maxPriorityJump = 86400.0
+
+// checkOverride validates a router_config_override against the router's configuration, as the
+// router will apply it.
+func (a *RouterAPI) checkOverride(o *scoring.Override) error {
+	if o == nil {
+		return nil
+	}
+	if _, err := a.R.Config().WithOverride(o); err != nil {
+		return errorf(ErrBadRequest, "router_config_override: %v", err)
+	}
+	return nil
+}
+
+// checkPin refuses a pin to a worker that is not registered (404); a registered worker that cannot
+// take the request is the router's answer (503).
+func (a *RouterAPI) checkPin(id uint64) error {
+	if _, ok := a.R.Fleet.StatusOf(id); !ok {
+		return errorf(ErrNotFound, "worker %d is not registered", id)
+	}
+	return nil
 }
 
 // maxRouteWait bounds how long a /v1/route call may wait in the router queue.
@@ -101,12 +127,23 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 	case req.RequestID == "":
 		writeError(ctx, errorf(ErrBadRequest, "missing field: request_id"))
 		return
-	case req.ISL < 0:
-		writeError(ctx, errorf(ErrBadRequest, "isl must not be negative"))
+	case req.ISL < 0 || req.ISL > maxQueryTokens:
+		writeError(ctx, errorf(ErrBadRequest, "isl must be in [0, %d], got %d", maxQueryTokens, req.ISL))
 		return
-	case req.Priority != nil && *req.Priority < 0:
-		writeError(ctx, errorf(ErrBadRequest, "priority must not be negative"))
+	case req.Priority != nil && !(*req.Priority >= 0 && *req.Priority <= maxPriorityJump):
+		writeError(ctx, errorf(ErrBadRequest, "priority must be in [0, %g] seconds", maxPriorityJump))
 		return
+	}
+	// Everything is validated before the router books the request on a worker.
+	if err := a.checkOverride(req.Override); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if req.WorkerID != nil {
+		if err := a.checkPin(*req.WorkerID); err != nil {
+			writeError(ctx, err)
+			return
+		}
 	}
 	rr := &router.RouteRequest{ID: req.RequestID, Tokens: req.Tokens, Local: req.BlockHashes, ISL: req.ISL,
 		Strict: req.Strict, LoraName: req.LoraName, CacheNamespace: req.CacheSalt, Override: req.Override, ReturnCosts: true}
@@ -137,7 +174,15 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 	for i, c := range res.Candidates {
 		out.Candidates[i] = routeCandidate{WorkerID: c.Worker.WorkerID, DPRank: c.Worker.DPRank, OverlapBlocks: c.Overlap, Cost: c.Cost, Busy: c.Busy}
 	}
-	writeJSON(ctx, out)
+	body, err := json.Marshal(out)
+	if err != nil {
+		// The caller never learns the route, so it must not stay booked.
+		_ = a.R.Free(req.RequestID)
+		writeError(ctx, fmt.Errorf("cannot encode the route: %w", err))
+		return
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetBody(body)
 }
 
 // mapRouteErr maps router and selection errors to their HTTP classes.

@@ -53,7 +53,9 @@ func TestAdminToken(t *testing.T) {
 		{"POST", "/busy_threshold", `{"active_prefill_tokens_threshold":5}`, nil, 401},
 		{"POST", "/busy_threshold", `{"active_prefill_tokens_threshold":5}`, bearer, 200},
 		{"GET", "/busy_threshold", "", nil, 200},
-		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, nil, 200},
+		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, nil, 401},
+		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, bearer, 200},
+		{"POST", "/v1/route", `{"request_id":"r","tokens":[1,2,3,4]}`, nil, 401},
 		{"DELETE", "/v1/workers/1", "", bearer, 200},
 	}
 	for _, tc := range tests {
@@ -176,4 +178,85 @@ func TestTLS(t *testing.T) {
 	if resp != nil {
 		resp.Body.Close()
 	}
+}
+
+// serveFrom runs one request through the server's handler as if it came from remote.
+func serveFrom(s *Server, remote net.IP, method, path, body, auth string) int {
+	var req fasthttp.Request
+	req.Header.SetMethod(method)
+	req.SetRequestURI(path)
+	if body != "" {
+		req.SetBodyString(body)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: remote, Port: 40000}, nil)
+	s.handle(&ctx)
+	return ctx.Response.StatusCode()
+}
+
+// Without a token, the admin plane (fleet changes, busy thresholds, debug) and the router API answer
+// only loopback clients; with a token, they need it from everyone.
+func TestClosedAdminPlane(t *testing.T) {
+	remote, loop := net.ParseIP("10.1.2.3"), net.ParseIP("127.0.0.1")
+	calls := []struct {
+		method, path, body string
+		plane              plane
+	}{
+		{"POST", "/v1/workers", `{"id":7,"url":"http://127.0.0.1:9"}`, planeAdmin},
+		{"DELETE", "/v1/workers/7", "", planeAdmin},
+		{"POST", "/busy_threshold", `{"active_prefill_tokens_threshold":5}`, planeAdmin},
+		{"GET", "/debug/pprof/", "", planeAdmin},
+		{"POST", "/v1/route", `{"request_id":"r1","block_hashes":[1],"isl":4}`, planeRouter},
+		{"POST", "/v1/route/r1/free", "", planeRouter},
+		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, planeRouter},
+		{"GET", "/v1/workers", "", planeData},
+		{"GET", "/busy_threshold", "", planeData},
+		{"GET", "/health", "", planeData},
+	}
+	t.Run("no tokens", func(t *testing.T) {
+		srv, _ := startEdge(t, ServerConfig{})
+		for _, c := range calls {
+			got := serveFrom(srv, remote, c.method, c.path, c.body, "")
+			if c.plane != planeData && got != 403 {
+				t.Errorf("%s %s from %s: %d, want 403", c.method, c.path, remote, got)
+			}
+			if c.plane == planeData && got != 200 {
+				t.Errorf("%s %s from %s: %d, want 200", c.method, c.path, remote, got)
+			}
+		}
+		for _, c := range calls {
+			if got := serveFrom(srv, loop, c.method, c.path, c.body, ""); got == 403 || got == 401 {
+				t.Errorf("%s %s from loopback: %d", c.method, c.path, got)
+			}
+		}
+		if got := serveFrom(srv, net.ParseIP("::1"), "POST", "/v1/overlap_scores", `{"tokens":[1]}`, ""); got != 200 {
+			t.Errorf("overlap from ::1: %d", got)
+		}
+	})
+	t.Run("tokens", func(t *testing.T) {
+		srv, _ := startEdge(t, ServerConfig{AdminToken: "adm", RouterAPIToken: "rt"})
+		for _, c := range calls {
+			if c.plane == planeData {
+				continue
+			}
+			right, wrong := "adm", "rt"
+			if c.plane == planeRouter {
+				right, wrong = "rt", "adm"
+			}
+			for _, ip := range []net.IP{remote, loop} {
+				if got := serveFrom(srv, ip, c.method, c.path, c.body, ""); got != 401 {
+					t.Errorf("%s %s from %s without token: %d, want 401", c.method, c.path, ip, got)
+				}
+				if got := serveFrom(srv, ip, c.method, c.path, c.body, wrong); got != 401 {
+					t.Errorf("%s %s from %s with the other plane's token: %d, want 401", c.method, c.path, ip, got)
+				}
+			}
+			if got := serveFrom(srv, remote, c.method, c.path, c.body, right); got == 401 || got == 403 {
+				t.Errorf("%s %s from %s with its token: %d", c.method, c.path, remote, got)
+			}
+		}
+	})
 }

@@ -23,8 +23,22 @@ type Handler interface {
 type ServerConfig struct {
 	// MaxBodyBytes bounds a request body; larger bodies get 413. Default 32 MiB.
 	MaxBodyBytes int
-	// ReadTimeout bounds reading one request. Default 30s.
+	// MaxBodyBytesInFlight bounds the buffers of all request bodies being read at once; a body that
+	// would pass it gets 503 and its connection is closed. A body's buffer grows with the bytes that
+	// arrived, never with the Content-Length a client declares. Default 256 MiB, at least MaxBodyBytes.
+	MaxBodyBytesInFlight int
+	// HeaderTimeout bounds the request line and headers, counted from their first byte. Default 10s.
+	HeaderTimeout time.Duration
+	// ReadTimeout bounds the body, counted from the end of the headers (so at most HeaderTimeout +
+	// ReadTimeout per request, however slowly a client sends). It is also the keep-alive idle timeout.
+	// Default 30s.
 	ReadTimeout time.Duration
+	// MaxConnsPerIP bounds the open connections of one client address; past it a connection gets 429
+	// and is closed. Raise it when a proxy or gateway that funnels many clients fronts kvroute.
+	// Default 1024; negative disables.
+	MaxConnsPerIP int
+	// Registerer, when set, gets the edge's own metrics (body bytes being read, budget refusals).
+	Registerer prometheus.Registerer
 	// Gatherer serves /metrics; nil means the default Prometheus registry.
 	Gatherer prometheus.Gatherer
 	// MaxHeaderBytes bounds the request line plus headers; larger ones get 431. Default 64 KiB.
@@ -35,8 +49,12 @@ type ServerConfig struct {
 	MaxConcurrent int
 	// AdminToken, when set, is required as "Authorization: Bearer <token>" on every call that changes
 	// the fleet or the router (worker registration and removal, POST /busy_threshold) and on debug
-	// endpoints. Default unset (open, as Dynamo's frontend admin API).
+	// endpoints. Unset, those calls are answered only for loopback clients (403 for others).
 	AdminToken string
+	// RouterAPIToken, when set, is required as "Authorization: Bearer <token>" on the standalone
+	// routing calls (/v1/route, /v1/route/{id}/..., /v1/overlap_scores), which book load on workers.
+	// Unset, they are answered only for loopback clients (403 for others).
+	RouterAPIToken string
 	// TLSCert and TLSKey, when both set, make Serve speak HTTPS.
 	TLSCert, TLSKey string
 	// Probes serves /health, /live and /ready (probes.go); nil: bare 200s.
@@ -50,6 +68,10 @@ type Server struct {
 	handlers []Handler
 	metrics  fasthttp.RequestHandler
 	inflight atomic.Int64
+	// budget is the process-wide bound on body bytes being read (MaxBodyBytesInFlight).
+	budget            bodyBudget
+	bodyBudgetRefused atomic.Int64
+	reclaim           reclaimer
 }
 
 // NewServer returns a server over handlers.
@@ -59,6 +81,19 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 30 * time.Second
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = 10 * time.Second
+	}
+	if cfg.MaxBodyBytesInFlight <= 0 {
+		cfg.MaxBodyBytesInFlight = 256 << 20
+	}
+	cfg.MaxBodyBytesInFlight = max(cfg.MaxBodyBytesInFlight, cfg.MaxBodyBytes+bodyChunk)
+	switch {
+	case cfg.MaxConnsPerIP == 0:
+		cfg.MaxConnsPerIP = 1024
+	case cfg.MaxConnsPerIP < 0:
+		cfg.MaxConnsPerIP = 0
 	}
 	if cfg.MaxHeaderBytes <= 0 {
 		cfg.MaxHeaderBytes = 64 << 10
@@ -71,12 +106,32 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 		g = prometheus.DefaultGatherer
 	}
 	s := &Server{handlers: handlers, cfg: cfg}
+	s.budget.max = int64(cfg.MaxBodyBytesInFlight)
+	if cfg.Registerer != nil {
+		s.registerMetrics(cfg.Registerer)
+	}
 	s.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	s.srv = &fasthttp.Server{
-		Handler:               s.handle,
-		Name:                  "kvroute",
-		MaxRequestBodySize:    cfg.MaxBodyBytes,
-		ReadTimeout:           cfg.ReadTimeout,
+		Handler: s.handle,
+		Name:    "kvroute",
+		// Bodies are streamed and read by readBody, which grows a buffer with the bytes that arrived
+		// (fasthttp's own read allocates the declared Content-Length before the first byte) and enforces
+		// MaxBodyBytes. In streaming mode fasthttp's limit only sets how much it reads before the
+		// handler runs (min(limit, 8 KiB), waiting for all of it): one byte, so a large body is refused
+		// at once and a slow one is never waited for outside readBody.
+		StreamRequestBody:  true,
+		MaxRequestBodySize: 1,
+		// The header deadline runs from the first byte; at the end of the headers the body gets its
+		// own, absolute deadline: a client that drips bytes cannot extend either.
+		ReadTimeout: cfg.HeaderTimeout,
+		IdleTimeout: cfg.ReadTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: cfg.ReadTimeout}
+		},
+		MaxConnsPerIP: cfg.MaxConnsPerIP,
+		ConnState:     s.reclaim.connState,
+		// Idle connection goroutines (and their stacks) end soon after a burst, before a reclaim.
+		MaxIdleWorkerDuration: reclaimDelay / 2,
 		ReadBufferSize:        cfg.MaxHeaderBytes,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
@@ -89,6 +144,11 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 			var small *fasthttp.ErrSmallBuffer
 			if errors.As(err, &small) {
 				writeError(ctx, errorf(ErrHeaderTooLarge, "request headers larger than %d bytes", cfg.MaxHeaderBytes))
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				writeError(ctx, errorf(ErrRequestTimeout, "request not received within its deadline"))
 				return
 			}
 			writeError(ctx, errorf(ErrBadRequest, "cannot parse request: %v", err))
@@ -104,8 +164,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer s.inflight.Add(-1)
-	if s.cfg.AdminToken != "" && isAdmin(ctx) && !s.authorized(ctx) {
-		writeError(ctx, errorf(ErrUnauthorized, "this endpoint needs the admin token (Authorization: Bearer ...)"))
+	if err := s.admit(ctx); err != nil {
+		ctx.SetConnectionClose() // the body stays unread
+		writeError(ctx, err)
+		return
+	}
+	held, err := s.readBody(ctx)
+	defer s.budget.give(held)
+	if err != nil {
+		writeError(ctx, err)
 		return
 	}
 	switch string(ctx.Path()) {
@@ -126,25 +193,97 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	writeError(ctx, errorf(ErrNotFound, "no route for %s %s", ctx.Method(), ctx.Path()))
 }
 
-// isAdmin reports whether a request changes the fleet or the router, or reads debug state.
-func isAdmin(ctx *fasthttp.RequestCtx) bool {
+// plane is the part of the URL space a request belongs to, for access control.
+type plane uint8
+
+const (
+	planeData   plane = iota // OpenAI endpoints, health, metrics, reads of fleet state
+	planeAdmin               // changes the fleet or the router, or reads debug state
+	planeRouter              // the standalone routing calls, which book load on workers
+)
+
+// planeOf classifies a request.
+func planeOf(ctx *fasthttp.RequestCtx) plane {
 	path := string(ctx.Path())
 	switch {
-	case strings.HasPrefix(path, "/v1/workers"):
-		return !ctx.IsGet()
-	case path == "/busy_threshold":
-		return !ctx.IsGet()
+	case strings.HasPrefix(path, "/v1/workers"), path == "/busy_threshold":
+		if ctx.IsGet() || ctx.IsHead() {
+			return planeData
+		}
+		return planeAdmin
 	case strings.HasPrefix(path, "/debug/"):
-		return true
+		return planeAdmin
+	case path == "/v1/route", strings.HasPrefix(path, "/v1/route/"), path == "/v1/overlap_scores":
+		return planeRouter
 	}
-	return false
+	return planeData
 }
 
-// authorized checks the bearer token in constant time.
-func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+// admit applies the access rule of the request's plane: with its token configured, the bearer token;
+// without, loopback clients only.
+func (s *Server) admit(ctx *fasthttp.RequestCtx) error {
+	var token, flag string
+	switch planeOf(ctx) {
+	case planeAdmin:
+		token, flag = s.cfg.AdminToken, "--admin-token"
+	case planeRouter:
+		token, flag = s.cfg.RouterAPITokenOrAdmin(), "--router-api-token"
+	default:
+		return nil
+	}
+	if token != "" {
+		if !bearerIs(ctx, token) {
+			return errorf(ErrUnauthorized, "this endpoint needs the token set with %s (Authorization: Bearer ...)", flag)
+		}
+		return nil
+	}
+	if !ctx.RemoteIP().IsLoopback() {
+		return errorf(ErrForbidden, "this endpoint answers only loopback clients unless %s is set", flag)
+	}
+	return nil
+}
+
+// RouterAPITokenOrAdmin is the token the router API needs: RouterAPIToken, else AdminToken (an
+// operator who set only the admin token has not opened the router API to everyone).
+func (c ServerConfig) RouterAPITokenOrAdmin() string {
+	if c.RouterAPIToken != "" {
+		return c.RouterAPIToken
+	}
+	return c.AdminToken
+}
+
+// bearerIs checks the bearer token in constant time.
+func bearerIs(ctx *fasthttp.RequestCtx, token string) bool {
 	got := ctx.Request.Header.Peek("Authorization")
-	want := "Bearer " + s.cfg.AdminToken
+	want := "Bearer " + token
 	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
+}
+
+// AccessSummary says, for the startup log, who may call the admin and router APIs.
+func (c ServerConfig) AccessSummary() (admin, routerAPI string) {
+	admin, routerAPI = "loopback clients only (set --admin-token to open it to token holders)", "loopback clients only (set --router-api-token to open it to token holders)"
+	if c.AdminToken != "" {
+		admin = "bearer token (--admin-token)"
+	}
+	switch {
+	case c.RouterAPIToken != "":
+		routerAPI = "bearer token (--router-api-token)"
+	case c.AdminToken != "":
+		routerAPI = "bearer token (--admin-token)"
+	}
+	return admin, routerAPI
+}
+
+// registerMetrics registers the edge's own metrics with reg.
+func (s *Server) registerMetrics(reg prometheus.Registerer) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_http_body_bytes_reading",
+			Help: "Bytes of buffer held by request bodies being read (bounded by --max-body-bytes-in-flight)."},
+			func() float64 { return float64(s.budget.used.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_body_budget_refused_total",
+			Help: "Requests refused with 503 because the request-body budget (--max-body-bytes-in-flight) was full."},
+			func() float64 { return float64(s.bodyBudgetRefused.Load()) }),
+	)
 }
 
 // Serve serves on ln until Shutdown, over TLS when TLSCert and TLSKey are set.
@@ -156,7 +295,10 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting and waits for open requests.
-func (s *Server) Shutdown() error { return s.srv.Shutdown() }
+func (s *Server) Shutdown() error {
+	s.reclaim.stop()
+	return s.srv.Shutdown()
+}
 
 // quietLogger drops fasthttp's per-connection error lines; the errors reach clients as OpenAI errors
 // and metrics count them.

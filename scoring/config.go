@@ -250,6 +250,20 @@ func finiteNonNeg(name string, v float64) error {
 	return nil
 }
 
+// MaxWeight bounds the cost weights and the temperature: far above any useful value, and low enough
+// that a weight times a prompt's blocks stays a finite cost (1e308 made every cost +Inf).
+const MaxWeight = 1e6
+
+func weight(name string, v float64) error {
+	if err := finiteNonNeg(name, v); err != nil {
+		return err
+	}
+	if v > MaxWeight {
+		return badf("%s must be ≤ %g, got %v", name, float64(MaxWeight), v)
+	}
+	return nil
+}
+
 func unit(name string, v float64) error {
 	if math.IsNaN(v) || v < 0 || v > 1 {
 		return badf("%s must be in [0,1], got %v", name, v)
@@ -302,7 +316,7 @@ func (c *Config) Validate() error {
 		{"router_temperature", c.Temperature},
 		{"encoder_cuda_to_cpu_ratio", c.EncoderCudaToCPURatio},
 	} {
-		if err := finiteNonNeg(f.name, f.v); err != nil {
+		if err := weight(f.name, f.v); err != nil {
 			return err
 		}
 	}
@@ -361,7 +375,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.OverlapScoreWeight.Set {
-		if err := finiteNonNeg("overlap_score_weight", c.OverlapScoreWeight.V); err != nil {
+		if err := weight("overlap_score_weight", c.OverlapScoreWeight.V); err != nil {
 			return err
 		}
 	}
@@ -409,10 +423,17 @@ type Override struct {
 }
 
 // WithOverride returns c with o applied; o may be nil. The result is validated so a bad request value
-// cannot poison scoring; the error wraps ErrBadConfig.
+// cannot poison scoring; the error wraps ErrBadConfig. A request's overlap_score_credit must be in
+// [0, 1] (spec/router.md §3.2: one Dynamo version validates it so); the configured credit may be
+// larger, as newer Dynamo allows.
 func (c Config) WithOverride(o *Override) (Config, error) {
 	if o == nil {
 		return c, nil
+	}
+	if o.OverlapScoreCredit != nil {
+		if err := unit("overlap_score_credit", *o.OverlapScoreCredit); err != nil {
+			return c, err
+		}
 	}
 	if o.OverlapScoreCredit != nil {
 		c.OverlapScoreCredit = *o.OverlapScoreCredit

@@ -141,7 +141,9 @@ func runRouter(args []string) int {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 1
 	}
-	srv := frontend.NewServer(sf.config(32<<20, nil), &frontend.RouterAPI{R: r})
+	scfg := sf.config(32<<20, nil)
+	srv := frontend.NewServer(scfg, &frontend.RouterAPI{R: r})
+	logAccess(log, scfg)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {

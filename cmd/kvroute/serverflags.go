@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"log/slog"
 	"os"
 	"time"
 
@@ -13,22 +14,33 @@ import (
 
 // serverFlags are the HTTP edge's limits and security flags, shared by frontend, serve and router.
 type serverFlags struct {
-	adminToken *string
-	tlsCert    *string
-	tlsKey     *string
-	maxHeader  *int
-	maxConc    *int
+	adminToken    *string
+	routerToken   *string
+	tlsCert       *string
+	tlsKey        *string
+	maxHeader     *int
+	maxConc       *int
+	connsPerIP    *int
+	bodyInFlight  *int
+	headerTimeout *time.Duration
+	bodyTimeout   *time.Duration
 }
 
 func (s *serverFlags) register(fs *flag.FlagSet) {
 	s.adminToken = fs.String("admin-token", os.Getenv("KVROUTE_ADMIN_TOKEN"),
-		"bearer token required to register or remove workers, change busy thresholds and read debug endpoints (env KVROUTE_ADMIN_TOKEN)")
+		"bearer token required to register or remove workers, change busy thresholds and read debug endpoints; unset, they answer loopback clients only (env KVROUTE_ADMIN_TOKEN)")
+	s.routerToken = fs.String("router-api-token", os.Getenv("KVROUTE_ROUTER_API_TOKEN"),
+		"bearer token required on /v1/route, /v1/route/{id}/... and /v1/overlap_scores (default: the admin token); with neither set they answer loopback clients only (env KVROUTE_ROUTER_API_TOKEN)")
 	s.tlsCert = fs.String("tls-cert-path", os.Getenv("DYN_TLS_CERT_PATH"), "PEM certificate: serve HTTPS (with --tls-key-path) [$DYN_TLS_CERT_PATH]")
 	s.tlsKey = fs.String("tls-key-path", os.Getenv("DYN_TLS_KEY_PATH"), "PEM private key for --tls-cert-path [$DYN_TLS_KEY_PATH]")
 	alias(fs, "tls-cert", "tls-cert-path")
 	alias(fs, "tls-key", "tls-key-path")
 	s.maxHeader = fs.Int("max-header-bytes", 64<<10, "largest request line plus headers accepted (431 above)")
 	s.maxConc = fs.Int("max-concurrent-requests", 16384, "requests in flight before new ones get 429")
+	s.connsPerIP = fs.Int("max-conns-per-ip", 1024, "open connections per client address before new ones get 429 (raise it behind a proxy; negative disables)")
+	s.bodyInFlight = fs.Int("max-body-bytes-in-flight", 256<<20, "bytes of request bodies being read at once, across all connections, before new bodies get 503")
+	s.headerTimeout = fs.Duration("header-timeout", 10*time.Second, "deadline for a request's line and headers, from their first byte")
+	s.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "deadline for a request's body, from the end of its headers (also the keep-alive idle timeout)")
 }
 
 // check refuses half a TLS pair: Dynamo requires both paths, and serving plain HTTP when one was meant
@@ -41,12 +53,21 @@ func (s *serverFlags) check() error {
 }
 
 func (s *serverFlags) config(maxBody int, reg *prometheus.Registry) frontend.ServerConfig {
-	cfg := frontend.ServerConfig{MaxBodyBytes: maxBody, AdminToken: *s.adminToken, TLSCert: *s.tlsCert, TLSKey: *s.tlsKey,
-		MaxHeaderBytes: *s.maxHeader, MaxConcurrent: *s.maxConc}
+	cfg := frontend.ServerConfig{MaxBodyBytes: maxBody, AdminToken: *s.adminToken, RouterAPIToken: *s.routerToken,
+		TLSCert: *s.tlsCert, TLSKey: *s.tlsKey, MaxHeaderBytes: *s.maxHeader, MaxConcurrent: *s.maxConc,
+		MaxConnsPerIP: *s.connsPerIP, MaxBodyBytesInFlight: *s.bodyInFlight, HeaderTimeout: *s.headerTimeout,
+		ReadTimeout: *s.bodyTimeout}
 	if reg != nil {
-		cfg.Gatherer = reg
+		cfg.Gatherer, cfg.Registerer = reg, reg
 	}
 	return cfg
+}
+
+// logAccess says at startup who may call the admin plane and the router API.
+func logAccess(log *slog.Logger, cfg frontend.ServerConfig) {
+	admin, routerAPI := cfg.AccessSummary()
+	log.Info("admin API (worker registration and removal, POST /busy_threshold, /debug/)", "access", admin)
+	log.Info("router API (/v1/route, /v1/overlap_scores)", "access", routerAPI)
 }
 
 // identityCheckFlag registers --kv-events-identity-check, shared by frontend, serve and router.
