@@ -398,6 +398,11 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 		if len(a.f.binds) == 0 {
 			return fmt.Errorf("%w: worker %d names topic %q but the router has no --kv-events-bind endpoint", registry.ErrBadSpec, spec.ID, spec.Topic)
 		}
+		if spec.CurveKey != "" {
+			// The bound SUB socket is shared by every publisher, so it cannot hold one worker's CURVE
+			// server key; taking the spec would index whoever publishes on its topic, keyed or not.
+			return fmt.Errorf("%w: worker %d names curve_key with topic %q, but CURVE is not available on the --kv-events-bind socket: give the worker an events= endpoint (the router connects and authenticates it) or drop curve_key", registry.ErrBadSpec, spec.ID, spec.Topic)
+		}
 		if _, taken := (*a.f.byTopic.Load())[spec.Topic]; taken {
 			return fmt.Errorf("%w: topic %q is already registered", ErrDuplicate, spec.Topic)
 		}
