@@ -51,7 +51,9 @@ type stackOpts struct {
 	// mm turns on multimodal routing; allowHosts are --media-allow-hosts; decode is --frontend-decoding.
 	mm         bool
 	allowHosts []string
-	decode     bool
+	// workerAllowHosts widen only the simulated workers' guard (to test the frontend's alone).
+	workerAllowHosts []string
+	decode           bool
 	// transfer is --mm-transfer (shm or net); "" is off.
 	transfer string
 	// policy is the router policy document (--router-policy-config); nil: one synthetic class.
@@ -82,6 +84,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	tmpl.Engine.BlockSize = 16
 	tmpl.Engine.NumGPUBlocks = 2048
 	tmpl.Engine.SpeedupRatio = o.speedup
+	tmpl.MediaAllowHosts = append(append([]string(nil), o.allowHosts...), o.workerAllowHosts...)
 	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: o.workers, Template: tmpl, FirstID: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +122,11 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	}
 	pool := NewWorkerPool(client.DefaultConfig())
 	var st0 *transfer.Sender
-	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
+	guard, err := mm.NewGuard(o.allowHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second, MediaGuard: guard}, NewFrontendMetrics(nil))
 	api.Tracer = o.tracer
 	if o.mm {
 		spec, err := mm.LoadSpec(fixtureModel, name)

@@ -1,11 +1,16 @@
 package frontend
 
 import (
+	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -83,4 +88,133 @@ func TestHostileRequests(t *testing.T) {
 	if r := s.post(t, "/v1/chat/completions", chatBody(m, "still serving?", "")); r.status != 200 {
 		t.Fatalf("server stopped serving: %d %s", r.status, r.raw)
 	}
+}
+
+// canary is a loopback listener that must never be connected to.
+type canary struct {
+	ln       net.Listener
+	accepted atomic.Int64
+}
+
+func startCanary(t *testing.T, network, addr string) *canary {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return nil
+	}
+	c := &canary{ln: ln}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.accepted.Add(1)
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return c
+}
+
+// Every SSRF form against a loopback canary, through the frontend (multimodal routing on and off) and
+// straight at the simulated worker: each is refused or routed without a fetch, never a 5xx, and nothing
+// ever connects to the canary.
+func TestSSRFNeverReachesCanary(t *testing.T) {
+	c4 := startCanary(t, "tcp", "127.0.0.1:0")
+	port := strconv.Itoa(c4.ln.Addr().(*net.TCPAddr).Port)
+	c6 := startCanary(t, "tcp", "[::1]:"+port)
+	if c6 == nil {
+		c6 = startCanary(t, "tcp", "[::1]:0")
+	}
+	hosts := []string{"127.0.0.1", "2130706433", "127.1", "0x7f.1", "017700000001", "0", "0x7f000001", "127.0.0.1.",
+		"%31%32%37.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "[0:0:0:0:0:0:0:1]", "localhost", "LOCALHOST", "a.localhost"}
+	var urls []string
+	for _, h := range hosts {
+		urls = append(urls, "http://"+h+":"+port+"/x.png", "HTTP://"+h+":"+port+"/x.png")
+	}
+	if c6 != nil {
+		urls = append(urls, "http://[::1]:"+strconv.Itoa(c6.ln.Addr().(*net.TCPAddr).Port)+"/x.png")
+	}
+	urls = append(urls,
+		"http://8.8.8.8@127.0.0.1:"+port+"/x.png",
+		"http://8.8.8.8\\@127.0.0.1:"+port+"/x.png",
+		" http://127.0.0.1:"+port+"/x.png",
+		"http://127.0.0.1:"+port+"\\x.png",
+		"file:///etc/passwd",
+	)
+	data := pngDataURIForTest()
+	// bodies returns the requests: the first refused ones must get a 4xx (a media part with a canary URL
+	// that every parser reads); the rest (disguised keys) may also be routed on their text, unfetched.
+	bodies := func(m string) (out []string, refused int) {
+		part := func(u string, extra string) string {
+			return fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":%q}%s},{"type":"text","text":"hi"}]}]}`, m, u, extra)
+		}
+		for _, u := range urls {
+			out = append(out, part(u, ""), part(u, `,"uuid":"u-`+strconv.Itoa(len(out))+`"`))
+			out = append(out, fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"video_url","video_url":{"url":%q}}]}]}`, m, u))
+		}
+		refused = len(out)
+		canaryURL := "http://127.0.0.1:" + port + "/x.png"
+		out = append(out,
+			// Keys a case-folding decoder would read and a case-sensitive scanner would not (or the reverse).
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":"hi"}],"Messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":%q}}]}]}`, m, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"Messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":%q}}]}]}`, m, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","Content":[{"type":"image_url","image_url":{"url":%q}}]}]}`, m, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image_url","Image_URL":{"url":%q}},{"type":"text","text":"hi"}]}]}`, m, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"URL":%q}},{"type":"text","text":"hi"}]}]}`, m, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":%q,"URL":%q}},{"type":"text","text":"hi"}]}]}`, m, data, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"TYPE":"image_url","type":"text","text":"a","image_url":{"url":%q}}]}]}`, m, canaryURL),
+			// Repeated keys: the last one wins for the decoder, the scanner and vLLM alike.
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":%q,"url":%q}},{"type":"text","text":"hi"}]}]}`, m, data, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":%q},"image_url":{"url":%q}},{"type":"text","text":"hi"}]}]}`, m, data, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":%q}}]}]}`, m, canaryURL),
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":%q},"video_url":{"url":%q}},{"type":"text","text":"hi"}]}]}`, m, data, canaryURL),
+		)
+		return out, refused
+	}
+	check := func(t *testing.T, post func(body string) (int, string), m string) {
+		all, refused := bodies(m)
+		for i, b := range all {
+			code, raw := post(b)
+			if code >= 500 || (i < refused && code < 400) {
+				t.Errorf("%s\n-> %d %s", b, code, raw)
+			}
+		}
+	}
+	// The frontend's guard alone: its workers would fetch anything.
+	for _, mmOn := range []bool{true, false} {
+		t.Run(fmt.Sprintf("frontend mm=%v", mmOn), func(t *testing.T) {
+			s := startStack(t, stackOpts{workers: 1, speedup: 100, mm: mmOn, workerAllowHosts: []string{"0.0.0.0/0", "::/0"}})
+			check(t, func(body string) (int, string) {
+				r := s.post(t, "/v1/chat/completions", body)
+				return r.status, r.raw
+			}, s.name)
+		})
+	}
+	// The simulated worker's guard alone, as a client that bypasses the frontend reaches it.
+	t.Run("worker", func(t *testing.T) {
+		s := startStack(t, stackOpts{workers: 1, speedup: 100})
+		w := s.fleet.Workers[0]
+		check(t, func(body string) (int, string) {
+			resp, err := http.Post(w.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(raw)
+		}, s.name)
+	})
+	if n := c4.accepted.Load(); n != 0 {
+		t.Fatalf("the IPv4 canary was connected to %d times", n)
+	}
+	if c6 != nil && c6.accepted.Load() != 0 {
+		t.Fatalf("the IPv6 canary was connected to %d times", c6.accepted.Load())
+	}
+}
+
+// pngDataURIForTest is a small PNG as a data: URI (a benign image that needs no fetch).
+func pngDataURIForTest() string {
+	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngOf(32, 32, 9))
 }

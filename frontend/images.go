@@ -44,10 +44,39 @@ func newMMMetrics(reg prometheus.Registerer) *mmMetrics {
 	}
 	reg.MustRegister(m.fallbacks, m.images, m.routed, m.transfers)
 	for _, r := range mm.FallbackReasons() {
+		if r == mm.FallbackBlocked || r == mm.FallbackLimits {
+			continue // refused with 400, counted in kvroute_media_refused_total, never a fallback
+		}
 		m.fallbacks.WithLabelValues(r.String())
 	}
 	m.fallbacks.WithLabelValues("other_media")
 	return m
+}
+
+// maxScreenedMedia bounds the media URLs of one request that the guard checks (each may cost a DNS
+// lookup); a request with more is refused.
+const maxScreenedMedia = 256
+
+// screenMedia runs the SSRF guard over every media URL of a chat request: the worker fetches what the
+// frontend forwards, so a URL to an internal address is refused here (400), before routing, whether or
+// not the part carries a uuid and whether or not multimodal routing is on. Nothing is fetched.
+func (a *OpenAIAPI) screenMedia(j *job) error {
+	if j.chat == nil || len(j.chat.Media) == 0 {
+		return nil
+	}
+	if len(j.chat.Media) > maxScreenedMedia {
+		return errorf(ErrBadRequest, "%d media parts exceed the limit of %d", len(j.chat.Media), maxScreenedMedia)
+	}
+	for _, p := range j.chat.Media {
+		if p.URL == "" {
+			continue
+		}
+		if err := a.Cfg.MediaGuard.CheckURL(j.ctx, p.URL); err != nil {
+			a.countRefused("blocked")
+			return errorf(ErrBadRequest, "messages[%d].content[%d]: media URL refused: %v (internal addresses are not fetched; allow them with --media-allow-hosts)", p.Message, p.Part, err)
+		}
+	}
+	return nil
 }
 
 // imageWork is the per-request image stage: started before tokenization, joined after it.
@@ -112,11 +141,14 @@ func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error
 	}
 	switch reason {
 	case mm.FallbackBlocked:
+		// The probe's connect-time check refused an address screenMedia let through (a DNS answer that
+		// changed, a redirect to an internal address): refused as well, not routed on text.
+		a.countRefused("blocked")
 		return imageView{}, errorf(ErrBadRequest, "image URL refused: internal addresses are not fetched (allow them with --media-allow-hosts)")
 	case mm.FallbackLimits:
 		// Too many images, or more pixels than --mm-max-total-pixels (a header can claim any size: a
 		// decompression bomb would cost the worker far more than this request is worth).
-		a.countFallback(reason.String())
+		a.countRefused("limits")
 		return imageView{}, errorf(ErrBadRequest, "the request's images exceed the limits (--mm-max-images, --mm-max-total-pixels)")
 	}
 	var rt mm.Routing
@@ -206,6 +238,12 @@ func (x *transferWork) wait(j *job) [][]byte {
 func (a *OpenAIAPI) countTransfer(path string) {
 	if a.mmMetrics != nil {
 		a.mmMetrics.transfers.WithLabelValues(path).Inc()
+	}
+}
+
+func (a *OpenAIAPI) countRefused(reason string) {
+	if a.Metrics != nil {
+		a.Metrics.mediaRefused.WithLabelValues(reason).Inc()
 	}
 }
 

@@ -26,6 +26,9 @@ type FrontendMetrics struct {
 	isl      prometheus.Observer
 	osl      prometheus.Observer
 	migr     prometheus.Counter
+	// mediaRefused counts requests refused for their media: a URL the SSRF guard refused ("blocked"),
+	// more images or pixels than --mm-max-images / --mm-max-total-pixels ("limits").
+	mediaRefused *prometheus.CounterVec
 
 	// The embedded router's request view (dynamo_component_router_*).
 	rReqs prometheus.Counter
@@ -133,6 +136,9 @@ func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *Frontend
 		precGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_worker_prediction_precision",
 			Help: "Fraction of a worker's requests whose predicted cached tokens matched the worker's report within one block."},
 			[]string{"worker_id"}),
+		mediaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_media_refused_total",
+			Help: "Chat requests refused (400) for their media, by reason: blocked (SSRF guard), limits (--mm-max-images, --mm-max-total-pixels)."},
+			[]string{"reason"}),
 		precision: map[uint64]*precision{},
 	}
 	for ep := range m.byKind {
@@ -146,8 +152,10 @@ func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *Frontend
 		Help: "Prompt tokens the workers reported served from their prefix cache (engine hit rate = rate of this / rate of dynamo_frontend_input_sequence_tokens_sum)."})
 	m.predictedTok = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_predicted_cached_tokens_total",
 		Help: "Prompt tokens the router predicted cached on the worker it chose, for requests whose usage came back."})
+	m.mediaRefused.WithLabelValues("blocked")
+	m.mediaRefused.WithLabelValues("limits")
 	reg.MustRegister(reqs, inflight, queued, ttft, itl, duration, isl, osl, migr, rReqs, rTTFT, rITL, rISL, rOSL,
-		m.lastTTFT, m.lastISL, m.lastITL, m.predErr, m.precGauge, m.cachedTok, m.predictedTok)
+		m.lastTTFT, m.lastISL, m.lastITL, m.predErr, m.precGauge, m.cachedTok, m.predictedTok, m.mediaRefused)
 	return m
 }
 

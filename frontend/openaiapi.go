@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/sched"
@@ -32,6 +33,11 @@ type OpenAIConfig struct {
 	MigrationLimit int
 	// RequestTimeout bounds one request end to end, queue wait included. Default 10 minutes.
 	RequestTimeout time.Duration
+	// MediaGuard screens every media URL of a chat request before it is routed and forwarded (the
+	// worker fetches it): internal destinations are refused with 400, whether or not multimodal routing
+	// is on and whether or not the part carries a uuid. nil: a guard with an empty allow-list
+	// (--media-allow-hosts).
+	MediaGuard *mm.Guard
 }
 
 // OpenAIAPI serves the OpenAI-compatible endpoints with the embedded router: /v1/chat/completions,
@@ -68,6 +74,9 @@ type OpenAIAPI struct {
 func NewOpenAIAPI(r *router.Router, m *model.Model, name string, system *actor.ActorSystem, pool *WorkerPool, cfg OpenAIConfig, fm *FrontendMetrics) *OpenAIAPI {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Minute
+	}
+	if cfg.MediaGuard == nil {
+		cfg.MediaGuard, _ = mm.NewGuard(nil) // an empty allow-list cannot fail
 	}
 	a := &OpenAIAPI{R: r, Model: m, ModelName: name, System: system, Pool: pool, Cfg: cfg, Metrics: fm, served: []string{name}}
 	a.drainCtx, a.cancelAll = context.WithCancel(context.Background())

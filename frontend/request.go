@@ -196,6 +196,9 @@ func (a *OpenAIAPI) tokenize(j *job) ([]uint32, error) {
 // prepare runs stages 2–7 of the request path: template + tokenize while the images are resolved,
 // routing tokens, hash, route.
 func (a *OpenAIAPI) prepare(j *job) prepared {
+	if err := a.screenMedia(j); err != nil { // the SSRF guard, before anything is fetched or forwarded
+		return prepared{err: err}
+	}
 	imgs := a.startImages(j.ctx, j) // per image, concurrently: mm_hash · size probe · token count
 	tokens, err := a.tokenize(j)
 	if err != nil {

@@ -81,4 +81,10 @@
 // names them. The check runs on the resolved address at connect time (net.Dialer.Control), so DNS
 // rebinding and redirects (at most 3, each re-checked) cannot reach them; environment proxies are not
 // used. A non-206 reply is closed without reading its body; no more than the requested range is read.
+//
+// Guard.CheckURL screens a URL that is not fetched here but forwarded to a worker that fetches it: the
+// host is read as the WHATWG parser (and glibc) reads it, so numeric IPv4 forms are addresses, a host
+// name is resolved and every address checked, and what parsers read differently (userinfo, a backslash
+// in the authority, a host that does not resolve) is refused. The frontend runs it on every media URL,
+// and the simulated worker (workers/mocker) fetches through the same Guard (DialContext).
 package mm

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // blockedPrefixes are the destinations the size probe refuses unless allowed (spec/multimodal.md §4,
@@ -146,4 +148,67 @@ func (g *Guard) control(byName bool) func(network, address string, c syscall.Raw
 		}
 		return g.CheckAddr(ap.Addr())
 	}
+}
+
+// lookupTimeout bounds one host name resolution of CheckURL.
+const lookupTimeout = 2 * time.Second
+
+// CheckURL screens a media URL that kvroute forwards to a worker, which fetches it: refused unless it
+// is a data: URI, or an http(s) URL whose host is not internal. The host is taken as the WHATWG URL
+// parser takes it (numeric IPv4 forms such as 2130706433, 127.1, 0x7f.1 and 017700000001 are IPv4
+// addresses, as they are to glibc and to vLLM), a host name is resolved and every address checked, and
+// a URL that parsers read differently (a backslash or userinfo trick in the authority, a host that does
+// not resolve) is refused rather than guessed at. Nothing is fetched.
+func (g *Guard) CheckURL(ctx context.Context, raw string) error {
+	norm, err := NormalizeURL(raw)
+	if err != nil {
+		return err
+	}
+	scheme, rest, _ := strings.Cut(norm, ":")
+	switch scheme {
+	case "data":
+		return nil
+	case "http", "https":
+	default:
+		return fmt.Errorf("%w: %q (media URLs are http, https or data)", ErrUnsupportedScheme, scheme)
+	}
+	// The authority as sent: a parser that does not treat '\' as a separator (Python's urllib) would
+	// read another host from it than the WHATWG parser.
+	auth := raw[strings.IndexByte(raw, ':')+1:] // NormalizeURL found the scheme's colon
+	auth = strings.TrimLeft(auth, "/\\\t\n\r")
+	if end := strings.IndexAny(auth, "/?#"); end >= 0 {
+		auth = auth[:end]
+	}
+	if strings.ContainsAny(auth, "\\@") {
+		return fmt.Errorf("%w: userinfo or a backslash in the URL authority", ErrBlockedAddress)
+	}
+	u, err := url.Parse(scheme + ":" + rest)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	host := u.Hostname()
+	if err := g.CheckHost(host); err != nil {
+		return err
+	}
+	if _, err := netip.ParseAddr(host); err == nil || g.hostAllowed(host) {
+		return nil // an address CheckHost checked, or a name the allow-list admits
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return fmt.Errorf("%w: host %s does not resolve here: %v", ErrBlockedAddress, host, err)
+	}
+	for _, a := range addrs {
+		if err := g.CheckAddr(a); err != nil {
+			return fmt.Errorf("%w (host %s)", err, host)
+		}
+	}
+	return nil
+}
+
+// DialContext dials addr after checking its host by name and, at connect time, every resolved address
+// (the guard of the size probe, for other fetchers such as the simulated worker).
+func (g *Guard) DialContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return g.dialContext(d)
 }

@@ -1,6 +1,7 @@
 package mm
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -130,5 +131,64 @@ func TestParseAllowHosts(t *testing.T) {
 	}
 	if ParseAllowHosts("") != nil {
 		t.Fatal("empty flag gives entries")
+	}
+}
+
+// CheckURL reads hosts as the WHATWG parser does (numeric IPv4 forms are addresses, as to glibc and
+// vLLM) and refuses whatever another parser could read as an internal host.
+func TestGuardCheckURL(t *testing.T) {
+	g, err := NewGuard(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := []struct {
+		url  string
+		want error
+	}{
+		{"http://2130706433/x.png", ErrBlockedAddress},
+		{"http://127.1/x.png", ErrBlockedAddress},
+		{"http://0x7f.1/x.png", ErrBlockedAddress},
+		{"http://017700000001/x.png", ErrBlockedAddress},
+		{"http://0/x.png", ErrBlockedAddress},
+		{"http://0x7f000001/", ErrBlockedAddress},
+		{"HTTP://127.0.0.1:8080/x.png", ErrBlockedAddress},
+		{" http://127.0.0.1/x.png", ErrBlockedAddress},
+		{"http://%31%32%37.0.0.1/", ErrBlockedAddress},
+		{"http://[::1]/x.png", ErrBlockedAddress},
+		{"http://[::ffff:127.0.0.1]/x.png", ErrBlockedAddress},
+		{"http://[::ffff:7f00:1]/x.png", ErrBlockedAddress},
+		{"http://localhost/x.png", ErrBlockedAddress},
+		{"http://a.localhost./x.png", ErrBlockedAddress},
+		{"http://169.254.169.254/latest/meta-data/", ErrBlockedAddress},
+		{"http://metadata.google.internal/", ErrBlockedAddress},
+		{"http://user@127.0.0.1/x.png", ErrBlockedAddress},
+		{"http://8.8.8.8@127.0.0.1/x.png", ErrBlockedAddress},
+		{"http://8.8.8.8\\@127.0.0.1/x.png", ErrBlockedAddress},
+		{"http://x.invalid/x.png", ErrBlockedAddress}, // does not resolve: not guessed at
+		{"file:///etc/passwd", ErrUnsupportedScheme},
+		{"gopher://8.8.8.8/", ErrUnsupportedScheme},
+		{"http://", ErrBadURL},
+		{"http://256.256.256.256/", ErrBadURL},
+		{"nonsense", ErrBadURL},
+	}
+	for _, tc := range refused {
+		if err := g.CheckURL(context.Background(), tc.url); !errors.Is(err, tc.want) {
+			t.Errorf("%q: %v, want %v", tc.url, err, tc.want)
+		}
+	}
+	for _, u := range []string{"http://8.8.8.8/x.png", "https://1.1.1.1:8443/a/../b.jpg?q=1", "data:image/png;base64,iVBORw0KGgo="} {
+		if err := g.CheckURL(context.Background(), u); err != nil {
+			t.Errorf("%q refused: %v", u, err)
+		}
+	}
+	allow, err := NewGuard([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := allow.CheckURL(context.Background(), "http://127.1:8080/x.png"); err != nil {
+		t.Errorf("allowed address in numeric form refused: %v", err)
+	}
+	if err := allow.CheckURL(context.Background(), "http://127.0.0.2/x.png"); !errors.Is(err, ErrBlockedAddress) {
+		t.Errorf("127.0.0.2 with only 127.0.0.1 allowed: %v", err)
 	}
 }

@@ -6,7 +6,16 @@ import (
 	"fmt"
 
 	json "github.com/goccy/go-json"
+	jsonv2 "github.com/goccy/go-json/v2"
 )
+
+// exactNames decodes as encoding/json does except that object member names match struct fields only
+// exactly, as OpenAI's and vLLM's parsers read them: "Image_URL" is not "image_url". A case-folded
+// match would let kvroute see a part the worker ignores, or the reverse.
+var exactNames = []jsonv2.Options{json.DefaultOptionsV1(), jsonv2.MatchCaseInsensitiveNames(false)}
+
+// UnmarshalExact decodes b into v with exact (case-sensitive) member names.
+func UnmarshalExact(b []byte, v any) error { return jsonv2.Unmarshal(b, v, exactNames...) }
 
 // Message is one OpenAI chat message, as the frontend decodes it from a request body.
 type Message struct {
@@ -77,7 +86,7 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 		return json.Unmarshal(b, &c.Text)
 	case b[0] == '[':
 		*c = Content{IsParts: true}
-		return json.Unmarshal(b, &c.Parts)
+		return UnmarshalExact(b, &c.Parts)
 	}
 	return errors.New("model: message content must be a string, a list of parts or null")
 }
@@ -99,7 +108,7 @@ func (c Content) MarshalJSON() ([]byte, error) {
 // ParseMessages decodes an OpenAI messages array.
 func ParseMessages(data []byte) ([]Message, error) {
 	var msgs []Message
-	if err := json.Unmarshal(data, &msgs); err != nil {
+	if err := UnmarshalExact(data, &msgs); err != nil {
 		return nil, fmt.Errorf("model: messages: %w", err)
 	}
 	return msgs, nil

@@ -206,8 +206,13 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	}
 	app.pool = frontend.NewWorkerPool(client.DefaultConfig())
 	fm := frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})
+	guard, err := mm.NewGuard(mm.ParseAllowHosts(*f.allow))
+	if err != nil {
+		app.stop()
+		return nil, fmt.Errorf("--media-allow-hosts: %w", err)
+	}
 	api := frontend.NewOpenAIAPI(app.router, m, name, app.system, app.pool,
-		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout}, fm)
+		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout, MediaGuard: guard}, fm)
 	reg.MustRegister(frontend.NewModelCollector(app.router, name, cfg.MigrationLimit))
 	if *f.ops.log.access {
 		api.AccessLog = log

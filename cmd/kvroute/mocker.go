@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/natsplane"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -70,6 +71,7 @@ func runMocker(args []string) int {
 	served := fs.String("served-model-name", "", "model name in the API (default: the model path, or kvroute-mocker)")
 	defaultMax := fs.Int("default-max-tokens", 16, "output length when a request sets no max_tokens")
 	hashSeed := fs.Uint64("hash-seed", 0, "seed of the engine block hashes (opaque to routers)")
+	allowMedia := fs.String("media-allow-hosts", "", "comma-separated hosts, IPs or CIDRs that image URLs may reach although internal (the frontend's SSRF guard)")
 	for name, takesValue := range mockerIgnoredFlags {
 		if takesValue {
 			fs.String(name, "", "ignored (vLLM compatibility)")
@@ -104,7 +106,8 @@ func runMocker(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	tmpl := mocker.WorkerConfig{Engine: eng, DPSize: *dpSize, ServedModelName: *served, DefaultMaxTokens: *defaultMax}
+	tmpl := mocker.WorkerConfig{Engine: eng, DPSize: *dpSize, ServedModelName: *served, DefaultMaxTokens: *defaultMax,
+		MediaAllowHosts: mm.ParseAllowHosts(*allowMedia)}
 	if *modelPath != "" {
 		m, err := mocker.LoadModel(*modelPath, *served)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/kvroute/kvroute/model"
 )
 
 // scanMedia locates the media content parts of a chat body: messages[i].content[j] objects whose type is
@@ -71,7 +73,7 @@ func scanMedia(b []byte) ([]MediaPart, error) {
 					var u struct {
 						URL string `json:"url"`
 					}
-					_ = json.Unmarshal(raw, &u)
+					_ = model.UnmarshalExact(raw, &u)
 					p.URL = u.URL
 				}
 			}
@@ -161,4 +163,37 @@ func RewriteMedia(body []byte, media []MediaPart, uuids []string, key string, me
 		}
 	}
 	return append(out, body[prev:]...), nil
+}
+
+// sameMedia reports whether the media parts the decoder saw (msgs) are the ones the scanner located:
+// the same positions, types and image/video URLs. The guard checks the scanner's URLs and the
+// forwarded body is rewritten at the scanner's offsets, so a body the two read differently is refused.
+func sameMedia(msgs []model.Message, media []MediaPart) bool {
+	k := 0
+	for i := range msgs {
+		for j, p := range msgs[i].Content.Parts {
+			if !isMediaType(p.Type) {
+				continue
+			}
+			if k >= len(media) {
+				return false
+			}
+			m := media[k]
+			k++
+			if m.Message != i || m.Part != j || m.Type != p.Type {
+				return false
+			}
+			var url string
+			switch {
+			case p.ImageURL != nil:
+				url = p.ImageURL.URL
+			case p.VideoURL != nil:
+				url = p.VideoURL.URL
+			}
+			if (p.Type == "image_url" || p.Type == "video_url") && url != m.URL {
+				return false
+			}
+		}
+	}
+	return k == len(media)
 }

@@ -300,7 +300,7 @@ func ParseChat(body []byte) (*ChatRequest, error) {
 		return nil, err
 	}
 	req := &ChatRequest{}
-	if err := json.UnmarshalNoEscape(body, req); err != nil {
+	if err := model.UnmarshalExact(body, req); err != nil {
 		if e := locateMessageError(body); e != nil {
 			return nil, e
 		}
@@ -311,6 +311,9 @@ func ParseChat(body []byte) (*ChatRequest, error) {
 		media, err := scanMedia(body)
 		if err != nil {
 			return nil, errorf(ErrBadRequest, "messages", "%v", err)
+		}
+		if !sameMedia(req.Messages, media) {
+			return nil, errorf(ErrBadRequest, "messages", "the media parts cannot be read unambiguously (repeated or misspelled keys?)")
 		}
 		req.Media = media
 	}
@@ -323,7 +326,7 @@ func ParseCompletion(body []byte) (*CompletionRequest, error) {
 		return nil, err
 	}
 	req := &CompletionRequest{}
-	if err := json.UnmarshalNoEscape(body, req); err != nil {
+	if err := model.UnmarshalExact(body, req); err != nil {
 		return nil, decodeError(err)
 	}
 	req.Body = body

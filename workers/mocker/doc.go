@@ -32,7 +32,10 @@
 //     maxLag behind, e.g. when the CPU cannot keep up). At the step's end it publishes the batch and
 //     hands tokens to the requests' Streams.
 //  6. Worker (worker.go, openai.go, metrics.go): one fasthttp server per simulated vLLM server, in front
-//     of DPSize ranks; Fleet (fleet.go) starts many in one process.
+//     of DPSize ranks; Fleet (fleet.go) starts many in one process. Request bodies are decoded with
+//     exact member names, as vLLM's pydantic models read them. Image URLs are fetched (image.go) through
+//     the frontend's SSRF guard (mm.Guard): internal destinations are refused unless MediaAllowHosts
+//     names them.
 //
 // # Concurrency model
 //

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/goccy/go-json"
+
+	"github.com/kvroute/kvroute/mm"
 )
 
 // FuzzParseRequest feeds arbitrary bodies to the OpenAI request parsing (prompt forms and chat content
@@ -20,7 +22,8 @@ func FuzzParseRequest(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	w := &Worker{model: NewFallbackModel("m"), images: newImageResolver()}
+	guard, _ := mm.NewGuard(nil)
+	w := &Worker{model: NewFallbackModel("m"), images: newImageResolver(guard)}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req openAIRequest
 		if json.Unmarshal(body, &req) != nil {

@@ -2,6 +2,7 @@ package mocker
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -11,11 +12,14 @@ import (
 	_ "image/jpeg" //
 	_ "image/png"  //
 	"math"
+	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/mm"
 )
 
 // ImageTokens is Qwen2/3-VL's placeholder count for an image of w×h pixels: smart_resize to multiples of
@@ -40,16 +44,24 @@ func (m *Model) ImageTokens(w, h int) int {
 
 // imageResolver finds an image's size and identity. Sizes are remembered by identity, so a later part
 // that carries only a uuid (vLLM's processor-cache case) still expands correctly.
+//
+// Fetches go through the frontend's SSRF guard (mm.Guard): the URL is screened as the frontend screens
+// it (WHATWG host parsing, so numeric IPv4 forms are addresses), and every connection's resolved address
+// is checked again at connect time, so a redirect or a changed DNS answer cannot reach an internal host.
 type imageResolver struct {
+	guard  *mm.Guard
 	client *fasthttp.Client
 	mu     sync.Mutex
 	sizes  map[string][2]int
 }
 
-func newImageResolver() *imageResolver {
+func newImageResolver(guard *mm.Guard) *imageResolver {
+	dial := guard.DialContext(&net.Dialer{Timeout: 10 * time.Second})
 	return &imageResolver{
-		client: &fasthttp.Client{ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, MaxResponseBodySize: 64 << 20},
-		sizes:  map[string][2]int{},
+		guard: guard,
+		client: &fasthttp.Client{ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, MaxResponseBodySize: 64 << 20,
+			Dial: func(addr string) (net.Conn, error) { return dial(context.Background(), "tcp", addr) }},
+		sizes: map[string][2]int{},
 	}
 }
 
@@ -103,6 +115,9 @@ func (r *imageResolver) fetch(url string) ([]byte, error) {
 	}
 	if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
 		return nil, fmt.Errorf("%w: unsupported image url scheme", ErrBadRequest)
+	}
+	if err := r.guard.CheckURL(context.Background(), url); err != nil {
+		return nil, fmt.Errorf("%w: image url refused: %v", ErrBadRequest, err)
 	}
 	status, body, err := r.client.GetTimeout(nil, url, 10*time.Second)
 	if err != nil {

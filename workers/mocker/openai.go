@@ -10,12 +10,19 @@ import (
 	"time"
 
 	"github.com/goccy/go-json"
+	jsonv2 "github.com/goccy/go-json/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/model"
 )
 
 // openAIRequest is the union of the completion and chat request fields the mocker reads.
+// exactNames decode as encoding/json does but match member names exactly, as vLLM's pydantic models
+// do: "Messages" or "Image_URL" is an unknown field, not the one it folds to.
+var exactNames = []jsonv2.Options{json.DefaultOptionsV1(), jsonv2.MatchCaseInsensitiveNames(false)}
+
+func unmarshalExact(b []byte, v any) error { return jsonv2.Unmarshal(b, v, exactNames...) }
+
 type openAIRequest struct {
 	Model               string          `json:"model"`
 	Prompt              json.RawMessage `json:"prompt"`
@@ -195,7 +202,7 @@ func parseMessages(raw []rawMessage) ([]ChatMessage, error) {
 			cm.Parts = []ChatPart{{Text: s}}
 		default:
 			var parts []rawPart
-			if err := json.Unmarshal(c, &parts); err != nil {
+			if err := unmarshalExact(c, &parts); err != nil {
 				return nil, fmt.Errorf("%w: messages[%d].content: %v", ErrBadRequest, i, err)
 			}
 			for j, p := range parts {
@@ -214,7 +221,7 @@ func parseMessages(raw []rawMessage) ([]ChatMessage, error) {
 							var obj struct {
 								URL string `json:"url"`
 							}
-							if err := json.Unmarshal(u, &obj); err != nil {
+							if err := unmarshalExact(u, &obj); err != nil {
 								return nil, fmt.Errorf("%w: messages[%d].content[%d].image_url: %v", ErrBadRequest, i, j, err)
 							}
 							cp.URL = obj.URL
@@ -285,7 +292,7 @@ func (w *Worker) chatPrompt(msgs []ChatMessage, opts model.ChatOptions, cont boo
 
 func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (prepared, error) {
 	var body openAIRequest
-	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
+	if err := unmarshalExact(ctx.PostBody(), &body); err != nil {
 		return prepared{}, fmt.Errorf("%w: body: %v", ErrBadRequest, err)
 	}
 	if body.N != nil && *body.N != 1 {
@@ -471,7 +478,7 @@ func (w *Worker) maxModelLen() int {
 
 func (w *Worker) serveTokenize(ctx *fasthttp.RequestCtx) {
 	var body openAIRequest
-	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
+	if err := unmarshalExact(ctx.PostBody(), &body); err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, fmt.Errorf("%w: body: %v", ErrBadRequest, err))
 		return
 	}
@@ -502,7 +509,7 @@ func (w *Worker) serveTokenize(ctx *fasthttp.RequestCtx) {
 
 func (w *Worker) serveDetokenize(ctx *fasthttp.RequestCtx) {
 	var body openAIRequest
-	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
+	if err := unmarshalExact(ctx.PostBody(), &body); err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, fmt.Errorf("%w: body: %v", ErrBadRequest, err))
 		return
 	}

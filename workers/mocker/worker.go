@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/mm"
 )
 
 // WorkerConfig configures one simulated vLLM server: an HTTP endpoint in front of DPSize engines.
@@ -35,6 +37,10 @@ type WorkerConfig struct {
 	// DefaultMaxTokens applies when a request sets neither max_tokens nor max_completion_tokens.
 	// vLLM would generate up to the model length; a mocker wants short answers. Default 16.
 	DefaultMaxTokens int
+	// MediaAllowHosts are the hosts, IPs or CIDRs image URLs may reach although internal; every other
+	// internal destination is refused by the frontend's SSRF guard (mm.Guard), before any connection.
+	// Default none.
+	MediaAllowHosts []string
 }
 
 // DefaultWorkerConfig is one rank with Dynamo's engine defaults, the fallback model, a free port on
@@ -53,6 +59,9 @@ func (c *WorkerConfig) Validate() error {
 	}
 	if c.KVEvents.Enable && c.NewPublisher == nil && c.KVEvents.Endpoint == "" {
 		return fmt.Errorf("%w: kv events enabled without an endpoint", ErrBadConfig)
+	}
+	if _, err := mm.NewGuard(c.MediaAllowHosts); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
 	return c.Engine.Validate()
 }
@@ -114,7 +123,11 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.Engine.Validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, model: model, stop: make(chan struct{}), images: newImageResolver()}
+	guard, err := mm.NewGuard(cfg.MediaAllowHosts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+	}
+	w := &Worker{cfg: cfg, model: model, stop: make(chan struct{}), images: newImageResolver(guard)}
 	fail := func(err error) (*Worker, error) {
 		for _, p := range w.pubs {
 			p.Close()
