@@ -106,6 +106,10 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		}
 		// The worker failed before any byte reached the client.
 		a.finish(j)
+		if a.Cfg.PassiveHealth && errors.Is(err, client.ErrConnect) {
+			// Refused: the process is gone. Out of routing now; the health monitor brings it back.
+			_ = a.R.SetHealthy(route.Worker.WorkerID, false, "passive: "+err.Error())
+		}
 		if !client.Retryable(err) || attempt >= a.Cfg.MigrationLimit {
 			a.fail(ctx, j, errorf(ErrUnavailable, "worker %d failed: %v", route.Worker.WorkerID, err))
 			return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -260,5 +262,216 @@ func TestFaultsDuringStreamEndWithError(t *testing.T) {
 	}
 	if broken != bad.count() {
 		t.Fatalf("%d broken streams, %d requests reached the failing worker", broken, bad.count())
+	}
+}
+
+// killableProxy stands in front of a worker's HTTP port; kill makes the worker look SIGKILLed (new
+// connections refused, open ones cut), restore brings it back on the same address.
+type killableProxy struct {
+	addr, target string
+	mu           sync.Mutex
+	ln           net.Listener
+	conns        map[net.Conn]struct{}
+}
+
+func startKillableProxy(t *testing.T, target string) *killableProxy {
+	t.Helper()
+	p := &killableProxy{target: target, conns: map[net.Conn]struct{}{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *killableProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+func (p *killableProxy) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // reset, as the kernel does for a killed process's sockets
+		}
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *killableProxy) restore(t *testing.T) {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("re-listen on %s: %v", p.addr, err)
+	}
+	p.serve(ln)
+}
+
+// One of four workers dies (its port refuses, its connections are reset) under 150 requests/s with the
+// default flags: no client sees an error. Its requests that fail before any byte are retried elsewhere
+// (--migration-limit, default 3), and the first refused connection takes it out of the candidates
+// (passive health) instead of letting it draw traffic until the health checks notice. When it answers
+// again, the health check puts it back.
+func TestKillOneOfFourUnderLoad(t *testing.T) {
+	m, err := model.Load(fixtureModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "Qwen3-VL-2B-Instruct"
+	wm, err := mocker.LoadModel(fixtureModel, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
+	tmpl.Engine.BlockSize = 16
+	tmpl.Engine.NumGPUBlocks = 1024
+	tmpl.Engine.SpeedupRatio = 20
+	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: 4, Template: tmpl, FirstID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := scoring.DefaultConfig()
+	system := actors.NewSystem(nil)
+	r, err := router.New(system, router.DefaultConfig(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxies := make([]*killableProxy, 4)
+	for i, s := range fleet.Specs() {
+		sp, err := registry.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxies[i] = startKillableProxy(t, strings.TrimPrefix(sp.URL, "http://"))
+		sp.URL = "http://" + proxies[i].addr
+		if err := r.AddWorker(sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := NewWorkerPool(client.DefaultConfig())
+	hc := DefaultHealthConfig()
+	hc.Interval, hc.SelfTest = 200*time.Millisecond, false
+	mon := NewMonitor(r, pool, hc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	mon.Start()
+	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: defaults.MigrationLimit, PassiveHealth: true, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
+	srv := NewServer(ServerConfig{}, api, &RouterAPI{R: r})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		mon.Stop()
+		pool.Close()
+		r.Stop()
+		system.Shutdown()
+		_ = fleet.Close()
+	})
+	base := "http://" + ln.Addr().String()
+
+	const (
+		rate     = 150
+		duration = 3 * time.Second
+		killAt   = time.Second
+	)
+	hcl := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	var (
+		wg               sync.WaitGroup
+		mu               sync.Mutex
+		errs             []string
+		ok, afterKillOn4 int
+	)
+	killed := make(chan struct{})
+	var killedAt time.Time
+	tick := time.NewTicker(time.Second / rate) // the load's pace, not a wait for a condition
+	defer tick.Stop()
+	start := time.Now()
+	for i := 0; time.Since(start) < duration; i++ {
+		<-tick.C
+		if i == int(killAt.Seconds()*rate) {
+			proxies[3].kill()
+			killedAt = time.Now()
+			close(killed)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"kill %d %s"}],"max_tokens":2}`, name, i, strings.Repeat("y ", 20+i%50))
+			resp, err := hcl.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(b))
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err.Error())
+				mu.Unlock()
+				return
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if resp.StatusCode != 200 {
+				errs = append(errs, fmt.Sprintf("request %d: %d %.200s", i, resp.StatusCode, raw))
+				return
+			}
+			ok++
+			select {
+			case <-killed:
+				if resp.Header.Get("x-kvroute-worker-id") == "4" && time.Since(killedAt) > 100*time.Millisecond {
+					afterKillOn4++
+				}
+			default:
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs[:min(len(errs), 10)] {
+		t.Error(e)
+	}
+	st, _ := r.Fleet.StatusOf(4)
+	t.Logf("%d requests at %d/s, %d ok, %d client-visible errors; worker 4 healthy=%v (%s); answered by worker 4 after the kill: %d",
+		ok+len(errs), rate, ok, len(errs), st.Healthy, st.Unhealthy, afterKillOn4)
+	if len(errs) > 0 {
+		t.Fatalf("%d client-visible errors", len(errs))
+	}
+	if st.Healthy || !strings.HasPrefix(st.Unhealthy, "passive") {
+		t.Fatalf("the killed worker is still a candidate: healthy=%v %q", st.Healthy, st.Unhealthy)
+	}
+	if afterKillOn4 > 0 {
+		t.Fatalf("%d requests answered by the killed worker", afterKillOn4)
+	}
+	proxies[3].restore(t)
+	if !pollUntil(10*time.Second, func() bool {
+		st, _ := r.Fleet.StatusOf(4)
+		return st.Healthy
+	}) {
+		t.Fatal("the health check did not put the worker back")
 	}
 }

@@ -85,6 +85,13 @@ func TestHostileRequests(t *testing.T) {
 			}
 		})
 	}
+	// A pin to a worker that is not registered is the client's error, not an outage.
+	if r := s.post(t, "/v1/chat/completions", chatBody(m, "pinned", ""), "x-dynamo-worker-instance-id", "99"); r.status != 404 {
+		t.Fatalf("pin to an unknown worker by header: %d %s", r.status, r.raw)
+	}
+	if r := s.post(t, "/v1/chat/completions", chatBody(m, "pinned", `,"nvext":{"backend_instance_id":99}`)); r.status != 404 {
+		t.Fatalf("pin to an unknown worker in nvext: %d %s", r.status, r.raw)
+	}
 	if r := s.post(t, "/v1/chat/completions", chatBody(m, "still serving?", "")); r.status != 200 {
 		t.Fatalf("server stopped serving: %d %s", r.status, r.raw)
 	}

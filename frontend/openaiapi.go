@@ -29,8 +29,13 @@ type OpenAIConfig struct {
 	// Limits bound each request (body, messages, prompt tokens, ...).
 	Limits openai.Limits
 	// MigrationLimit is how many other workers a request is retried on when its worker fails before any
-	// byte reached the client (Dynamo's --migration-limit). Default 0.
+	// byte reached the client (Dynamo's --migration-limit; kvroute's flag defaults to 3, Dynamo's to 0).
+	// Zero value: no retry.
 	MigrationLimit int
+	// PassiveHealth takes a worker out of the candidates the moment a connection to it is refused,
+	// instead of after the health checks notice (a dead worker fails instantly, looks idle and would
+	// draw traffic meanwhile). Only with a health Monitor running: it is what puts the worker back.
+	PassiveHealth bool
 	// RequestTimeout bounds one request end to end, queue wait included. Default 10 minutes.
 	RequestTimeout time.Duration
 	// MediaGuard screens every media URL of a chat request before it is routed and forwarded (the
@@ -186,6 +191,11 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (
 	}
 	if err := a.readHeaders(ctx, j); err != nil {
 		return nil, err
+	}
+	if pin := a.pin(j); pin != nil {
+		if _, ok := a.R.Fleet.StatusOf(pin.WorkerID); !ok {
+			return nil, errorf(ErrNotFound, "worker %d is not registered", pin.WorkerID)
+		}
 	}
 	ns, forward := j.common.CacheNamespace(string(ctx.Request.Header.Peek("X-Tenant-ID")))
 	if forward {

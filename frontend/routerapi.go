@@ -20,6 +20,9 @@ const maxQueryTokens = 4 << 20
 // overlap scores. The frontend mounts the same handlers on its admin surface.
 type RouterAPI struct {
 	R *router.Router
+	// RequireURL refuses a worker registered without a URL (the frontend, which sends requests to its
+	// workers; a standalone router only names the worker and may not know its URL).
+	RequireURL bool
 }
 
 // overlapRequest is the body of POST /v1/overlap_scores: tokens (hashed with the router's block size and
@@ -172,6 +175,10 @@ func (a *RouterAPI) register(ctx *fasthttp.RequestCtx) {
 	spec, err := registry.ParseJSON(body)
 	if err != nil {
 		writeError(ctx, mapWorkerErr(err))
+		return
+	}
+	if a.RequireURL && spec.URL == "" {
+		writeError(ctx, errorf(ErrBadRequest, "worker %d: url is required (this frontend sends it requests)", spec.ID))
 		return
 	}
 	if err := a.R.AddWorker(spec); err != nil {

@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/router"
 )
 
 func doReq(t *testing.T, c *http.Client, method, url, body string, hdr map[string]string) int {
@@ -259,4 +262,27 @@ func TestClosedAdminPlane(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The frontend refuses a worker it could not send requests to: no URL, or one that is not a plain
+// http(s)://host:port.
+func TestWorkerRegistrationNeedsURL(t *testing.T) {
+	system := actors.NewSystem(nil)
+	r, err := router.New(system, router.DefaultConfig(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop(); system.Shutdown() })
+	srv := NewServer(ServerConfig{}, &RouterAPI{R: r, RequireURL: true})
+	for _, body := range []string{`{"id":90}`, `{"id":91,"url":"http://h\u00ff:1"}`, `{"id":92,"url":"http://127.0.0.1:0"}`, `{"id":93,"url":"ftp://127.0.0.1:21"}`} {
+		if got := serveFrom(srv, net.ParseIP("127.0.0.1"), "POST", "/v1/workers", body, ""); got != 400 {
+			t.Errorf("%s: %d, want 400", body, got)
+		}
+	}
+	if got := serveFrom(srv, net.ParseIP("127.0.0.1"), "POST", "/v1/workers", `{"id":94,"url":"http://127.0.0.1:8000"}`, ""); got != 200 {
+		t.Errorf("a valid worker: %d", got)
+	}
+	if len(r.Workers()) != 1 {
+		t.Fatalf("registered: %+v", r.Workers())
+	}
 }

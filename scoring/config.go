@@ -196,7 +196,9 @@ type Config struct {
 	EncoderCudaToCPURatio float64
 	// MinInitialWorkers delays serving until that many workers are known. Default 0.
 	MinInitialWorkers int
-	// MigrationLimit retries a request on another worker before its first byte. Default 0.
+	// MigrationLimit retries a request on another worker before its first byte. Default 3 (Dynamo: 0):
+	// a worker that dies under load fails its requests before any byte, and a retry elsewhere is what
+	// keeps that from reaching clients.
 	MigrationLimit int
 
 	// OverlapScoreWeight is the deprecated --router-kv-overlap-score-weight. When set it wins: it becomes
@@ -233,6 +235,7 @@ func DefaultConfig() Config {
 		QueuePolicy:               QueueFCFS,
 		OverlapRefreshAfter:       10 * time.Second,
 		EncoderCudaToCPURatio:     8,
+		MigrationLimit:            3,
 	}
 }
 

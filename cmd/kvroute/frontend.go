@@ -199,6 +199,10 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	}
 	app.nats = f.nats
 	for _, w := range f.workers {
+		if w.URL == "" {
+			app.stop()
+			return nil, fmt.Errorf("--worker id=%d: url is required (the frontend sends it requests)", w.ID)
+		}
 		if err := app.router.AddWorker(w); err != nil {
 			app.stop()
 			return nil, err
@@ -212,7 +216,8 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		return nil, fmt.Errorf("--media-allow-hosts: %w", err)
 	}
 	api := frontend.NewOpenAIAPI(app.router, m, name, app.system, app.pool,
-		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout, MediaGuard: guard}, fm)
+		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout, MediaGuard: guard,
+			PassiveHealth: *f.health > 0}, fm)
 	reg.MustRegister(frontend.NewModelCollector(app.router, name, cfg.MigrationLimit))
 	if *f.ops.log.access {
 		api.AccessLog = log
@@ -240,11 +245,12 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		MinReadyWorkers: max(1, cfg.MinInitialWorkers), Checked: app.mon.Checked, Version: version()})
 	scfg := f.srv.config(*f.maxBody, reg)
 	scfg.Probes = app.probes
-	handlers := []frontend.Handler{api, &frontend.RouterAPI{R: app.router}}
+	handlers := []frontend.Handler{api, &frontend.RouterAPI{R: app.router, RequireURL: true}}
 	if *f.ops.pprof {
 		handlers = append(handlers, frontend.NewPprofHandler())
 	}
 	app.server = frontend.NewServer(scfg, handlers...)
+	logAccess(log, scfg)
 	app.mon.Start()
 	if app.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
 		app.stop()

@@ -269,6 +269,9 @@ func isTimeout(err error) bool {
 }
 
 func (e *Endpoint) roundTrip(c *conn, req *Request, resp *fasthttp.Response, stream bool) error {
+	// Counted from here: a write that fails on a reused connection has received nothing of this
+	// response (the bytes read so far were the previous response's), so it stays retryable.
+	c.read = 0
 	now := time.Now()
 	c.nc.SetWriteDeadline(now.Add(e.cfg.WriteTimeout))
 	if err := e.writeRequest(c.bw, req, stream); err != nil {
@@ -277,7 +280,6 @@ func (e *Endpoint) roundTrip(c *conn, req *Request, resp *fasthttp.Response, str
 	if err := c.bw.Flush(); err != nil {
 		return err
 	}
-	c.read = 0
 	c.nc.SetReadDeadline(now.Add(e.cfg.ResponseTimeout))
 	resp.StreamBody = stream
 	return resp.ReadLimitBody(c.br, e.cfg.MaxResponseBodySize)

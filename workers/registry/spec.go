@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -119,9 +120,8 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("%w: worker %d: device %q is not gpu or cpu", ErrBadSpec, s.ID, s.Device)
 	}
 	if s.URL != "" {
-		u, err := url.Parse(s.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%w: worker %d: url %q is not an http(s) URL", ErrBadSpec, s.ID, s.URL)
+		if err := checkWorkerURL(s.URL); err != nil {
+			return fmt.Errorf("%w: worker %d: url %q: %v", ErrBadSpec, s.ID, s.URL, err)
 		}
 	}
 	for _, ep := range []string{s.Events, s.Replay} {
@@ -240,4 +240,53 @@ func ExpandBindEndpoints(values []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkWorkerURL accepts http(s)://host[:port][/path] with an ASCII host (a name, an IPv4 address or a
+// bracketed IPv6 address) and a port in 1..65535: the URL requests are sent to, so nothing a client
+// would read another way (userinfo, query, fragment, non-ASCII or control bytes).
+func checkWorkerURL(raw string) error {
+	for i := 0; i < len(raw); i++ {
+		if c := raw[i]; c <= 0x20 || c >= 0x7f {
+			return fmt.Errorf("byte %#x is not allowed", c)
+		}
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme must be http or https")
+	case u.User != nil:
+		return fmt.Errorf("userinfo is not allowed")
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return fmt.Errorf("query and fragment are not allowed")
+	case u.Opaque != "":
+		return fmt.Errorf("not a hierarchical URL")
+	}
+	host := u.Hostname()
+	if host == "" {
+		return fmt.Errorf("no host")
+	}
+	if strings.HasPrefix(u.Host, "[") {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("bad IPv6 host")
+		}
+	} else {
+		for i := 0; i < len(host); i++ {
+			c := host[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+				return fmt.Errorf("host %q has a character %q a host name cannot have", host, c)
+			}
+		}
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %q is not in 1..65535", p)
+		}
+	} else if strings.HasSuffix(u.Host, ":") {
+		return fmt.Errorf("empty port")
+	}
+	return nil
 }

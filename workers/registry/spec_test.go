@@ -115,3 +115,22 @@ func TestReplayNeedsEventsOrTopic(t *testing.T) {
 		t.Error("an ipc replay endpoint cannot be offset for rank 1")
 	}
 }
+
+func TestWorkerURL(t *testing.T) {
+	good := []string{"http://127.0.0.1:8001", "https://worker-3.svc.cluster.local", "http://[::1]:8000", "http://h:1/prefix/v1", "http://w_1:80/"}
+	bad := []string{
+		"ftp://h", "http://", "http://:8000", "http://h:0", "http://h:65536", "http://h:x", "http://h:",
+		"http://user:pw@h:1", "http://h:1/?a=1", "http://h:1/#f", "http://h\xff:1", "http://h\xc3\xa9:1",
+		"http://h :1", "http://h\t:1", "http://[::1:1", "http://[zz]:1", "http://h%2f:1", "h:1", "mailto:x@h",
+	}
+	for _, u := range good {
+		if err := (&Spec{ID: 1, URL: u}).Validate(); err != nil {
+			t.Errorf("%q refused: %v", u, err)
+		}
+	}
+	for _, u := range bad {
+		if err := (&Spec{ID: 1, URL: u}).Validate(); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("%q accepted: %v", u, err)
+		}
+	}
+}
