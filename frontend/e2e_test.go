@@ -67,6 +67,8 @@ type stackOpts struct {
 	seed *uint64
 	// tracer traces requests (nil: off).
 	tracer trace.Tracer
+	// server configures the HTTP edge; zero: a 1 MiB body limit and the defaults.
+	server ServerConfig
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -163,7 +165,11 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		}
 		api.EnableMM(mc, nil)
 	}
-	srv := NewServer(ServerConfig{MaxBodyBytes: 1 << 20}, api, &RouterAPI{R: r})
+	scfg := o.server
+	if scfg.MaxBodyBytes == 0 {
+		scfg.MaxBodyBytes = 1 << 20
+	}
+	srv := NewServer(scfg, api, &RouterAPI{R: r})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -89,13 +89,22 @@ const maxRequestIDLen = 128
 // clientRequestID returns the client's X-Request-Id when it is a usable id, else "".
 func clientRequestID(ctx *fasthttp.RequestCtx) string {
 	v := ctx.Request.Header.Peek("X-Request-Id")
-	if len(v) == 0 || len(v) > maxRequestIDLen {
+	if !usableRequestID(string(v)) {
 		return ""
 	}
-	for _, c := range v {
-		if c <= ' ' || c > '~' {
-			return ""
+	return string(v)
+}
+
+// usableRequestID reports whether id can travel as a header value: 1 to maxRequestIDLen printable
+// ASCII characters.
+func usableRequestID(id string) bool {
+	if len(id) == 0 || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return false
 		}
 	}
-	return string(v)
+	return true
 }

@@ -210,6 +210,11 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (
 	j.namespace = ns
 	j.returnRoute = j.common.ReturnRouting()
 	j.id = j.common.RequestID
+	if j.id != "" && !usableRequestID(j.id) {
+		// It is echoed and forwarded as the X-Request-Id header: a NUL or a newline there breaks (or
+		// forges) the headers of the worker's request and of the client's answer.
+		return nil, errorf(ErrBadRequest, "request_id must be 1 to %d printable ASCII characters", maxRequestIDLen)
+	}
 	if j.id == "" {
 		var b [48]byte
 		id := append(b[:0], "kvr-"...)

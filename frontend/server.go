@@ -128,6 +128,15 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			return fasthttp.RequestConfig{ReadTimeout: cfg.ReadTimeout}
 		},
+		// "Expect: 100-continue" with a body over the limit is refused before the client sends it
+		// (fasthttp would answer 100 and wait for the body).
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
+			if ctx.Request.Header.ContentLength() > cfg.MaxBodyBytes {
+				writeError(ctx, errorf(ErrTooLarge, "request body larger than %d bytes", cfg.MaxBodyBytes))
+				return fasthttp.StatusRequestEntityTooLarge
+			}
+			return fasthttp.StatusContinue
+		},
 		MaxConnsPerIP: cfg.MaxConnsPerIP,
 		ConnState:     s.reclaim.connState,
 		// Idle connection goroutines (and their stacks) end soon after a burst, before a reclaim.
@@ -151,7 +160,11 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 				writeError(ctx, errorf(ErrRequestTimeout, "request not received within its deadline"))
 				return
 			}
-			writeError(ctx, errorf(ErrBadRequest, "cannot parse request: %v", err))
+			msg := err.Error()
+			if i := strings.Index(msg, ": buffer size="); i >= 0 {
+				msg = msg[:i] // fasthttp appends the raw request bytes, headers (tokens) included
+			}
+			writeError(ctx, errorf(ErrBadRequest, "cannot parse request: %s", msg))
 		},
 	}
 	return s

@@ -1,7 +1,10 @@
 package mm
 
 import (
+	"context"
 	"errors"
+	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -86,6 +89,74 @@ func FuzzNormalizeURL(f *testing.F) {
 		n2, err := NormalizeURL(n)
 		if err != nil || n2 != n {
 			t.Fatalf("not idempotent: %q → %q → %q (%v)", s, n, n2, err)
+		}
+	})
+}
+
+// otherParserHost reads the host of an http(s) URL the way a parser that follows RFC 3986 loosely does
+// (Python's urllib, which vLLM's fetchers build on): the authority runs to the first '/', '?' or '#'
+// (a backslash is an ordinary character), the host follows the last '@' and precedes the port; glibc
+// then reads numeric forms as inet_aton does (the WHATWG IPv4 parser reads the same forms).
+func otherParserHost(raw string) (netip.Addr, bool) {
+	s := strings.TrimSpace(raw)
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return netip.Addr{}, false
+	}
+	if sc := strings.ToLower(s[:i]); sc != "http" && sc != "https" {
+		return netip.Addr{}, false
+	}
+	auth := s[i+3:]
+	if end := strings.IndexAny(auth, "/?#"); end >= 0 {
+		auth = auth[:end]
+	}
+	if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+		auth = auth[at+1:]
+	}
+	host := auth
+	if strings.HasPrefix(host, "[") {
+		if end := strings.IndexByte(host, ']'); end > 0 {
+			host = host[1:end]
+		}
+	} else if c := strings.LastIndexByte(host, ':'); c >= 0 {
+		host = host[:c]
+	}
+	host = strings.ToLower(host)
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a, true
+	}
+	if v4, ok, err := parseIPv4Host(host); err == nil && ok {
+		return netip.MustParseAddr(v4), true
+	}
+	return netip.Addr{}, false
+}
+
+// FuzzCheckURL: CheckURL never panics, classifies every refusal, and never accepts a URL whose host
+// another parser reads as an internal address (host names do not resolve here: they are refused).
+func FuzzCheckURL(f *testing.F) {
+	for _, s := range []string{
+		"http://8.8.8.8/a.png", "http://2130706433/", "http://127.1:80/x", "http://0x7f.1/", "http://017700000001/",
+		"http://0/", "http://[::1]/", "http://8.8.8.8@127.0.0.1/", "http://8.8.8.8\\@127.0.0.1/", "HTTP://8.8.8.8:8080/a?b#c",
+		"data:image/png;base64,AAAA", "http://%31%32%37.0.0.1/", "http://8.8.8.8#@127.0.0.1/", "http://127.0.0.1%2f@8.8.8.8/",
+		" http://8.8.8.8/", "http://8.8.8.8\t/", "https://[::ffff:127.0.0.1]/", "http://1.1.1.1:80:80/",
+	} {
+		f.Add(s)
+	}
+	g, err := NewGuard(nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	g.lookup = func(context.Context, string) ([]netip.Addr, error) { return nil, errors.New("no DNS in the fuzzer") }
+	f.Fuzz(func(t *testing.T, raw string) {
+		err := g.CheckURL(context.Background(), raw)
+		if err != nil {
+			if !errors.Is(err, ErrBadURL) && !errors.Is(err, ErrBlockedAddress) && !errors.Is(err, ErrUnsupportedScheme) {
+				t.Fatalf("unclassified refusal of %q: %v", raw, err)
+			}
+			return
+		}
+		if a, ok := otherParserHost(raw); ok && g.CheckAddr(a) != nil {
+			t.Fatalf("accepted %q, whose host another parser reads as %s", raw, a)
 		}
 	})
 }

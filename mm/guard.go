@@ -37,6 +37,8 @@ func mustPrefixes(cidrs ...string) []netip.Prefix {
 type Guard struct {
 	allowHosts    map[string]bool
 	allowPrefixes []netip.Prefix
+	// lookup resolves a host name for CheckURL; nil is net.DefaultResolver (tests replace it).
+	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // NewGuard builds a guard from --media-allow-hosts values: host names (exact, case-insensitive; all of
@@ -195,7 +197,16 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	var lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	if g != nil {
+		lookup = g.lookup
+	}
+	if lookup == nil {
+		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	addrs, err := lookup(ctx, host)
 	if err != nil {
 		return fmt.Errorf("%w: host %s does not resolve here: %v", ErrBlockedAddress, host, err)
 	}

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	stdjson "encoding/json"
 	"errors"
 	"strconv"
 	"testing"
@@ -125,6 +126,73 @@ func FuzzTokenIDs(f *testing.F) {
 		for i := range ids {
 			if ids[i] != want[i] {
 				t.Fatalf("%q: %v vs %v", b, ids, want)
+			}
+		}
+	})
+}
+
+// referenceMedia reads the media parts of a chat body with encoding/json's generic decoding: member
+// names exact (map keys), the last of repeated keys wins, as vLLM's parser reads a body.
+func referenceMedia(body []byte) (types, urls []string, ok bool) {
+	var doc map[string]any
+	if stdjson.Unmarshal(body, &doc) != nil {
+		return nil, nil, false
+	}
+	msgs, _ := doc["messages"].([]any)
+	for _, m := range msgs {
+		mm, _ := m.(map[string]any)
+		parts, _ := mm["content"].([]any)
+		for _, p := range parts {
+			pm, _ := p.(map[string]any)
+			typ, _ := pm["type"].(string)
+			if !isMediaType(typ) {
+				continue
+			}
+			url := ""
+			for _, k := range []string{"image_url", "video_url", "audio_url"} {
+				switch v := pm[k].(type) {
+				case map[string]any:
+					url, _ = v["url"].(string)
+				case string:
+					url = v
+				}
+			}
+			types, urls = append(types, typ), append(urls, url)
+		}
+	}
+	return types, urls, true
+}
+
+// FuzzScanMedia: whatever ParseChat accepts, its media parts (what the SSRF guard checks and the rewrite
+// edits) are the ones a case-sensitive generic decoder finds: same count, types and image/video URLs.
+func FuzzScanMedia(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://a/x.png"}}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"d","URL":"e"}}]}]}`,
+		`{"model":"m","Messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"e"}}]}],"messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m","messages":[{"role":"user","Content":[{"type":"image_url","image_url":{"url":"e"}}],"content":[{"type":"text","text":"a"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"a"},"image_url":{"url":"b"}}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"video_url","video_url":{"url":"a"},"uuid":"u"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"a"},"video_url":{"url":"b"}}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"typ\u0065":"image_url","image_url":{"ur\u006c":"a"}}]}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := ParseChat(body)
+		if err != nil {
+			return
+		}
+		types, urls, ok := referenceMedia(body)
+		if !ok {
+			return // the reference refuses it (invalid UTF-8 handling differs); ParseChat's verdict stands
+		}
+		if len(types) != len(r.Media) {
+			t.Fatalf("%d media parts, the reference reads %d\n%s", len(r.Media), len(types), body)
+		}
+		for i, p := range r.Media {
+			if p.Type != types[i] || ((p.Type == "image_url" || p.Type == "video_url") && p.URL != urls[i]) {
+				t.Fatalf("part %d: %s %q, the reference reads %s %q\n%s", i, p.Type, p.URL, types[i], urls[i], body)
 			}
 		}
 	})
