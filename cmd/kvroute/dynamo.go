@@ -172,7 +172,7 @@ func (o *opsFlags) dump(fs *flag.FlagSet) error {
 		if _, ok := f.Value.(refused); ok || strings.Contains(f.Usage, "alias of --") || strings.HasPrefix(f.Usage, "disable --") {
 			return
 		}
-		if f.Name == "admin-token" {
+		if f.Name == "admin-token" || f.Name == "router-api-token" {
 			return // a secret
 		}
 		cfg[f.Name] = f.Value.String()

@@ -22,15 +22,20 @@ import (
 // Dynamo flags are covered as a group by TestRefusedFlagsSayWhy, which walks refusedFlags.
 var flagEvidence = map[string][]string{
 	// HTTP server.
-	"admin-token":             {"frontend: TestAdminToken"},
-	"http-host":               {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoLaunchLineStarts"},
-	"http-port":               {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoEnvironment"},
-	"max-body-bytes":          {"frontend: TestOversizeBodies", "cmd/kvroute: TestDynamoEnvironment"},
-	"max-concurrent-requests": {"frontend: TestConcurrencyLimit"},
-	"max-header-bytes":        {"frontend: TestHeaderLimit"},
-	"request-timeout":         {"cmd/kvroute: TestRequestTimeout"},
-	"tls-cert-path":           {"frontend: TestTLS", "cmd/kvroute: TestDynamoLaunchLineStarts"},
-	"tls-key-path":            {"frontend: TestTLS", "cmd/kvroute: TestFlagMistakesGetOneLine"},
+	"admin-token":              {"frontend: TestAdminToken", "frontend: TestClosedAdminPlane"},
+	"body-timeout":             {"frontend: TestDripCannotExtendDeadlines", "frontend: TestHostileSuite"},
+	"header-timeout":           {"frontend: TestDripCannotExtendDeadlines", "frontend: TestHostileSuite"},
+	"max-body-bytes-in-flight": {"frontend: TestConnectionAndBodyBudgets"},
+	"max-conns-per-ip":         {"frontend: TestConnectionAndBodyBudgets"},
+	"router-api-token":         {"frontend: TestClosedAdminPlane"},
+	"http-host":                {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoLaunchLineStarts"},
+	"http-port":                {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoEnvironment"},
+	"max-body-bytes":           {"frontend: TestOversizeBodies", "cmd/kvroute: TestDynamoEnvironment"},
+	"max-concurrent-requests":  {"frontend: TestConcurrencyLimit"},
+	"max-header-bytes":         {"frontend: TestHeaderLimit"},
+	"request-timeout":          {"cmd/kvroute: TestRequestTimeout"},
+	"tls-cert-path":            {"frontend: TestTLS", "cmd/kvroute: TestDynamoLaunchLineStarts"},
+	"tls-key-path":             {"frontend: TestTLS", "cmd/kvroute: TestFlagMistakesGetOneLine"},
 
 	// Model.
 	"kv-cache-block-size": {"scoring/testdata/scenarios/kv_basic.txt", "frontend: TestSelfTestFlagsBlockSizeMismatch", "cmd/kvroute: TestRouterCommand"},
@@ -48,7 +53,7 @@ var flagEvidence = map[string][]string{
 
 	// Routing.
 	"load-aware":                           {"scoring/testdata/scenarios/modes.txt"},
-	"migration-limit":                      {"frontend: TestFaultsBeforeFirstByteMigrate", "frontend: TestFaultsWithoutMigrationFailFast"},
+	"migration-limit":                      {"frontend: TestFaultsBeforeFirstByteMigrate", "frontend: TestFaultsWithoutMigrationFailFast", "frontend: TestKillOneOfFourUnderLoad"},
 	"router-active-sequence-stride":        {"scoring/testdata/scenarios/load_tracking.txt"},
 	"router-approx-worker-capacity":        {"scoring/testdata/scenarios/approx.txt"},
 	"router-assume-kv-reuse":               {"scoring/testdata/scenarios/load_tracking.txt"},
