@@ -12,14 +12,17 @@ import (
 // reclaimer returns memory to the OS after a burst of connections ends. A thousand slow clients leave
 // behind their read buffers, body buffers and goroutine stacks as free heap, which the Go runtime
 // would otherwise hand back only slowly, or keep: a process that served a flood at 4 GB stayed there.
-// When the open connections fall reclaimDrop below their peak since the last reclaim, a reclaim is
-// scheduled reclaimDelay later (time for the connections' goroutines to finish); at most one runs per
-// reclaimDelay. Steady traffic, where connections come and go around a level, never triggers it.
+// When the open connections have fallen at least reclaimDrop below their peak since the last reclaim,
+// and to half of it or less, a reclaim is scheduled reclaimDelay later (time for the connections'
+// goroutines to finish), and at most one runs per reclaimEvery (a forced collection costs CPU in
+// proportion to the heap, the router's index included). Steady traffic, where connections come and go
+// around a level, never triggers it.
 type reclaimer struct {
 	mu        sync.Mutex
 	open      int
 	peak      int
 	scheduled bool
+	last      time.Time
 	runs      int
 	stopped   bool
 }
@@ -27,6 +30,7 @@ type reclaimer struct {
 const (
 	reclaimDrop  = 64
 	reclaimDelay = time.Second
+	reclaimEvery = 8 * time.Second
 )
 
 // connState is fasthttp's ConnState hook.
@@ -39,9 +43,9 @@ func (r *reclaimer) connState(_ net.Conn, st fasthttp.ConnState) {
 		r.peak = max(r.peak, r.open)
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
 		r.open--
-		if r.peak-r.open >= reclaimDrop && !r.scheduled && !r.stopped {
+		if r.peak-r.open >= reclaimDrop && 2*r.open <= r.peak && !r.scheduled && !r.stopped {
 			r.scheduled = true
-			time.AfterFunc(reclaimDelay, r.reclaim)
+			time.AfterFunc(max(reclaimDelay, reclaimEvery-time.Since(r.last)), r.reclaim)
 		}
 	}
 }
@@ -60,7 +64,7 @@ func (r *reclaimer) reclaim() {
 	debug.FreeOSMemory()
 	debug.FreeOSMemory()
 	r.mu.Lock()
-	r.scheduled = false
+	r.scheduled, r.last = false, time.Now()
 	r.runs++
 	r.mu.Unlock()
 }
