@@ -48,7 +48,7 @@ var topicPrefixes = map[string]string{
 	"router-id": topicScaleOut, "router-replica-sync": topicScaleOut, "request-plane": topicScaleOut,
 	"mm-": topicMM, "media-": topicMM, "frontend-decoding": topicMM,
 	"log-": topicOps, "access-log": topicOps, "graceful-shutdown": topicOps, "pprof": topicOps, "dump-config-to": topicOps, "otlp-": topicOps, "otel-": topicOps,
-	"ready-": topicOps,
+	"ready-": topicOps, "metrics-prefix": topicOps, "dyn-chat-processor": topicModel,
 }
 
 func topicOf(name string) string {

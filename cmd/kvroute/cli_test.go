@@ -102,7 +102,7 @@ func TestFlagMistakesGetOneLine(t *testing.T) {
 // dynamoLaunchLine is `python -m dynamo.frontend` with every flag of Dynamo's frontend configuration
 // reference once (HTTP, router, fault tolerance, model discovery, infrastructure, monitoring,
 // tokenizer), values as a deployment would give them. Flags kvroute refuses are tested apart.
-func dynamoLaunchLine(cert, key, modelDir, dump string) []string {
+func dynamoLaunchLine(cert, key, modelDir, dump, policy string) []string {
 	return []string{
 		"--http-host", "127.0.0.1", "--http-port", "0", "--tls-cert-path", cert, "--tls-key-path", key,
 		"--router-mode", "kv", "--no-load-aware", "--router-kv-overlap-score-credit", "0.8",
@@ -115,6 +115,7 @@ func dynamoLaunchLine(cert, key, modelDir, dump string) []string {
 		"--router-track-active-blocks", "--router-assume-kv-reuse", "--no-router-track-output-blocks",
 		"--router-track-prefill-tokens", "--router-prefill-load-model", "none", "--router-event-threads", "2",
 		"--router-active-sequence-stride", "1", "--router-queue-threshold", "4.0", "--router-queue-policy", "fcfs",
+		"--router-policy-config", policy,
 		"--no-decode-fallback", "--migration-limit", "3", "--active-decode-blocks-threshold", "0.9",
 		"--active-prefill-tokens-threshold", "10000", "--active-prefill-tokens-threshold-frac", "1.5", "--busy-threshold", "0.95",
 		"--namespace", "prod", "--model-name", "qwen", "--model-path", modelDir, "--kv-cache-block-size", "16",
@@ -127,12 +128,17 @@ func TestDynamoLaunchLineStarts(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := writeSelfSignedCert(t, dir)
 	dump := filepath.Join(dir, "config.json")
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte("default_policy_family: chat\nuncached_isl_buckets:\n  - {min_tokens: 0, bucket: warm}\n"+
+		"policy_classes:\n  - {name: chat-warm, policy_family: chat, cache_bucket: warm, quantum: 8192}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	modelDir, err := filepath.Abs(filepath.Join("..", "..", defaultModelPath))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("DYN_LOG", "warn,dynamo_llm=debug")
-	args := dynamoLaunchLine(cert, key, modelDir, dump)
+	args := dynamoLaunchLine(cert, key, modelDir, dump, policy)
 	// The scheduler's flags of the reference table that are not registered yet are left out, by name.
 	probe := flag.NewFlagSet("probe", flag.ContinueOnError)
 	if _, err := addFrontendFlags(probe, "kv"); err != nil {
