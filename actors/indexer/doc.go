@@ -51,7 +51,8 @@
 // changed tails of runs, child-map changes replayed from a log) and may wait for a reader that entered the
 // view it is about to change. Unpaced, the trace ran at 3.1–5.7 M blocks/s (query plus stored) against
 // 3.1–3.8 M before; at 4 s pacing the writes fell behind in two of three runs (6.1 and 7.9 s against
-// 4.9–5.5 s before). The cost is memory, the copy's runs and node headers: 67 B per (block, worker)
+// 4.9–5.5 s before). At load average 4–6 they kept up (4.2–4.3 s), p99 was 39–154 µs at 20 s and 33–112
+// µs at 4 s (1.7–12.9 ms before), and unpaced 8.6–9.0 M blocks/s (6.9–9.3 M before). The cost is memory, the copy's runs and node headers: 67 B per (block, worker)
 // instead of 60 B at 4 shards (docs/benchmarks.md, "Reads while the writes run").
 //
 // Why not reply channels: measured with BenchmarkFindMatches (512-block query, 256 workers, 1 M indexed
