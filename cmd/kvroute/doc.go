@@ -16,6 +16,11 @@
 // (dynamo.go): its flags and DYN_* variables are honoured, or refused with the reason. logging.go builds
 // the slog logger (--log-format, --log-level, DYN_LOG, DYN_LOGGING_JSONL); tracing.go the OTLP tracer.
 //
+// Every flag that `kvroute router --help` or `kvroute frontend --help` lists has a test that shows its
+// effect, named in flagEvidence (flag_coverage_test.go); TestEveryHelpedFlagHasEvidence fails on a new
+// flag without an entry. addRouterFlags and addFrontendFlags are the one place each command's flags are
+// registered, so that test sees what the commands parse.
+//
 // # Ownership
 //
 // Flags are read only here (STYLE §13): each subcommand builds its components' Config values from its

@@ -91,7 +91,7 @@ var flagEvidence = map[string][]string{
 	// Scale-out (NATS).
 	"discovery":                 {"cmd/kvroute: TestNATSFlagsNewRouter"},
 	"discovery-backend":         {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},
-	"discovery-ttl":             {"cmd/kvroute: TestNATSFlagsNewRouter"},
+	"discovery-ttl":             {"cmd/kvroute: TestNATSFlagsNewRouter", "workers/natsplane: TestDiscovery"},
 	"durable-kv-events":         {"workers/natsplane: TestDurableSurvivesNodeLoss"},
 	"event-plane":               {"cmd/kvroute: TestNATSFlagsNewRouter"},
 	"nats-embedded":             {"cmd/kvroute: TestNATSFlagsNewRouter"},
@@ -232,11 +232,13 @@ func TestEveryHelpedFlagHasEvidence(t *testing.T) {
 	scripts := map[string]string{}
 	listed := map[string][]string{} // main flag → its spellings over both commands
 	refusedSeen := 0
+	perCommand := map[string]int{}
 	sets := helpedCommands(t)
 	for _, cmdName := range []string{"router", "frontend"} {
 		fs := sets[cmdName]
 		spellings, refusedNames := mainFlags(fs)
 		refusedSeen += len(refusedNames)
+		perCommand[cmdName] = len(spellings)
 		var missing []string
 		for name, sp := range spellings {
 			listed[name] = append(listed[name], sp...)
@@ -302,8 +304,8 @@ func TestEveryHelpedFlagHasEvidence(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("%d listed flags (%d spellings), each with evidence; %d refused flag names covered by TestRefusedFlagsSayWhy",
-		len(listed), countSpellings(listed), refusedSeen)
+	t.Logf("router %d flags, frontend %d, %d distinct (%d spellings), each with evidence; %d refused flag names covered by TestRefusedFlagsSayWhy",
+		perCommand["router"], perCommand["frontend"], len(listed), countSpellings(listed), refusedSeen)
 }
 
 func countSpellings(m map[string][]string) int {
