@@ -175,13 +175,29 @@ func buildKVRouteBinary(t *testing.T, root string) string {
 	if err != nil {
 		t.Skip("go not on PATH")
 	}
-	bin := filepath.Join(t.TempDir(), "kvroute")
-	build := exec.Command(goBin, "build", "-o", bin, "./cmd/kvroute")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	testBinary.once.Do(func() {
+		if testBinary.dir, testBinary.err = os.MkdirTemp("", "kvroute-test-bin-"); testBinary.err != nil {
+			return
+		}
+		testBinary.path = filepath.Join(testBinary.dir, "kvroute")
+		build := exec.Command(goBin, "build", "-o", testBinary.path, "./cmd/kvroute")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			testBinary.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if testBinary.err != nil {
+		t.Fatal(testBinary.err)
 	}
-	return bin
+	return testBinary.path
+}
+
+// testBinary is the kvroute binary the tests run, built once per test process (each build links for
+// seconds); TestMain removes it.
+var testBinary struct {
+	once      sync.Once
+	dir, path string
+	err       error
 }
 
 // launchPortRange finds n consecutive ports free on every interface (the workers' ZMQ sockets bind tcp://*).
