@@ -18,8 +18,9 @@ import (
 // flagEvidence names, for every flag that `kvroute router --help` or `kvroute frontend --help` lists, the
 // tests that show what it does: "dir: TestName" (a test function in that directory's *_test.go files,
 // the directory relative to the repository root) or "scoring/testdata/scenarios/x.txt" (a golden scenario
-// whose config line sets the flag). Aliases and --no- forms count with the flag they spell. Refused
-// Dynamo flags are covered as a group by TestRefusedFlagsSayWhy, which walks refusedFlags.
+// whose config line sets the flag). Aliases and --no- forms count with the flag they spell. Refused flags
+// are covered as groups: TestRefusedFlagsSayWhy walks refusedFlags (frontend), TestRouterRefusesFrontendOnlyFlags
+// routerRefuses (router).
 var flagEvidence = map[string][]string{
 	// HTTP server.
 	"admin-token":              {"frontend: TestAdminToken", "frontend: TestClosedAdminPlane"},
@@ -254,7 +255,7 @@ func TestEveryHelpedFlagHasEvidence(t *testing.T) {
 		}
 	}
 	if refusedSeen == 0 {
-		t.Error("no refused Dynamo flags found: TestRefusedFlagsSayWhy covers them as a group; check mainFlags still recognises them")
+		t.Error("no refused flags found: TestRefusedFlagsSayWhy and TestRouterRefusesFrontendOnlyFlags cover them as groups; check mainFlags still recognises them")
 	}
 	names := make([]string, 0, len(flagEvidence))
 	for name := range flagEvidence {
@@ -304,7 +305,7 @@ func TestEveryHelpedFlagHasEvidence(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("router %d flags, frontend %d, %d distinct (%d spellings), each with evidence; %d refused flag names covered by TestRefusedFlagsSayWhy",
+	t.Logf("router %d flags, frontend %d, %d distinct (%d spellings), each with evidence; %d refused flag names covered by TestRefusedFlagsSayWhy and TestRouterRefusesFrontendOnlyFlags",
 		perCommand["router"], perCommand["frontend"], len(listed), countSpellings(listed), refusedSeen)
 }
 

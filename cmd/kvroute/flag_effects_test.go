@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"io"
 	"log/slog"
 	"net/http"
@@ -32,6 +33,24 @@ func TestRefusedFlagsSayWhy(t *testing.T) {
 			if _, _, code, ok := parseFrontend("frontend", []string{"--no-" + r.name}, nil); !ok {
 				t.Errorf("--no-%s: exit %d, %q", r.name, code, herr.String())
 			}
+		}
+	}
+}
+
+// kvroute router refuses, with the reason, the shared flags it has nothing to apply to; the value that is
+// its behaviour anyway is accepted.
+func TestRouterRefusesFrontendOnlyFlags(t *testing.T) {
+	for _, r := range routerRefuses {
+		_, herr := captureCLI(t)
+		if code := runRouter([]string{"--" + r.name + "=1"}); code != 2 || !strings.Contains(herr.String(), r.reason) {
+			t.Errorf("router --%s=1: exit %d, stderr %q; want exit 2 with %q", r.name, code, herr.String(), r.reason)
+		}
+		fs := flag.NewFlagSet("router", flag.ContinueOnError)
+		if _, err := addRouterFlags(fs); err != nil {
+			t.Fatal(err)
+		}
+		if code, ok := parseFlagsTo(fs, []string{"--" + r.name + "=" + r.allow}, false, io.Discard, io.Discard); !ok {
+			t.Errorf("router --%s=%s: exit %d", r.name, r.allow, code)
 		}
 	}
 }

@@ -71,17 +71,38 @@ type routerFlags struct {
 	workers  workerFlags
 }
 
+// routerRefuses are flags of the shared router and logging tables that the standalone router has nothing
+// to apply to: it dispatches no requests (no migration, no OpenAI access log) and has no NATS connection
+// to share load over. It refuses them with the reason (the value that is its behaviour anyway is
+// accepted) instead of ignoring them; kvroute frontend takes them.
+var routerRefuses = []refusedFlag{
+	{name: "migration-limit", allow: "0", reason: "the standalone router dispatches no requests; kvroute frontend --migration-limit retries them"},
+	{name: "router-replica-sync", isBool: true, allow: "false", reason: "the standalone router has no NATS connection; kvroute frontend --router-replica-sync shares load between replicas"},
+	{name: "access-log", isBool: true, allow: "false", reason: "the standalone router serves no OpenAI requests; kvroute frontend --access-log logs them"},
+}
+
 func addRouterFlags(fs *flag.FlagSet) (*routerFlags, error) {
 	rf := &routerFlags{cfg: scoring.DefaultConfig()}
 	rf.cfg.Mode = scoring.ModeKV // the standalone router exists to route by KV overlap
-	if err := scoring.RegisterFlags(fs, &rf.cfg); err != nil {
+	shared := flag.NewFlagSet("router", flag.ContinueOnError)
+	if err := scoring.RegisterFlags(shared, &rf.cfg); err != nil {
 		return nil, err
 	}
+	rf.log = addLogFlags(shared)
+	skip := map[string]bool{}
+	for _, r := range routerRefuses {
+		skip[r.name] = true
+		fs.Var(refused{reason: r.reason, allow: r.allow, isBool: r.isBool}, r.name, "refused: "+r.reason)
+	}
+	shared.VisitAll(func(f *flag.Flag) {
+		if !skip[f.Name] {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 	fs.Var(intAlias{&rf.cfg.BlockSize}, "block-size", "KV block size in tokens (alias of --kv-cache-block-size)")
 	rf.port = fs.Int("http-port", 8000, "HTTP port")
 	rf.host = fs.String("http-host", envOr("DYN_HTTP_HOST", "0.0.0.0"), "HTTP listen address [$DYN_HTTP_HOST]")
 	alias(fs, "host", "http-host")
-	rf.log = addLogFlags(fs)
 	rf.bind = registerBindFlag(fs)
 	rf.identity = identityCheckFlag(fs)
 	rf.srv.register(fs)
