@@ -97,6 +97,9 @@ func TestHostileRequests(t *testing.T) {
 	if r := s.post(t, "/v1/chat/completions", chatBody(m, "pinned", `,"nvext":{"backend_instance_id":99}`)); r.status != 404 {
 		t.Fatalf("pin to an unknown worker in nvext: %d %s", r.status, r.raw)
 	}
+	if r := s.post(t, "/v1/chat/completions", chatBody(m, "pinned", ""), "x-dynamo-worker-instance-id", "1", "x-dynamo-dp-rank", "7"); r.status != 400 {
+		t.Fatalf("pin to a dp rank the worker does not have: %d %s", r.status, r.raw)
+	}
 	if r := s.post(t, "/v1/chat/completions", chatBody(m, "still serving?", "")); r.status != 200 {
 		t.Fatalf("server stopped serving: %d %s", r.status, r.raw)
 	}

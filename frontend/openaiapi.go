@@ -193,8 +193,8 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (
 		return nil, err
 	}
 	if pin := a.pin(j); pin != nil {
-		if _, ok := a.R.Fleet.StatusOf(pin.WorkerID); !ok {
-			return nil, errorf(ErrNotFound, "worker %d is not registered", pin.WorkerID)
+		if err := checkPin(a.R, pin.WorkerID, j.pinRank); err != nil {
+			return nil, err
 		}
 	}
 	ns, forward := j.common.CacheNamespace(string(ctx.Request.Header.Peek("X-Tenant-ID")))

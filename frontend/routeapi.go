@@ -64,11 +64,19 @@ func (a *RouterAPI) checkOverride(o *scoring.Override) error {
 	return nil
 }
 
-// checkPin refuses a pin to a worker that is not registered (404); a registered worker that cannot
-// take the request is the router's answer (503).
-func (a *RouterAPI) checkPin(id uint64) error {
-	if _, ok := a.R.Fleet.StatusOf(id); !ok {
+// checkPin refuses a pin to a worker that is not registered (404) or to a dp rank it does not have
+// (400); a registered worker that cannot take the request is the router's answer (503).
+func (a *RouterAPI) checkPin(id uint64, rank *uint32) error {
+	return checkPin(a.R, id, rank)
+}
+
+func checkPin(r *router.Router, id uint64, rank *uint32) error {
+	st, ok := r.Fleet.StatusOf(id)
+	if !ok {
 		return errorf(ErrNotFound, "worker %d is not registered", id)
+	}
+	if rank != nil && int64(*rank) >= int64(max(st.DPSize, 1)) {
+		return errorf(ErrBadRequest, "worker %d has %d dp ranks, not rank %d", id, max(st.DPSize, 1), *rank)
 	}
 	return nil
 }
@@ -140,7 +148,7 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if req.WorkerID != nil {
-		if err := a.checkPin(*req.WorkerID); err != nil {
+		if err := a.checkPin(*req.WorkerID, req.DPRank); err != nil {
 			writeError(ctx, err)
 			return
 		}

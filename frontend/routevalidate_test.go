@@ -40,6 +40,7 @@ func TestRouteValidationBeforeCommit(t *testing.T) {
 		{"huge priority", `{"request_id":"i5","block_hashes":[1],"priority":1e308}`},
 		{"negative priority", `{"request_id":"i6","block_hashes":[1],"priority":-1}`},
 		{"unknown pinned worker", `{"request_id":"i7","block_hashes":[1],"worker_id":99}`},
+		{"pinned dp rank the worker does not have", `{"request_id":"i9","block_hashes":[1],"worker_id":1,"dp_rank":5}`},
 		{"bad override", `{"request_id":"i8","block_hashes":[1],"router_config_override":{"overlap_score_credit":2}}`},
 	} {
 		code, b := call(t, "POST", base+"/v1/route", tc.body)
