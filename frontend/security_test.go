@@ -238,6 +238,19 @@ func TestClosedAdminPlane(t *testing.T) {
 		if got := serveFrom(srv, net.ParseIP("::1"), "POST", "/v1/overlap_scores", `{"tokens":[1]}`, ""); got != 200 {
 			t.Errorf("overlap from ::1: %d", got)
 		}
+		// A same-host proxy relaying a remote client's request is not a local client.
+		for _, h := range []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"} {
+			var req fasthttp.Request
+			req.Header.SetMethod("DELETE")
+			req.SetRequestURI("/v1/workers/7")
+			req.Header.Set(h, "10.9.9.9")
+			var ctx fasthttp.RequestCtx
+			ctx.Init(&req, &net.TCPAddr{IP: loop, Port: 40000}, nil)
+			srv.handle(&ctx)
+			if got := ctx.Response.StatusCode(); got != 403 {
+				t.Errorf("DELETE via a local proxy (%s): %d, want 403", h, got)
+			}
+		}
 	})
 	t.Run("tokens", func(t *testing.T) {
 		srv, _ := startEdge(t, ServerConfig{AdminToken: "adm", RouterAPIToken: "rt"})

@@ -250,10 +250,22 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) error {
 		}
 		return nil
 	}
-	if !ctx.RemoteIP().IsLoopback() {
+	if !localClient(ctx) {
 		return errorf(ErrForbidden, "this endpoint answers only loopback clients unless %s is set", flag)
 	}
 	return nil
+}
+
+// localClient reports whether a request comes from this host itself: a loopback peer that is not a
+// proxy relaying someone else's request (a request with forwarding headers is treated as remote). A
+// proxy or mesh sidecar on the same host that adds no such header cannot be told apart: set the tokens
+// there.
+func localClient(ctx *fasthttp.RequestCtx) bool {
+	if !ctx.RemoteIP().IsLoopback() {
+		return false
+	}
+	h := &ctx.Request.Header
+	return len(h.Peek("X-Forwarded-For")) == 0 && len(h.Peek("Forwarded")) == 0 && len(h.Peek("X-Real-Ip")) == 0
 }
 
 // RouterAPITokenOrAdmin is the token the router API needs: RouterAPIToken, else AdminToken (an
