@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // Dynamo launch-line compatibility for kvroute frontend and serve: the flags and DYN_* variables of
@@ -183,6 +185,19 @@ func (o *opsFlags) dump(fs *flag.FlagSet) error {
 	}
 	if err := os.WriteFile(*o.dumpConfig, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("--dump-config-to: %w", err)
+	}
+	return nil
+}
+
+// checkUnbuiltScoring refuses router settings whose machinery kvroute does not have, so they are not
+// accepted and silently ignored: the shared cache tier (Dynamo's hicache) needs a shared-tier indexer,
+// which kvroute lacks, so there are no shared hits for --shared-cache-multiplier to credit.
+func checkUnbuiltScoring(cfg *scoring.Config) error {
+	if cfg.SharedCacheType != scoring.SharedCacheNone && cfg.SharedCacheType != "" {
+		return fmt.Errorf("--shared-cache-type %s: not supported; kvroute has no shared-tier (HiCache storage) indexer, so there are no shared hits to credit (none is accepted)", cfg.SharedCacheType)
+	}
+	if def := scoring.DefaultConfig().SharedCacheMultiplier; cfg.SharedCacheMultiplier != def {
+		return fmt.Errorf("--shared-cache-multiplier %g: applies only with --shared-cache-type hicache, which kvroute does not support (Dynamo's default %g is accepted)", cfg.SharedCacheMultiplier, def)
 	}
 	return nil
 }

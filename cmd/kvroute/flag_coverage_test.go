@@ -78,8 +78,8 @@ var flagEvidence = map[string][]string{
 	"router-track-output-blocks":           {"scoring/testdata/scenarios/load_tracking.txt"},
 	"router-track-prefill-tokens":          {"scoring/testdata/scenarios/load_tracking.txt", "scoring/testdata/scenarios/cost_settings.txt"},
 	"router-ttl-secs":                      {"scoring/testdata/scenarios/approx.txt"},
-	"shared-cache-multiplier":              {"scoring: TestCostTerms"},
-	"shared-cache-type":                    {"scoring: TestCostTerms"},
+	"shared-cache-multiplier":              {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},
+	"shared-cache-type":                    {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},
 
 	// Queueing and busy thresholds.
 	"active-decode-blocks-threshold":       {"scoring/testdata/scenarios/busy.txt"},

@@ -55,8 +55,8 @@ func TestRouterRefusesFrontendOnlyFlags(t *testing.T) {
 	}
 }
 
-// Dynamo's compatibility flags take the value kvroute implements and refuse the others with the reason;
-// --discovery-backend nats switches discovery to the NATS bucket.
+// Dynamo's compatibility flags take the value kvroute implements and refuse the others with the reason
+// (the shared cache tier in both commands); --discovery-backend nats switches discovery to the NATS bucket.
 func TestCompatFlagsRefuseOtherValues(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -71,6 +71,9 @@ func TestCompatFlagsRefuseOtherValues(t *testing.T) {
 		{[]string{"--discovery-backend", "mem"}, ""},
 		{[]string{"--discovery-backend", "kubernetes"}, "--discovery-backend kubernetes: not supported"},
 		{[]string{"--discovery-backend", "nats", "--discovery", "static"}, "disagree"},
+		{[]string{"--shared-cache-type", "none", "--shared-cache-multiplier", "0.5"}, ""},
+		{[]string{"--shared-cache-type", "hicache"}, "--shared-cache-type hicache: not supported"},
+		{[]string{"--shared-cache-multiplier", "0.8"}, "--shared-cache-multiplier 0.8: applies only with --shared-cache-type hicache"},
 	}
 	for _, tc := range tests {
 		_, herr := captureCLI(t)
@@ -80,6 +83,12 @@ func TestCompatFlagsRefuseOtherValues(t *testing.T) {
 			t.Errorf("%v: exit %d, %q", tc.args, code, herr.String())
 		case tc.want != "" && (ok || code != 2 || !strings.Contains(herr.String(), tc.want)):
 			t.Errorf("%v: exit %d ok %v, stderr %q; want exit 2 with %q", tc.args, code, ok, herr.String(), tc.want)
+		}
+	}
+	for _, args := range [][]string{{"--shared-cache-type", "hicache"}, {"--shared-cache-multiplier", "0.8"}} {
+		_, herr := captureCLI(t)
+		if code := runRouter(args); code != 2 || !strings.Contains(herr.String(), "not support") {
+			t.Errorf("router %v: exit %d, stderr %q", args, code, herr.String())
 		}
 	}
 	captureCLI(t)

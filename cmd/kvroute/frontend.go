@@ -117,6 +117,9 @@ func (f *frontendFlags) check(fs *flag.FlagSet) error {
 	if err := f.srv.check(); err != nil {
 		return err
 	}
+	if err := checkUnbuiltScoring(&f.cfg); err != nil {
+		return err
+	}
 	disc, err := f.ops.check()
 	if err != nil {
 		return err

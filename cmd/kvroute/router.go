@@ -125,6 +125,10 @@ func runRouter(args []string) int {
 		return 2
 	}
 	cfg := rf.cfg.Resolved()
+	if err := checkUnbuiltScoring(&cfg); err != nil {
+		fmt.Fprintln(errOut, "kvroute router:", err)
+		return 2
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(errOut, "kvroute router:", err)
 		return 2
