@@ -257,6 +257,12 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 				}
 			}
 			j.chunks++
+			if !ev.Done {
+				// --router-track-output-blocks: the worker streams one token per chunk (vLLM, SGLang and the
+				// mocker do without speculative decoding), so the chunks so far count the generated tokens.
+				// A no-op when the flag is off.
+				a.R.RecordOutput(j.id, j.chunks)
+			}
 			if _, err := w.Write(raw); err != nil {
 				return // client gone: the deferred Close aborts the worker's request
 			}

@@ -75,7 +75,7 @@ var flagEvidence = map[string][]string{
 	"router-session-affinity-ttl-secs":     {"scoring/testdata/scenarios/session.txt"},
 	"router-temperature":                   {"scoring/testdata/scenarios/temperature.txt"},
 	"router-track-active-blocks":           {"scoring/testdata/scenarios/load_tracking.txt"},
-	"router-track-output-blocks":           {"scoring/testdata/scenarios/load_tracking.txt"},
+	"router-track-output-blocks":           {"scoring/testdata/scenarios/load_tracking.txt", "frontend: TestStreamOutputBlocksCharged"},
 	"router-track-prefill-tokens":          {"scoring/testdata/scenarios/load_tracking.txt", "scoring/testdata/scenarios/cost_settings.txt"},
 	"router-ttl-secs":                      {"scoring/testdata/scenarios/approx.txt"},
 	"shared-cache-multiplier":              {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},

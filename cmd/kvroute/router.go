@@ -72,12 +72,14 @@ type routerFlags struct {
 }
 
 // routerRefuses are flags of the shared router and logging tables that the standalone router has nothing
-// to apply to: it dispatches no requests (no migration, no OpenAI access log) and has no NATS connection
+// to apply to: it dispatches no requests (no migration, no OpenAI access log, no generated tokens to
+// count) and has no NATS connection
 // to share load over. It refuses them with the reason (the value that is its behaviour anyway is
 // accepted) instead of ignoring them; kvroute frontend takes them.
 var routerRefuses = []refusedFlag{
 	{name: "migration-limit", allow: "0", reason: "the standalone router dispatches no requests; kvroute frontend --migration-limit retries them"},
 	{name: "router-replica-sync", isBool: true, allow: "false", reason: "the standalone router has no NATS connection; kvroute frontend --router-replica-sync shares load between replicas"},
+	{name: "router-track-output-blocks", isBool: true, allow: "false", reason: "the standalone router's API reports no generated tokens (only prefill_done and free); kvroute frontend --router-track-output-blocks counts them from the stream"},
 	{name: "access-log", isBool: true, allow: "false", reason: "the standalone router serves no OpenAI requests; kvroute frontend --access-log logs them"},
 }
 
