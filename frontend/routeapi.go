@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/sched"
 )
 
 // routeRequest is the body of POST /v1/route.
@@ -157,6 +158,13 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 		Strict: req.Strict, LoraName: req.LoraName, CacheNamespace: req.CacheSalt, Override: req.Override, ReturnCosts: true}
 	if req.Priority != nil {
 		rr.Priority = *req.Priority
+	}
+	if v := ctx.Request.Header.Peek("x-dynamo-session-id"); len(v) > 0 { // --router-session-affinity-ttl-secs
+		if len(v) > sched.MaxSessionIDBytes {
+			writeError(ctx, errorf(ErrBadRequest, "header x-dynamo-session-id: longer than %d bytes", sched.MaxSessionIDBytes))
+			return
+		}
+		rr.Session = string(v)
 	}
 	rr.PolicyClass = req.PolicyClass
 	if rr.PolicyClass == "" {

@@ -72,7 +72,7 @@ var flagEvidence = map[string][]string{
 	"router-prefill-load-model":            {"scoring: TestValidate"},
 	"router-prefill-load-scale":            {"scoring/testdata/scenarios/cost_settings.txt"},
 	"router-selection-policy":              {"scoring/testdata/scenarios/cost_settings.txt"},
-	"router-session-affinity-ttl-secs":     {"scoring/testdata/scenarios/session.txt"},
+	"router-session-affinity-ttl-secs":     {"scoring/testdata/scenarios/session.txt", "frontend: TestRouteSessionAffinity"},
 	"router-temperature":                   {"scoring/testdata/scenarios/temperature.txt"},
 	"router-track-active-blocks":           {"scoring/testdata/scenarios/load_tracking.txt"},
 	"router-track-output-blocks":           {"scoring/testdata/scenarios/load_tracking.txt", "frontend: TestStreamOutputBlocksCharged"},
