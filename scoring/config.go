@@ -33,6 +33,19 @@ const (
 	PolicyLMetric SelectionPolicy = "lmetric"
 )
 
+// Preset is --router-preset: which cost a kv-mode decision uses.
+type Preset string
+
+// Presets.
+const (
+	// PresetKVRoute is kvroute's calibrated cost (calibrated.go): the request's expected time to first
+	// token on each worker — the prefill work queued there plus its own uncached tokens, slowed by the
+	// worker's decode load at a rate learned from the fleet. The default.
+	PresetKVRoute Preset = "kvroute"
+	// PresetDynamo is Dynamo's linear cost and defaults, bit for bit (cost.go).
+	PresetDynamo Preset = "dynamo"
+)
+
 // QueuePolicy is --router-queue-policy (spec §9.2). The ordering itself lives in scoring/queue.
 type QueuePolicy string
 
@@ -128,6 +141,10 @@ type Config struct {
 	// Temperature: 0 picks the argmin (random tie-break); >0 samples a softmax over min-max normalized
 	// logits, which spreads load between routers that see the same state. Default 0.
 	Temperature float64
+	// Preset picks the kv-mode cost: kvroute (calibrated, the default) or dynamo (Dynamo's linear cost).
+	// The kvroute cost applies to kv-mode decisions at temperature 0 without a per-request override of
+	// Dynamo's weights; those, and every other mode, use Dynamo's selection.
+	Preset Preset
 	// SelectionPolicy is default (linear logit) or lmetric. Default default.
 	SelectionPolicy SelectionPolicy
 	// WorkerType selects the decode-router special case when WorkerDecode. Default aggregated.
@@ -221,6 +238,7 @@ func DefaultConfig() Config {
 		DecodeActiveRequestWeight: 0,
 		Temperature:               0,
 		SelectionPolicy:           PolicyDefault,
+		Preset:                    PresetKVRoute,
 		UseKVEvents:               true,
 		TTL:                       120 * time.Second,
 		ApproxWorkerCapacity:      1 << 20,
@@ -280,6 +298,11 @@ func (c *Config) Validate() error {
 	case ModeKV, ModeRoundRobin, ModeRandom, ModePowerOfTwo, ModeLeastLoaded, ModeDeviceAwareWeighted, ModeDirect:
 	default:
 		return badf("unknown router mode %q", c.Mode)
+	}
+	switch c.Preset {
+	case PresetKVRoute, PresetDynamo:
+	default:
+		return badf("unknown router preset %q (kvroute or dynamo)", c.Preset)
 	}
 	switch c.SelectionPolicy {
 	case PolicyDefault, PolicyLMetric:

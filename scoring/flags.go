@@ -64,6 +64,9 @@ var Flags = []Flag{
 		Field: func(c *Config) any { return &c.DecodeActiveRequestWeight }},
 	{Name: "router-temperature", Env: "DYN_ROUTER_TEMPERATURE", Help: "softmax temperature over normalized costs; 0 picks the cheapest",
 		Field: func(c *Config) any { return &c.Temperature }},
+	{Name: "router-preset", Env: "KVROUTE_ROUTER_PRESET", Ours: true,
+		Help:  "kv-mode cost: kvroute (expected time to first token, calibrated from the fleet) or dynamo (Dynamo's linear cost, exactly)",
+		Field: func(c *Config) any { return &c.Preset }},
 	{Name: "router-selection-policy", Help: "cost policy: default (linear logit) or lmetric",
 		Field: func(c *Config) any { return &c.SelectionPolicy }},
 	{Name: "router-kv-events", Neg: "no-router-kv-events", Aliases: []string{"no-kv-events"}, Env: "DYN_ROUTER_USE_KV_EVENTS",
@@ -230,6 +233,8 @@ func render(p any) string {
 		return string(*p)
 	case *SelectionPolicy:
 		return string(*p)
+	case *Preset:
+		return string(*p)
 	case *QueuePolicy:
 		return string(*p)
 	case *SharedCacheType:
@@ -294,6 +299,8 @@ func setValue(p any, s string) error {
 		*p = SelectionPolicy(strings.ToLower(s))
 	case *QueuePolicy:
 		*p = QueuePolicy(strings.ToLower(s))
+	case *Preset:
+		*p = Preset(strings.ToLower(s))
 	case *SharedCacheType:
 		*p = SharedCacheType(strings.ToLower(s))
 	default:

@@ -30,6 +30,7 @@ func onePassMatchesSelect(t *testing.T, busy bool) {
 	cfg.TickInterval = -1
 	cfg.Seed = &seed
 	cfg.Scoring.OverlapScoreCredit = 2
+	cfg.Scoring.Preset = scoring.PresetDynamo // the equivalence of Dynamo's one-pass and general paths
 	if busy {
 		cfg.Scoring.ActiveDecodeBlocksThreshold = scoring.Some(0.6)
 		cfg.Scoring.ActivePrefillTokensThreshold = scoring.Some(20)

@@ -14,7 +14,18 @@ import (
 // holding the prompt on its host tier costs less than an idle one with nothing, and more than a worker
 // holding it on the device.
 func TestHostTierCreditedWithHostWeight(t *testing.T) {
+	for _, preset := range []scoring.Preset{scoring.PresetDynamo, scoring.PresetKVRoute} {
+		t.Run(string(preset), func(t *testing.T) { hostTierCredited(t, preset) })
+	}
+}
+
+func hostTierCredited(t *testing.T, preset scoring.Preset) {
 	r := newRouter(t, 4)
+	cfg := r.Config()
+	cfg.Preset = preset
+	if err := r.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
 	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	host := startPublisher(t, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", kvevents.LayoutMap, nil)
 	defer host.stop()
@@ -45,7 +56,6 @@ func TestHostTierCreditedWithHostWeight(t *testing.T) {
 	if res.Worker.WorkerID != 1 || res.OverlapBlocks != 0 {
 		t.Fatalf("routed to %d with device overlap %d, want worker 1 by its host tier", res.Worker.WorkerID, res.OverlapBlocks)
 	}
-	// Cost: ISL 16 tokens = 4 blocks of prefill, less 0.75 × 4 host blocks, plus 4 decode blocks.
 	w := scoring.DefaultConfig().HostCacheHitWeight
 	var c1, c2 float64
 	for _, c := range res.Candidates {
@@ -56,6 +66,15 @@ func TestHostTierCreditedWithHostWeight(t *testing.T) {
 			c2 = c.Cost
 		}
 	}
+	if preset == scoring.PresetKVRoute {
+		// In prompt tokens: worker 1 recomputes a quarter of the 16 tokens (its TTFT plus WorkWeight × the
+		// recomputed tokens), worker 2 all of them.
+		if u := (1 - w) * 16; c1 >= c2 || c1 < u*(1+scoring.WorkWeight) || c1 > u*(1+scoring.WorkWeight)*1.01 {
+			t.Fatalf("kvroute costs: worker 1 %v, worker 2 %v", c1, c2)
+		}
+		return
+	}
+	// Dynamo's cost: ISL 16 tokens = 4 blocks of prefill, less 0.75 × 4 host blocks, plus 4 decode blocks.
 	if want := (4 - w*4) + 4; c1 != want || c2 != 8 {
 		t.Fatalf("costs: worker 1 %v (want %v), worker 2 %v (want 8)", c1, want, c2)
 	}

@@ -14,6 +14,7 @@ import (
 // Arm names.
 const (
 	ArmKV          = "kv"
+	ArmKVDynamo    = "kv-dynamo"
 	ArmKVApprox    = "kv-approx"
 	ArmKVScale8    = "kv-scale8"
 	ArmKVPredicted = "kv-predicted"
@@ -27,17 +28,22 @@ const (
 // Arms are the built-in arms, in report order. Every one is the production scheduler (scoring/sched)
 // with another configuration, selector or index.
 var Arms = []Arm{
-	{ArmKV, "scoring/sched, kv mode, the router's defaults (Dynamo's cost and weights) over the KV-event index", func(f *Fleet, seed uint64) (Scheduler, error) {
+	{ArmKV, "scoring/sched, kv mode, the router's defaults (--router-preset kvroute: the calibrated cost) over the KV-event index", func(f *Fleet, seed uint64) (Scheduler, error) {
 		return newMachineArm(f, seed, modeConfig(f, scoring.ModeKV), primaryIndex{f.index}, nil)
+	}},
+	{ArmKVDynamo, "kv with --router-preset dynamo: Dynamo's linear cost and default weights", func(f *Fleet, seed uint64) (Scheduler, error) {
+		c := modeConfig(f, scoring.ModeKV)
+		c.Preset = scoring.PresetDynamo
+		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
 	}},
 	{ArmKVApprox, "kv without KV events: the machine's approximate index of routed prompts (TTL 120 s)", func(f *Fleet, seed uint64) (Scheduler, error) {
 		c := modeConfig(f, scoring.ModeKV)
 		c.UseKVEvents = false
 		return newMachineArm(f, seed, c, primaryIndex{prefix.New()}, nil)
 	}},
-	{ArmKVScale8, "kv with --router-prefill-load-scale 8 (diagnostic)", func(f *Fleet, seed uint64) (Scheduler, error) {
+	{ArmKVScale8, "kv-dynamo with --router-prefill-load-scale 8 (diagnostic)", func(f *Fleet, seed uint64) (Scheduler, error) {
 		c := modeConfig(f, scoring.ModeKV)
-		c.PrefillLoadScale = 8
+		c.Preset, c.PrefillLoadScale = scoring.PresetDynamo, 8
 		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
 	}},
 	{ArmKVPredicted, "kv with predict-on-route (--router-predicted-ttl-secs 5): decisions count as cached until events arrive", func(f *Fleet, seed uint64) (Scheduler, error) {

@@ -107,6 +107,11 @@ type Machine struct {
 	pred   *predicted
 	sess   *sessions
 
+	// cal learns the kvroute cost's slowdown per active block from prefill completions; obs holds the
+	// routed requests it waits on.
+	cal *scoring.Calibrator
+	obs map[string]calObs
+
 	sc scratch
 }
 
@@ -155,6 +160,7 @@ func New(cfg scoring.Config, index Index, opt Options) (*Machine, error) {
 	m := &Machine{cfg: &cfg, index: index, selector: opt.Selector, observe: opt.Observer,
 		active: make(map[string]*target), waitByID: make(map[string]*waiting),
 		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), patience: opt.MinWorkersPatience,
+		cal: scoring.NewCalibrator(), obs: make(map[string]calObs),
 		pos: newPosTable(0)}
 	if err := m.pq.init(&cfg, opt.Policy, opt.Start); err != nil {
 		return nil, err
@@ -237,6 +243,7 @@ func (m *Machine) RemoveWorker(now time.Time, id uint64) []Released {
 	for rid, t := range m.active {
 		if t.key.WorkerID == id {
 			delete(m.active, rid)
+			delete(m.obs, rid)
 		}
 	}
 	m.sess.removeWorker(id)
@@ -328,6 +335,7 @@ func (m *Machine) PrefillDone(now time.Time, id string) ([]Released, error) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRequest, id)
 	}
 	m.publish(t)
+	m.observeFirstToken(now, id)
 	if m.observe != nil {
 		m.observe(LoadEvent{Kind: LoadPrefillDone, RequestID: id, Worker: t.key})
 	}
@@ -341,6 +349,7 @@ func (m *Machine) Free(now time.Time, id string) ([]Released, error) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRequest, id)
 	}
 	delete(m.active, id)
+	delete(m.obs, id)
 	t.t.Free(id)
 	m.publish(t)
 	if m.observe != nil {
@@ -402,6 +411,7 @@ func (m *Machine) Tick(now time.Time) []Released {
 		m.publish(t)
 		for _, id := range ids {
 			delete(m.active, id)
+			delete(m.obs, id)
 		}
 	}
 	rel := m.expireGate(now, nil)

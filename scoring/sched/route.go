@@ -76,17 +76,21 @@ type Released struct {
 
 // scratch is the per-decision scratch, reused by every decision of the machine.
 type scratch struct {
-	chain    []uint64
-	scores   []prefix.Score
-	side     []prefix.Score
-	merged   []prefix.Score
-	cands    []scoring.Candidate
-	tgts     []*target
-	ov       []uint32
-	rows     []scoring.LoadRow
-	caps     []scoring.Capacity
-	targetOf []int32
-	ties     []uint64
+	chain  []uint64
+	scores []prefix.Score
+	side   []prefix.Score
+	merged []prefix.Score
+	// calibrated says the last choice took the kvroute cost, and chosenK is the chosen worker's active
+	// blocks with the request's own (for calibration when it is committed).
+	calibrated bool
+	chosenK    float64
+	cands      []scoring.Candidate
+	tgts       []*target
+	ov         []uint32
+	rows       []scoring.LoadRow
+	caps       []scoring.Capacity
+	targetOf   []int32
+	ties       []uint64
 }
 
 // Route decides where req goes at now and charges that worker. When the request must wait (the queue
@@ -208,6 +212,12 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	if req.Override != nil && req.Override.AssumeKVReuse != nil {
 		reuse = *req.Override.AssumeKVReuse
 	}
+	m.sc.calibrated = m.useCalibrated(req)
+	if m.sc.calibrated {
+		m.rr++
+		t, sel, err = m.calibrated(&sreq, scores, chain, isl, reuse, req.Exclude)
+		return t, sel, reuse, err
+	}
 	tiered := tieredScores(scores)
 	if am, ok := scoring.NewArgmin(&sreq, cfg, m.rng); ok && m.selector == nil && !tiered {
 		// The common case in one pass over the targets, no candidate slice (argmin).
@@ -269,6 +279,7 @@ func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64,
 	if req.Override != nil {
 		trackPf = req.Override.TrackPrefillTokens
 	}
+	m.observeRouted(now, req.ID, t, isl, sel.Overlap)
 	if err := t.t.AddRequest(load.Request{ID: req.ID, SeqHashes: chain, ISL: isl, OverlapBlocks: sel.Overlap,
 		ExpectedOutputTokens: req.OSL, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: now}); err != nil {
 		return Decision{}, err

@@ -1,0 +1,119 @@
+package scoring
+
+import "math"
+
+// The kvroute preset's cost: a request's expected time to first token on a worker, in units of one
+// prompt token's prefill on an idle worker.
+//
+// A worker runs the prefill work already routed to it (its active prefill tokens, Q) before or beside
+// this request's uncached tokens (U = ISL − cached); the engine fits them into steps of at most
+// max_num_batched_tokens, and every step also advances the worker's decode batch, whose attention reads
+// every active block, so a step's cost grows with the worker's active blocks K. Per prompt token:
+//
+//	t(K) = α · (1 + γ·K)        seconds per prefill token on a worker holding K active blocks
+//	TTFT ≈ (Q + U) · t(K)
+//
+// α is the same for every worker of a fleet, so the choice needs only γ, which the machine learns from
+// the fleet (Calibrator: observed prefill completion times against the work and the blocks at routing).
+// Where the request's blocks would push a worker past its KV capacity, the overflow is charged as
+// recomputation (the engine preempts and prefills again). The cached prefix is worth its whole length on
+// the device and the host and disk weights on lower tiers (the transfer instead of the recompute).
+//
+// Why not Dynamo's linear cost: it adds prefill blocks (scaled by --router-prefill-load-scale, 1) to the
+// worker's active decode blocks, so on a fleet whose workers each hold a few long conversations the
+// decode footprint dwarfs what a cache hit saves, and a request leaves the worker holding its prefix for
+// any worker with a little less in flight: 63–78 % of the pooled-cache oracle's hit rate where peers
+// reach 93–99 % (docs/benchmarks.md, fleet lab). In time units a hit is worth what it saves, and a busy
+// worker costs what its queue and its decode batch cost, at the rate the engines actually run.
+
+// WorkWeight prices the fleet compute a request's uncached tokens take, against its own wait: the
+// requests queued behind recomputed work wait for it too, wherever it runs. Chosen by the fleet lab
+// (docs/benchmarks.md): on the conversation trace 1 leaves a tenth of the reuse on the table at high load
+// (90 % of the pooled oracle), 4 reaches 97–100 %, 8 reaches 99–100 % with the same TTFT p90 on the
+// mocker profile and 91–99 % below the knee on the 8B profile, where it still holds TTFT p90 under 2 s at
+// twice the rate the llm-d and SGLang policies do.
+const WorkWeight = 8
+
+// CalibratedCost is the cost of sending a request to a worker, in prefill-token units: its expected TTFT
+// there plus WorkWeight × its uncached tokens. Queued prefill tokens q, the request's uncached tokens u, the worker's active blocks with the request's own added
+// (k), the KV capacity in blocks (0: unknown) and the block size.
+func CalibratedCost(q, u, k float64, capacity uint64, blockSize int, gamma float64) float64 {
+	// The request's own wait, plus the compute its uncached tokens take from the fleet: a recomputed
+	// prefix delays the requests behind it wherever it runs, a cached one delays nobody.
+	c := (q+u)*(1+gamma*k) + WorkWeight*u
+	if capacity > 0 {
+		if over := k - float64(capacity); over > 0 {
+			c += over * float64(blockSize) * (1 + gamma*k)
+		}
+	}
+	return c
+}
+
+// Calibrator learns t(K) = α + β·K (seconds per prefill token against a worker's active blocks) from
+// observations, by least squares with exponential forgetting, so the fit follows engines whose speed
+// changes. Gamma is β/α, clamped to [0, MaxGamma]; until MinSamples observations with spread in K arrive
+// it is the prior. Not safe for concurrent use (the scheduler machine owns it).
+type Calibrator struct {
+	// Forget is the weight an old observation keeps at each new one. Default 0.995 (a half-life of about
+	// 140 observations: a few seconds to a minute of a busy fleet).
+	Forget float64
+	// Prior is γ before the fit is trusted. Default 1e-5 per block.
+	Prior float64
+
+	n                      int
+	w, sx, sy, sxx, sxy    float64
+	gamma, alpha, beta, r2 float64
+}
+
+// Calibrator limits.
+const (
+	MinSamples = 32
+	MaxGamma   = 1e-2
+)
+
+// NewCalibrator returns a calibrator with the defaults.
+func NewCalibrator() *Calibrator {
+	return &Calibrator{Forget: 0.995, Prior: 1e-5, gamma: 1e-5}
+}
+
+// Observe records one prefill: perToken seconds per token of work (the request's own uncached tokens
+// plus what was queued before it) on a worker that held blocks active blocks when the request was routed.
+func (c *Calibrator) Observe(perToken, blocks float64) {
+	if !(perToken > 0) || math.IsInf(perToken, 0) || blocks < 0 {
+		return
+	}
+	f := c.Forget
+	c.w, c.sx, c.sy = c.w*f+1, c.sx*f+blocks, c.sy*f+perToken
+	c.sxx, c.sxy = c.sxx*f+blocks*blocks, c.sxy*f+blocks*perToken
+	c.n++
+	if c.n < MinSamples {
+		return
+	}
+	mx, my := c.sx/c.w, c.sy/c.w
+	vx := c.sxx/c.w - mx*mx
+	if vx <= 1e-9*(1+mx*mx) {
+		c.alpha, c.beta = my, 0
+		return
+	}
+	c.beta = (c.sxy/c.w - mx*my) / vx
+	c.alpha = my - c.beta*mx
+	if c.alpha <= 0 {
+		// All slowdown, no base rate: the fit is off; keep the last γ.
+		return
+	}
+	c.gamma = min(max(c.beta/c.alpha, 0), MaxGamma)
+}
+
+// Gamma is the slowdown per active block.
+func (c *Calibrator) Gamma() float64 {
+	if c.n < MinSamples {
+		return c.Prior
+	}
+	return c.gamma
+}
+
+// Fit reports the learned α (seconds per prefill token on an idle worker), β (extra seconds per token per
+// active block), γ and the number of observations.
+func (c *Calibrator) Fit() (alpha, beta, gamma float64, n int) {
+	return c.alpha, c.beta, c.Gamma(), c.n
+}
