@@ -12,13 +12,14 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// TestStreamOutputBlocksCharged: with --router-track-output-blocks, the tokens a worker streams are
+// TestStreamOutputBlocksCharged (Dynamo's cost, whose decode term counts blocks): with
+// --router-track-output-blocks, the tokens a worker streams are
 // charged to it as they come (one block per block boundary crossed), so its decode cost grows during the
 // stream; without the flag it stays at the prompt's blocks.
 func TestStreamOutputBlocksCharged(t *testing.T) {
 	for _, track := range []bool{false, true} {
 		t.Run(fmt.Sprint("track=", track), func(t *testing.T) {
-			s := startStack(t, stackOpts{workers: 1, speedup: 1, scoring: func(c *scoring.Config) { c.TrackOutputBlocks = track }})
+			s := startStack(t, stackOpts{workers: 1, speedup: 1, scoring: func(c *scoring.Config) { c.TrackOutputBlocks, c.Preset = track, scoring.PresetDynamo }})
 			bs := s.router.BlockSize()
 			resp, err := http.Post(s.base+"/v1/completions", "application/json", strings.NewReader(fmt.Sprintf(
 				`{"model":%q,"prompt":[1,2,3,4,5,6,7,8],"max_tokens":%d,"ignore_eos":true,"stream":true}`, s.name, 64*bs)))

@@ -69,6 +69,7 @@ var flagEvidence = map[string][]string{
 	"router-min-initial-workers":           {"scoring/testdata/scenarios/min_workers.txt"},
 	"router-mode":                          {"scoring/testdata/scenarios/modes.txt"},
 	"router-predicted-ttl-secs":            {"scoring/testdata/scenarios/predicted.txt", "frontend: TestE2EPredictedTTLBeatsEventDelay"},
+	"router-preset":                        {"scoring/testdata/scenarios/calibrated.txt", "actors/router: TestHostTierCreditedWithHostWeight"},
 	"router-prefill-load-model":            {"scoring: TestValidate"},
 	"router-prefill-load-scale":            {"scoring/testdata/scenarios/cost_settings.txt"},
 	"router-selection-policy":              {"scoring/testdata/scenarios/cost_settings.txt"},
