@@ -72,19 +72,16 @@ func TestRouteFollowsCacheThenLoad(t *testing.T) {
 		t.Fatalf("free a: %d", code)
 	}
 
-	// 2. Equal caches (prompts nobody holds): load decides. Two in flight on different workers.
-	fresh := func(from int) []uint32 {
-		p := make([]uint32, 32)
-		for i := range p {
-			p[i] = uint32(from + i)
-		}
-		return p
+	// 2. Equal caches (a prompt nobody holds): load decides. Two in flight on different workers.
+	other := make([]uint32, 32)
+	for i := range other {
+		other[i] = uint32(5000 + i)
 	}
-	other := fresh(5000)
 	_, b1 := routeTo(t, base, "x1", other)
-	_, b2 := routeTo(t, base, "x2", fresh(6000))
+	_, b2 := routeTo(t, base, "x2", other)
 	if b1["worker_id"] == b2["worker_id"] {
-		// The first request's prefill load is on its worker: with prefill tracking the idle worker wins.
+		// The second request's blocks are active on the first worker (assume_kv_reuse) but its prefill
+		// load is not: with prefill tracking the idle worker must win.
 		t.Fatalf("both requests on worker %v", b1["worker_id"])
 	}
 	// Freeing restores balance: both free, a third request sees equal load again (cost equal on both).
@@ -93,7 +90,7 @@ func TestRouteFollowsCacheThenLoad(t *testing.T) {
 			t.Fatalf("free %s: %d", id, code)
 		}
 	}
-	_, b3 := routeTo(t, base, "x3", fresh(7000))
+	_, b3 := routeTo(t, base, "x3", other)
 	cs := b3["candidates"].([]any)
 	if cs[0].(map[string]any)["cost"] != cs[1].(map[string]any)["cost"] {
 		t.Fatalf("after free, costs differ: %v", cs)
@@ -101,13 +98,12 @@ func TestRouteFollowsCacheThenLoad(t *testing.T) {
 	_, _ = call(t, "POST", base+"/v1/route/x3/free", "")
 
 	// 3. Busy thresholds: at most 10 active prefill tokens per worker, then every worker is busy → 503.
-	// (Fresh prompts: a prompt routed a moment ago is predicted cached and charges no prefill.)
 	if code, b := call(t, "POST", base+"/busy_threshold", `{"active_prefill_tokens_threshold":10}`); code != 200 || b["active_prefill_tokens_threshold"] != float64(10) {
 		t.Fatalf("set threshold: %d %v", code, b)
 	}
-	routeTo(t, base, "b1", fresh(8000))
-	routeTo(t, base, "b2", fresh(9000))
-	code, b = routeTo(t, base, "b3", fresh(10000))
+	routeTo(t, base, "b1", other)
+	routeTo(t, base, "b2", other)
+	code, b = routeTo(t, base, "b3", other)
 	if code != 503 || b["error"].(map[string]any)["type"] != "service_unavailable_error" {
 		t.Fatalf("all busy: %d %v", code, b)
 	}
@@ -115,7 +111,7 @@ func TestRouteFollowsCacheThenLoad(t *testing.T) {
 	if code, _ := call(t, "POST", base+"/v1/route/b1/prefill_done", ""); code != 200 {
 		t.Fatal("prefill_done")
 	}
-	if code, _ := routeTo(t, base, "b4", fresh(11000)); code != 200 {
+	if code, _ := routeTo(t, base, "b4", other); code != 200 {
 		t.Fatalf("after prefill_done: %d", code)
 	}
 	if code, _ := call(t, "POST", base+"/v1/route/nope/free", ""); code != 404 {

@@ -128,13 +128,11 @@ func TestE2EQueueReleasesOnePerCapacity(t *testing.T) {
 // is set (the side index knows the first decision); without it the repeat sees no overlap and the tie
 // between the idle workers is drawn at random.
 func TestE2EPredictedTTLBeatsEventDelay(t *testing.T) {
-	// Dynamo's preset, where predict-on-route is off unless the flag sets it (the kvroute preset turns
-	// it on by default).
 	run := func(t *testing.T, ttl time.Duration, hold time.Duration) (same, total int) {
 		seed := uint64(7)
 		s := startStack(t, stackOpts{workers: 2, speedup: 100, seed: &seed,
 			eventFaults: &faultproxy.Faults{Delay: 1, DelayFor: hold},
-			scoring:     func(c *scoring.Config) { c.PredictedTTL, c.Preset = ttl, scoring.PresetDynamo }})
+			scoring:     func(c *scoring.Config) { c.PredictedTTL = ttl }})
 		for i := range 8 {
 			prompt := longText(fmt.Sprintf("repeat%d", i), 120)
 			first := s.post(t, "/v1/chat/completions", chatBody(s.name, prompt, ""))

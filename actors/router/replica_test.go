@@ -132,7 +132,7 @@ func TestReplicaSharesSessionBindings(t *testing.T) {
 			t.Fatalf("session request %d on the second router: worker %d, %v", i, res.Worker.WorkerID, err)
 		}
 	}
-	res, err := b.Route(context.Background(), &RouteRequest{ID: "other", Tokens: []uint32{7, 7, 7, 7}})
+	res, err := b.Route(context.Background(), &RouteRequest{ID: "other", Tokens: []uint32{9, 9, 9, 9}})
 	if err != nil || res.Worker.WorkerID != 1 {
 		t.Fatalf("a request without the session went to %d (%v), want the idle worker 1", res.Worker.WorkerID, err)
 	}

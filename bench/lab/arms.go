@@ -46,9 +46,9 @@ var Arms = []Arm{
 		c.Preset, c.PrefillLoadScale = scoring.PresetDynamo, 8
 		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
 	}},
-	{ArmKVPredicted, "kv-dynamo with predict-on-route (--router-predicted-ttl-secs 5): decisions count as cached until events arrive", func(f *Fleet, seed uint64) (Scheduler, error) {
+	{ArmKVPredicted, "kv with predict-on-route (--router-predicted-ttl-secs 5): decisions count as cached until events arrive", func(f *Fleet, seed uint64) (Scheduler, error) {
 		c := modeConfig(f, scoring.ModeKV)
-		c.Preset, c.PredictedTTL = scoring.PresetDynamo, 5*time.Second
+		c.PredictedTTL = 5 * time.Second
 		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
 	}},
 	{ArmRoundRobin, "scoring/sched, mode round-robin", func(f *Fleet, seed uint64) (Scheduler, error) {

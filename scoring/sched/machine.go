@@ -174,24 +174,9 @@ func New(cfg scoring.Config, index Index, opt Options) (*Machine, error) {
 		m.rng = globalRNG{}
 	}
 	m.gateOpen = cfg.MinInitialWorkers <= 0
-	m.pred = newPredicted(predictedTTL(&cfg))
+	m.pred = newPredicted(cfg.PredictedTTL)
 	m.sess = newSessions(cfg.SessionAffinityTTL)
 	return m, nil
-}
-
-// KVRoutePredictedTTL is predict-on-route's TTL under --router-preset kvroute when
-// --router-predicted-ttl-secs is not given: best-of-N fan-out and agent turns that arrive before the
-// engine's KV events for their prefix still find it (fleet lab, fan-out workload: 34 % → 100 % of the
-// pooled oracle).
-const KVRoutePredictedTTL = 5 * time.Second
-
-// predictedTTL is the side index's TTL: the flag's, else the kvroute preset's default with KV events on
-// (approximate mode already indexes every decision), else off.
-func predictedTTL(cfg *scoring.Config) time.Duration {
-	if cfg.PredictedTTL > 0 || cfg.Preset != scoring.PresetKVRoute || !cfg.UseKVEvents {
-		return cfg.PredictedTTL
-	}
-	return KVRoutePredictedTTL
 }
 
 // globalRNG uses math/rand/v2's global source (safe for the concurrent callers of a shell).
@@ -214,7 +199,7 @@ func (m *Machine) SetConfig(now time.Time, cfg scoring.Config) ([]Released, erro
 		return nil, err
 	}
 	m.cfg = &cfg
-	m.pred.setTTL(predictedTTL(&cfg))
+	m.pred.setTTL(cfg.PredictedTTL)
 	m.sess.setTTL(cfg.SessionAffinityTTL)
 	return m.drain(now, nil), nil
 }
