@@ -55,15 +55,7 @@ func (p *predicted) record(now time.Time, k scoring.WorkerKey, local, chain []ui
 		return
 	}
 	from, evicted := p.ap.Record(k, chain, now)
-	if from < len(chain) {
-		blocks := make([]prefix.Block, 0, len(chain)-from)
-		for i := from; i < len(chain); i++ {
-			blocks = append(blocks, prefix.Block{EngineHash: chain[i], LocalHash: local[i]})
-		}
-		var parent uint64
-		if from > 0 {
-			parent = chain[from-1]
-		}
+	if blocks, parent := chainBlocks(local, chain, from); blocks != nil {
 		_ = p.ix.Store(prefix.WorkerKey(k), parent, from > 0, blocks) // a chain the side index made itself
 	}
 	if len(evicted) > 0 {

@@ -111,23 +111,12 @@ func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, e
 			return d, false, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	}
-	chain := req.Chain
-	if chain == nil && len(req.Local) > 0 {
-		m.sc.chain = scoring.ChainHashes(m.sc.chain[:0], req.Local)
-		chain = m.sc.chain
-	}
-	isl := max(req.ISL, len(req.Local)*m.cfg.BlockSize)
+	chain, isl := m.chainOf(req)
 	if !m.gateOpen && !m.openGate() {
 		m.park(now, req, chain, isl, nil)
 		return d, true, nil
 	}
-	m.pred.expireDue(now)
-	scores := req.Scores
-	if !req.Matched && m.cfg.NeedsIndexer() {
-		m.sc.scores = m.index.FindMatches(req.Local, m.sc.scores[:0])
-		scores = m.sc.scores
-	}
-	pin, pinRank := m.sessionPin(now, req)
+	scores, pin, pinRank := m.prepare(now, req)
 	if m.pq.on {
 		if queued, err = m.queueOrReject(now, req, chain, isl, scores, pin, pinRank); queued || err != nil {
 			return d, queued, err
@@ -135,6 +124,30 @@ func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, e
 	}
 	d, err = m.decide(now, req, chain, isl, scores, pin, pinRank)
 	return d, false, err
+}
+
+// chainOf is req's prefix chain (computed into scratch when not given) and its ISL, at least its full
+// blocks' tokens.
+func (m *Machine) chainOf(req *Request) ([]uint64, int) {
+	chain := req.Chain
+	if chain == nil && len(req.Local) > 0 {
+		m.sc.chain = scoring.ChainHashes(m.sc.chain[:0], req.Local)
+		chain = m.sc.chain
+	}
+	return chain, max(req.ISL, len(req.Local)*m.cfg.BlockSize)
+}
+
+// prepare is what a decision reads before choosing: due predicted-index expiry, the overlap scores (the
+// caller's, or the index's), and the pin (the request's, or its session's).
+func (m *Machine) prepare(now time.Time, req *Request) (scores []prefix.Score, pin *scoring.WorkerKey, pinRank bool) {
+	m.pred.expireDue(now)
+	scores = req.Scores
+	if !req.Matched && m.cfg.NeedsIndexer() {
+		m.sc.scores = m.index.FindMatches(req.Local, m.sc.scores[:0])
+		scores = m.sc.scores
+	}
+	pin, pinRank = m.sessionPin(now, req)
+	return scores, pin, pinRank
 }
 
 // sessionPin is the pin a request routes under: its own, else its session's bound worker (hard
@@ -171,19 +184,8 @@ func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
 			return Decision{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	}
-	chain := req.Chain
-	if chain == nil && len(req.Local) > 0 {
-		m.sc.chain = scoring.ChainHashes(m.sc.chain[:0], req.Local)
-		chain = m.sc.chain
-	}
-	isl := max(req.ISL, len(req.Local)*m.cfg.BlockSize)
-	m.pred.expireDue(now)
-	scores := req.Scores
-	if !req.Matched && m.cfg.NeedsIndexer() {
-		m.sc.scores = m.index.FindMatches(req.Local, m.sc.scores[:0])
-		scores = m.sc.scores
-	}
-	pin, pinRank := m.sessionPin(now, req)
+	chain, isl := m.chainOf(req)
+	scores, pin, pinRank := m.prepare(now, req)
 	t, sel, _, err := m.choose(req, chain, isl, scores, pin, pinRank)
 	if err != nil {
 		return Decision{}, err
@@ -314,19 +316,27 @@ func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64,
 	return d, nil
 }
 
+// chainBlocks are a routed prompt's blocks from index from on, keyed as the machine predicts them (engine
+// hash = prefix chain), and the parent of the first; nil when none is new.
+func chainBlocks(local, chain []uint64, from int) (blocks []prefix.Block, parent uint64) {
+	if from >= len(chain) {
+		return nil, 0
+	}
+	blocks = make([]prefix.Block, 0, len(chain)-from)
+	for i := from; i < len(chain); i++ {
+		blocks = append(blocks, prefix.Block{EngineHash: chain[i], LocalHash: local[i]})
+	}
+	if from > 0 {
+		parent = chain[from-1]
+	}
+	return blocks, parent
+}
+
 // recordApprox writes a routed prompt into the index for the chosen worker (approximate mode), with
 // engine hashes = the blocks' prefix chain, and removes what the per-worker capacity evicts.
 func (m *Machine) recordApprox(now time.Time, k scoring.WorkerKey, local, chain []uint64) {
 	from, evicted := m.approx.Record(k, chain, now)
-	if from < len(chain) {
-		blocks := make([]prefix.Block, 0, len(chain)-from)
-		for i := from; i < len(chain); i++ {
-			blocks = append(blocks, prefix.Block{EngineHash: chain[i], LocalHash: local[i]})
-		}
-		var parent uint64
-		if from > 0 {
-			parent = chain[from-1]
-		}
+	if blocks, parent := chainBlocks(local, chain, from); blocks != nil {
 		m.index.Store(k, parent, from > 0, blocks)
 	}
 	if len(evicted) > 0 {
