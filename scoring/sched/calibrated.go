@@ -40,7 +40,6 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores []prefix.Score, chain
 	fisl := float64(isl)
 	var (
 		c                        scoring.Candidate
-		cp                       scoring.Capacity
 		best                     = -1
 		bestCost, bestK          float64
 		allowed, eligible, offer int
@@ -59,16 +58,13 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores []prefix.Score, chain
 		}
 		offer++
 		tm := &m.tmpl[i]
-		if sreq.Pinned && (tm.worker.WorkerID != sreq.Pin.WorkerID || sreq.PinRank && tm.worker.DPRank != sreq.Pin.DPRank) {
+		if sreq.Pinned && !pinMatches(tm.worker, &sreq.Pin, sreq.PinRank) {
 			continue
 		}
 		allowed++
 		l := &m.lines[i]
 		if busyCheck {
-			m.capacity(&cp, i)
-			c.Load = scoring.Load{Known: true, ActivePrefillTokens: l.prefill, ActiveDecodeBlocks: l.decode, ActiveRequests: l.active}
-			c.Capacity = cp
-			if scoring.Busy(&c, cfg) {
+			if m.busyAt(i, &c) {
 				if sreq.ReturnCosts {
 					costs = append(costs, scoring.CandidateCost{Worker: tm.worker, Overlap: ov[i], Busy: true})
 				}
@@ -86,12 +82,11 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores []prefix.Score, chain
 			add = float64(m.list[i].t.Projection(chain, true))
 		}
 		k := l.decode + add
-		// scoring.CalibratedCost, written out: the loop runs once per worker per decision.
-		slow := 1 + gamma*k
-		cost := (q0*float64(l.prefill)+u)*slow + scoring.WorkWeight*u
-		if capacity := tm.totalKV; capacity > 0 && k > float64(capacity) {
-			cost += (k - float64(capacity)) * fbs * slow
+		capacity := tm.totalKV
+		if capacity == 0 {
+			capacity = m.list[i].learnedKV
 		}
+		cost := scoring.CalibratedCost(q0*float64(l.prefill), u, k, capacity, bs, gamma)
 		if sreq.ReturnCosts {
 			costs = append(costs, scoring.CandidateCost{Worker: tm.worker, Overlap: ov[i], Cost: cost})
 		}
@@ -170,3 +165,17 @@ func (m *Machine) observeFirstToken(now time.Time, id string) {
 // Calibration reports the calibrated cost's learned fit: α seconds per prefill token on an idle
 // worker, β extra seconds per token per active block, γ = β/α in use, and the observations so far.
 func (m *Machine) Calibration() (alpha, beta, gamma float64, n int) { return m.cal.Fit() }
+
+// pinMatches reports whether worker rank k satisfies a pin (any rank of the pinned worker unless rank).
+func pinMatches(k scoring.WorkerKey, pin *scoring.WorkerKey, rank bool) bool {
+	return k.WorkerID == pin.WorkerID && (!rank || k.DPRank == pin.DPRank)
+}
+
+// busyAt reports whether target i is over a busy threshold (scoring.Busy over its load and capacity);
+// c is the caller's scratch and keeps target i's load and capacity.
+func (m *Machine) busyAt(i int, c *scoring.Candidate) bool {
+	l := &m.lines[i]
+	c.Load = scoring.Load{Known: true, ActivePrefillTokens: l.prefill, ActiveDecodeBlocks: l.decode, ActiveRequests: l.active}
+	m.capacity(&c.Capacity, i)
+	return scoring.Busy(c, m.cfg)
+}

@@ -201,7 +201,7 @@ func (m *Machine) SetConfig(now time.Time, cfg scoring.Config) ([]Released, erro
 	m.cfg = &cfg
 	m.pred.setTTL(cfg.PredictedTTL)
 	m.sess.setTTL(cfg.SessionAffinityTTL)
-	return m.drain(now, nil), nil
+	return m.drain(now), nil
 }
 
 // AddWorker makes a worker's ranks routable; requests waiting for the minimum fleet may be released.
@@ -220,7 +220,7 @@ func (m *Machine) AddWorker(now time.Time, w Worker) []Released {
 	}
 	m.seenWorkers++
 	m.reindex()
-	return m.drain(now, nil)
+	return m.drain(now)
 }
 
 // RemoveWorker drops a worker's ranks; its active requests are forgotten (their lifecycle calls answer
@@ -248,7 +248,7 @@ func (m *Machine) RemoveWorker(now time.Time, id uint64) []Released {
 	}
 	m.sess.removeWorker(id)
 	m.reindex()
-	return m.drain(now, nil)
+	return m.drain(now)
 }
 
 // reindex rebuilds the dense views of the target list after a fleet change.
@@ -298,7 +298,7 @@ func (m *Machine) SetHealthy(now time.Time, id uint64, healthy bool) (bool, []Re
 		}
 	}
 	if changed && healthy {
-		return true, m.drain(now, nil)
+		return true, m.drain(now)
 	}
 	return changed, nil
 }
@@ -339,7 +339,7 @@ func (m *Machine) PrefillDone(now time.Time, id string) ([]Released, error) {
 	if m.observe != nil {
 		m.observe(LoadEvent{Kind: LoadPrefillDone, RequestID: id, Worker: t.key})
 	}
-	return m.drain(now, t), nil
+	return m.drain(now), nil
 }
 
 // Free ends a request (completion, error, cancel); the queue may release requests.
@@ -355,7 +355,7 @@ func (m *Machine) Free(now time.Time, id string) ([]Released, error) {
 	if m.observe != nil {
 		m.observe(LoadEvent{Kind: LoadFree, RequestID: id, Worker: t.key})
 	}
-	return m.drain(now, t), nil
+	return m.drain(now), nil
 }
 
 // RecordOutput reports a request's generated tokens so far (output-block tracking).
@@ -416,7 +416,7 @@ func (m *Machine) Tick(now time.Time) []Released {
 	}
 	rel := m.expireGate(now, nil)
 	if freed || m.pq.live > 0 {
-		rel = append(rel, m.drain(now, nil)...)
+		rel = append(rel, m.drain(now)...)
 	}
 	return rel
 }

@@ -240,7 +240,7 @@ func (m *Machine) bestCached(scores []prefix.Score, isl int, pin *scoring.Worker
 	best := uint32(0)
 	for _, s := range scores {
 		k := scoring.WorkerKey(s.Worker)
-		if pin != nil && (k.WorkerID != pin.WorkerID || pinRank && k.DPRank != pin.DPRank) {
+		if pin != nil && !pinMatches(k, pin, pinRank) {
 			continue
 		}
 		if i, ok := m.pos.find(k); !ok || m.skip(i, exclude) {
@@ -257,11 +257,10 @@ func (m *Machine) bestCached(scores []prefix.Score, isl int, pin *scoring.Worker
 // Workers already busy by the router's busy thresholds are not eligible. With no eligible worker it is
 // false, so the request falls through to the selection error instead of waiting forever.
 func (m *Machine) poolBusy(cls *policy.Class, pin *scoring.WorkerKey, pinRank bool, exclude []uint64) bool {
-	cfg := m.cfg
 	eligible, busy := 0, 0
 	var c scoring.Candidate
 	for i, t := range m.list {
-		if pin != nil && (t.key.WorkerID != pin.WorkerID || pinRank && t.key.DPRank != pin.DPRank) {
+		if pin != nil && !pinMatches(t.key, pin, pinRank) {
 			continue
 		}
 		if m.skip(i, exclude) {
@@ -269,9 +268,7 @@ func (m *Machine) poolBusy(cls *policy.Class, pin *scoring.WorkerKey, pinRank bo
 		}
 		l := &m.lines[i]
 		c.Worker = t.key
-		c.Load = scoring.Load{Known: true, ActivePrefillTokens: l.prefill, ActiveDecodeBlocks: l.decode, ActiveRequests: l.active}
-		m.capacity(&c.Capacity, i)
-		if scoring.Busy(&c, cfg) {
+		if m.busyAt(i, &c) {
 			continue
 		}
 		eligible++
@@ -412,12 +409,12 @@ func satMul(a, b uint64) uint64 {
 	return a * b
 }
 
-// drain releases waiting requests after capacity changed (a request's first token or end on worker t,
-// nil when unknown): the minimum-workers gate first, then the queue one request at a time, each
-// released request charged before the next check (spec §9.1: pop while not every eligible worker is
+// drain releases waiting requests after capacity changed (a first token, an end, a worker joining or
+// turning healthy, a new configuration): the minimum-workers gate first, then the queue one request at a
+// time, each released request charged before the next check (pop while not every eligible worker is
 // busy), the classes taking turns by deficit round robin. A request that waited longer than
 // OverlapRefreshAfter has its overlap queried again.
-func (m *Machine) drain(now time.Time, _ *target) []Released {
+func (m *Machine) drain(now time.Time) []Released {
 	var rel []Released
 	if !m.gateOpen && len(m.gate) > 0 && m.openGate() {
 		gate := m.gate

@@ -85,7 +85,7 @@ func (m *Machine) ApplyRemote(now time.Time, routerID string, ev LoadEvent) ([]R
 			t.t.MarkPrefillCompleted(id)
 		}
 		m.publish(t)
-		return m.drain(now, t), nil
+		return m.drain(now), nil
 	}
 	return nil, fmt.Errorf("%w: load event kind %d", ErrBadRequest, ev.Kind)
 }
