@@ -98,6 +98,8 @@ type Status struct {
 	BlockSize       int    `json:"block_size,omitempty"`
 	TotalKVBlocks   int    `json:"total_kv_blocks,omitempty"`
 	Device          string `json:"device,omitempty"`
+	// Role is the worker's role: both (aggregated), prefill or decode.
+	Role string `json:"role"`
 	// Healthy is false while health checks fail; Unhealthy says why.
 	Healthy   bool   `json:"healthy"`
 	Unhealthy string `json:"unhealthy_reason,omitempty"`
@@ -125,6 +127,7 @@ func (m *Mirror) status(ix *indexer.Indexer) Status {
 		BlockSize:     m.Spec.BlockSize,
 		TotalKVBlocks: m.Spec.TotalKVBlocks,
 		Device:        m.Spec.Device,
+		Role:          m.Spec.RoleOf(),
 	}
 	st.Healthy = true
 	st.Prediction = PredictionEvents

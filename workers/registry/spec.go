@@ -15,6 +15,18 @@ import (
 // ErrBadSpec is the class of every worker description error.
 var ErrBadSpec = errors.New("registry: bad worker spec")
 
+// Worker roles (disaggregated prefill/decode serving).
+const (
+	// RoleBoth is an aggregated worker: it serves whole requests (prefill and decode). The default.
+	RoleBoth = "both"
+	// RolePrefill computes prompts for remote decode (vLLM kv_transfer_params do_remote_decode) and is
+	// routed by the frontend's prefill router only.
+	RolePrefill = "prefill"
+	// RoleDecode generates tokens from KV it pulls from a prefill worker; it also serves whole requests
+	// when a prompt bypasses the prefill hop or no prefill worker is available.
+	RoleDecode = "decode"
+)
+
 // Device classes for device-aware routing.
 const (
 	DeviceGPU = "gpu"
@@ -48,6 +60,17 @@ type Spec struct {
 	// CurveKey is the worker's CURVE public key (40 Z85 characters): the router then accepts the event
 	// stream only from the holder of the matching secret key, encrypted.
 	CurveKey string `json:"curve_key,omitempty"`
+	// Role is "both" (aggregated, the default when empty), "prefill" or "decode": which of the
+	// frontend's router cores the worker joins (docs/router.md, disaggregated prefill/decode).
+	Role string `json:"role,omitempty"`
+}
+
+// RoleOf returns the worker's role, "both" when none was given.
+func (s *Spec) RoleOf() string {
+	if s.Role == "" {
+		return RoleBoth
+	}
+	return s.Role
 }
 
 // Parse reads the flag form: comma-separated key=value pairs, e.g.
@@ -90,6 +113,8 @@ func Parse(s string) (Spec, error) {
 			sp.Device = v
 		case "curve_key":
 			sp.CurveKey = v
+		case "role":
+			sp.Role = v
 		default:
 			return Spec{}, fmt.Errorf("%w: unknown key %q", ErrBadSpec, k)
 		}
@@ -118,6 +143,11 @@ func (s *Spec) Validate() error {
 	case "", DeviceGPU, DeviceCPU:
 	default:
 		return fmt.Errorf("%w: worker %d: device %q is not gpu or cpu", ErrBadSpec, s.ID, s.Device)
+	}
+	switch s.Role {
+	case "", RoleBoth, RolePrefill, RoleDecode:
+	default:
+		return fmt.Errorf("%w: worker %d: role %q is not prefill, decode or both", ErrBadSpec, s.ID, s.Role)
 	}
 	if s.URL != "" {
 		if err := checkWorkerURL(s.URL); err != nil {

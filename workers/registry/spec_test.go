@@ -28,6 +28,10 @@ func TestParse(t *testing.T) {
 		{name: "replay without events", in: "id=1,replay=tcp://h:2", wantErr: true},
 		{name: "bad device", in: "id=1,device=tpu", wantErr: true},
 		{name: "negative block", in: "id=1,block_size=-4", wantErr: true},
+		{name: "prefill role", in: "id=2,role=prefill", want: Spec{ID: 2, Role: RolePrefill}},
+		{name: "decode role", in: "id=2,role=decode", want: Spec{ID: 2, Role: RoleDecode}},
+		{name: "both role", in: "id=2,role=both", want: Spec{ID: 2, Role: RoleBoth}},
+		{name: "bad role", in: "id=2,role=encode", wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,7 +79,13 @@ func TestParseJSON(t *testing.T) {
 	if err != nil || sp.ID != 3 || sp.BlockSize != 16 {
 		t.Fatalf("%+v %v", sp, err)
 	}
-	for _, bad := range []string{`{}`, `{"id":-1}`, `{"id":1,"typo":2}`, `[`, `{"id":1,"device":"x"}`} {
+	if sp, err := ParseJSON([]byte(`{"id":4,"role":"prefill"}`)); err != nil || sp.RoleOf() != RolePrefill {
+		t.Fatalf("%+v %v", sp, err)
+	}
+	if sp, _ := ParseJSON([]byte(`{"id":4}`)); sp.RoleOf() != RoleBoth {
+		t.Fatalf("default role %q, want both", sp.RoleOf())
+	}
+	for _, bad := range []string{`{}`, `{"id":-1}`, `{"id":1,"typo":2}`, `[`, `{"id":1,"device":"x"}`, `{"id":1,"role":"x"}`} {
 		if _, err := ParseJSON([]byte(bad)); !errors.Is(err, ErrBadSpec) {
 			t.Errorf("%s: err %v", bad, err)
 		}
