@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"image"
 	"image/color"
@@ -214,4 +215,41 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// The same image bytes sent as data: URIs under different MIME labels and parameters are one image: one
+// identity (the decoded payload's hash), one worker, and the image blocks in the overlap — as much as an
+// exact repeat of the first URI gets.
+func TestE2EDataURISameBytesOneImage(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 3, speedup: 100, mm: true})
+	b64 := base64.StdEncoding.EncodeToString(pngOf(320, 240, 7))
+	const text = "What is in this picture?"
+	first := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{"data:image/png;base64," + b64}, text))
+	if first.status != 200 {
+		t.Fatalf("first: %d %s", first.status, first.raw)
+	}
+	s.waitOverlap(t, "", first.worker)
+	repeat := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{"data:image/png;base64," + b64}, text))
+	// 320×240 on Qwen3-VL is 80 image tokens: the exact repeat covers at least those 5 blocks.
+	if repeat.status != 200 || repeat.worker != first.worker || overlapOf(repeat) < 5 {
+		t.Fatalf("exact repeat: worker %s (first %s), overlap %s", repeat.worker, first.worker, repeat.overlap)
+	}
+	for _, label := range []string{"image/jpeg", "application/octet-stream", "image/png;name=cat.png", ""} {
+		r := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{"data:" + label + ";base64," + b64}, text))
+		if r.status != 200 || r.worker != first.worker || overlapOf(r) != overlapOf(repeat) {
+			t.Fatalf("label %q: worker %s (first %s), overlap %s (exact repeat %s)", label, r.worker, first.worker, r.overlap, repeat.overlap)
+		}
+		usage := r.body["usage"].(map[string]any)
+		if cached := usage["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64); cached < 80 {
+			t.Fatalf("label %q: the worker reused only %v tokens", label, cached)
+		}
+	}
+	// Other bytes under the first label: a different image, so its blocks are not in the overlap.
+	other := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{"data:image/png;base64," + base64.StdEncoding.EncodeToString(pngOf(320, 240, 8))}, text))
+	if other.status != 200 || overlapOf(other) >= overlapOf(repeat) {
+		t.Fatalf("different bytes: overlap %s, repeat %s", other.overlap, repeat.overlap)
+	}
+	if n := counterValue(s.api.mmMetrics.routed); n != 7 {
+		t.Fatalf("requests routed on images: %v, want 7", n)
+	}
 }

@@ -60,3 +60,17 @@ func RedactDataURI(uri string) string {
 	mime, _, _ := strings.Cut(meta, ";")
 	return "data:" + mime + ",<redacted>"
 }
+
+// DataImage reads a data: URI image in memory: its identity (HashData of the payload) and its size
+// from the payload's header. One decode serves both; nothing is fetched or cached.
+func DataImage(uri string, maxLen int) (Hash, Size, error) {
+	h, d, err := HashDataURI(uri, maxLen)
+	if err != nil {
+		return 0, Size{}, err
+	}
+	sz, _, err := HeaderSize(d.Data)
+	if err != nil {
+		return 0, Size{}, err
+	}
+	return h, sz, nil
+}

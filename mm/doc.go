@@ -7,8 +7,9 @@
 // A request with images routes on its images, not only on its text, when the same image leads to the
 // same block hashes on the router and in the engine's KV events. The frontend computes, per image:
 //
-//  1. identity: HashURL (XXH3-64, seed 0, of the WHATWG-serialized URL, query kept; data: URIs as the
-//     whole string), or with --frontend-decoding the content hash of the decoded pixels
+//  1. identity: HashURL (XXH3-64, seed 0, of the WHATWG-serialized URL, query kept; for a data: URI of
+//     its decoded payload, whatever the MIME label), or with --frontend-decoding the content hash of
+//     the decoded pixels
 //     (ContentHash, via Prober.Decode);
 //  2. size: Prober.Size, from a cache keyed by mm_hash, else a Range request (0-4095, then 0-65535,
 //     then for JPEG with large metadata further within a bound), 206 only, SSRF-guarded; data: URIs

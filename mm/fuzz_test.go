@@ -29,8 +29,13 @@ func FuzzDataURI(f *testing.F) {
 		}
 		_, _, _ = HeaderSize(d.Data)
 		_ = RedactDataURI(s)
-		if _, _, err := HashURL(s); err != nil && !errors.Is(err, ErrBadURL) {
+		if _, _, err := HashURL(s); err != nil && !errors.Is(err, ErrBadURL) && !errors.Is(err, ErrBadDataURI) {
 			t.Fatalf("HashURL: %v", err)
+		}
+		if h, _, err := DataImage(s, 1<<16); err == nil {
+			if hu, _, err := HashURL(s); err != nil || hu != h {
+				t.Fatalf("DataImage identity %#x, HashURL %#x %v", uint64(h), uint64(hu), err)
+			}
 		}
 	})
 }

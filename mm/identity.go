@@ -19,7 +19,8 @@ type IdentitySource uint8
 const (
 	// SourceURL: XXH3-64 (seed 0) of the WHATWG-serialized URL, query kept (the default).
 	SourceURL IdentitySource = iota
-	// SourceDataURI: XXH3-64 (seed 0) of the whole data: URI string, not of the decoded payload.
+	// SourceDataURI: XXH3-64 (seed 0) of the decoded payload of a data: URI (HashData), whatever its
+	// MIME label and parameters.
 	SourceDataURI
 	// SourceDecodedBytes: the content hash of the decoded pixels (--frontend-decoding).
 	SourceDecodedBytes
@@ -37,20 +38,44 @@ func (s IdentitySource) String() string {
 	return "unknown"
 }
 
-// HashURL returns the URL identity of an image (spec/multimodal.md §1.1): XXH3-64 with seed 0 of the
-// WHATWG serialization of url. data: URIs go through the same serialization, which leaves a
-// well-formed base64 URI unchanged, so they hash as the whole URI string. Any other scheme (s3://,
-// gs://) is hashed too; size discovery is what refuses it.
+// HashURL returns the identity of an image reference. For a URL (spec/multimodal.md §1.1): XXH3-64
+// with seed 0 of its WHATWG serialization, query kept. Any other scheme (s3://, gs://) is hashed too;
+// size discovery is what refuses it.
+//
+// A data: URI is identified by its decoded payload (HashData), not by the URI string as Dynamo's
+// default path does: the same image bytes sent as image/png, image/jpeg, application/octet-stream or
+// with extra parameters (";name=a.png") are one image, so they share one worker's blocks. The payload is
+// decoded with ParseDataURI (DefaultMaxDataURIBytes bound); a malformed URI is ErrBadDataURI.
 func HashURL(url string) (Hash, IdentitySource, error) {
+	if IsDataURI(url) {
+		h, _, err := HashDataURI(url, 0)
+		return h, SourceDataURI, err
+	}
 	norm, err := NormalizeURL(url)
 	if err != nil {
 		return 0, SourceURL, err
 	}
-	src := SourceURL
-	if strings.HasPrefix(norm, "data:") {
-		src = SourceDataURI
+	return Hash(xxh3.HashString(norm)), SourceURL, nil
+}
+
+// IsDataURI reports whether url (leading spaces ignored, any case) has the data: scheme.
+func IsDataURI(url string) bool {
+	s := strings.TrimLeft(url, " \t\n\r\f")
+	return len(s) >= 5 && strings.EqualFold(s[:5], "data:")
+}
+
+// HashData is the identity of an image's encoded bytes: XXH3-64 with seed 0, the hash Dynamo's
+// frontend-decoding mode calls "decoded bytes" for a data: URI.
+func HashData(b []byte) Hash { return Hash(xxh3.Hash(b)) }
+
+// HashDataURI decodes a data: URI (ParseDataURI, maxLen as there) and returns HashData of its payload
+// with the parsed URI, so a caller reads the image header from the same bytes.
+func HashDataURI(uri string, maxLen int) (Hash, DataURI, error) {
+	d, err := ParseDataURI(strings.TrimSpace(uri), maxLen)
+	if err != nil {
+		return 0, DataURI{}, err
 	}
-	return Hash(xxh3.HashString(norm)), src, nil
+	return HashData(d.Data), d, nil
 }
 
 // contentHeaderLen is the byte length of the content-hash header for a rank-3 tensor:

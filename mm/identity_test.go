@@ -1,9 +1,12 @@
 package mm
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 // TestVector7URLIdentity is spec/hashing.md §7 vector #7 and #8.
@@ -94,6 +97,38 @@ func TestHashURLSemantics(t *testing.T) {
 	}
 	if _, src, _ := HashURL("data:image/png;base64,AAAA"); src != SourceDataURI {
 		t.Errorf("data source %s", src)
+	}
+}
+
+// TestDataURIIdentityIsPayload: a data: URI is identified by its decoded bytes, so the same bytes under
+// another MIME label, with other parameters or percent-free raw form are one image; other bytes are not.
+func TestDataURIIdentityIsPayload(t *testing.T) {
+	payload := []byte("\x89PNG\r\n\x1a\n-some-image-bytes")
+	b64 := base64.StdEncoding.EncodeToString(payload)
+	want := Hash(xxh3.Hash(payload))
+	for _, u := range []string{
+		"data:image/png;base64," + b64,
+		"data:image/jpeg;base64," + b64,
+		"data:application/octet-stream;base64," + b64,
+		"data:image/png;name=cat.png;base64," + b64,
+		"DATA:;base64," + b64,
+		"  data:image/webp;base64," + b64 + "\n",
+	} {
+		h, src, err := HashURL(u)
+		if err != nil || h != want || src != SourceDataURI {
+			t.Errorf("%.40q: %#x %s %v, want %#x", u, uint64(h), src, err, uint64(want))
+		}
+	}
+	// A raw (not base64) payload is its bytes as written, not percent-decoded.
+	if h, _, _ := HashURL("data:text/plain,a%20b"); h != HashData([]byte("a%20b")) {
+		t.Errorf("raw payload hash %#x", uint64(h))
+	}
+	other, _, _ := HashURL("data:image/png;base64," + base64.StdEncoding.EncodeToString(append(payload, 0)))
+	if other == want {
+		t.Error("different payloads collide")
+	}
+	if _, _, err := HashURL("data:image/png;base64,AAA"); !errors.Is(err, ErrBadDataURI) {
+		t.Errorf("bad base64: %v", err)
 	}
 }
 

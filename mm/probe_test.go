@@ -95,7 +95,7 @@ func probe(t testing.TB, p *Prober, url string) (Size, error) {
 	t.Helper()
 	h, _, err := HashURL(url)
 	if err != nil {
-		t.Fatal(err)
+		return Size{}, err // a malformed data: URI fails at its identity already
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -116,6 +116,12 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 			todo = append(todo, i)
 			continue
 		}
+		if IsDataURI(p.URL) {
+			// One decode gives identity and size; the payload is in hand, so there is nothing to cache.
+			im.Source = SourceDataURI
+			im.Hash, im.Size, im.Err = DataImage(p.URL, r.prober.cfg.MaxDataURIBytes)
+			continue
+		}
 		im.Hash, im.Source, im.Err = HashURL(p.URL)
 		if im.Err != nil {
 			continue
