@@ -71,6 +71,7 @@ func runMocker(args []string) int {
 	served := fs.String("served-model-name", "", "model name in the API (default: the model path, or kvroute-mocker)")
 	defaultMax := fs.Int("default-max-tokens", 16, "output length when a request sets no max_tokens")
 	hashSeed := fs.Uint64("hash-seed", 0, "seed of the engine block hashes (opaque to routers)")
+	kvBandwidth := fs.Float64("kv-transfer-bandwidth", mocker.DefaultKVTransferBandwidth/1e9, "GB/s a decode worker pulls a prefill worker's KV blocks at (disaggregated serving: the transfer time before decode)")
 	allowMedia := fs.String("media-allow-hosts", "", "comma-separated hosts, IPs or CIDRs that image URLs may reach although internal (the frontend's SSRF guard)")
 	for name, takesValue := range mockerIgnoredFlags {
 		if takesValue {
@@ -107,7 +108,11 @@ func runMocker(args []string) int {
 		return 2
 	}
 	tmpl := mocker.WorkerConfig{Engine: eng, DPSize: *dpSize, ServedModelName: *served, DefaultMaxTokens: *defaultMax,
-		MediaAllowHosts: mm.ParseAllowHosts(*allowMedia)}
+		MediaAllowHosts: mm.ParseAllowHosts(*allowMedia), KVTransfer: mocker.KVTransferConfig{Bandwidth: *kvBandwidth * 1e9}}
+	if !(*kvBandwidth > 0) {
+		fmt.Fprintln(os.Stderr, "mocker: --kv-transfer-bandwidth must be positive")
+		return 2
+	}
 	if *modelPath != "" {
 		m, err := mocker.LoadModel(*modelPath, *served)
 		if err != nil {

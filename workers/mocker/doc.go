@@ -36,6 +36,10 @@
 //     exact member names, as vLLM's pydantic models read them. Image URLs are fetched (image.go) through
 //     the frontend's SSRF guard (mm.Guard): internal destinations are refused unless MediaAllowHosts
 //     names them.
+//  7. Disaggregated prefill/decode (disagg.go): a request's kv_transfer_params make it a prefill
+//     (Request.RemoteDecode: the response names the prompt's blocks for the decode side) or a decode
+//     (Request.RemoteBlocks: the handler waits the KVTransferConfig transfer time on the worker's clock,
+//     then the engine admits the pulled blocks as computed and stores them with BlockStored).
 //
 // # Concurrency model
 //

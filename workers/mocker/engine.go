@@ -22,6 +22,15 @@ type Request struct {
 	LoraName string
 	// CacheSalt enters block 0's extra keys.
 	CacheSalt string
+	// RemoteBlocks is how many leading full prompt blocks another engine computed and this one pulls
+	// (disaggregated decode, vLLM's do_remote_prefill): at admission they count as computed without
+	// prefill work and are stored as new blocks (BlockStored), as vLLM's decode side does once the KV
+	// arrived. The caller waits out the transfer time before Add. Default 0.
+	RemoteBlocks int
+	// RemoteDecode asks for the request's block ids at completion (disaggregated prefill, vLLM's
+	// do_remote_decode): Progress.BlockIDs of its last step lists the full prompt blocks, which the
+	// prefill response hands to the decode worker as remote_block_ids.
+	RemoteDecode bool
 }
 
 // Progress is what one step did for one request: at most one new token, and whether it finished.
@@ -38,6 +47,8 @@ type Progress struct {
 	// the request was first scheduled (vLLM's num_cached_tokens).
 	PromptTokens int
 	CachedTokens int
+	// BlockIDs are the physical ids of the full prompt blocks, on the last step of a RemoteDecode request.
+	BlockIDs []int32
 }
 
 // StepResult is everything one engine step did. Its slices are reused by the next Step call.
@@ -373,6 +384,10 @@ func (e *Engine) Step() *StepResult {
 			e.hits = append(e.hits, id)
 		}
 		hitTokens := len(e.hits) * bs
+		if remote := min(r.RemoteBlocks, maxBlocks); remote > len(e.hits) {
+			// Pulled from the prefill engine: computed, not yet cached here (cacheFull stores them).
+			hitTokens = remote * bs
+		}
 		n := min(r.numTokens()-hitTokens, budget)
 		need := (hitTokens+n+bs-1)/bs - len(e.hits)
 		if need > e.pool.numFree-evictable {
@@ -383,12 +398,13 @@ func (e *Engine) Step() *StepResult {
 		}
 		r.blocks = append(r.blocks[:0], e.hits...)
 		r.numCached, r.computed = len(e.hits), hitTokens
+		r.RemoteBlocks = 0 // a preempted request recomputes what it pulled
 		e.growBlocks(r, hitTokens+n)
 		if !r.admitted {
 			r.admitted = true
-			r.cachedTokens = hitTokens
+			r.cachedTokens = len(e.hits) * bs
 			e.stats.PrefixQueries += uint64(r.numTokens())
-			e.stats.PrefixHits += uint64(hitTokens)
+			e.stats.PrefixHits += uint64(r.cachedTokens)
 			e.stats.PromptTokens += uint64(len(r.Prompt))
 		}
 		e.waiting = e.waiting[1:]
@@ -433,6 +449,9 @@ func (e *Engine) Step() *StepResult {
 		p := Progress{ID: r.ID, Token: tok, Output: r.numOutput, First: r.numOutput == 1, PromptTokens: len(r.Prompt), CachedTokens: r.cachedTokens}
 		if r.numOutput >= r.MaxTokens {
 			p.Done = true
+			if r.RemoteDecode {
+				p.BlockIDs = slices.Clone(r.blocks[:len(r.Prompt)/bs])
+			}
 			e.pool.release(r.blocks)
 			r.blocks = nil
 			r.running = false

@@ -45,6 +45,8 @@ type openAIRequest struct {
 	// Tools and ChatTemplateKwargs are chat template inputs, rendered as the router renders them.
 	Tools              []json.RawMessage `json:"tools"`
 	ChatTemplateKwargs map[string]any    `json:"chat_template_kwargs"`
+	// KVTransferParams is vLLM's disaggregated prefill/decode handshake (disagg.go).
+	KVTransferParams *KVTransferParams `json:"kv_transfer_params"`
 }
 
 // fullMessages is the messages of a chat body decoded as the router decodes them (model.Message).
@@ -345,6 +347,9 @@ func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (prepared, error) 
 		}
 		p.rank = r
 	}
+	if err := w.applyKVTransfer(&p, body.KVTransferParams); err != nil {
+		return prepared{}, err
+	}
 	return p, nil
 }
 
@@ -371,6 +376,15 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err)
 		return
+	}
+	if p.req.RemoteBlocks > 0 {
+		// Disaggregated decode: pull the prefill worker's blocks first (the transfer time).
+		var d time.Duration
+		d, p.rank = w.pullDelay(p.rank, p.req)
+		if !w.wait(d) {
+			writeError(ctx, fasthttp.StatusServiceUnavailable, ErrStopped)
+			return
+		}
 	}
 	s, err := w.Submit(p.rank, p.req)
 	if err != nil {
@@ -405,6 +419,9 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 		ctx.SetContentType("application/json")
 		buf := bodyPool.Get().(*[]byte)
 		*buf = appendBody((*buf)[:0], p.req.ID, object, created, w.model.Name, &c, makeUsage(st, len(st.Tokens)))
+		if p.req.RemoteDecode {
+			*buf = w.appendKVTransfer(*buf, s.rankIdx, st.BlockIDs)
+		}
 		ctx.SetBody(*buf) // copies
 		bodyPool.Put(buf)
 		return

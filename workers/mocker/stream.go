@@ -21,6 +21,7 @@ type Stream struct {
 	rankIdx  int
 	reqID    string
 	finished chan struct{}
+	blockIDs []int32 // a RemoteDecode request's prompt blocks, set with its last token
 }
 
 func newStream(id string, prompt int, start time.Time) *Stream {
@@ -43,6 +44,8 @@ type StreamState struct {
 	CachedTokens int
 	// Start, FirstToken and End are the runtime clock's times of submission, first token and completion.
 	Start, FirstToken, End time.Time
+	// BlockIDs are a RemoteDecode request's full prompt blocks (remote_block_ids), once done.
+	BlockIDs []int32
 }
 
 // Read appends the tokens after index from to dst and reports the state.
@@ -52,7 +55,7 @@ func (s *Stream) Read(from int, dst []uint32) StreamState {
 	if from < len(s.tokens) {
 		dst = append(dst, s.tokens[from:]...)
 	}
-	return StreamState{Tokens: dst, Done: s.done, Err: s.err, PromptTokens: s.prompt, CachedTokens: s.cached, Start: s.start, FirstToken: s.firstAt, End: s.doneAt}
+	return StreamState{Tokens: dst, Done: s.done, Err: s.err, PromptTokens: s.prompt, CachedTokens: s.cached, Start: s.start, FirstToken: s.firstAt, End: s.doneAt, BlockIDs: s.blockIDs}
 }
 
 func (s *Stream) deliver(p *Progress, at time.Time) {
@@ -64,7 +67,7 @@ func (s *Stream) deliver(p *Progress, at time.Time) {
 	}
 	done := p.Done && !s.done
 	if done {
-		s.done, s.doneAt = true, at
+		s.done, s.doneAt, s.blockIDs = true, at, p.BlockIDs
 	}
 	s.mu.Unlock()
 	select {

@@ -41,6 +41,9 @@ type WorkerConfig struct {
 	// internal destination is refused by the frontend's SSRF guard (mm.Guard), before any connection.
 	// Default none.
 	MediaAllowHosts []string
+	// KVTransfer is the transfer model of disaggregated decode (pulling a prefill worker's blocks).
+	// Zero fields take the defaults: 64 GB/s, the default model's KV bytes per token.
+	KVTransfer KVTransferConfig
 }
 
 // DefaultWorkerConfig is one rank with Dynamo's engine defaults, the fallback model, a free port on
@@ -59,6 +62,9 @@ func (c *WorkerConfig) Validate() error {
 	}
 	if c.KVEvents.Enable && c.NewPublisher == nil && c.KVEvents.Endpoint == "" {
 		return fmt.Errorf("%w: kv events enabled without an endpoint", ErrBadConfig)
+	}
+	if !(c.KVTransfer.Bandwidth >= 0) || c.KVTransfer.KVBytesPerToken < 0 {
+		return fmt.Errorf("%w: kv transfer bandwidth %v and bytes per token %d must not be negative", ErrBadConfig, c.KVTransfer.Bandwidth, c.KVTransfer.KVBytesPerToken)
 	}
 	if _, err := mm.NewGuard(c.MediaAllowHosts); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadConfig, err)
