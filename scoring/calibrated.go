@@ -42,7 +42,7 @@ func CalibratedCost(q, u, k float64, capacity uint64, blockSize int, gamma float
 	// prefix delays the requests behind it wherever it runs, a cached one delays nobody.
 	c := (q+u)*(1+gamma*k) + WorkWeight*u
 	if capacity > 0 {
-		if over := k - float64(capacity); over > 0 {
+		if over := k - float64(int64(capacity)); over > 0 { // int64: one instruction; capacities fit
 			c += over * float64(blockSize) * (1 + gamma*k)
 		}
 	}

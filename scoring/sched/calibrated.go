@@ -72,21 +72,22 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores []prefix.Score, chain
 			}
 		}
 		eligible++
+		// Plain comparisons and signed conversions: the builtin float min/max carry NaN and signed-zero
+		// branches, and uint64 → float64 is a branchy sequence on amd64; neither is needed here.
 		cached := float64(ov[i]) * fbs
 		if host != nil {
 			cached += (cfg.HostCacheHitWeight*float64(host[i]) + cfg.DiskCacheHitWeight*float64(disk[i])) * fbs
 		}
-		u := max(fisl-min(cached, fisl), 0)
+		u := 0.0
+		if cached < fisl {
+			u = fisl - cached
+		}
 		add := nchain
 		if l.active != 0 && reuse && nchain != 0 {
-			add = float64(m.list[i].t.Projection(chain, true))
+			add = float64(int64(m.list[i].t.Projection(chain, true)))
 		}
 		k := l.decode + add
-		capacity := tm.totalKV
-		if capacity == 0 {
-			capacity = m.list[i].learnedKV
-		}
-		cost := scoring.CalibratedCost(q0*float64(l.prefill), u, k, capacity, bs, gamma)
+		cost := scoring.CalibratedCost(q0*float64(int64(l.prefill)), u, k, tm.totalKV, bs, gamma)
 		if sreq.ReturnCosts {
 			costs = append(costs, scoring.CandidateCost{Worker: tm.worker, Overlap: ov[i], Cost: cost})
 		}

@@ -144,7 +144,24 @@ type line struct {
 	_          uint32
 }
 
-// candTmpl is a target's static part of a candidate: key, declared capacity, device.
+// totalKV is the target's KV capacity in blocks: its registration's, else what it reported (0: unknown).
+func (t *target) totalKV() uint64 {
+	if t.w.TotalKVBlocks > 0 {
+		return uint64(t.w.TotalKVBlocks)
+	}
+	return t.learnedKV
+}
+
+// maxBatched is the target's token budget per step: its registration's, else what it reported.
+func (t *target) maxBatched() uint64 {
+	if t.w.MaxNumBatchedTokens > 0 {
+		return uint64(t.w.MaxNumBatchedTokens)
+	}
+	return t.learnedBatched
+}
+
+// candTmpl is a target's static part of a candidate: key, capacity (declared, else reported), device.
+// The candidate loop reads it densely, never the target behind it.
 type candTmpl struct {
 	worker              scoring.WorkerKey
 	totalKV, maxBatched uint64
@@ -256,12 +273,11 @@ func (m *Machine) reindex() {
 	m.lines = make([]line, len(m.list))
 	m.tmpl = make([]candTmpl, len(m.list))
 	m.pos = newPosTable(len(m.list))
+	m.sc.memo = m.sc.memo[:0]
 	for i, t := range m.list {
 		t.i = i
 		m.pos.put(t.key, i)
-		c := candTmpl{worker: t.key, totalKV: uint64(t.w.TotalKVBlocks), maxBatched: uint64(t.w.MaxNumBatchedTokens),
-			device: t.w.Device}
-		m.tmpl[i] = c
+		m.tmpl[i] = candTmpl{worker: t.key, totalKV: t.totalKV(), maxBatched: t.maxBatched(), device: t.w.Device}
 		m.publish(t)
 	}
 }
@@ -324,6 +340,7 @@ func (m *Machine) SetCapacity(id uint64, totalKVBlocks, maxBatched int) {
 		if maxBatched > 0 && t.w.MaxNumBatchedTokens == 0 {
 			t.learnedBatched = uint64(maxBatched)
 		}
+		m.tmpl[t.i].totalKV, m.tmpl[t.i].maxBatched = t.totalKV(), t.maxBatched()
 	}
 }
 

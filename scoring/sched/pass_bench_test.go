@@ -71,6 +71,15 @@ func BenchmarkSelectionPass(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
+			// The kvroute preset's decision loop (calibrated cost), which reads the dense rows itself.
+			b.Run("calibrated", func(b *testing.B) {
+				for range b.N {
+					if _, _, err := m.calibrated(&sreq, scores, chain, 8192, true, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
+			})
 			for i := range rows {
 				rows[i].Overlap = 0
 			}

@@ -2,9 +2,12 @@ package sched
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
 // TestPosTable: every (worker, rank) of a fleet with lease-style and sequential ids is found at its
@@ -34,6 +37,53 @@ func TestPosTable(t *testing.T) {
 		}
 		if _, ok := p.find(scoring.WorkerKey{WorkerID: 1 << 62}); ok {
 			t.Fatalf("n=%d: absent worker found", n)
+		}
+	}
+}
+
+// TestOverlapsFollowScoreOrderAndFleet: the overlap scatter (with its memo of last time's positions)
+// puts every score at its worker's position whatever order the index lists them in, ignores workers
+// the machine does not know, and follows the fleet when workers join and leave.
+func TestOverlapsFollowScoreOrderAndFleet(t *testing.T) {
+	cfg := scoring.DefaultConfig()
+	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 16
+	m, err := New(cfg, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	rng := rand.New(rand.NewPCG(2, 3))
+	fleet := map[uint64]bool{}
+	for step := range 400 {
+		switch id := uint64(rng.IntN(24)); {
+		case step%7 == 0 && fleet[id]:
+			m.RemoveWorker(now, id)
+			delete(fleet, id)
+		case step%3 == 0 && !fleet[id]:
+			m.AddWorker(now, Worker{ID: id})
+			fleet[id] = true
+		}
+		var scores []prefix.Score
+		for _, id := range rng.Perm(24) {
+			if rng.IntN(4) > 0 {
+				scores = append(scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64(id)}, Blocks: uint32(1 + rng.IntN(100))})
+			}
+		}
+		if step%2 == 1 { // half the time the index repeats its order, as it does between decisions
+			scores = scores[:0]
+			for id := range 24 {
+				scores = append(scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64(id)}, Blocks: uint32(1 + rng.IntN(100))})
+			}
+		}
+		ov := m.overlaps(scores)
+		want := make([]uint32, len(m.list))
+		for _, s := range scores {
+			if tg := m.find(scoring.WorkerKey(s.Worker)); tg != nil {
+				want[tg.i] = s.Blocks
+			}
+		}
+		if !slices.Equal(ov, want) {
+			t.Fatalf("step %d: overlaps %v, want %v", step, ov, want)
 		}
 	}
 }

@@ -91,6 +91,14 @@ type scratch struct {
 	caps       []scoring.Capacity
 	targetOf   []int32
 	ties       []uint64
+	// memo[j] is the position of the worker the j-th overlap score named last time (-1: none); reset
+	// whenever positions change.
+	memo []posMemo
+}
+
+type posMemo struct {
+	key scoring.WorkerKey
+	pos int32
 }
 
 // Route decides where req goes at now and charges that worker. When the request must wait (the queue
@@ -457,11 +465,30 @@ func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 	n := len(m.list)
 	ov := slices.Grow(m.sc.ov[:0], n)[:n]
 	clear(ov)
-	for _, sco := range scores {
-		if i, ok := m.pos.find(scoring.WorkerKey(sco.Worker)); ok {
-			ov[i] = sco.Blocks
+	// The index lists workers in an order that rarely changes between decisions, so the position found
+	// for the j-th score last time is checked first (one key compare) before the table is probed.
+	memo := m.sc.memo
+	for j := range scores {
+		k := scoring.WorkerKey(scores[j].Worker)
+		if j < len(memo) && memo[j].key == k {
+			if i := memo[j].pos; i >= 0 {
+				ov[i] = scores[j].Blocks
+			}
+			continue
+		}
+		i, ok := m.pos.find(k)
+		if !ok {
+			i = -1
+		} else {
+			ov[i] = scores[j].Blocks
+		}
+		if j < len(memo) {
+			memo[j] = posMemo{key: k, pos: int32(i)}
+		} else if j == len(memo) {
+			memo = append(memo, posMemo{key: k, pos: int32(i)})
 		}
 	}
+	m.sc.memo = memo
 	m.sc.ov = ov
 	return ov
 }
@@ -525,14 +552,7 @@ func (m *Machine) additional(i int, active uint32, chain []uint64, reuse bool) u
 // capacity writes target i's capacity: its registration's, else what it reported, and its KV usage.
 func (m *Machine) capacity(cp *scoring.Capacity, i int) {
 	t, tm := m.list[i], &m.tmpl[i]
-	total, batched := tm.totalKV, tm.maxBatched
-	if total == 0 {
-		total = t.learnedKV
-	}
-	if batched == 0 {
-		batched = t.learnedBatched
-	}
-	cp.TotalKVBlocks, cp.MaxNumBatchedTokens = total, batched
+	cp.TotalKVBlocks, cp.MaxNumBatchedTokens = tm.totalKV, tm.maxBatched
 	cp.KVUsedBlocks, cp.KVUsedKnown = 0, t.kvKnown
 	if t.kvKnown {
 		cp.KVUsedBlocks = t.kvUsed
