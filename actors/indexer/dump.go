@@ -14,3 +14,25 @@ func (x *Indexer) Dump(fn func(prefix.DumpEntry)) (skipped int) {
 	}
 	return skipped
 }
+
+// Restore replays Dump's entries (single-block stores, parents before children, workers in any order)
+// into the index: consecutive entries of one worker become one Apply of at most 4096 stores. It returns
+// once they are sent; call Flush for a barrier. Snapshots only.
+func (x *Indexer) Restore(entries []prefix.DumpEntry) {
+	var cur *Apply
+	flush := func() {
+		if cur != nil && len(cur.Ops) > 0 {
+			_ = x.Apply(cur)
+		}
+		cur = nil
+	}
+	for _, e := range entries {
+		if cur == nil || cur.WorkerID != e.Worker.WorkerID || len(cur.Ops) >= 4096 {
+			flush()
+			cur = &Apply{WorkerID: e.Worker.WorkerID}
+		}
+		cur.Ops = append(cur.Ops, Op{Kind: OpStore, DPRank: e.Worker.DPRank, Parent: e.Parent, HasParent: e.HasParent,
+			Blocks: []prefix.Block{e.Block}})
+	}
+	flush()
+}

@@ -21,7 +21,7 @@ import (
 // Errors of the fleet's control plane.
 var (
 	ErrDuplicate = errors.New("worker: already registered")
-	ErrUnknown   = errors.New("worker: not registered")
+	ErrUnknown   = registry.ErrUnknownWorker
 	ErrStopped   = errors.New("worker: fleet stopped")
 	errResync    = errors.New("worker: resync requested")
 )

@@ -187,7 +187,7 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 		if *n.durable {
 			scfg.SnapshotThreshold = *n.snapshot
 		}
-		if p.src, err = natsplane.NewSource(nc, r, scfg); err != nil {
+		if p.src, err = natsplane.NewSource(nc, natsplane.Fleet{Sink: r.Fleet.NewInjector(), Index: r.Index, Barrier: r.Fleet.Sync}, scfg); err != nil {
 			return fail(err)
 		}
 		if w != nil {

@@ -11,6 +11,9 @@
 //     replay) republishing every batch on kv-events.<worker_id>.
 //   - source.go: Source, in a frontend: subscribes to kv-events.* and delivers every batch through the
 //     fleet's Injector (actors/worker/source.go), so the index is fed exactly as a ZMQ mirror feeds it.
+//     The package sits below the actors (workers layer) and imports none of them: it declares what it
+//     drives as small interfaces (EventSink, Index, RemoteLoad, WorkerSet) and cmd/kvroute wires the
+//     router's fleet, index and scheduler into them.
 //   - snapshot.go: durable mode only: the index dumped to the object store every
 //     --router-snapshot-threshold stream messages, and restored by a frontend that starts later.
 //   - replica.go: ReplicaSync (`--router-replica-sync`): AddRequest / MarkPrefillCompleted / Free
@@ -58,7 +61,7 @@
 // # Ownership
 //
 //   - The index and the mirrors belong to actors/router and actors/worker; this package only delivers
-//     batches into them (Injector) and reads them for snapshots (Fleet.Sync, Indexer.Dump).
+//     batches into them (EventSink) and reads them for snapshots (Fleet.Barrier, Index.Dump / Restore).
 //   - Remote load lives in the router's trackers under namespaced ids ("\x00replica/<router>/<id>"), so
 //     stale-request expiry and worker removal clean up remote requests whose Free was lost.
 //

@@ -124,7 +124,7 @@ func startFrontend(t testing.TB, url string, ws []*mocker.Worker, scfg SourceCon
 		}
 	}
 	nc := connect(t, url)
-	src, err := NewSource(nc, r, scfg)
+	src, err := NewSource(nc, fleetOf(r), scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,3 +290,8 @@ func converge(t testing.TB, fs []*frontend, ws []*mocker.Worker, d time.Duration
 type atomicCounter struct{ n atomic.Uint64 }
 
 func (c *atomicCounter) add() uint64 { return c.n.Add(1) - 1 }
+
+// fleetOf wires a router's fleet and index to a Source, as cmd/kvroute does.
+func fleetOf(r *router.Router) Fleet {
+	return Fleet{Sink: r.Fleet.NewInjector(), Index: r.Index, Barrier: r.Fleet.Sync}
+}

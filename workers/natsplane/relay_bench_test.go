@@ -89,7 +89,7 @@ func BenchmarkRelayToFrontends(b *testing.B) {
 				if err := r.AddWorker(registry.Spec{ID: 1, URL: "http://127.0.0.1:1", BlockSize: testBlockSize}); err != nil {
 					b.Fatal(err)
 				}
-				src, err := NewSource(connect(b, url), r, scfg)
+				src, err := NewSource(connect(b, url), fleetOf(r), scfg)
 				if err != nil {
 					b.Fatal(err)
 				}

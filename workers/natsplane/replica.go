@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
-	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/scoring/sched"
 )
 
 // ReplicaConfig configures replica sync (--router-replica-sync).
@@ -44,19 +44,19 @@ type ReplicaStats struct {
 type ReplicaSync struct {
 	cfg  ReplicaConfig
 	nc   *nats.Conn
-	q    chan router.LoadEvent
+	q    chan sched.LoadEvent
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
 
 	mu  sync.Mutex
-	r   *router.Router
+	r   RemoteLoad
 	sub *nats.Subscription
 
 	published, dropped, applied, own, applyErrs atomic.Uint64
 }
 
-// NewReplicaSync starts the publisher. Set router.Config.OnLoad to Observe before router.New, then call
+// NewReplicaSync starts the publisher. Set the router's load observer (router.Config.OnLoad) to Observe before router.New, then call
 // Start with the router.
 func NewReplicaSync(nc *nats.Conn, cfg ReplicaConfig) *ReplicaSync {
 	if cfg.RouterID == "" {
@@ -65,7 +65,7 @@ func NewReplicaSync(nc *nats.Conn, cfg ReplicaConfig) *ReplicaSync {
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 100_000
 	}
-	rs := &ReplicaSync{cfg: cfg, nc: nc, q: make(chan router.LoadEvent, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{})}
+	rs := &ReplicaSync{cfg: cfg, nc: nc, q: make(chan sched.LoadEvent, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{})}
 	go rs.publishLoop()
 	return rs
 }
@@ -75,7 +75,7 @@ func (rs *ReplicaSync) RouterID() string { return rs.cfg.RouterID }
 
 // Observe is the router's load observer (router.Config.OnLoad): it enqueues without blocking, dropping
 // the event when the queue is full.
-func (rs *ReplicaSync) Observe(ev router.LoadEvent) {
+func (rs *ReplicaSync) Observe(ev sched.LoadEvent) {
 	select {
 	case rs.q <- ev:
 	default:
@@ -101,8 +101,13 @@ func (rs *ReplicaSync) publishLoop() {
 	}
 }
 
+// RemoteLoad is what replica sync applies other routers' load changes to: *router.Router satisfies it.
+type RemoteLoad interface {
+	ApplyRemote(routerID string, ev sched.LoadEvent) error
+}
+
 // Start subscribes to the other routers' events and applies them to r.
-func (rs *ReplicaSync) Start(r *router.Router) error {
+func (rs *ReplicaSync) Start(r RemoteLoad) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.sub != nil {

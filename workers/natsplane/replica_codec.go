@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/sched"
 )
 
 // Replica-sync wire format, version 1 (little-endian; Dynamo's ActiveSequenceEvent fields):
@@ -21,7 +21,7 @@ import (
 const replicaVersion = 1
 
 // appendReplicaEvent encodes ev from routerID onto dst.
-func appendReplicaEvent(dst []byte, routerID string, ev *router.LoadEvent) []byte {
+func appendReplicaEvent(dst []byte, routerID string, ev *sched.LoadEvent) []byte {
 	le := binary.LittleEndian
 	dst = append(dst, replicaVersion, byte(ev.Kind))
 	dst = le.AppendUint16(dst, uint16(len(routerID)))
@@ -30,7 +30,7 @@ func appendReplicaEvent(dst []byte, routerID string, ev *router.LoadEvent) []byt
 	dst = append(dst, ev.RequestID...)
 	dst = le.AppendUint64(dst, ev.Worker.WorkerID)
 	dst = le.AppendUint32(dst, ev.Worker.DPRank)
-	if ev.Kind != router.LoadAdd {
+	if ev.Kind != sched.LoadAdd {
 		return dst
 	}
 	dst = le.AppendUint32(dst, uint32(ev.ISL))
@@ -55,16 +55,16 @@ func appendReplicaEvent(dst []byte, routerID string, ev *router.LoadEvent) []byt
 }
 
 // decodeReplicaEvent parses one message. The event's strings and hashes do not alias b.
-func decodeReplicaEvent(b []byte) (routerID string, ev router.LoadEvent, err error) {
+func decodeReplicaEvent(b []byte) (routerID string, ev sched.LoadEvent, err error) {
 	le := binary.LittleEndian
-	bad := func(what string) (string, router.LoadEvent, error) {
-		return "", router.LoadEvent{}, fmt.Errorf("%w: replica event: %s", ErrBadMessage, what)
+	bad := func(what string) (string, sched.LoadEvent, error) {
+		return "", sched.LoadEvent{}, fmt.Errorf("%w: replica event: %s", ErrBadMessage, what)
 	}
 	if len(b) < 2 || b[0] != replicaVersion {
 		return bad("version")
 	}
-	ev.Kind = router.LoadEventKind(b[1])
-	if ev.Kind < router.LoadAdd || ev.Kind > router.LoadBind {
+	ev.Kind = sched.LoadEventKind(b[1])
+	if ev.Kind < sched.LoadAdd || ev.Kind > sched.LoadBind {
 		return bad("kind")
 	}
 	b = b[2:]
@@ -92,7 +92,7 @@ func decodeReplicaEvent(b []byte) (routerID string, ev router.LoadEvent, err err
 	}
 	ev.Worker = scoring.WorkerKey{WorkerID: le.Uint64(b), DPRank: le.Uint32(b[8:])}
 	b = b[12:]
-	if ev.Kind != router.LoadAdd {
+	if ev.Kind != sched.LoadAdd {
 		if len(b) != 0 {
 			return bad("trailing bytes")
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
@@ -34,7 +33,7 @@ var ErrBadSnapshot = errors.New("natsplane: bad snapshot")
 // snapshot dumps the index as of streamSeq (every message up to it applied) to the object store. It runs
 // on the delivery goroutine, under mu, so no batch enters between the barrier and the dump.
 func (s *Source) snapshot(ctx context.Context, streamSeq uint64) error {
-	s.r.Fleet.Sync()
+	s.fleet.Barrier()
 	var buf bytes.Buffer
 	w := func(v any) { _ = binary.Write(&buf, binary.LittleEndian, v) }
 	buf.Write(snapshotMagic[:])
@@ -62,7 +61,7 @@ func (s *Source) snapshot(ctx context.Context, streamSeq uint64) error {
 	}
 	var entries bytes.Buffer
 	n := uint64(0)
-	s.r.Index.Dump(func(e prefix.DumpEntry) {
+	s.fleet.Index.Dump(func(e prefix.DumpEntry) {
 		n++
 		_ = binary.Write(&entries, binary.LittleEndian, struct {
 			W       uint64
@@ -144,14 +143,8 @@ func (s *Source) restore(ctx context.Context) (uint64, error) {
 	if err := r(&n); err != nil || n > uint64(rd.Len())/37 {
 		return 0, fmt.Errorf("%w: entry count", ErrBadSnapshot)
 	}
-	// Group consecutive entries of one worker into one Apply (the index orders per worker only).
-	var cur *indexer.Apply
-	flush := func() {
-		if cur != nil && len(cur.Ops) > 0 {
-			_ = s.r.Index.Apply(cur)
-		}
-		cur = nil
-	}
+	// Restore in chunks, so a large snapshot does not sit in memory twice.
+	chunk := make([]prefix.DumpEntry, 0, 4096)
 	for i := uint64(0); i < n; i++ {
 		var e struct {
 			W       uint64
@@ -162,15 +155,15 @@ func (s *Source) restore(ctx context.Context) (uint64, error) {
 		if err := r(&e); err != nil {
 			return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 		}
-		if cur == nil || cur.WorkerID != e.W || len(cur.Ops) >= 4096 {
-			flush()
-			cur = &indexer.Apply{WorkerID: e.W}
+		chunk = append(chunk, prefix.DumpEntry{Worker: prefix.WorkerKey{WorkerID: e.W, DPRank: e.R}, Parent: e.P, HasParent: e.HasP == 1,
+			Block: prefix.Block{EngineHash: e.E, LocalHash: e.L}})
+		if len(chunk) == cap(chunk) {
+			s.fleet.Index.Restore(chunk)
+			chunk = chunk[:0]
 		}
-		cur.Ops = append(cur.Ops, indexer.Op{Kind: indexer.OpStore, DPRank: e.R, Parent: e.P, HasParent: e.HasP == 1,
-			Blocks: []prefix.Block{{EngineHash: e.E, LocalHash: e.L}}})
 	}
-	flush()
-	s.r.Index.Flush()
+	s.fleet.Index.Restore(chunk)
+	s.fleet.Index.Flush()
 	s.mu.Lock()
 	s.states = states
 	s.mu.Unlock()

@@ -12,10 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvroute/kvroute/actors/router"
-	"github.com/kvroute/kvroute/actors/worker"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/kvevents"
+	"github.com/kvroute/kvroute/workers/registry"
 )
 
 // SourceConfig configures a frontend's NATS event source.
@@ -73,12 +72,12 @@ type rankState struct {
 // One goroutine at a time runs handle (the NATS subscription's or the consumer's delivery goroutine);
 // mu makes that explicit across an ordered consumer's internal resets. Stats are atomics.
 type Source struct {
-	cfg SourceConfig
-	nc  *nats.Conn
-	r   *router.Router
+	cfg   SourceConfig
+	nc    *nats.Conn
+	fleet Fleet
 
 	mu     sync.Mutex // held by handle: inj, states, batch, sinceSnap
-	inj    *worker.Injector
+	inj    EventSink
 	states map[prefix.WorkerKey]*rankState
 	batch  kvevents.Batch
 	since  int
@@ -92,15 +91,46 @@ type Source struct {
 	lastErr                                                                                          atomic.Pointer[string]
 }
 
-// NewSource prepares an event source for r. Start subscribes.
-func NewSource(nc *nats.Conn, r *router.Router, cfg SourceConfig) (*Source, error) {
+// EventSink takes decoded batches into the fleet's mirrors, as a worker's own ZMQ subscriber would hand
+// them: *worker.Injector (Fleet.NewInjector) satisfies it. Deliver and Reset fail with an error wrapping
+// registry.ErrUnknownWorker when the worker is not in the fleet. One goroutine owns a sink.
+type EventSink interface {
+	Deliver(workerID uint64, rank int, seq uint64, b *kvevents.Batch) error
+	Reset(workerID uint64, rank int) error
+	Forget(workerID uint64)
+}
+
+// Index is the router's index as snapshots see it: *indexer.Indexer satisfies it.
+type Index interface {
+	// Dump emits every stored block as a single-block store, parents before children; it returns the
+	// blocks it could not express.
+	Dump(fn func(prefix.DumpEntry)) (skipped int)
+	// Restore replays Dump's entries; Flush is its barrier.
+	Restore(entries []prefix.DumpEntry)
+	Flush()
+}
+
+// Fleet is what a Source feeds and snapshots. The package sits below the actors, so cmd wires it from the
+// router: Fleet{Sink: r.Fleet.NewInjector(), Barrier: r.Fleet.Sync, Index: r.Index}.
+type Fleet struct {
+	Sink  EventSink
+	Index Index
+	// Barrier returns once every batch handed to Sink before the call is applied to Index.
+	Barrier func()
+}
+
+// NewSource prepares an event source for a router's fleet. Start subscribes.
+func NewSource(nc *nats.Conn, fl Fleet, cfg SourceConfig) (*Source, error) {
+	if fl.Sink == nil || fl.Index == nil || fl.Barrier == nil {
+		return nil, fmt.Errorf("%w: source needs a sink, an index and a barrier", ErrBadConfig)
+	}
 	if cfg.PendingMsgs <= 0 {
 		cfg.PendingMsgs = 1_000_000
 	}
 	if !cfg.Durable && cfg.SnapshotThreshold > 0 {
 		return nil, fmt.Errorf("%w: snapshots need --durable-kv-events", ErrBadConfig)
 	}
-	s := &Source{cfg: cfg, nc: nc, r: r, inj: r.Fleet.NewInjector(), states: map[prefix.WorkerKey]*rankState{}}
+	s := &Source{cfg: cfg, nc: nc, fleet: fl, inj: fl.Sink, states: map[prefix.WorkerKey]*rankState{}}
 	if cfg.Durable {
 		js, err := jetstream.New(nc)
 		if err != nil {
@@ -212,7 +242,7 @@ func (s *Source) handle(subject string, h nats.Header, data []byte, streamSeq ui
 	s.messages.Add(1)
 	if err := s.apply(subject, h, data); err != nil {
 		switch {
-		case errors.Is(err, worker.ErrUnknown):
+		case errors.Is(err, registry.ErrUnknownWorker):
 			s.unknown.Add(1)
 		default:
 			s.bad.Add(1)

@@ -15,6 +15,11 @@ import (
 // ErrBadSpec is the class of every worker description error.
 var ErrBadSpec = errors.New("registry: bad worker spec")
 
+// ErrUnknownWorker: no worker with this id is registered. The fleet (actors/worker.ErrUnknown) and the
+// event sources below it (workers/natsplane) share this one sentinel, so a source can tell a batch of a
+// worker that has left from a malformed one without importing the fleet.
+var ErrUnknownWorker = errors.New("worker: not registered")
+
 // Worker roles (disaggregated prefill/decode serving).
 const (
 	// RoleBoth is an aggregated worker: it serves whole requests (prefill and decode). The default.
