@@ -19,7 +19,8 @@
 //  3. Errors (errors.go): ErrBadRequest, ErrNotFound, ErrTooLarge, ErrUnprocessable, ErrUnavailable are
 //     the classes frontend maps to statuses (frontend/errors.go uses these same values); *Error adds
 //     the param for OpenAI's error.param.
-//  4. Raw-body edits (scan.go, media.go): a non-allocating JSON scanner gives positions the decoder does
+//  4. Raw-body edits (media.go, wire.go): a non-allocating JSON scanner (workers/oaiwire, below the
+//     worker client that reads usage with it) gives positions the decoder does
 //     not; SetMediaUUIDs adds or replaces the "uuid" of media parts (the mm identity the worker's KV
 //     events will carry), SetField / DeleteField change one top-level member (e.g. "nvext" on a worker
 //     response), TopLevelField reads one. Every byte not being changed is copied as it came.

@@ -6,51 +6,52 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/workers/oaiwire"
 )
 
 // scanMedia locates the media content parts of a chat body: messages[i].content[j] objects whose type is
 // a media type, with their url and uuid. Called only when the decoded messages have media parts.
 func scanMedia(b []byte) ([]MediaPart, error) {
-	msgs, ok, _, err := findField(b, "messages")
+	msgs, ok, _, err := oaiwire.FindField(b, "messages")
 	if err != nil || !ok {
 		return nil, err
 	}
 	var out []MediaPart
 	mi := 0
-	err = eachElem(b, msgs.valStart, func(ms, _ int) error {
+	err = oaiwire.EachElem(b, msgs.ValStart, func(ms, _ int) error {
 		defer func() { mi++ }()
 		if b[ms] != '{' {
 			return nil
 		}
-		var content field
+		var content oaiwire.Field
 		has := false
-		if _, err := eachField(b, ms, func(f field) bool {
-			if keyIs(b, f, "content") {
+		if _, err := oaiwire.EachField(b, ms, func(f oaiwire.Field) bool {
+			if oaiwire.KeyIs(b, f, "content") {
 				content, has = f, true
 			}
 			return true
 		}); err != nil {
 			return err
 		}
-		if !has || b[content.valStart] != '[' {
+		if !has || b[content.ValStart] != '[' {
 			return nil
 		}
 		pi := 0
-		return eachElem(b, content.valStart, func(ps, _ int) error {
+		return oaiwire.EachElem(b, content.ValStart, func(ps, _ int) error {
 			defer func() { pi++ }()
 			if b[ps] != '{' {
 				return nil
 			}
 			p := MediaPart{Message: mi, Part: pi, uuidStart: -1}
-			var typ, media field
+			var typ, media oaiwire.Field
 			var hasType, hasMedia bool
-			end, err := eachField(b, ps, func(f field) bool {
+			end, err := oaiwire.EachField(b, ps, func(f oaiwire.Field) bool {
 				switch {
-				case keyIs(b, f, "type"):
+				case oaiwire.KeyIs(b, f, "type"):
 					typ, hasType = f, true
-				case keyIs(b, f, "uuid"):
-					p.uuidStart, p.uuidEnd, p.HasUUID = f.valStart, f.valEnd, true
-				case keyIs(b, f, "image_url"), keyIs(b, f, "video_url"), keyIs(b, f, "audio_url"):
+				case oaiwire.KeyIs(b, f, "uuid"):
+					p.uuidStart, p.uuidEnd, p.HasUUID = f.ValStart, f.ValEnd, true
+				case oaiwire.KeyIs(b, f, "image_url"), oaiwire.KeyIs(b, f, "video_url"), oaiwire.KeyIs(b, f, "audio_url"):
 					media, hasMedia = f, true
 				}
 				return true
@@ -58,7 +59,7 @@ func scanMedia(b []byte) ([]MediaPart, error) {
 			if err != nil {
 				return err
 			}
-			if !hasType || json.Unmarshal(b[typ.valStart:typ.valEnd], &p.Type) != nil || !isMediaType(p.Type) {
+			if !hasType || json.Unmarshal(b[typ.ValStart:typ.ValEnd], &p.Type) != nil || !isMediaType(p.Type) {
 				return nil
 			}
 			p.end = end
@@ -66,7 +67,7 @@ func scanMedia(b []byte) ([]MediaPart, error) {
 				_ = json.Unmarshal(b[p.uuidStart:p.uuidEnd], &p.UUID)
 			}
 			if hasMedia {
-				raw := b[media.valStart:media.valEnd]
+				raw := b[media.ValStart:media.ValEnd]
 				if raw[0] == '"' {
 					_ = json.Unmarshal(raw, &p.URL)
 				} else if raw[0] == '{' {
@@ -111,13 +112,13 @@ func SetMediaUUIDs(body []byte, media []MediaPart, uuids []string) ([]byte, erro
 		}
 		if p.HasUUID {
 			out = append(out, body[prev:p.uuidStart]...)
-			out = appendString(out, u)
+			out = oaiwire.AppendString(out, u)
 			prev = p.uuidEnd
 			continue
 		}
 		out = append(out, body[prev:p.end]...)
 		out = append(out, `,"uuid":`...)
-		out = appendString(out, u)
+		out = oaiwire.AppendString(out, u)
 		prev = p.end
 	}
 	return append(out, body[prev:]...), nil
@@ -145,18 +146,18 @@ func RewriteMedia(body []byte, media []MediaPart, uuids []string, key string, me
 		case u == "" || (p.HasUUID && p.UUID == u):
 		case p.HasUUID:
 			out = append(out, body[prev:p.uuidStart]...)
-			out = appendString(out, u)
+			out = oaiwire.AppendString(out, u)
 			prev = p.uuidEnd
 		default:
 			out = append(out, body[prev:p.end]...)
 			out = append(out, `,"uuid":`...)
-			out = appendString(out, u)
+			out = oaiwire.AppendString(out, u)
 			prev = p.end
 		}
 		if members[i] != nil {
 			out = append(out, body[prev:p.end]...)
 			out = append(out, ',')
-			out = appendString(out, key)
+			out = oaiwire.AppendString(out, key)
 			out = append(out, ':')
 			out = append(out, members[i]...)
 			prev = p.end

@@ -9,6 +9,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/kvroute/kvroute/model"
+	"github.com/kvroute/kvroute/workers/oaiwire"
 )
 
 // ChatRequest is a POST /v1/chat/completions body. Fields the router does not read (vLLM's sampling
@@ -187,7 +188,7 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 	default:
 		return errPromptType
 	}
-	i := skipWS(b, 1)
+	i := oaiwire.SkipWS(b, 1)
 	if i >= len(b) {
 		return errPromptType
 	}
@@ -226,9 +227,9 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 // only the result.
 func parseTokenIDs(b []byte) ([]uint32, bool) {
 	ids := make([]uint32, 0, len(b)/6+1)
-	i := skipWS(b, 1)
+	i := oaiwire.SkipWS(b, 1)
 	if i < len(b) && b[i] == ']' {
-		return ids, skipWS(b, i+1) == len(b)
+		return ids, oaiwire.SkipWS(b, i+1) == len(b)
 	}
 	for {
 		if i >= len(b) || b[i] < '0' || b[i] > '9' {
@@ -247,22 +248,22 @@ func parseTokenIDs(b []byte) ([]uint32, bool) {
 			return nil, false // JSON has no leading zeros
 		}
 		ids = append(ids, uint32(v))
-		i = skipWS(b, i)
+		i = oaiwire.SkipWS(b, i)
 		if i >= len(b) {
 			return nil, false
 		}
 		switch b[i] {
 		case ',':
-			i = skipWS(b, i+1)
+			i = oaiwire.SkipWS(b, i+1)
 		case ']':
-			return ids, skipWS(b, i+1) == len(b)
+			return ids, oaiwire.SkipWS(b, i+1) == len(b)
 		default:
 			return nil, false // '.', 'e', '-' inside: not an integer
 		}
 	}
 }
 
-// Stop is the stop field: a string or a list of strings.
+// Stop is the stop oaiwire.Field: a string or a list of strings.
 type Stop struct {
 	List []string
 	Set  bool
@@ -293,7 +294,7 @@ func (s *Stop) UnmarshalJSON(b []byte) error {
 	return errorf(ErrBadRequest, "stop", "must be a string or a list of strings")
 }
 
-// ParseChat decodes a chat completion body: JSON syntax and field types only (Validate checks values).
+// ParseChat decodes a chat completion body: JSON syntax and oaiwire.Field types only (Validate checks values).
 // The request keeps body (no copy).
 func ParseChat(body []byte) (*ChatRequest, error) {
 	if err := checkObject(body); err != nil {
@@ -320,7 +321,7 @@ func ParseChat(body []byte) (*ChatRequest, error) {
 	return req, nil
 }
 
-// ParseCompletion decodes a completion body: JSON syntax and field types only.
+// ParseCompletion decodes a completion body: JSON syntax and oaiwire.Field types only.
 func ParseCompletion(body []byte) (*CompletionRequest, error) {
 	if err := checkObject(body); err != nil {
 		return nil, err
@@ -336,7 +337,7 @@ func ParseCompletion(body []byte) (*CompletionRequest, error) {
 // checkObject rejects an empty body and any top level other than an object, with messages clearer than
 // the decoder's.
 func checkObject(body []byte) error {
-	i := skipWS(body, 0)
+	i := oaiwire.SkipWS(body, 0)
 	if i == len(body) {
 		return errorf(ErrBadRequest, "", "request body is empty")
 	}
@@ -346,7 +347,7 @@ func checkObject(body []byte) error {
 	return nil
 }
 
-// decodeError turns a decoder error into a 400 naming the field.
+// decodeError turns a decoder error into a 400 naming the oaiwire.Field.
 func decodeError(err error) error {
 	var own *Error
 	if errors.As(err, &own) {
@@ -372,7 +373,7 @@ func decodeError(err error) error {
 	return errorf(ErrBadRequest, "", "invalid JSON: %v", err)
 }
 
-// jsonPath turns the decoder's field path ("messages.0.role") into the API's ("messages[0].role").
+// jsonPath turns the decoder's oaiwire.Field path ("messages.0.role") into the API's ("messages[0].role").
 func jsonPath(p string) string {
 	if p == "" {
 		return ""

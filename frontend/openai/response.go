@@ -1,34 +1,10 @@
 package openai
 
 import (
-	"bytes"
-
 	json "github.com/goccy/go-json"
 
 	"github.com/kvroute/kvroute/model"
 )
-
-// Usage is the usage object of a response or of the last stream chunk.
-type Usage struct {
-	PromptTokens        int                  `json:"prompt_tokens"`
-	CompletionTokens    int                  `json:"completion_tokens"`
-	TotalTokens         int                  `json:"total_tokens"`
-	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
-}
-
-// PromptTokensDetails carries the worker's prefix-cache hit: the router compares CachedTokens with its
-// predicted overlap.
-type PromptTokensDetails struct {
-	CachedTokens int `json:"cached_tokens"`
-}
-
-// CachedTokens is usage.prompt_tokens_details.cached_tokens, or 0 when the worker does not report it.
-func (u *Usage) CachedTokens() int {
-	if u == nil || u.PromptTokensDetails == nil {
-		return 0
-	}
-	return u.PromptTokensDetails.CachedTokens
-}
 
 // ChatCompletion is a non-streaming chat response (object "chat.completion").
 type ChatCompletion struct {
@@ -154,20 +130,6 @@ func AppendSSE(dst, payload []byte) []byte {
 func AppendSSEError(dst []byte, status int, typ, msg string) []byte {
 	b, _ := json.Marshal(ErrorResponse{Error: ErrorBody{Message: msg, Type: typ, Code: status}})
 	return AppendSSE(dst, b)
-}
-
-// ParseUsage reads the top-level "usage" of a response body or stream chunk without decoding the rest.
-// ok is false when the member is absent or null.
-func ParseUsage(body []byte) (u Usage, ok bool, err error) {
-	raw := TopLevelField(body, "usage")
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return Usage{}, false, nil
-	}
-	if err := json.Unmarshal(raw, &u); err != nil {
-		return Usage{}, false, err
-	}
-	return u, true, nil
 }
 
 // AddNVExt returns a copy of a response body or chunk (a JSON object) with "nvext" set to v, leaving the

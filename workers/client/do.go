@@ -5,7 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/workers/oaiwire"
 )
 
 // Response is a worker's complete answer to a non-streaming call. Reuse one across calls to avoid
@@ -15,7 +15,7 @@ type Response struct {
 	ContentType []byte
 	Body        []byte
 	// Usage is the body's usage object when HasUsage (2xx JSON responses of the generate endpoints).
-	Usage    openai.Usage
+	Usage    oaiwire.Usage
 	HasUsage bool
 }
 
@@ -34,13 +34,13 @@ func (e *Endpoint) Do(ctx context.Context, req *Request, resp *Response) error {
 	resp.Status = r.StatusCode()
 	resp.ContentType = append(resp.ContentType[:0], r.Header.ContentType()...)
 	resp.Body = append(resp.Body[:0], r.Body()...)
-	resp.Usage, resp.HasUsage = openai.Usage{}, false
+	resp.Usage, resp.HasUsage = oaiwire.Usage{}, false
 	if resp.Status >= 500 {
 		return &Error{Class: ErrStatus, Retryable: true, Status: resp.Status, Body: resp.Body, Addr: e.addr}
 	}
 	if resp.Status < 300 && len(resp.Body) > 0 && resp.Body[0] == '{' {
 		// A malformed usage is the worker's problem, not the request's: report none.
-		if u, ok, err := openai.ParseUsage(resp.Body); err == nil {
+		if u, ok, err := oaiwire.ParseUsage(resp.Body); err == nil {
 			resp.Usage, resp.HasUsage = u, ok
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/workers/oaiwire"
 )
 
 // Event is one server-sent event of a streamed response, valid until the next call to Next.
@@ -46,7 +46,7 @@ type Stream struct {
 	raw, data []byte
 	events    int
 	first     bool
-	usage     openai.Usage
+	usage     oaiwire.Usage
 	hasUsage  bool
 	done      bool
 	err       error
@@ -97,7 +97,7 @@ func (s *Stream) Status() int { return s.status }
 func (s *Stream) ContentType() []byte { return s.contentType }
 
 // Usage returns the usage of the stream's usage event, once seen.
-func (s *Stream) Usage() (openai.Usage, bool) { return s.usage, s.hasUsage }
+func (s *Stream) Usage() (oaiwire.Usage, bool) { return s.usage, s.hasUsage }
 
 // SawFirstToken reports whether an event with output arrived.
 func (s *Stream) SawFirstToken() bool { return s.first }
@@ -223,7 +223,7 @@ func (s *Stream) inspect(ev *Event) {
 	if len(d) == 0 || d[0] != '{' {
 		return
 	}
-	if bytes.Contains(d, errorKey) && openai.TopLevelField(d, "error") != nil {
+	if bytes.Contains(d, errorKey) && oaiwire.TopLevelField(d, "error") != nil {
 		ev.Error = true
 		return
 	}
@@ -242,7 +242,7 @@ func (s *Stream) inspect(ev *Event) {
 		}
 	}
 	if bytes.Contains(d, usageKey) {
-		if u, ok, err := openai.ParseUsage(d); err == nil && ok {
+		if u, ok, err := oaiwire.ParseUsage(d); err == nil && ok {
 			ev.HasUsage = true
 			s.usage, s.hasUsage = u, true
 			if !s.first && u.CompletionTokens > 0 {

@@ -1,4 +1,4 @@
-package openai
+package oaiwire
 
 import (
 	"bytes"
@@ -11,9 +11,11 @@ import (
 // (a uuid on an image part, a field added to a response) needs positions, so that every byte not being
 // changed is forwarded as it came. The scanner checks structure as it goes and never allocates.
 
-var errSyntax = errors.New("malformed JSON")
+// ErrSyntax: the bytes are not the JSON the scanner expected.
+var ErrSyntax = errors.New("oaiwire: malformed JSON")
 
-func skipWS(b []byte, i int) int {
+// SkipWS returns the offset of the first non-space byte at or after i.
+func SkipWS(b []byte, i int) int {
 	for i < len(b) {
 		switch b[i] {
 		case ' ', '\t', '\n', '\r':
@@ -25,8 +27,8 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the offset after the string starting at b[i] == '"'.
-func skipString(b []byte, i int) (int, error) {
+// SkipString returns the offset after the string starting at b[i] == '"'.
+func SkipString(b []byte, i int) (int, error) {
 	for i++; i < len(b); i++ {
 		switch b[i] {
 		case '\\':
@@ -35,23 +37,23 @@ func skipString(b []byte, i int) (int, error) {
 			return i + 1, nil
 		}
 	}
-	return 0, errSyntax
+	return 0, ErrSyntax
 }
 
-// skipValue returns the offset after the value starting at b[i] (no leading space).
-func skipValue(b []byte, i int) (int, error) {
+// SkipValue returns the offset after the value starting at b[i] (no leading space).
+func SkipValue(b []byte, i int) (int, error) {
 	if i >= len(b) {
-		return 0, errSyntax
+		return 0, ErrSyntax
 	}
 	switch b[i] {
 	case '"':
-		return skipString(b, i)
+		return SkipString(b, i)
 	case '{', '[':
 		depth := 0
 		for ; i < len(b); i++ {
 			switch b[i] {
 			case '"':
-				j, err := skipString(b, i)
+				j, err := SkipString(b, i)
 				if err != nil {
 					return 0, err
 				}
@@ -65,126 +67,126 @@ func skipValue(b []byte, i int) (int, error) {
 				}
 			}
 		}
-		return 0, errSyntax
+		return 0, ErrSyntax
 	}
 	j := i
 	for j < len(b) {
 		switch b[j] {
 		case ',', '}', ']', ' ', '\t', '\n', '\r':
 			if j == i {
-				return 0, errSyntax
+				return 0, ErrSyntax
 			}
 			return j, nil
 		}
 		j++
 	}
 	if j == i {
-		return 0, errSyntax
+		return 0, ErrSyntax
 	}
 	return j, nil
 }
 
-// field is one member of an object: key bounds (quotes excluded) and value bounds.
-type field struct {
-	keyStart, keyEnd, valStart, valEnd int
+// Field is one member of an object: key bounds (quotes excluded) and value bounds.
+type Field struct {
+	KeyStart, KeyEnd, ValStart, ValEnd int
 }
 
-// keyIs compares a raw key with name, decoding escapes when the key has any.
-func keyIs(b []byte, f field, name string) bool {
-	k := b[f.keyStart:f.keyEnd]
+// KeyIs compares a raw key with name, decoding escapes when the key has any.
+func KeyIs(b []byte, f Field, name string) bool {
+	k := b[f.KeyStart:f.KeyEnd]
 	if bytes.IndexByte(k, '\\') < 0 {
 		return string(k) == name
 	}
 	var s string
-	if json.Unmarshal(b[f.keyStart-1:f.keyEnd+1], &s) != nil {
+	if json.Unmarshal(b[f.KeyStart-1:f.KeyEnd+1], &s) != nil {
 		return false
 	}
 	return s == name
 }
 
-// eachField calls fn for each member of the object at b[i] == '{' and returns the offset of its '}'.
+// EachField calls fn for each member of the object at b[i] == '{' and returns the offset of its '}'.
 // fn returning false stops the walk (the returned offset is then -1).
-func eachField(b []byte, i int, fn func(f field) bool) (int, error) {
+func EachField(b []byte, i int, fn func(f Field) bool) (int, error) {
 	if i >= len(b) || b[i] != '{' {
-		return 0, errSyntax
+		return 0, ErrSyntax
 	}
-	i = skipWS(b, i+1)
+	i = SkipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i, nil
 	}
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return 0, errSyntax
+			return 0, ErrSyntax
 		}
-		ke, err := skipString(b, i)
+		ke, err := SkipString(b, i)
 		if err != nil {
 			return 0, err
 		}
-		f := field{keyStart: i + 1, keyEnd: ke - 1}
-		i = skipWS(b, ke)
+		f := Field{KeyStart: i + 1, KeyEnd: ke - 1}
+		i = SkipWS(b, ke)
 		if i >= len(b) || b[i] != ':' {
-			return 0, errSyntax
+			return 0, ErrSyntax
 		}
-		f.valStart = skipWS(b, i+1)
-		if f.valEnd, err = skipValue(b, f.valStart); err != nil {
+		f.ValStart = SkipWS(b, i+1)
+		if f.ValEnd, err = SkipValue(b, f.ValStart); err != nil {
 			return 0, err
 		}
 		if !fn(f) {
 			return -1, nil
 		}
-		i = skipWS(b, f.valEnd)
+		i = SkipWS(b, f.ValEnd)
 		if i >= len(b) {
-			return 0, errSyntax
+			return 0, ErrSyntax
 		}
 		switch b[i] {
 		case ',':
-			i = skipWS(b, i+1)
+			i = SkipWS(b, i+1)
 		case '}':
 			return i, nil
 		default:
-			return 0, errSyntax
+			return 0, ErrSyntax
 		}
 	}
 }
 
-// eachElem calls fn with the bounds of each element of the array at b[i] == '['.
-func eachElem(b []byte, i int, fn func(start, end int) error) error {
+// EachElem calls fn with the bounds of each element of the array at b[i] == '['.
+func EachElem(b []byte, i int, fn func(start, end int) error) error {
 	if i >= len(b) || b[i] != '[' {
-		return errSyntax
+		return ErrSyntax
 	}
-	i = skipWS(b, i+1)
+	i = SkipWS(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return nil
 	}
 	for {
-		end, err := skipValue(b, i)
+		end, err := SkipValue(b, i)
 		if err != nil {
 			return err
 		}
 		if err := fn(i, end); err != nil {
 			return err
 		}
-		i = skipWS(b, end)
+		i = SkipWS(b, end)
 		if i >= len(b) {
-			return errSyntax
+			return ErrSyntax
 		}
 		switch b[i] {
 		case ',':
-			i = skipWS(b, i+1)
+			i = SkipWS(b, i+1)
 		case ']':
 			return nil
 		default:
-			return errSyntax
+			return ErrSyntax
 		}
 	}
 }
 
-// findField returns the member named key of the top-level object of b; the last one wins, as in the
+// FindField returns the member named key of the top-level object of b; the last one wins, as in the
 // decoder.
-func findField(b []byte, key string) (f field, found bool, closing int, err error) {
-	start := skipWS(b, 0)
-	closing, err = eachField(b, start, func(g field) bool {
-		if keyIs(b, g, key) {
+func FindField(b []byte, key string) (f Field, found bool, closing int, err error) {
+	start := SkipWS(b, 0)
+	closing, err = EachField(b, start, func(g Field) bool {
+		if KeyIs(b, g, key) {
 			f, found = g, true
 		}
 		return true
@@ -194,21 +196,21 @@ func findField(b []byte, key string) (f field, found bool, closing int, err erro
 
 // TopLevelField returns the raw value of key in the JSON object b (no copy), or nil.
 func TopLevelField(b []byte, key string) []byte {
-	f, ok, _, err := findField(b, key)
+	f, ok, _, err := FindField(b, key)
 	if err != nil || !ok {
 		return nil
 	}
-	return b[f.valStart:f.valEnd]
+	return b[f.ValStart:f.ValEnd]
 }
 
 // SetField returns a copy of the JSON object b with key set to the raw JSON value: an existing member's
 // value is replaced in place (later duplicates included), otherwise the member is appended before the
 // closing brace. All other bytes are kept.
 func SetField(b []byte, key string, value []byte) ([]byte, error) {
-	start := skipWS(b, 0)
-	var hits []field
-	closing, err := eachField(b, start, func(f field) bool {
-		if keyIs(b, f, key) {
+	start := SkipWS(b, 0)
+	var hits []Field
+	closing, err := EachField(b, start, func(f Field) bool {
+		if KeyIs(b, f, key) {
 			hits = append(hits, f)
 		}
 		return true
@@ -219,10 +221,10 @@ func SetField(b []byte, key string, value []byte) ([]byte, error) {
 	if len(hits) == 0 {
 		out := make([]byte, 0, len(b)+len(key)+len(value)+4)
 		out = append(out, b[:closing]...)
-		if skipWS(b, start+1) != closing {
+		if SkipWS(b, start+1) != closing {
 			out = append(out, ',')
 		}
-		out = appendString(out, key)
+		out = AppendString(out, key)
 		out = append(out, ':')
 		out = append(out, value...)
 		return append(out, b[closing:]...), nil
@@ -230,9 +232,9 @@ func SetField(b []byte, key string, value []byte) ([]byte, error) {
 	out := make([]byte, 0, len(b)+len(hits)*len(value))
 	prev := 0
 	for _, f := range hits {
-		out = append(out, b[prev:f.valStart]...)
+		out = append(out, b[prev:f.ValStart]...)
 		out = append(out, value...)
-		prev = f.valEnd
+		prev = f.ValEnd
 	}
 	return append(out, b[prev:]...), nil
 }
@@ -240,11 +242,11 @@ func SetField(b []byte, key string, value []byte) ([]byte, error) {
 // DeleteField returns a copy of the JSON object b without key (every occurrence), or b itself when key
 // is absent. The kept members are copied byte for byte; only the whitespace between members may change.
 func DeleteField(b []byte, key string) ([]byte, error) {
-	start := skipWS(b, 0)
-	var kept []field
+	start := SkipWS(b, 0)
+	var kept []Field
 	removed := false
-	closing, err := eachField(b, start, func(f field) bool {
-		if keyIs(b, f, key) {
+	closing, err := EachField(b, start, func(f Field) bool {
+		if KeyIs(b, f, key) {
 			removed = true
 		} else {
 			kept = append(kept, f)
@@ -263,13 +265,13 @@ func DeleteField(b []byte, key string) ([]byte, error) {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, b[f.keyStart-1:f.valEnd]...)
+		out = append(out, b[f.KeyStart-1:f.ValEnd]...)
 	}
 	return append(out, b[closing:]...), nil
 }
 
-// appendString appends s as a JSON string.
-func appendString(dst []byte, s string) []byte {
+// AppendString appends s as a JSON string.
+func AppendString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
 			q, _ := json.Marshal(s)
