@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,13 @@ func TestIndexerBenchConsistent(t *testing.T) {
 		// workers' LRUs hold.
 		if int64(run.IndexEntries) != 2*w.HeldBlocks {
 			t.Fatalf("index holds %d entries, workers hold %d", run.IndexEntries, 2*w.HeldBlocks)
+		}
+		// The floor is each request's fastest quiescent replay: never above the first replay's.
+		if run.FloorMicros.Count != 300 || run.FloorMicros.Min > run.QuiescentMicros.Min || run.FloorMicros.P50 > run.QuiescentMicros.P50 {
+			t.Fatalf("floor %+v, quiescent %+v", run.FloorMicros, run.QuiescentMicros)
+		}
+		if run.LoadAvg == "" && runtime.GOOS == "linux" {
+			t.Fatal("no load average on linux")
 		}
 		if d > 0 && (run.ElapsedSeconds < d.Seconds()*0.9 || run.OfferedOpsPerSec <= 0) {
 			t.Fatalf("paced run took %.3f s of %v", run.ElapsedSeconds, d)

@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"runtime/metrics"
+)
+
+// RuntimeStats is what the Go runtime did to the process during a run: what, beside the code measured,
+// can stretch a latency sample. Read from runtime/metrics before and after the run.
+type RuntimeStats struct {
+	// GCCycles is the number of completed GC cycles.
+	GCCycles uint64 `json:"gc_cycles"`
+	// GCPauseMicros is the total stop-the-world time, GCPauseMaxMicros the longest pause (the upper
+	// bound of its histogram bucket), in µs.
+	GCPauseMicros    float64 `json:"gc_pause_us"`
+	GCPauseMaxMicros float64 `json:"gc_pause_max_us"`
+	// SchedP99Micros and SchedP999Micros are quantiles of the time goroutines spent runnable before they
+	// ran (bucket upper bounds, µs): on a machine with more runnable threads than cores, the wait for a
+	// core.
+	SchedP99Micros  float64 `json:"sched_p99_us"`
+	SchedP999Micros float64 `json:"sched_p999_us"`
+	// GCCPUFraction is the share of the process's CPU time spent in GC (marking, assists, pauses).
+	GCCPUFraction float64 `json:"gc_cpu_fraction"`
+}
+
+var runtimeSamples = []string{
+	"/gc/cycles/total:gc-cycles",
+	"/sched/pauses/total/gc:seconds",
+	"/sched/latencies:seconds",
+	"/cpu/classes/gc/total:cpu-seconds",
+	"/cpu/classes/total:cpu-seconds",
+}
+
+// runtimeSnapshot is one read of runtimeSamples.
+type runtimeSnapshot []metrics.Sample
+
+func readRuntime() runtimeSnapshot {
+	s := make([]metrics.Sample, len(runtimeSamples))
+	for i, name := range runtimeSamples {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	return s
+}
+
+// since returns what happened between snapshot a and b.
+func (b runtimeSnapshot) since(a runtimeSnapshot) RuntimeStats {
+	var r RuntimeStats
+	if a[0].Value.Kind() == metrics.KindUint64 {
+		r.GCCycles = b[0].Value.Uint64() - a[0].Value.Uint64()
+	}
+	if a[1].Value.Kind() == metrics.KindFloat64Histogram {
+		counts, buckets := histDelta(a[1].Value.Float64Histogram(), b[1].Value.Float64Histogram())
+		for i, c := range counts {
+			if c == 0 {
+				continue
+			}
+			hi := bucketTop(buckets, i)
+			r.GCPauseMicros += float64(c) * (buckets[i] + hi) / 2 * 1e6
+			r.GCPauseMaxMicros = hi * 1e6
+		}
+	}
+	if a[2].Value.Kind() == metrics.KindFloat64Histogram {
+		counts, buckets := histDelta(a[2].Value.Float64Histogram(), b[2].Value.Float64Histogram())
+		r.SchedP99Micros = histQuantile(counts, buckets, 0.99) * 1e6
+		r.SchedP999Micros = histQuantile(counts, buckets, 0.999) * 1e6
+	}
+	if a[3].Value.Kind() == metrics.KindFloat64 && a[4].Value.Kind() == metrics.KindFloat64 {
+		if total := b[4].Value.Float64() - a[4].Value.Float64(); total > 0 {
+			r.GCCPUFraction = (b[3].Value.Float64() - a[3].Value.Float64()) / total
+		}
+	}
+	return r
+}
+
+func histDelta(a, b *metrics.Float64Histogram) ([]uint64, []float64) {
+	counts := make([]uint64, len(b.Counts))
+	for i := range counts {
+		counts[i] = b.Counts[i] - a.Counts[i]
+	}
+	return counts, b.Buckets
+}
+
+// bucketTop is the upper bound of bucket i (its lower bound when the bucket is unbounded above).
+func bucketTop(buckets []float64, i int) float64 {
+	if hi := buckets[i+1]; hi < 1e300 {
+		return hi
+	}
+	return buckets[i]
+}
+
+// histQuantile returns the upper bound of the bucket holding quantile p.
+func histQuantile(counts []uint64, buckets []float64, p float64) float64 {
+	var n uint64
+	for _, c := range counts {
+		n += c
+	}
+	if n == 0 {
+		return 0
+	}
+	rank := uint64(p * float64(n))
+	var seen uint64
+	for i, c := range counts {
+		seen += c
+		if seen > rank {
+			return bucketTop(buckets, i)
+		}
+	}
+	return bucketTop(buckets, len(counts)-1)
+}
