@@ -3,16 +3,12 @@ package mm
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"image"
 	"image/color"
 	"image/gif"
 	"image/jpeg"
 	"image/png"
-	"io"
-	"net/http"
-	"strings"
 
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/tiff"
@@ -144,47 +140,9 @@ func nativePixels(img image.Image) (int, []byte) {
 // returns its content hash and size: the --frontend-decoding identity. Nothing is cached: the URL does
 // not identify the content in this mode.
 func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int) (Hash, Size, error) {
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxDecodeBytes
-	}
-	raw := strings.TrimSpace(rawURL)
-	scheme, _, _ := strings.Cut(raw, ":")
-	var data []byte
-	switch strings.ToLower(scheme) {
-	case "data":
-		d, err := ParseDataURI(raw, p.cfg.MaxDataURIBytes)
-		if err != nil {
-			return 0, Size{}, err
-		}
-		data = d.Data
-	case "http", "https":
-		ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
-		if err != nil {
-			return 0, Size{}, fmt.Errorf("%w: %v", ErrBadURL, err)
-		}
-		p.requests.Add(1)
-		resp, err := p.client.Do(req)
-		if err != nil {
-			if errors.Is(err, ErrBlockedAddress) || errors.Is(err, ErrUnsupportedScheme) {
-				return 0, Size{}, unwrapURLError(err)
-			}
-			return 0, Size{}, fmt.Errorf("%w: %v", ErrFetch, err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return 0, Size{}, fmt.Errorf("%w: status %d", ErrFetch, resp.StatusCode)
-		}
-		data, err = io.ReadAll(io.LimitReader(resp.Body, int64(maxBytes)+1))
-		if err != nil {
-			return 0, Size{}, fmt.Errorf("%w: read: %v", ErrFetch, err)
-		}
-		if len(data) > maxBytes {
-			return 0, Size{}, fmt.Errorf("%w: image larger than %d bytes", ErrLimit, maxBytes)
-		}
-	default:
-		return 0, Size{}, fmt.Errorf("%w: %q", ErrUnsupportedScheme, scheme)
+	data, err := p.Fetch(ctx, rawURL, maxBytes)
+	if err != nil {
+		return 0, Size{}, err
 	}
 	return DecodeImage(data)
 }

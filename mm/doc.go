@@ -13,7 +13,8 @@
 //     (ContentHash, via Prober.Decode);
 //  2. size: Prober.Size, from a cache keyed by mm_hash, else a Range request (0-4095, then 0-65535,
 //     then for JPEG with large metadata further within a bound), 206 only, SSRF-guarded; data: URIs
-//     are read in memory;
+//     are read in memory. Every URL read of the package (these ranges, Fetch, Decode) goes through one
+//     guarded GET, Prober.get in fetch.go: the guard, timeout and request counter cannot drift apart;
 //  3. token count: CalculateNumTokens(W, H, family, preprocessor config), a port of llm-multimodal
 //     1.7.0 per family (Qwen2/2.5-VL, Qwen3-VL/3.5/3.6, LLaVA-1.5, LLaVA-NeXT, Llama-4, Kimi-K2.5/K2.6,
 //     Phi-3-vision, Pixtral).

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -31,11 +33,23 @@ func (p *Prober) Fetch(ctx context.Context, rawURL string, maxBytes int) ([]byte
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrUnsupportedScheme, scheme)
 	}
+	return p.get(ctx, raw, 0, maxBytes)
+}
+
+// get is the package's one guarded GET: every image byte read from a URL (Size's range probes, Fetch,
+// Decode) comes through it, so the SSRF guard (the client's dialer and redirect check), the timeout and
+// the request counter apply alike. rangeN > 0 asks for bytes [0, rangeN), wants 206 (ErrNoRange
+// otherwise, the body unread) and returns at most rangeN bytes, fewer when the file is shorter. rangeN
+// == 0 wants 200 and the whole body, at most limit bytes (ErrLimit beyond).
+func (p *Prober) get(ctx context.Context, rawURL string, rangeN, limit int) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	if rangeN > 0 {
+		req.Header.Set("Range", "bytes=0-"+strconv.Itoa(rangeN-1))
 	}
 	p.requests.Add(1)
 	resp, err := p.client.Do(req)
@@ -46,15 +60,35 @@ func (p *Prober) Fetch(ctx context.Context, rawURL string, maxBytes int) ([]byte
 		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
 	}
 	defer resp.Body.Close()
+	if rangeN > 0 {
+		if resp.StatusCode != http.StatusPartialContent {
+			return nil, fmt.Errorf("%w: status %d", ErrNoRange, resp.StatusCode)
+		}
+		buf := make([]byte, rangeN)
+		m, err := io.ReadFull(resp.Body, buf)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: read: %v", ErrFetch, err)
+		}
+		return buf[:m], nil
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: status %d", ErrFetch, resp.StatusCode)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxBytes)+1))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: read: %v", ErrFetch, err)
 	}
-	if len(data) > maxBytes {
-		return nil, fmt.Errorf("%w: image larger than %d bytes", ErrLimit, maxBytes)
+	if len(data) > limit {
+		return nil, fmt.Errorf("%w: image larger than %d bytes", ErrLimit, limit)
 	}
 	return data, nil
+}
+
+// unwrapURLError keeps the class sentinel of an error returned through *url.Error and net.OpError.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s %s: %w", ue.Op, ue.URL, ue.Err)
+	}
+	return err
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -266,7 +264,7 @@ func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
 	if err != nil {
 		return Size{}, fmt.Errorf("%w: %v", ErrBadURL, err)
 	}
-	b, err := p.fetchRange(ctx, u, p.cfg.SmallRange)
+	b, err := p.get(ctx, u.String(), p.cfg.SmallRange, 0)
 	if err != nil {
 		return Size{}, err
 	}
@@ -274,7 +272,7 @@ func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
 	if herr == nil {
 		return sz, nil
 	}
-	if b, err = p.fetchRange(ctx, u, p.cfg.LargeRange); err != nil {
+	if b, err = p.get(ctx, u.String(), p.cfg.LargeRange, 0); err != nil {
 		return Size{}, err
 	}
 	sz, f, herr := HeaderSize(b)
@@ -290,7 +288,7 @@ func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
 		}
 		n := min(max(need, 2*len(b)), p.cfg.MaxHeaderBytes)
 		prev := len(b)
-		if b, err = p.fetchRange(ctx, u, n); err != nil {
+		if b, err = p.get(ctx, u.String(), n, 0); err != nil {
 			return Size{}, err
 		}
 		if sz, _, herr = HeaderSize(b); herr == nil {
@@ -301,42 +299,4 @@ func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
 		}
 	}
 	return Size{}, fmt.Errorf("%w (after %d bytes)", herr, len(b))
-}
-
-// fetchRange GETs bytes [0, n) and returns them. Anything but 206 fails without reading the body.
-func (p *Prober) fetchRange(ctx context.Context, u *url.URL, n int) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadURL, err)
-	}
-	req.Header.Set("Range", "bytes=0-"+strconv.Itoa(n-1))
-	p.requests.Add(1)
-	resp, err := p.client.Do(req)
-	if err != nil {
-		if errors.Is(err, ErrBlockedAddress) || errors.Is(err, ErrUnsupportedScheme) {
-			return nil, unwrapURLError(err)
-		}
-		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusPartialContent {
-		return nil, fmt.Errorf("%w: status %d", ErrNoRange, resp.StatusCode)
-	}
-	buf := make([]byte, n)
-	m, err := io.ReadFull(resp.Body, buf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: read: %v", ErrFetch, err)
-	}
-	return buf[:m], nil
-}
-
-// unwrapURLError keeps the class sentinel of an error returned through *url.Error and net.OpError.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("%s %s: %w", ue.Op, ue.URL, ue.Err)
-	}
-	return err
 }
