@@ -18,12 +18,20 @@ const (
 	FamilyLlama4
 	FamilyKimiK25
 	FamilyPhi3Vision
-	// FamilyPixtral has a counter in the crate but is not registered (never detected); it is not
-	// backend-exact (no [IMG_BREAK]/[IMG_END], no spatial merge).
+	// FamilyPixtral has a counter in the crate but is not registered there; kvroute detects it (id or
+	// model_type "pixtral") and routes it with vLLM's row layout (LayoutPixtral), whose length the
+	// crate's count (no [IMG_BREAK]/[IMG_END]) is not.
 	FamilyPixtral
+	// FamilyKimiK3 is detected and counted (Dynamo's K3 counter) but not routed: its prompt embeds the
+	// image's "WxH" as text between control tokens.
+	FamilyKimiK3
+	// FamilyPhi4MM (Phi-4-multimodal) and FamilyQwen3Omni are detected so that they fall back with a
+	// reason instead of matching no family; neither has a counter here.
+	FamilyPhi4MM
+	FamilyQwen3Omni
 )
 
-var familyNames = [...]string{"none", "qwen2-vl", "qwen3-vl", "llava", "llava-next", "llama4-vision", "kimi-k2.5", "phi3-vision", "pixtral"}
+var familyNames = [...]string{"none", "qwen2-vl", "qwen3-vl", "llava", "llava-next", "llama4-vision", "kimi-k2.5", "phi3-vision", "pixtral", "kimi-k3", "phi4-multimodal", "qwen3-omni"}
 
 // String is the crate's model_name() ("qwen2-vl", "llava-next", ...).
 func (f Family) String() string {
@@ -55,6 +63,8 @@ func CalculateNumTokens(w, h uint32, f Family, cfg ProcessorConfig) int {
 		return phi3Tokens(w, h)
 	case FamilyPixtral:
 		return pixtralTokens(w, h)
+	case FamilyKimiK3:
+		return kimiTokens(w, h, kimiK3Params)
 	}
 	return 0
 }
@@ -210,39 +220,10 @@ func llama4Tokens(w, h uint32, c ProcessorConfig) int {
 	return total * per * per
 }
 
-// Llama4Tiles is the number of tiles (ht*wt) of the chosen canvas.
+// Llama4Tiles is the number of tiles (rows*cols) of the canvas Llama4Grid chooses.
 func Llama4Tiles(w, h uint32, tile, maxTiles int) int {
-	if w == 0 || h == 0 {
-		return 1
-	}
-	H, W := float64(h), float64(w)
-	type cand struct {
-		scale float64
-		area  int
-	}
-	bestUp := cand{scale: math.Inf(1)}
-	bestDown := cand{scale: math.Inf(-1)}
-	haveUp := false
-	// Every (ht, wt) with ht*wt <= maxTiles, i.e. every factor pair of every tile count.
-	for ht := 1; ht <= maxTiles; ht++ {
-		sh := float64(ht*tile) / H
-		for wt := 1; ht*wt <= maxTiles; wt++ {
-			t := ht * wt
-			s := math.Min(sh, float64(wt*tile)/W)
-			if s >= 1 {
-				haveUp = true
-				if s < bestUp.scale-1e-9 || (math.Abs(s-bestUp.scale) < 1e-9 && t < bestUp.area) {
-					bestUp = cand{s, t}
-				}
-			} else if s > bestDown.scale+1e-9 || (math.Abs(s-bestDown.scale) < 1e-9 && t < bestDown.area) {
-				bestDown = cand{s, t}
-			}
-		}
-	}
-	if haveUp {
-		return bestUp.area
-	}
-	return bestDown.area
+	r, c := Llama4Grid(w, h, tile, maxTiles)
+	return r * c
 }
 
 // kimiParams are the Kimi counting parameters; 1.7.0 ignores the config and always uses K2.5's.

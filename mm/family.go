@@ -3,6 +3,7 @@ package mm
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,12 @@ var familyPatterns = []struct {
 	{FamilyLlama4, []string{"llama-4", "llama4"}},
 	{FamilyKimiK25, []string{"kimi-k2", "kimi_k2"}},
 	{FamilyPhi3Vision, []string{"phi-3-vision", "phi3-vision", "phi3_v"}},
+	// Not in the 1.7.0 registry: detected so that each routes with its own layout (Pixtral) or falls
+	// back with FallbackUnsupportedFamily instead of matching nothing.
+	{FamilyPixtral, []string{"pixtral"}},
+	{FamilyKimiK3, []string{"kimi-k3", "kimi_k3"}},
+	{FamilyPhi4MM, []string{"phi-4-multimodal", "phi4mm", "phi4_multimodal"}},
+	{FamilyQwen3Omni, []string{"qwen3-omni", "qwen3_omni"}},
 }
 
 // DetectFamily returns the counting family of a model: the first pattern contained in the lowercased
@@ -118,6 +125,28 @@ type Spec struct {
 	Enabled bool
 	// Disabled says why Enabled is false, for the startup warning.
 	Disabled string
+	// Unsupported is true for a detected family that kvroute does not route (Phi-3-vision, Kimi-K3,
+	// Phi-4-multimodal, Qwen3-Omni): its requests fall back with FallbackUnsupportedFamily rather than
+	// FallbackUnknownModel, so the metric tells "not routable" from "not recognised".
+	Unsupported bool
+
+	// Layout is the shape one image takes in the engine's prompt: LayoutFlat (N × placeholder) except
+	// Llama-4 and Pixtral, whose replacements interleave structural tokens with the embeddings.
+	Layout Layout
+	// Struct are the structural token ids of a non-flat Layout, from the vocabulary.
+	Struct StructTokens
+	// Llama4 and Pixtral are the geometry of those layouts, from config.json and
+	// preprocessor_config.json.
+	Llama4  Llama4Params
+	Pixtral PixtralParams
+	// RunTokenID is the token whose runs hold an image's embeddings in the engine's stored blocks; event
+	// normalization (kvevents.RekeyImages) replaces those runs with pad values. It is ImageTokenID for
+	// flat layouts, <|patch|> for Llama-4 and [IMG] for Pixtral.
+	RunTokenID uint32
+	// EndTokenID, when non-zero, is the token that closes an image in the engine's blocks
+	// (<|image_end|>, [IMG_END]): normalization moves to the block's next image there rather than after
+	// every run, since one image of several tiles or rows makes several runs.
+	EndTokenID uint32
 }
 
 // UUIDModality is the key of vLLM's multi_modal_uuids under which the image uuids go: "vision_chunk"
@@ -129,13 +158,37 @@ func (s *Spec) UUIDModality() string {
 	return "image"
 }
 
-// NumTokens is the placeholder count of an image of size sz.
-func (s *Spec) NumTokens(sz Size) int { return CalculateNumTokens(sz.W, sz.H, s.Family, s.Processor) }
+// NumTokens is the number of positions an image of size sz takes in the engine's prompt: the family's
+// count for flat layouts, the whole replacement (structural tokens included) otherwise.
+func (s *Spec) NumTokens(sz Size) int {
+	sh := s.shapeOf(sz)
+	switch s.Layout {
+	case LayoutLlama4:
+		return Llama4Len(sh.rows, sh.cols, sh.perTile)
+	case LayoutPixtral:
+		return sh.rows * (sh.cols + 1)
+	}
+	return CalculateNumTokens(sz.W, sz.H, s.Family, s.Processor)
+}
+
+// shapeOf is the replacement shape of an image of size sz.
+func (s *Spec) shapeOf(sz Size) shape {
+	sh := shape{layout: s.Layout, tok: &s.Struct}
+	switch s.Layout {
+	case LayoutLlama4:
+		sh.rows, sh.cols = Llama4Grid(sz.W, sz.H, s.Llama4.Tile, s.Llama4.MaxTiles)
+		sh.perTile = s.Llama4.PerTile
+	case LayoutPixtral:
+		sh.rows, sh.cols = PixtralGrid(sz.W, sz.H, s.Pixtral)
+	}
+	return sh
+}
 
 // Detect resolves a model's Spec (spec/multimodal.md §3, §5.3): the counter from the family patterns
 // and preprocessor_config.json (required), the placeholder from the ordered ModelProcessorSpec list.
-// Phi-3-vision resolves but stays disabled: its template's numbered <|image_N|> is not one token, so the
-// placeholder count never matches (Dynamo PR #10441).
+// Llama-4 and Pixtral get vLLM's structured layouts (find token <|image|> / [IMG]). Phi-3-vision,
+// Kimi-K3, Phi-4-multimodal and Qwen3-Omni resolve but stay disabled and Unsupported (see
+// unsupportedFamilies).
 func Detect(info ModelInfo) Spec {
 	s := Spec{Family: DetectFamily(info.ID, info.ModelType), BOS: info.BOS, HasBOS: info.HasBOS}
 	if info.Processor != nil {
@@ -147,19 +200,133 @@ func Detect(info ModelInfo) Spec {
 		id, ok = lit, true
 	}
 	s.ImageTokenID = id
+	structErr := ""
+	switch s.Family {
+	case FamilyLlama4:
+		ok, structErr = s.detectLlama4(info)
+	case FamilyPixtral:
+		s.PlaceholderSpec = "pixtral"
+		ok, structErr = s.detectPixtral(info)
+	}
+	s.RunTokenID = s.ImageTokenID
+	if s.Layout != LayoutFlat {
+		s.RunTokenID = s.Struct.Patch
+	}
 	switch {
 	case s.Family == FamilyNone:
 		s.Disabled = fmt.Sprintf("model %q (model_type %q) matches no vision processor family", info.ID, info.ModelType)
+	case unsupportedFamilies[s.Family] != "":
+		s.Unsupported = true
+		s.Disabled = unsupportedFamilies[s.Family]
 	case info.Processor == nil:
 		s.Disabled = "preprocessor_config.json is missing, so image token counts are unknown"
+	case structErr != "":
+		s.Disabled = structErr
 	case !ok:
 		s.Disabled = fmt.Sprintf("the image placeholder token id cannot be resolved (spec %q)", name)
-	case s.Family == FamilyPhi3Vision:
-		s.Disabled = "Phi-3-vision's numbered <|image_N|> placeholders are not single tokens"
 	default:
 		s.Enabled = true
 	}
 	return s
+}
+
+// unsupportedFamilies are the detected families kvroute does not route, with the reason.
+var unsupportedFamilies = map[Family]string{
+	FamilyPhi3Vision: "Phi-3-vision is not routed on images: its template's numbered <|image_N|> placeholders are not single tokens, so the placeholder count never matches (Dynamo dropped it too)",
+	FamilyKimiK3:     "Kimi-K3 is not routed on images: its prompt embeds each image's WxH as text between control tokens",
+	FamilyPhi4MM:     "Phi-4-multimodal is not routed on images: no token counter matches its dynamic-HD processor",
+	FamilyQwen3Omni:  "Qwen3-Omni is not routed on images: no token counter matches its processor",
+}
+
+// detectLlama4 sets vLLM's Llama-4 layout: the template emits <|image|> once per image (the find
+// token); the engine replaces it by _prompt_split_image, whose <|patch|> runs carry the embeddings.
+func (s *Spec) detectLlama4(info ModelInfo) (ok bool, why string) {
+	vocab := func(tok string) uint32 {
+		if info.TokenID == nil {
+			return 0
+		}
+		id, _ := info.TokenID(tok)
+		return id
+	}
+	t := StructTokens{Start: vocab("<|image_start|>"), End: vocab("<|image_end|>"), Image: vocab("<|image|>"),
+		Patch: vocab("<|patch|>"), XSep: vocab("<|tile_x_separator|>"), YSep: vocab("<|tile_y_separator|>")}
+	if p, has := configU32(info.Config, "image_token_index"); has {
+		t.Patch = p
+	}
+	if t.Start == 0 || t.End == 0 || t.Image == 0 || t.Patch == 0 || t.XSep == 0 || t.YSep == 0 {
+		return false, "Llama-4's image structure tokens (<|image_start|>, <|image|>, <|patch|>, <|tile_x_separator|>, <|tile_y_separator|>, <|image_end|>) are not all in the vocabulary"
+	}
+	p := DefaultLlama4Params()
+	if v, has := configU32(info.Config, "vision_config.image_size"); has && v > 0 {
+		p.Tile = int(v)
+	} else if s.Processor.SizeHeight > 0 {
+		p.Tile = s.Processor.SizeHeight
+	}
+	if s.Processor.MaxPatches > 0 {
+		p.MaxTiles = s.Processor.MaxPatches
+	}
+	patch := 14
+	if v, has := configU32(info.Config, "vision_config.patch_size"); has && v > 0 {
+		patch = int(v)
+	}
+	ratio := 0.5
+	if v, has := configFloat(info.Config, "vision_config.pixel_shuffle_ratio"); has && v > 0 && v <= 1 {
+		ratio = v
+	}
+	ds := int(math.Round(1 / (ratio * ratio)))
+	if p.Tile%patch != 0 || ds <= 0 || (p.Tile/patch)*(p.Tile/patch)%ds != 0 {
+		return false, fmt.Sprintf("Llama-4 tile %d, patch %d and pixel shuffle ratio %g do not give whole tokens per tile", p.Tile, patch, ratio)
+	}
+	p.PerTile = (p.Tile / patch) * (p.Tile / patch) / ds
+	s.Layout, s.Struct, s.Llama4, s.ImageTokenID = LayoutLlama4, t, p, t.Image
+	s.EndTokenID = t.End
+	return true, ""
+}
+
+// detectPixtral sets vLLM's Pixtral layout: the template emits [IMG] once per image; the engine writes
+// rows of [IMG] ended by [IMG_BREAK], the last by [IMG_END].
+func (s *Spec) detectPixtral(info ModelInfo) (ok bool, why string) {
+	vocab := func(tok string) uint32 {
+		if info.TokenID == nil {
+			return 0
+		}
+		id, _ := info.TokenID(tok)
+		return id
+	}
+	t := StructTokens{Patch: vocab("[IMG]"), Break: vocab("[IMG_BREAK]"), End: vocab("[IMG_END]")}
+	if p, has := configU32(info.Config, "image_token_index"); has {
+		t.Patch = p
+	}
+	if t.Patch == 0 || t.Break == 0 || t.End == 0 {
+		return false, "Pixtral's image tokens ([IMG], [IMG_BREAK], [IMG_END]) are not all in the vocabulary"
+	}
+	p := DefaultPixtralParams()
+	if v, has := configU32(info.Config, "vision_config.image_size"); has && v > 0 {
+		p.MaxSide = int(v)
+	}
+	if v, has := configU32(info.Config, "vision_config.patch_size"); has && v > 0 {
+		p.Patch = int(v)
+	}
+	if v, has := configU32(info.Config, "spatial_merge_size"); has && v > 0 {
+		p.Patch *= int(v)
+	}
+	s.Layout, s.Struct, s.Pixtral, s.ImageTokenID = LayoutPixtral, t, p, t.Patch
+	s.EndTokenID = t.End
+	return true, ""
+}
+
+// configFloat reads a number field of config.json; a dotted key walks nested objects.
+func configFloat(cfg map[string]any, key string) (float64, bool) {
+	var cur any = cfg
+	for _, part := range strings.Split(key, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return 0, false
+		}
+		cur = m[part]
+	}
+	f, ok := cur.(float64)
+	return f, ok
 }
 
 // placeholderID walks llm-multimodal 1.7.0's ModelRegistry in order (KimiK25, Llama4, LlavaNext, Llava,

@@ -26,6 +26,8 @@ type ProcessorConfig struct {
 	SizeHeight, SizeWidth, ShortestEdge, LongestEdge int
 	// MaxImageTiles is max_image_tiles (Llama-4 configs name it max_patches, which 1.7.0 ignores).
 	MaxImageTiles int
+	// MaxPatches is max_patches: the Llama-4 image processor's tile budget, which vLLM reads.
+	MaxPatches int
 }
 
 // TargetSize is size.height, else size.shortest_edge, else def (llm-multimodal get_target_size).
@@ -52,6 +54,7 @@ func ParseProcessorConfig(data []byte) (ProcessorConfig, error) {
 	c.MaxPixels = jsonInt(raw["max_pixels"])
 	c.TemporalPatchSize = jsonInt(raw["temporal_patch_size"])
 	c.MaxImageTiles = jsonInt(raw["max_image_tiles"])
+	c.MaxPatches = jsonInt(raw["max_patches"])
 	if size, ok := raw["size"].(map[string]any); ok {
 		c.HasSize = true
 		c.SizeHeight = jsonInt(size["height"])

@@ -92,6 +92,9 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 		return dst[:0], FallbackNone
 	}
 	if !r.spec.Enabled {
+		if r.spec.Unsupported {
+			return dst[:0], FallbackUnsupportedFamily
+		}
 		return dst[:0], FallbackUnknownModel
 	}
 	for _, p := range parts {
@@ -197,15 +200,29 @@ func reasonOf(err error) FallbackReason {
 // together or not at all. images must be Resolve's result with FallbackNone.
 func (r *Resolver) Route(dst, tokens []uint32, images []Image, blockSize int, lim Limits) (Routing, FallbackReason) {
 	if !r.spec.Enabled {
+		if r.spec.Unsupported {
+			return Routing{}, FallbackUnsupportedFamily
+		}
 		return Routing{}, FallbackUnknownModel
 	}
 	var buf [8]Entry
+	var shapes [8]shape
 	entries := buf[:0]
-	for _, im := range images {
+	for i, im := range images {
 		if im.Err != nil {
 			return Routing{}, reasonOf(im.Err)
 		}
-		entries = append(entries, Entry{Hash: im.Hash, NumTokens: im.NumTokens})
+		e := Entry{Hash: im.Hash, NumTokens: im.NumTokens}
+		if r.spec.Layout != LayoutFlat {
+			sh := r.spec.shapeOf(im.Size)
+			if i < len(shapes) {
+				shapes[i] = sh
+				e.shape = &shapes[i]
+			} else {
+				e.shape = &sh
+			}
+		}
+		entries = append(entries, e)
 	}
 	return Expand(dst, tokens, r.spec.ImageTokenID, entries, r.spec.BOS, r.spec.HasBOS, blockSize, lim)
 }

@@ -31,12 +31,15 @@ const (
 	FallbackTooLong
 	// FallbackBadBlockSize: block size zero or negative.
 	FallbackBadBlockSize
+	// FallbackUnsupportedFamily: the model's family is recognised but not routed on images
+	// (Spec.Unsupported: Phi-3-vision, Kimi-K3, Phi-4-multimodal, Qwen3-Omni).
+	FallbackUnsupportedFamily
 	numFallbackReasons
 )
 
 var fallbackNames = [numFallbackReasons]string{
 	"none", "unknown_model", "user_uuid", "bad_url", "blocked", "probe_failed", "limits",
-	"count_mismatch", "too_long", "bad_block_size",
+	"count_mismatch", "too_long", "bad_block_size", "unsupported_family",
 }
 
 // String is the metric label of the reason.
@@ -75,6 +78,8 @@ func DefaultLimits() Limits { return Limits{MaxRoutingTokens: MaxRoutingTokens} 
 type Entry struct {
 	Hash      Hash
 	NumTokens int
+	// shape is the image's structured replacement (Llama-4, Pixtral); nil for N × pad.
+	shape *shape
 }
 
 // Routing is the multimodal routing view of a request (Dynamo MmRoutingInfo with empty
@@ -164,9 +169,15 @@ func Expand(dst, tokens []uint32, find uint32, entries []Entry, bos uint32, hasB
 		hashes[i] = e.Hash
 		pad := e.Hash.Pad()
 		start := len(out)
-		out = out[:start+e.NumTokens]
-		for k := start; k < len(out); k++ {
-			out[k] = pad
+		if e.shape != nil && e.shape.layout != LayoutFlat {
+			if out = e.shape.write(out, pad, e.NumTokens); len(out)-start != e.NumTokens {
+				panic("mm: structured image replacement length differs from its NumTokens")
+			}
+		} else {
+			out = out[:start+e.NumTokens]
+			for k := start; k < len(out); k++ {
+				out[k] = pad
+			}
 		}
 		prev = pos[i] + 1
 	}

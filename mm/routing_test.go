@@ -10,7 +10,7 @@ import (
 // TestVector10Expansion is spec/hashing.md §7 vector #10 (lightseek_mm/routing.rs unit test).
 func TestVector10Expansion(t *testing.T) {
 	a, b := Hash(0xaaaa), Hash(0xbbbb)
-	r, reason := Expand(nil, []uint32{10, 99, 11, 99, 12}, 99, []Entry{{a, 2}, {b, 3}}, 1, true, 4, DefaultLimits())
+	r, reason := Expand(nil, []uint32{10, 99, 11, 99, 12}, 99, []Entry{{Hash: a, NumTokens: 2}, {Hash: b, NumTokens: 3}}, 1, true, 4, DefaultLimits())
 	if reason != FallbackNone {
 		t.Fatal(reason)
 	}
@@ -30,7 +30,7 @@ func TestVector11ViaExpansion(t *testing.T) {
 	if h.Pad() != 49115154 {
 		t.Fatalf("pad %d", h.Pad())
 	}
-	r, reason := Expand(nil, []uint32{10, 20, 151655}, 151655, []Entry{{h, 2}}, 0, false, 4, DefaultLimits())
+	r, reason := Expand(nil, []uint32{10, 20, 151655}, 151655, []Entry{{Hash: h, NumTokens: 2}}, 0, false, 4, DefaultLimits())
 	if reason != FallbackNone {
 		t.Fatal(reason)
 	}
@@ -58,7 +58,7 @@ func TestVector5Legacy(t *testing.T) {
 func TestExpandIdentity(t *testing.T) {
 	toks := []uint32{5, 6, 99, 7, 8, 9, 10, 11}
 	hash := func(h Hash) []uint64 {
-		r, reason := Expand(nil, toks, 99, []Entry{{h, 9}}, 0, false, 4, DefaultLimits())
+		r, reason := Expand(nil, toks, 99, []Entry{{Hash: h, NumTokens: 9}}, 0, false, 4, DefaultLimits())
 		if reason != FallbackNone {
 			t.Fatal(reason)
 		}
@@ -72,8 +72,8 @@ func TestExpandIdentity(t *testing.T) {
 	}
 	// Swapping two images changes the hashes.
 	two := []uint32{5, 99, 6, 99, 7}
-	r1, _ := Expand(nil, two, 99, []Entry{{1, 4}, {2, 4}}, 0, false, 4, DefaultLimits())
-	r2, _ := Expand(nil, two, 99, []Entry{{2, 4}, {1, 4}}, 0, false, 4, DefaultLimits())
+	r1, _ := Expand(nil, two, 99, []Entry{{Hash: 1, NumTokens: 4}, {Hash: 2, NumTokens: 4}}, 0, false, 4, DefaultLimits())
+	r2, _ := Expand(nil, two, 99, []Entry{{Hash: 2, NumTokens: 4}, {Hash: 1, NumTokens: 4}}, 0, false, 4, DefaultLimits())
 	if slices.Equal(scoring.LocalBlockHashes(nil, r1.Tokens, 4, 1337, nil), scoring.LocalBlockHashes(nil, r2.Tokens, 4, 1337, nil)) {
 		t.Fatal("swapped order gives the same hashes")
 	}
@@ -89,17 +89,17 @@ func TestExpandFallbacks(t *testing.T) {
 		lim     Limits
 		want    FallbackReason
 	}{
-		{"ok", toks, []Entry{{1, 3}}, 4, DefaultLimits(), FallbackNone},
+		{"ok", toks, []Entry{{Hash: 1, NumTokens: 3}}, 4, DefaultLimits(), FallbackNone},
 		{"no entries", toks, nil, 4, DefaultLimits(), FallbackCountMismatch},
-		{"fewer placeholders", toks, []Entry{{1, 3}, {2, 3}}, 4, DefaultLimits(), FallbackCountMismatch},
-		{"more placeholders", []uint32{99, 99}, []Entry{{1, 3}}, 4, DefaultLimits(), FallbackCountMismatch},
-		{"zero block size", toks, []Entry{{1, 3}}, 0, DefaultLimits(), FallbackBadBlockSize},
-		{"zero count", toks, []Entry{{1, 0}}, 4, DefaultLimits(), FallbackTooLong},
-		{"above MAX_MM_ROUTING_TOKENS", toks, []Entry{{1, MaxRoutingTokens}}, 4, DefaultLimits(), FallbackTooLong},
-		{"padded above bound", toks, []Entry{{1, 15}}, 16, Limits{MaxRoutingTokens: 17}, FallbackTooLong},
-		{"exactly at bound", toks, []Entry{{1, 14}}, 16, Limits{MaxRoutingTokens: 16}, FallbackNone},
-		{"above max expanded prompt", toks, []Entry{{1, 30}}, 4, Limits{MaxExpandedPromptLen: 31}, FallbackTooLong},
-		{"huge counts do not overflow", toks, []Entry{{1, int(^uint(0) >> 1)}}, 4, DefaultLimits(), FallbackTooLong},
+		{"fewer placeholders", toks, []Entry{{Hash: 1, NumTokens: 3}, {Hash: 2, NumTokens: 3}}, 4, DefaultLimits(), FallbackCountMismatch},
+		{"more placeholders", []uint32{99, 99}, []Entry{{Hash: 1, NumTokens: 3}}, 4, DefaultLimits(), FallbackCountMismatch},
+		{"zero block size", toks, []Entry{{Hash: 1, NumTokens: 3}}, 0, DefaultLimits(), FallbackBadBlockSize},
+		{"zero count", toks, []Entry{{Hash: 1, NumTokens: 0}}, 4, DefaultLimits(), FallbackTooLong},
+		{"above MAX_MM_ROUTING_TOKENS", toks, []Entry{{Hash: 1, NumTokens: MaxRoutingTokens}}, 4, DefaultLimits(), FallbackTooLong},
+		{"padded above bound", toks, []Entry{{Hash: 1, NumTokens: 15}}, 16, Limits{MaxRoutingTokens: 17}, FallbackTooLong},
+		{"exactly at bound", toks, []Entry{{Hash: 1, NumTokens: 14}}, 16, Limits{MaxRoutingTokens: 16}, FallbackNone},
+		{"above max expanded prompt", toks, []Entry{{Hash: 1, NumTokens: 30}}, 4, Limits{MaxExpandedPromptLen: 31}, FallbackTooLong},
+		{"huge counts do not overflow", toks, []Entry{{Hash: 1, NumTokens: int(^uint(0) >> 1)}}, 4, DefaultLimits(), FallbackTooLong},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

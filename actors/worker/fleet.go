@@ -33,6 +33,10 @@ type Config struct {
 	// ImageTokenID, when non-zero, turns on Dynamo's image-run normalization of stored blocks (runs of this
 	// token id become the pad value of the image named in extra_keys).
 	ImageTokenID uint32
+	// ImageEndTokenID, when non-zero, is the token closing an image in the engine's prompt (Llama-4
+	// <|image_end|>, Pixtral [IMG_END]): normalization moves to the block's next image there rather than
+	// after every run of ImageTokenID (mm.Spec.EndTokenID).
+	ImageEndTokenID uint32
 	// InitialBackoff and BackoffWindow drive the exponential restart of a failed subscriber
 	// (protoactor's exponential backoff strategy). Defaults 100ms and 30s.
 	InitialBackoff time.Duration
@@ -169,7 +173,7 @@ func (f *Fleet) newBind(rank int, ep string) (*kvevents.BindSubscriber, error) {
 		}
 		c := convs[topic]
 		if c == nil || c.workerID != m.Spec.ID {
-			c = &converter{workerID: m.Spec.ID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: f.deps.cfg.BlockSize, imageTok: f.deps.cfg.ImageTokenID}
+			c = &converter{workerID: m.Spec.ID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: f.deps.cfg.BlockSize, imageTok: f.deps.cfg.ImageTokenID, imageEnd: f.deps.cfg.ImageEndTokenID}
 			convs[topic] = c
 		}
 		return m, c

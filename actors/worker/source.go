@@ -41,7 +41,7 @@ func (in *Injector) Deliver(workerID uint64, rank int, seq uint64, b *kvevents.B
 	k := rankKey(workerID, rank)
 	c := in.convs[k]
 	if c == nil {
-		c = &converter{workerID: workerID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: in.f.deps.cfg.BlockSize, imageTok: in.f.deps.cfg.ImageTokenID}
+		c = &converter{workerID: workerID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: in.f.deps.cfg.BlockSize, imageTok: in.f.deps.cfg.ImageTokenID, imageEnd: in.f.deps.cfg.ImageEndTokenID}
 		in.convs[k] = c
 	}
 	msg := c.convert(seq, b)

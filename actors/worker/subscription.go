@@ -85,7 +85,7 @@ func addStats(st *kvevents.Stats, c kvevents.Stats) {
 
 // open builds a new subscriber that forwards to mirror, retiring the previous one's counters into base.
 func (s *subscription) open(system *actor.ActorSystem, mirror *actor.PID) (*kvevents.Subscriber, error) {
-	conv := converter{workerID: s.id, rank: s.rank, dpSize: s.dpSize, gen: s.gen.Load(), blockSize: s.wcfg.BlockSize, imageTok: s.wcfg.ImageTokenID}
+	conv := converter{workerID: s.id, rank: s.rank, dpSize: s.dpSize, gen: s.gen.Load(), blockSize: s.wcfg.BlockSize, imageTok: s.wcfg.ImageTokenID, imageEnd: s.wcfg.ImageEndTokenID}
 	sub, err := kvevents.NewSubscriber(s.cfg, kvevents.Handler{
 		OnBatch: func(seq uint64, b *kvevents.Batch) {
 			msg := conv.convert(seq, b)
@@ -120,6 +120,7 @@ type converter struct {
 	gen       uint64
 	blockSize int
 	imageTok  uint32
+	imageEnd  uint32
 
 	lastLora string
 	lastSeed uint64
@@ -173,7 +174,7 @@ func (c *converter) convert(seq uint64, b *kvevents.Batch) *eventsArrived {
 			var partial int
 			seed, salted := c.storedSeed(ev)
 			if c.imageTok != 0 {
-				c.local, partial = kvevents.RekeyImages(ev, c.blockSize, seed, c.imageTok, c.local[:0])
+				c.local, partial = kvevents.RekeyImages(ev, c.blockSize, seed, c.imageTok, c.imageEnd, c.local[:0])
 			} else {
 				c.local, partial = kvevents.Rekey(ev, c.blockSize, seed, c.local[:0])
 			}

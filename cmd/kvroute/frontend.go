@@ -193,8 +193,8 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	rcfg.Worker.BindEndpoints = *f.bind
 	rcfg.Worker.Log = log
 	rcfg.Worker.IdentityCheck = *f.identity
-	if m != nil && m.Config.ImageTokenID > 0 {
-		rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
+	if m != nil {
+		rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = eventImageTokens(m, name)
 	}
 	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
 	if app.router, err = f.nats.newRouter(app.system, rcfg, &f.workers, log); err != nil {
@@ -265,6 +265,21 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	return app, nil
 }
 
+// eventImageTokens are the tokens the event path normalizes in stored blocks: the run token holding
+// image embeddings and, for structured layouts (Llama-4, Pixtral), the token closing an image. Without
+// a routable family it is config.json's image_token_id / image_token_index, as before.
+func eventImageTokens(m *model.Model, name string) (run, end uint32) {
+	if info, err := mm.ModelInfoFrom(m, name); err == nil {
+		if spec := mm.Detect(info); spec.Enabled {
+			return spec.RunTokenID, spec.EndTokenID
+		}
+	}
+	if m.Config.ImageTokenID > 0 {
+		return uint32(m.Config.ImageTokenID), 0
+	}
+	return 0, 0
+}
+
 // enableMM turns on multimodal routing when the model's family is known; otherwise it says why not.
 func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg *prometheus.Registry, log *slog.Logger) error {
 	spec, err := mm.LoadSpec(dir, name)
@@ -273,7 +288,11 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg *
 	}
 	if !spec.Enabled {
 		log.Info("multimodal routing off: images route on the text prefix", "reason", spec.Disabled)
-		return nil
+		if !spec.Unsupported {
+			return nil
+		}
+		// A recognised family kvroute does not route: its requests are counted as unsupported_family
+		// fallbacks (no image is fetched).
 	}
 	pc := mm.DefaultProbeConfig()
 	pc.AllowHosts = mm.ParseAllowHosts(*f.allow)

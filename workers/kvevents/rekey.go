@@ -19,18 +19,22 @@ const maxStackBlock = 1024
 // legacy sorted mm_hash suffix (§6.2), as Dynamo does when no image token id is configured; RekeyImages
 // normalizes them to pad values instead.
 func Rekey(ev *Event, blockSize int, seed uint64, dstLocal []uint64) (local []uint64, partial int) {
-	return rekey(ev, blockSize, seed, 0, false, dstLocal)
+	return rekey(ev, blockSize, seed, 0, 0, false, dstLocal)
 }
 
 // RekeyImages is Rekey with Dynamo's router-side image normalization (spec/hashing.md §6.5): in a block
 // whose extra_keys name images, each maximal run of imageTokenID is replaced by scoring.PadValue of the
 // block's k-th image (k advancing per run, clamped to the last image), and the block is hashed without
 // mm suffix, so it matches a frontend request whose image positions were expanded to pad values.
-func RekeyImages(ev *Event, blockSize int, seed uint64, imageTokenID uint32, dstLocal []uint64) (local []uint64, partial int) {
-	return rekey(ev, blockSize, seed, imageTokenID, true, dstLocal)
+//
+// endTokenID, when non-zero, is the token that closes an image in the engine's prompt (Llama-4
+// <|image_end|>, Pixtral [IMG_END]): k then advances there instead of after each run, because one image
+// of several tiles or rows is several runs separated by structural tokens.
+func RekeyImages(ev *Event, blockSize int, seed uint64, imageTokenID, endTokenID uint32, dstLocal []uint64) (local []uint64, partial int) {
+	return rekey(ev, blockSize, seed, imageTokenID, endTokenID, true, dstLocal)
 }
 
-func rekey(ev *Event, blockSize int, seed uint64, imageTok uint32, normalize bool, dst []uint64) ([]uint64, int) {
+func rekey(ev *Event, blockSize int, seed uint64, imageTok, endTok uint32, normalize bool, dst []uint64) ([]uint64, int) {
 	if ev.Kind != Stored || blockSize <= 0 {
 		return dst, 0
 	}
@@ -63,7 +67,11 @@ func rekey(ev *Event, blockSize int, seed uint64, imageTok uint32, normalize boo
 				norm = make([]uint32, len(chunk))
 			}
 			copy(norm, chunk)
-			NormalizeImageRuns(norm, imageTok, mm)
+			if endTok != 0 {
+				NormalizeImageSpans(norm, imageTok, endTok, mm)
+			} else {
+				NormalizeImageRuns(norm, imageTok, mm)
+			}
 			dst = append(dst, scoring.BlockHash(norm, nil, seed))
 		default:
 			dst = append(dst, scoring.BlockHash(chunk, mm, seed))
@@ -131,6 +139,30 @@ func NormalizeImageRuns(block []uint32, imageTok uint32, mm []uint64) {
 			i++
 		}
 		k++
+	}
+}
+
+// NormalizeImageSpans replaces, in place, every imageTok in block with the pad value of mm[k], where k
+// starts at 0 and advances after each endTok, clamped to the last entry: the images of a structured
+// layout (Llama-4 tiles, Pixtral rows), whose runs of imageTok are split by separators but whose end is
+// marked. The block's extra keys list the images overlapping it in order, so the first is the one
+// the block starts in.
+func NormalizeImageSpans(block []uint32, imageTok, endTok uint32, mm []uint64) {
+	if len(mm) == 0 {
+		return
+	}
+	k := 0
+	pad := scoring.PadValue(mm[0])
+	for i, t := range block {
+		switch t {
+		case imageTok:
+			block[i] = pad
+		case endTok:
+			if k < len(mm)-1 {
+				k++
+				pad = scoring.PadValue(mm[k])
+			}
+		}
 	}
 }
 

@@ -49,7 +49,7 @@ func TestRekeyImages(t *testing.T) {
 		Kind: Stored, BlockHashes: []uint64{99}, TokenIDs: []uint32{10, 20, img, img}, BlockSize: 4,
 		ExtraKeys: [][]ExtraKey{{{Kind: ExtraMM, Str: id, Int: 2}}},
 	}
-	local, partial := RekeyImages(&ev, 4, scoring.Seed, img, nil)
+	local, partial := RekeyImages(&ev, 4, scoring.Seed, img, 0, nil)
 	if partial != 0 || len(local) != 1 {
 		t.Fatalf("got %v, partial %d", local, partial)
 	}
@@ -108,7 +108,7 @@ func TestRekeyGoldenMM(t *testing.T) {
 	if err := Decode(loadHex(t, "stored_mm_map"), &b); err != nil {
 		t.Fatal(err)
 	}
-	local, partial := RekeyImages(&b.Events[0], 4, scoring.Seed, 151655, nil)
+	local, partial := RekeyImages(&b.Events[0], 4, scoring.Seed, 151655, 0, nil)
 	pad := scoring.PadValue(0x2f97f006c0e2eb2e)
 	if partial != 0 || len(local) != 2 ||
 		local[0] != scoring.BlockHash([]uint32{10, 20, pad, pad}, nil, scoring.Seed) ||
