@@ -27,6 +27,10 @@
 //   - run.go: Config, Run (every arm × every arrival speedup, runs in parallel, each single-threaded),
 //     goodput per SLO over the sweep (bench.Goodput) and the goodput knee by bisection over the arrival
 //     speedup; report.go: tables and plots through bench.Report.
+//   - timeline.go: each swept run over model time — per Window of arrivals the engines' hit rate and
+//     TTFT p90, and for the arms whose cost is learned (Calibrated: the kvroute preset's machine) the
+//     fit Machine.Calibration reports (α, β, γ, observations) every CalibrationEvery — as tables and
+//     SVG plots, so a mid-run speed change reads off as convergence and recovery.
 //
 // # Engine profiles
 //
@@ -84,5 +88,7 @@
 //	trace or Generate → Arrivals(speedup) → evArrive → Blocks.AppendPrompt → PromptHashes → Scheduler.Route
 //	  → Engine.Add → Step … step end: events → kvevents.Rekey → (EventDelay) → prefix.Index.Store/Remove
 //	                               progress → first token: PrefillDone; done: Free (→ released requests)
+//	evCal (every CalibrationEvery): Calibrated.Calibration → Timeline.Calibration
 //	samples → bench.SummarizeArm → Result (goodput per SLO, bisected knee) → Tables → bench.Report
+//	samples → windows (Window) → Timeline → timeline tables and plots
 package lab

@@ -20,11 +20,15 @@ type machineArm struct {
 	scrapes uint64
 	// routed, when set, sees each decision (the sglang arm inserts the prompt into its tree).
 	routed func(now time.Time, r *Request, w int)
+	// learns: the machine's kv decisions take the kvroute preset's learned cost (no selector, no
+	// temperature), so its calibration is the policy's.
+	learns bool
 }
 
 var (
-	_ Scheduler = (*machineArm)(nil)
-	_ Ticker    = (*machineArm)(nil)
+	_ Scheduler  = (*machineArm)(nil)
+	_ Ticker     = (*machineArm)(nil)
+	_ Calibrated = (*machineArm)(nil)
 )
 
 // primaryIndex is the run's prefix index as the machine's Index, the way actors/router adapts the
@@ -55,7 +59,17 @@ func newMachineArm(f *Fleet, seed uint64, cfg scoring.Config, ix sched.Index, se
 	for w := range f.Workers {
 		m.AddWorker(epoch, sched.Worker{ID: Key(w).WorkerID, DPRanks: 1, TotalKVBlocks: f.TotalKVBlocks, MaxNumBatchedTokens: f.MaxNumBatchedTokens})
 	}
-	return &machineArm{f: f, m: m}, nil
+	learns := cfg.Mode == scoring.ModeKV && cfg.Preset == scoring.PresetKVRoute && cfg.Temperature == 0 && sel == nil
+	return &machineArm{f: f, m: m, learns: learns}, nil
+}
+
+// Calibration implements Calibrated: the machine's learned fit, as the router's decisions use it.
+func (a *machineArm) Calibration() (Calibration, bool) {
+	if !a.learns {
+		return Calibration{}, false
+	}
+	alpha, beta, gamma, n := a.m.Calibration()
+	return Calibration{Alpha: alpha, Beta: beta, Gamma: gamma, N: n}, true
 }
 
 func released(rel []sched.Released) []Released {

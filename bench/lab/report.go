@@ -60,7 +60,7 @@ func (r *Result) Tables() []bench.Table {
 		}
 		out = append(out, kt)
 	}
-	return out
+	return append(out, r.timelineTables()...)
 }
 
 // Markdown is the tables as Markdown (deterministic).
@@ -98,8 +98,10 @@ func FillReport(rep *bench.Report, r *Result) {
 	}
 	rep.AddPlot("ttft_p90.svg", lp.Title, lp.SVG())
 	rep.AddPlot("hit_rate.svg", hp.Title, hp.SVG())
+	r.addTimelinePlots(rep)
 	rep.Notes = append(rep.Notes,
 		"Virtual time: every figure is simulated model time; the run is deterministic (same seed and workload → the same tables and report.json data).",
 		fmt.Sprintf("Hit rate = Σ engine cached_tokens / Σ prompt tokens; of pooled = hit rate / the pooled oracle's %s.", bench.Pct(r.Pooled.HitRate)),
-		"TTFT p90 of a point with failed requests counts as missing every SLO.")
+		"TTFT p90 of a point with failed requests counts as missing every SLO.",
+		"Windows group requests by arrival time; the calibration columns are the kvroute cost's learned fit t(K) = α·(1 + γ·K) seconds per prefill token on a worker with K active blocks (γ is what decisions use; α only scales).")
 }

@@ -54,6 +54,11 @@ type Config struct {
 	// scaled by the arrival speedup): from At on, steps run Factor times as fast as the profile says
 	// (0.5: half speed). Default none.
 	SpeedChanges []SpeedChange
+	// Window is the length of the report's time windows (hit rate and TTFT p90 by arrival time), model
+	// time. Default 60 s.
+	Window time.Duration
+	// CalibrationEvery is the period of the learned-calibration samples, model time. Default 5 s.
+	CalibrationEvery time.Duration
 
 	profile Profile
 	arms    []Arm
@@ -63,7 +68,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Workers: 8, Arms: ArmNames(), ArrivalSpeedups: []float64{1}, Profile: ProfileMocker, Blocks: bench.DefaultBlocks(),
 		BlockSize: 64, EventDelay: 2 * time.Millisecond, MetricsInterval: 2 * time.Second, SLOs: []float64{0.5, 1, 2, 4},
-		KneeSLO: 2, KneeSteps: 6, KneeSearch: 4, Seed: 42, LoadSamples: 400, Parallel: runtime.GOMAXPROCS(0)}
+		KneeSLO: 2, KneeSteps: 6, KneeSearch: 4, Seed: 42, LoadSamples: 400, Parallel: runtime.GOMAXPROCS(0),
+		Window: time.Minute, CalibrationEvery: 5 * time.Second}
 }
 
 // Validate checks the configuration and resolves the profile and arms.
@@ -88,6 +94,9 @@ func (c *Config) Validate() error {
 	if c.EventDelay < 0 || c.MetricsInterval <= 0 || c.LoadSamples < 2 || c.Parallel < 1 || c.KneeSteps < 0 || c.KneeSearch < 0 || c.KneeSLO < 0 {
 		return fmt.Errorf("%w: event delay %v, metrics interval %v, load samples %d, parallel %d, knee steps %d, knee slo %v",
 			ErrBadConfig, c.EventDelay, c.MetricsInterval, c.LoadSamples, c.Parallel, c.KneeSteps, c.KneeSLO)
+	}
+	if c.Window < time.Second || c.CalibrationEvery < 100*time.Millisecond {
+		return fmt.Errorf("%w: window %v (at least 1 s), calibration period %v (at least 100 ms)", ErrBadConfig, c.Window, c.CalibrationEvery)
 	}
 	for _, sc := range c.SpeedChanges {
 		if sc.At < 0 || !(sc.Factor > 0) || sc.Factor > 1e6 {
@@ -142,6 +151,8 @@ type Result struct {
 	// lower rate (bench.Goodput), in SLO order.
 	SLOs    []float64            `json:"slos_s"`
 	Goodput map[string][]float64 `json:"goodput_rps"`
+	// Timelines are the swept runs over model time (windows, learned calibration), in Points order.
+	Timelines []Timeline `json:"timelines"`
 	// Knees are the bisected goodput knees at KneeSLO.
 	KneeSLO float64 `json:"knee_slo_s"`
 	Knees   []Knee  `json:"knees,omitempty"`
@@ -165,6 +176,7 @@ type job struct {
 	arm Arm
 	x   float64
 	out *bench.ArmResult
+	tl  *Timeline
 	err error
 }
 
@@ -181,13 +193,13 @@ func runJobs(ctx context.Context, cfg *Config, tr *bench.Trace, jobs []*job) err
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			run, err := runArm(cfg, tr, j.arm, j.x)
+			run, tl, err := runArmTimeline(cfg, tr, j.arm, j.x)
 			if err != nil {
 				j.err = err
 				return
 			}
 			r := bench.SummarizeArm(run)
-			j.out = &r
+			j.out, j.tl = &r, tl
 		}()
 	}
 	wg.Wait()
@@ -230,6 +242,7 @@ func Run(ctx context.Context, cfg Config, name string, tr *bench.Trace) (*Result
 	}
 	for _, j := range jobs {
 		res.Points = append(res.Points, *j.out)
+		res.Timelines = append(res.Timelines, *j.tl)
 	}
 	for _, a := range cfg.arms {
 		var rates, p90 []float64

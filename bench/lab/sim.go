@@ -30,6 +30,7 @@ const (
 	evTick                 // metrics scrape and the scheduler's timers
 	evSample               // per-worker load sample for the report
 	evSpeed                // every engine's speed changes (i: index into Config.SpeedChanges)
+	evCal                  // sample the scheduler's learned calibration
 )
 
 type event struct {
@@ -135,6 +136,7 @@ type sim struct {
 	load    [][]float64
 	tick    int64
 	ldEvery int64
+	calib   []Calibration
 }
 
 func (s *sim) at(t int64, e event) {
@@ -148,6 +150,18 @@ func (s *sim) time(t int64) time.Time { return epoch.Add(time.Duration(t)) }
 // runArm simulates arm on tr at arrival speedup x.
 func runArm(cfg *Config, tr *bench.Trace, arm Arm, x float64) (*bench.ArmRun, error) {
 	return runArmWith(cfg, tr, arm, x, nil)
+}
+
+// runArmTimeline is runArm with the run's timeline (windows and calibration samples).
+func runArmTimeline(cfg *Config, tr *bench.Trace, arm Arm, x float64) (*bench.ArmRun, *Timeline, error) {
+	var s *sim
+	run, err := runArmWith(cfg, tr, arm, x, func(x *sim) { s = x })
+	if err != nil {
+		return nil, nil, err
+	}
+	tl := &Timeline{Arm: arm.Name, ArrivalSpeedup: x, WindowS: cfg.Window.Seconds(), Windows: windows(run.Samples, cfg.Window.Seconds()),
+		Calibration: s.calib}
+	return run, tl, nil
 }
 
 // runArmWith is runArm with a hook that sees the run before it starts (tests inspect its index).
@@ -183,6 +197,9 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 		s.at(0, event{kind: evTick})
 		s.at(0, event{kind: evSample})
 	}
+	if _, ok := s.sched.(Calibrated); ok && len(arrivals) > 0 {
+		s.at(0, event{kind: evCal})
+	}
 	for k, sc := range cfg.SpeedChanges {
 		s.at(int64(sc.At), event{kind: evSpeed, i: int32(k)})
 	}
@@ -213,6 +230,14 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 				if err := s.engines[w].eng.SetSpeed(ec.SpeedupRatio*f, ec.DecodeSpeedupRatio); err != nil {
 					return nil, err
 				}
+			}
+		case evCal:
+			if c, ok := s.sched.(Calibrated).Calibration(); ok {
+				c.T = float64(s.now) / 1e9
+				s.calib = append(s.calib, c)
+			}
+			if s.left > 0 {
+				s.at(s.now+int64(cfg.CalibrationEvery), event{kind: evCal})
 			}
 		case evSample:
 			s.sample()

@@ -40,6 +40,8 @@ func benchLab(args []string) error {
 	fs.IntVar(&cfg.Blocks.BlockSize, "trace-block-size", cfg.Blocks.BlockSize, "tokens per trace hash id")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "engine and router KV block size in tokens")
 	speed := fs.String("speed-change", "", "engine speed changes during a run, comma-separated AT:FACTOR (model time from the first arrival: 300s:0.5 halves every engine's speed from 5 minutes on)")
+	fs.DurationVar(&cfg.Window, "window", cfg.Window, "length of the report's time windows (hit rate and TTFT p90 by arrival time), model time")
+	fs.DurationVar(&cfg.CalibrationEvery, "calibration-every", cfg.CalibrationEvery, "period of the samples of the kvroute cost's learned calibration, model time")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the arms' random choices, the token blocks and generated workloads")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -95,3 +95,56 @@ func TestBenchLab(t *testing.T) {
 		t.Fatalf("unknown arm exit %d", code)
 	}
 }
+
+// TestBenchLabTimeline: --window sets the report's windows and --calibration-every the period of the
+// kv arm's calibration samples in lab.json; report.md and the plots carry them.
+func TestBenchLabTimeline(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join("..", "..", "bench", "lab", "testdata", "conversation_head.jsonl")
+	type timeline struct {
+		Arm         string            `json:"arm"`
+		WindowS     float64           `json:"window_s"`
+		Windows     []json.RawMessage `json:"windows"`
+		Calibration []json.RawMessage `json:"calibration"`
+	}
+	read := func(extra ...string) []timeline {
+		out := filepath.Join(dir, strings.Join(extra, "_"))
+		args := append([]string{"lab", "--trace", trace, "--minutes", "1", "--modes", "kv,llmd", "--knee-slo", "0", "--out", out}, extra...)
+		if code := runBench(args); code != 0 {
+			t.Fatalf("%v: exit %d", extra, code)
+		}
+		js, err := os.ReadFile(filepath.Join(out, "lab.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			Timelines []timeline `json:"timelines"`
+		}
+		if err := json.Unmarshal(js, &res); err != nil || len(res.Timelines) != 2 {
+			t.Fatalf("lab.json: %v, %d timelines", err, len(res.Timelines))
+		}
+		for _, f := range []string{"calibration_gamma.svg", "window_ttft_p90.svg"} {
+			if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+		md, err := os.ReadFile(filepath.Join(out, "report.md"))
+		if err != nil || !strings.Contains(string(md), "Learned calibration") {
+			t.Fatalf("report.md has no calibration table: %v", err)
+		}
+		return res.Timelines
+	}
+	def, fine := read(), read("--window", "10s", "--calibration-every", "1s")
+	if def[0].WindowS != 60 || fine[0].WindowS != 10 || len(fine[0].Windows) <= 2*len(def[0].Windows) {
+		t.Fatalf("windows: %v s × %d by default, %v s × %d with --window 10s", def[0].WindowS, len(def[0].Windows), fine[0].WindowS, len(fine[0].Windows))
+	}
+	if def[0].Arm != "kv" || len(def[0].Calibration) == 0 || len(fine[0].Calibration) < 4*len(def[0].Calibration) {
+		t.Fatalf("calibration samples: %d every 5 s, %d every 1 s", len(def[0].Calibration), len(fine[0].Calibration))
+	}
+	if len(def[1].Calibration) != 0 {
+		t.Fatal("the llmd arm learns nothing but has calibration samples")
+	}
+	if code := runBench([]string{"lab", "--trace", trace, "--window", "1ms"}); code != 1 {
+		t.Fatalf("--window 1ms: exit %d", code)
+	}
+}
