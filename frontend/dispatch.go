@@ -16,7 +16,7 @@ import (
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
-// WorkerPool holds one pooled HTTP endpoint per worker URL.
+// WorkerPool holds one pooled HTTP endpoint per worker URL, each carrying its worker's API key.
 type WorkerPool struct {
 	cfg client.Config
 	mu  sync.Mutex
@@ -35,7 +35,9 @@ func (p *WorkerPool) Get(spec registry.Spec) (*client.Endpoint, error) {
 	if ep, ok := p.eps[spec.URL]; ok {
 		return ep, nil
 	}
-	ep, err := client.NewEndpoint(spec.URL, p.cfg)
+	cfg := p.cfg
+	cfg.APIKey = spec.Key()
+	ep, err := client.NewEndpoint(spec.URL, cfg)
 	if err != nil {
 		return nil, err
 	}

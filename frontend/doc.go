@@ -5,8 +5,14 @@
 //
 // Server answers /health, /live, /ready (Probes, probes.go: Dynamo's JSON shapes; /ready is 503 until
 // enough workers are checked and once the drain starts) and /metrics itself, then offers each request to
-// its mounted Handlers in order (OpenAIAPI, RouterAPI: /v1/workers, /v1/workers/{id},
+// its mounted Handlers in order (Models, RouterAPI: /v1/workers, /v1/workers/{id},
 // /v1/overlap_scores, PprofHandler: /debug/pprof/ behind the admin token).
+//
+// Models (models.go) serves several models behind one endpoint: one OpenAIAPI per model, each with its
+// own tokenizer, router core (block size, index, scheduler) and workers; a request goes to the API of
+// the model its body names (an unknown one is a 404), and /v1/models, /v1/models/{id} list them all.
+// Workers behind an API key get it from the WorkerPool's endpoint (workers/client), never from a log or
+// a status answer.
 //
 // An OpenAI request's lifecycle has three calls (lifecycle.go): begin, firstToken, end. They keep the
 // in-flight count the drain waits on, the dynamo_frontend_* / dynamo_component_router_* metrics
@@ -35,7 +41,8 @@
 //
 // # Ownership
 //
-// cmd/ builds the Server and owns its listener; the router core is owned by actors/router.
+// cmd/ builds the Server and owns its listener; each model's router core is owned by actors/router.
+// Models is built once before serving and only read afterwards.
 //
 // # Data flow
 //

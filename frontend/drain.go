@@ -26,10 +26,16 @@ func DefaultDrainConfig() DrainConfig {
 	return DrainConfig{GracePeriod: 5 * time.Second, Timeout: 5 * time.Second, Poll: 20 * time.Millisecond}
 }
 
+// InFlighter is what a drain waits on and finally cancels: an OpenAIAPI, or Models (all of them).
+type InFlighter interface {
+	InFlight() int64
+	CancelInFlight()
+}
+
 // Drain shuts srv down within cfg.GracePeriod + cfg.Timeout (plus a second for cancelled streams to
 // close): probes say not ready, in-flight requests get the grace period, the listener closes, the rest
 // get the timeout, then are cancelled. probes and api may be nil.
-func Drain(srv *Server, api *OpenAIAPI, probes *Probes, cfg DrainConfig, log *slog.Logger) {
+func Drain(srv *Server, api InFlighter, probes *Probes, cfg DrainConfig, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -46,6 +46,46 @@ type FrontendMetrics struct {
 	mu        sync.Mutex
 	precision map[uint64]*precision
 	precGauge *prometheus.GaugeVec
+
+	// vecs are the model-labelled vectors, for ForModel.
+	vecs *modelVecs
+}
+
+// modelVecs are the vectors whose children carry the model label.
+type modelVecs struct {
+	reqs                          *prometheus.CounterVec
+	inflight, queued              *prometheus.GaugeVec
+	ttft, itl, duration, isl, osl *prometheus.HistogramVec
+	migr                          *prometheus.CounterVec
+}
+
+// ForModel returns the metrics of another model served by the same frontend: the dynamo_frontend_*
+// series under its model label, everything else (router and per-worker series, the prediction check)
+// shared.
+func (m *FrontendMetrics) ForModel(name string) *FrontendMetrics {
+	v := m.vecs
+	o := &FrontendMetrics{
+		inflight: v.inflight.WithLabelValues(name), queued: v.queued.WithLabelValues(name),
+		ttft: v.ttft.WithLabelValues(name), itl: v.itl.WithLabelValues(name), duration: v.duration.WithLabelValues(name),
+		isl: v.isl.WithLabelValues(name), osl: v.osl.WithLabelValues(name), migr: v.migr.WithLabelValues(name),
+		mediaRefused: m.mediaRefused, rReqs: m.rReqs, rTTFT: m.rTTFT, rITL: m.rITL, rISL: m.rISL, rOSL: m.rOSL,
+		lastTTFT: m.lastTTFT, lastISL: m.lastISL, lastITL: m.lastITL, predErr: m.predErr,
+		cachedTok: m.cachedTok, predictedTok: m.predictedTok, precGauge: m.precGauge,
+		precision: map[uint64]*precision{}, vecs: v,
+	}
+	o.resolveKinds(name)
+	return o
+}
+
+// resolveKinds resolves the requests counters of every endpoint × request type × status.
+func (m *FrontendMetrics) resolveKinds(model string) {
+	for ep := range m.byKind {
+		for st := range m.byKind[ep] {
+			for ok := range m.byKind[ep][st] {
+				m.byKind[ep][st][ok] = m.vecs.reqs.WithLabelValues(model, endpoint(ep).label(), requestType(st == 1), status(ok == 1))
+			}
+		}
+	}
 }
 
 // precision counts, per worker, how often the predicted cached tokens matched what the worker reported;
@@ -140,14 +180,10 @@ func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *Frontend
 			Help: "Chat requests refused (400) for their media, by reason: blocked (SSRF guard), limits (--mm-max-images, --mm-max-total-pixels)."},
 			[]string{"reason"}),
 		precision: map[uint64]*precision{},
+		vecs: &modelVecs{reqs: reqs, inflight: inflight, queued: queued, ttft: ttft, itl: itl, duration: duration,
+			isl: isl, osl: osl, migr: migr},
 	}
-	for ep := range m.byKind {
-		for st := range m.byKind[ep] {
-			for ok := range m.byKind[ep][st] {
-				m.byKind[ep][st][ok] = reqs.WithLabelValues(l.Model, endpoint(ep).label(), requestType(st == 1), status(ok == 1))
-			}
-		}
-	}
+	m.resolveKinds(l.Model)
 	m.cachedTok = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_cached_tokens_total",
 		Help: "Prompt tokens the workers reported served from their prefix cache (engine hit rate = rate of this / rate of dynamo_frontend_input_sequence_tokens_sum)."})
 	m.predictedTok = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_predicted_cached_tokens_total",
@@ -179,8 +215,7 @@ func (m *FrontendMetrics) lastRequest(worker uint64, rank uint32, ttft time.Dura
 // ModelCollector exports the served model's configuration as Dynamo's dynamo_frontend_model_* gauges,
 // and each worker's health as kvroute_worker_healthy, read from the router at scrape time.
 type ModelCollector struct {
-	r                                *router.Router
-	model                            string
+	models                           []collectedModel
 	migration                        int
 	workers, blockSize, migr, blocks *prometheus.Desc
 	// healthy is per worker; the event plane's per-worker metrics (gaps, degraded) are the fleet's own
@@ -191,7 +226,7 @@ type ModelCollector struct {
 // NewModelCollector returns the collector; register it with the frontend's registry.
 func NewModelCollector(r *router.Router, model string, migrationLimit int) *ModelCollector {
 	l := []string{"model"}
-	return &ModelCollector{r: r, model: model, migration: migrationLimit,
+	return &ModelCollector{models: []collectedModel{{r, model}}, migration: migrationLimit,
 		workers:   prometheus.NewDesc("dynamo_frontend_model_workers", "Workers serving the model.", l, nil),
 		blockSize: prometheus.NewDesc("dynamo_frontend_model_kv_cache_block_size", "KV cache block size of the model's workers, in tokens.", l, nil),
 		migr:      prometheus.NewDesc("dynamo_frontend_model_migration_limit", "Request migration limit.", l, nil),
@@ -199,6 +234,17 @@ func NewModelCollector(r *router.Router, model string, migrationLimit int) *Mode
 		healthy: prometheus.NewDesc("kvroute_worker_healthy", "1 while a worker passes its health checks (it is routable), else 0.",
 			[]string{"worker_id"}, nil),
 	}
+}
+
+// collectedModel is one served model and its router core.
+type collectedModel struct {
+	r     *router.Router
+	model string
+}
+
+// AddModel adds another served model (before the collector is registered).
+func (c *ModelCollector) AddModel(r *router.Router, model string) {
+	c.models = append(c.models, collectedModel{r, model})
 }
 
 // Describe implements prometheus.Collector.
@@ -212,21 +258,27 @@ func (c *ModelCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *ModelCollector) Collect(ch chan<- prometheus.Metric) {
-	ms := c.r.Fleet.Mirrors()
+	for _, cm := range c.models {
+		c.collect(ch, cm.r, cm.model)
+	}
+}
+
+func (c *ModelCollector) collect(ch chan<- prometheus.Metric, r *router.Router, model string) {
+	ms := r.Fleet.Mirrors()
 	total := 0
 	for _, m := range ms {
 		total += m.Spec.TotalKVBlocks
-		st, ok := c.r.Fleet.StatusOf(m.Spec.ID)
+		st, ok := r.Fleet.StatusOf(m.Spec.ID)
 		if !ok {
 			continue
 		}
 		id := strconv.FormatUint(m.Spec.ID, 10)
 		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, float64(b2i(st.Healthy)), id)
 	}
-	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(len(ms)), c.model)
-	ch <- prometheus.MustNewConstMetric(c.blockSize, prometheus.GaugeValue, float64(c.r.BlockSize()), c.model)
-	ch <- prometheus.MustNewConstMetric(c.migr, prometheus.GaugeValue, float64(c.migration), c.model)
-	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(total), c.model)
+	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(len(ms)), model)
+	ch <- prometheus.MustNewConstMetric(c.blockSize, prometheus.GaugeValue, float64(r.BlockSize()), model)
+	ch <- prometheus.MustNewConstMetric(c.migr, prometheus.GaugeValue, float64(c.migration), model)
+	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(total), model)
 }
 
 // label is the endpoint label Dynamo gives the endpoint.

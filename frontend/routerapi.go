@@ -23,6 +23,44 @@ type RouterAPI struct {
 	// RequireURL refuses a worker registered without a URL (the frontend, which sends requests to its
 	// workers; a standalone router only names the worker and may not know its URL).
 	RequireURL bool
+	// Models are the router cores of a frontend's other models, by name (R is the first model's): a
+	// worker registered with "model" joins that model's core, and the worker endpoints see them all.
+	Models map[string]*router.Router
+	// Model is R's model name (with Models).
+	Model string
+}
+
+// routerOf returns the core of the named model ("" or R's own: R), or nil.
+func (a *RouterAPI) routerOf(model string) *router.Router {
+	if r, ok := a.Models[model]; ok {
+		return r
+	}
+	if model == "" || len(a.Models) == 0 || model == a.Model {
+		return a.R
+	}
+	return nil
+}
+
+// owner returns the core a worker id is registered with, or nil.
+func (a *RouterAPI) owner(id uint64) *router.Router {
+	if _, ok := a.R.Fleet.StatusOf(id); ok {
+		return a.R
+	}
+	for _, r := range a.Models {
+		if _, ok := r.Fleet.StatusOf(id); ok {
+			return r
+		}
+	}
+	return nil
+}
+
+// allWorkers lists the workers of every model.
+func (a *RouterAPI) allWorkers() []worker.Status {
+	ws := a.R.Workers()
+	for _, r := range a.Models {
+		ws = append(ws, r.Workers()...)
+	}
+	return ws
 }
 
 // overlapRequest is the body of POST /v1/overlap_scores: tokens (hashed with the router's block size and
@@ -71,7 +109,7 @@ func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 	case path == "/v1/workers":
 		switch {
 		case ctx.IsGet():
-			writeJSON(ctx, workersResponse{Workers: a.R.Workers()})
+			writeJSON(ctx, workersResponse{Workers: a.allWorkers()})
 		case ctx.IsPost():
 			a.register(ctx)
 		default:
@@ -83,16 +121,20 @@ func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 			writeError(ctx, err)
 			return true
 		}
+		r := a.owner(id)
+		if r == nil {
+			r = a.R // its answer is the 404
+		}
 		switch {
 		case ctx.IsGet():
-			st, ok := a.R.Fleet.StatusOf(id)
+			st, ok := r.Fleet.StatusOf(id)
 			if !ok {
 				writeError(ctx, errorf(ErrNotFound, "worker %d is not registered", id))
 				return true
 			}
 			writeJSON(ctx, st)
 		case ctx.IsDelete():
-			if err := a.R.RemoveWorker(id); err != nil {
+			if err := r.RemoveWorker(id); err != nil {
 				writeError(ctx, mapWorkerErr(err))
 				return true
 			}
@@ -181,11 +223,20 @@ func (a *RouterAPI) register(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errorf(ErrBadRequest, "worker %d: url is required (this frontend sends it requests)", spec.ID))
 		return
 	}
-	if err := a.R.AddWorker(spec); err != nil {
+	r := a.routerOf(spec.Model)
+	if r == nil {
+		writeError(ctx, errorf(ErrNotFound, "worker %d: model %q is not served here", spec.ID, spec.Model))
+		return
+	}
+	if len(a.Models) > 0 && a.owner(spec.ID) != nil {
+		writeError(ctx, errorf(ErrBadRequest, "worker %d is already registered", spec.ID))
+		return
+	}
+	if err := r.AddWorker(spec); err != nil {
 		writeError(ctx, mapWorkerErr(err))
 		return
 	}
-	st, _ := a.R.Fleet.StatusOf(spec.ID)
+	st, _ := r.Fleet.StatusOf(spec.ID)
 	writeJSON(ctx, st)
 }
 

@@ -40,6 +40,7 @@ var flagEvidence = map[string][]string{
 
 	// Model.
 	"kv-cache-block-size": {"scoring/testdata/scenarios/kv_basic.txt", "frontend: TestSelfTestFlagsBlockSizeMismatch", "cmd/kvroute: TestRouterCommand"},
+	"model":               {"cmd/kvroute: TestServeTwoModels"},
 	"model-name":          {"cmd/kvroute: TestFrontendWithoutTokenizer", "cmd/kvroute: TestFrontendOpsFlags"},
 	"model-path":          {"cmd/kvroute: TestFrontendWithoutTokenizer", "cmd/kvroute: TestFrontendOpsFlags"},
 	"namespace":           {"cmd/kvroute: TestFrontendOpsFlags"},

@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/indexer"
@@ -38,6 +40,7 @@ type frontendFlags struct {
 	host      *string
 	modelPath *string
 	modelName *string
+	models    modelFlags
 	bind      *bindFlags
 	identity  *time.Duration
 	workers   workerFlags
@@ -73,6 +76,7 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	envModel := envOr("DYN_MODEL_PATH", envOr("KVROUTE_MODEL_PATH", defaultModelPath))
 	f.modelPath = fs.String("model-path", envModel, "HF-layout model directory or HF cache model name (tokenizer, chat template) [$DYN_MODEL_PATH, $KVROUTE_MODEL_PATH]")
 	f.modelName = fs.String("model-name", os.Getenv("DYN_MODEL_NAME"), "served model name (default: the model directory's name) [$DYN_MODEL_NAME]")
+	fs.Var(&f.models, "model", "a served model: name=path (a model directory or HF cache name), optionally ,block_size=N; repeatable, each model with its own tokenizer, router and workers (worker spec model=name); replaces --model-path and --model-name")
 	f.bind = registerBindFlag(fs)
 	f.identity = identityCheckFlag(fs)
 	fs.Var(&f.workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
@@ -117,6 +121,20 @@ func (f *frontendFlags) check(fs *flag.FlagSet) error {
 	if err := f.srv.check(); err != nil {
 		return err
 	}
+	if len(f.models) > 0 {
+		var clash string
+		fs.Visit(func(fl *flag.Flag) {
+			if fl.Name == "model-path" || fl.Name == "model-name" {
+				clash = fl.Name
+			}
+		})
+		if clash != "" {
+			return fmt.Errorf("--%s and --model: name the models with --model name=path only", clash)
+		}
+		if *f.ops.tokenizer == "none" {
+			return fmt.Errorf("--tokenizer none serves one model: give --model-name, not --model")
+		}
+	}
 	if err := checkUnbuiltScoring(&f.cfg); err != nil {
 		return err
 	}
@@ -145,8 +163,13 @@ type frontendApp struct {
 	probes *frontend.Probes
 	drain  frontend.DrainConfig
 	log    *slog.Logger
-	mon    *frontend.Monitor
-	fleet  *mocker.Fleet // kvroute serve's simulated workers, closed by closeFleet
+	mon    *frontend.Monitor // the first model's
+	// models serves every model; routers and mons are per model, in --model order (routers[0] == router).
+	models  *frontend.Models
+	routers []*router.Router
+	mons    []*frontend.Monitor
+	tracer  trace.Tracer
+	fleets  []*mocker.Fleet // kvroute serve's simulated workers, closed by closeFleet
 	// traceStop flushes and stops the span exporter (nil: tracing off).
 	traceStop func(context.Context) error
 	nats      *natsFlags
@@ -161,56 +184,46 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	var (
-		dir  string
-		m    *model.Model
-		name = *f.modelName
-		err  error
-	)
-	switch *f.ops.tokenizer {
-	case "none":
-		if name == "" {
+	withTokenizer := *f.ops.tokenizer != "none"
+	if !withTokenizer {
+		if *f.modelName == "" {
 			return nil, fmt.Errorf("--tokenizer none: give --model-name, the model the workers serve")
 		}
 		log.Info("no tokenizer (--tokenizer none): prompts must be token ids; text prompts and chat are answered 422, images route on their token ids")
-	default: // the model's tokenizer.json (oneOf checked the value)
-		if dir, err = model.Resolve(*f.modelPath); err != nil {
-			return nil, fmt.Errorf("--model-path: %w (for fleets fed token ids, --tokenizer none runs without a model)", err)
-		}
-		if m, err = model.Load(dir); err != nil {
-			return nil, err
-		}
-		if name == "" {
-			name = modelNameOf(dir)
-		}
 	}
-	app := &frontendApp{system: actors.NewSystem(nil), model: m, name: name, log: log,
-		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
-	rcfg := router.DefaultConfig(cfg.BlockSize)
-	rcfg.Scoring = cfg
-	rcfg.Model = name // picks its profile from --router-policy-config's models
-	rcfg.Registerer = reg
-	rcfg.Worker.BindEndpoints = *f.bind
-	rcfg.Worker.Log = log
-	rcfg.Worker.IdentityCheck = *f.identity
-	if m != nil {
-		rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = eventImageTokens(m, name)
-	}
-	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
-	if app.router, err = f.nats.newRouter(app.system, rcfg, &f.workers, log); err != nil {
+	sms, err := loadModels(f.modelArgs(), withTokenizer)
+	if err != nil {
+		if len(f.models) == 0 {
+			err = fmt.Errorf("--model-path: %w", err)
+		}
 		return nil, err
 	}
-	app.nats = f.nats
+	multi := len(sms) > 1
+	names := make([]string, len(sms))
+	for i, sm := range sms {
+		names[i] = sm.name
+	}
+	// Each flag worker joins its model's router; ids stay unique over the frontend (/v1/workers/{id}).
+	perModel := make([]workerFlags, len(sms))
+	ids := map[uint64]bool{}
 	for _, w := range f.workers {
 		if w.URL == "" {
-			app.stop()
 			return nil, fmt.Errorf("--worker id=%d: url is required (the frontend sends it requests)", w.ID)
 		}
-		if err := app.router.AddWorker(w); err != nil {
-			app.stop()
-			return nil, err
+		if multi && ids[w.ID] {
+			return nil, fmt.Errorf("--worker id=%d: given twice (worker ids are unique over all models)", w.ID)
 		}
+		ids[w.ID] = true
+		i, err := assignModel(w, names, log)
+		if err != nil {
+			return nil, fmt.Errorf("--worker: %w", err)
+		}
+		perModel[i] = append(perModel[i], w)
 	}
+	f.workers = nil
+	name := sms[0].name
+	app := &frontendApp{system: actors.NewSystem(nil), model: sms[0].m, name: name, log: log,
+		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
 	app.pool = frontend.NewWorkerPool(client.DefaultConfig())
 	fm := frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})
 	guard, err := mm.NewGuard(mm.ParseAllowHosts(*f.allow))
@@ -218,50 +231,125 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		app.stop()
 		return nil, fmt.Errorf("--media-allow-hosts: %w", err)
 	}
-	api := frontend.NewOpenAIAPI(app.router, m, name, app.system, app.pool,
-		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout, MediaGuard: guard,
-			PassiveHealth: *f.health > 0}, fm)
-	reg.MustRegister(frontend.NewModelCollector(app.router, name, cfg.MigrationLimit))
-	if *f.ops.log.access {
-		api.AccessLog = log
-	}
 	if *f.ops.otlp != "" {
 		tracer, shutdown, err := startTracing(*f.ops.otlp, *f.ops.service)
 		if err != nil {
 			app.stop()
 			return nil, err
 		}
-		api.Tracer, app.traceStop = tracer, shutdown
+		app.tracer, app.traceStop = tracer, shutdown
 		log.Info("tracing on", "otlp_endpoint", *f.ops.otlp, "service", *f.ops.service)
 	}
-	app.api = api
-	if *f.mmOn && m != nil {
-		if err := enableMM(api, f, dir, name, reg, log); err != nil {
+	hc := frontend.DefaultHealthConfig()
+	hc.Interval, hc.SelfTest = *f.health, *f.selfTest
+	var collector *frontend.ModelCollector
+	apis := make([]*frontend.OpenAIAPI, len(sms))
+	for i, sm := range sms {
+		bs := cfg.BlockSize
+		if sm.blockSize > 0 {
+			bs = sm.blockSize
+		}
+		var mreg prometheus.Registerer = reg
+		if multi {
+			// Every model's router core exports the same series: the model label tells them apart.
+			mreg = prometheus.WrapRegistererWith(prometheus.Labels{"model": sm.name}, reg)
+		}
+		rcfg := router.DefaultConfig(bs)
+		rcfg.Scoring = cfg
+		rcfg.Scoring.BlockSize = bs
+		rcfg.Model = sm.name // picks its profile from --router-policy-config's models
+		rcfg.Registerer = mreg
+		rcfg.Worker.BindEndpoints = *f.bind
+		rcfg.Worker.Log = log
+		rcfg.Worker.IdentityCheck = *f.identity
+		if sm.m != nil {
+			rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = eventImageTokens(sm.m, sm.name)
+		}
+		rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
+		var r *router.Router
+		if i == 0 {
+			if multi && f.nats.needsNATS(&rcfg) {
+				app.stop()
+				return nil, fmt.Errorf("several --model values need --discovery static and --event-plane zmq (the NATS planes serve one model)")
+			}
+			r, err = f.nats.newRouter(app.system, rcfg, &perModel[0], log)
+			app.nats = f.nats
+		} else {
+			r, err = router.New(app.system, rcfg)
+		}
+		if err != nil {
 			app.stop()
 			return nil, err
 		}
+		app.routers = append(app.routers, r)
+		if i == 0 {
+			app.router = r
+		}
+		for _, w := range perModel[i] {
+			if err := r.AddWorker(w); err != nil {
+				app.stop()
+				return nil, err
+			}
+		}
+		mfm := fm
+		if i > 0 {
+			mfm = fm.ForModel(sm.name)
+		}
+		api := frontend.NewOpenAIAPI(r, sm.m, sm.name, app.system, app.pool,
+			frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout, MediaGuard: guard,
+				PassiveHealth: *f.health > 0}, mfm)
+		if *f.ops.log.access {
+			api.AccessLog = log
+		}
+		api.Tracer = app.tracer
+		apis[i] = api
+		if *f.mmOn && sm.m != nil {
+			if err := enableMM(api, f, sm.dir, sm.name, mreg, log); err != nil {
+				app.stop()
+				return nil, err
+			}
+		}
+		if collector == nil {
+			collector = frontend.NewModelCollector(r, sm.name, cfg.MigrationLimit)
+		} else {
+			collector.AddModel(r, sm.name)
+		}
+		mhc := hc
+		mhc.ModelName = sm.name
+		app.mons = append(app.mons, frontend.NewMonitor(r, app.pool, mhc, log))
 	}
-	hc := frontend.DefaultHealthConfig()
-	hc.Interval, hc.SelfTest, hc.ModelName = *f.health, *f.selfTest, name
-	app.mon = frontend.NewMonitor(app.router, app.pool, hc, log)
+	reg.MustRegister(collector)
+	app.api = apis[0]
+	app.models = frontend.NewModels(apis...)
+	app.mon = app.mons[0]
 	app.probes = frontend.NewProbes(app.router, frontend.ProbeConfig{Namespace: *f.ops.namespace,
 		MinReadyWorkers: max(1, cfg.MinInitialWorkers), Checked: app.mon.Checked, Version: version()})
 	scfg := f.srv.config(*f.maxBody, reg)
 	scfg.Probes = app.probes
-	handlers := []frontend.Handler{api, &frontend.RouterAPI{R: app.router, RequireURL: true}}
+	others := map[string]*router.Router{}
+	for i, r := range app.routers[1:] {
+		others[sms[i+1].name] = r
+	}
+	handlers := []frontend.Handler{app.models, &frontend.RouterAPI{R: app.router, RequireURL: true, Models: others, Model: name}}
 	if *f.ops.pprof {
 		handlers = append(handlers, frontend.NewPprofHandler())
 	}
 	app.server = frontend.NewServer(scfg, handlers...)
 	logAccess(log, scfg)
-	app.mon.Start()
+	for _, m := range app.mons {
+		m.Start()
+	}
 	if app.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
 		app.stop()
 		return nil, err
 	}
 	go func() { _ = app.server.Serve(app.ln) }()
-	log.Info("kvroute frontend listening", "addr", app.ln.Addr().String(), "model", name, "router_mode", cfg.Mode,
-		"block_size", cfg.BlockSize, "workers", len(f.workers))
+	workers := 0
+	for _, r := range app.routers {
+		workers += len(r.Workers())
+	}
+	log.Info("kvroute frontend listening", "addr", app.ln.Addr().String(), "models", strings.Join(names, ","), "router_mode", cfg.Mode,
+		"block_size", cfg.BlockSize, "workers", workers)
 	return app, nil
 }
 
@@ -281,7 +369,7 @@ func eventImageTokens(m *model.Model, name string) (run, end uint32) {
 }
 
 // enableMM turns on multimodal routing when the model's family is known; otherwise it says why not.
-func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg *prometheus.Registry, log *slog.Logger) error {
+func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg prometheus.Registerer, log *slog.Logger) error {
 	spec, err := mm.LoadSpec(dir, name)
 	if err != nil {
 		return err
@@ -333,13 +421,13 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg *
 func (a *frontendApp) stop() {
 	if a.server != nil {
 		if a.ln != nil {
-			frontend.Drain(a.server, a.api, a.probes, a.drain, a.log)
+			frontend.Drain(a.server, a.models, a.probes, a.drain, a.log)
 		} else {
 			_ = a.server.Shutdown()
 		}
 	}
-	if a.mon != nil {
-		a.mon.Stop()
+	for _, m := range a.mons {
+		m.Stop()
 	}
 	if a.traceStop != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -352,16 +440,16 @@ func (a *frontendApp) stop() {
 	if a.pool != nil {
 		a.pool.Close()
 	}
-	if a.router != nil {
-		a.router.Stop()
+	for _, r := range a.routers {
+		r.Stop()
 	}
 	a.system.Shutdown()
 }
 
 // closeFleet stops kvroute serve's simulated workers (after stop, so streams drain first).
 func (a *frontendApp) closeFleet() {
-	if a.fleet != nil {
-		a.fleet.Close()
+	for _, fl := range a.fleets {
+		fl.Close()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,21 +19,31 @@ func init() {
 func runServe(args []string) int {
 	var n, gpuBlocks *int
 	var speedup *float64
+	var keyEnv *string
 	f, log, code, ok := parseFrontend("serve", args, func(fs *flag.FlagSet) {
 		n = fs.Int("workers", 4, "simulated workers to start in-process")
 		gpuBlocks = fs.Int("num-gpu-blocks", 4096, "KV capacity of each simulated worker, in blocks")
 		speedup = fs.Float64("speedup-ratio", 10, "simulated time runs this many times faster than real time")
+		keyEnv = fs.String("worker-api-key-env", "", "name of an environment variable holding an API key: the simulated workers require it (vLLM's --api-key) and the frontend sends it (worker spec api_key_env)")
 	})
 	if !ok {
 		return code
 	}
-	app, err := startServe(f, serveConfig{workers: *n, gpuBlocks: *gpuBlocks, speedup: *speedup}, newRegistry(), log)
+	sc := serveConfig{workers: *n, gpuBlocks: *gpuBlocks, speedup: *speedup}
+	if *keyEnv != "" {
+		sc.apiKey, sc.apiKeyEnv = os.Getenv(*keyEnv), *keyEnv
+		if sc.apiKey == "" {
+			fmt.Fprintf(errOut, "kvroute serve: --worker-api-key-env: $%s is empty\n", *keyEnv)
+			return 2
+		}
+	}
+	app, err := startServe(f, sc, newRegistry(), log)
 	if err != nil {
 		fatal(log, "serve", err)
 		return 1
 	}
 	defer app.closeFleet()
-	name := *f.modelName
+	name := app.name
 	log.Info("kvroute serve ready", "workers", *n, "try", fmt.Sprintf(
 		`curl -s localhost:%d/v1/chat/completions -H 'content-type: application/json' -d '{"model":"%s","messages":[{"role":"user","content":"Hello!"}]}'`,
 		*f.port, name))
@@ -46,41 +57,65 @@ func runServe(args []string) int {
 type serveConfig struct {
 	workers, gpuBlocks int
 	speedup            float64
+	// apiKey, when set, makes every simulated worker require it (vLLM's --api-key); the frontend reads
+	// it from the environment variable apiKeyEnv (the worker spec's api_key_env).
+	apiKey, apiKeyEnv string
 }
 
-// startServe starts the simulated workers in-process, then the frontend over them.
+// startServe starts the simulated workers in-process (sc.workers per model, each model's fleet with
+// its tokenizer, block size and name), then the frontend over them.
 func startServe(f *frontendFlags, sc serveConfig, reg *prometheus.Registry, log *slog.Logger) (*frontendApp, error) {
-	dir := *f.modelPath
-	name := *f.modelName
-	if name == "" {
-		name = modelNameOf(dir)
-		*f.modelName = name
+	if len(f.models) == 0 && *f.modelName == "" {
+		*f.modelName = modelNameOf(*f.modelPath)
 	}
-	wm, err := mocker.LoadModel(dir, name)
-	if err != nil {
-		return nil, err
+	var fleets []*mocker.Fleet
+	closeAll := func() {
+		for _, fl := range fleets {
+			fl.Close()
+		}
 	}
-	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
-	tmpl.Engine.BlockSize = f.cfg.BlockSize
-	tmpl.Engine.NumGPUBlocks = sc.gpuBlocks
-	tmpl.Engine.SpeedupRatio = sc.speedup
-	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: sc.workers, Template: tmpl, FirstID: 1})
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range fleet.Specs() {
-		sp, err := registry.Parse(s)
+	next := 1
+	for _, a := range f.modelArgs() {
+		name := a.name
+		if name == "" {
+			name = modelNameOf(a.path)
+		}
+		wm, err := mocker.LoadModel(a.path, name)
 		if err != nil {
-			fleet.Close()
+			closeAll()
 			return nil, err
 		}
-		f.workers = append(f.workers, sp)
+		tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
+		tmpl.Engine.BlockSize = f.cfg.BlockSize
+		if a.blockSize > 0 {
+			tmpl.Engine.BlockSize = a.blockSize
+		}
+		tmpl.Engine.NumGPUBlocks = sc.gpuBlocks
+		tmpl.Engine.SpeedupRatio = sc.speedup
+		tmpl.APIKey = sc.apiKey
+		fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: sc.workers, Template: tmpl, FirstID: next})
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		fleets = append(fleets, fleet)
+		next += sc.workers
+		for _, s := range fleet.Specs() {
+			sp, err := registry.Parse(s)
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			sp.Model = name
+			sp.APIKeyEnv = sc.apiKeyEnv
+			f.workers = append(f.workers, sp)
+		}
 	}
 	app, err := startFrontend(f, reg, log)
 	if err != nil {
-		fleet.Close()
+		closeAll()
 		return nil, err
 	}
-	app.fleet = fleet
+	app.fleets = fleets
 	return app, nil
 }

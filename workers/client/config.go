@@ -34,6 +34,9 @@ type Config struct {
 	IdleConnTimeout time.Duration
 	// MaxResponseBodySize bounds a non-streaming response body. Default 64 MiB.
 	MaxResponseBodySize int
+	// APIKey, when set, is sent on every call as "Authorization: Bearer <key>" (a worker started with
+	// vLLM's --api-key). Per worker: the pool gives each endpoint its worker's key. Never logged.
+	APIKey string
 	// ReadBufferSize is the per-connection read buffer. Default 16 KiB; a longer SSE line grows a
 	// separate buffer.
 	ReadBufferSize int

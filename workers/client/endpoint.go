@@ -303,6 +303,11 @@ func (e *Endpoint) writeRequest(w *bufio.Writer, req *Request, stream bool) erro
 		w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(len(req.Body)), 10))
 	}
 	w.WriteString("\r\n")
+	if e.cfg.APIKey != "" {
+		w.WriteString("Authorization: Bearer ")
+		writeHeaderText(w, e.cfg.APIKey)
+		w.WriteString("\r\n")
+	}
 	for _, h := range req.Headers {
 		writeHeaderText(w, h.Key)
 		w.WriteString(": ")

@@ -6,6 +6,7 @@ import (
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -102,7 +103,7 @@ func (f *Fleet) Specs() []string {
 }
 
 // Spec is the worker in the router's --worker form
-// (id=…,url=…,events=…,replay=…,dp_size=…,block_size=…,total_kv_blocks=…,max_num_batched_tokens=…).
+// (id=…,url=…,events=…,replay=…,dp_size=…,model=…,block_size=…,total_kv_blocks=…,max_num_batched_tokens=…).
 // With DPSize > 1 and free ports the ranks' endpoints are not base+rank: use fixed port bases then.
 func (w *Worker) Spec() string {
 	s := "id=" + strconv.Itoa(w.cfg.ID) + ",url=" + w.URL()
@@ -122,6 +123,9 @@ func (w *Worker) Spec() string {
 	}
 	if len(w.ranks) > 1 {
 		s += ",dp_size=" + strconv.Itoa(len(w.ranks))
+	}
+	if n := w.model.Name; n != "" && !strings.ContainsAny(n, ",= ") {
+		s += ",model=" + n
 	}
 	e := w.cfg.Engine
 	return s + ",block_size=" + strconv.Itoa(e.BlockSize) + ",total_kv_blocks=" + strconv.Itoa(e.NumGPUBlocks) +

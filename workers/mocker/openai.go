@@ -3,6 +3,7 @@ package mocker
 import (
 	"bufio"
 	"bytes"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"strconv"
@@ -99,6 +100,10 @@ type prepared struct {
 
 func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path() // compared as string(path): no copy
+	if w.cfg.APIKey != "" && bytes.HasPrefix(path, []byte("/v1")) && !bearerIs(ctx, w.cfg.APIKey) {
+		writeJSON(ctx, fasthttp.StatusUnauthorized, map[string]string{"error": "Unauthorized"}) // vLLM's body
+		return
+	}
 	switch {
 	case string(path) == "/v1/completions" && ctx.IsPost():
 		w.serveGenerate(ctx, false)
@@ -128,6 +133,11 @@ func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		writeError(ctx, fasthttp.StatusNotFound, fmt.Errorf("mocker: no route %s %s", ctx.Method(), path))
 	}
+}
+
+// bearerIs checks the request's bearer token in constant time.
+func bearerIs(ctx *fasthttp.RequestCtx, key string) bool {
+	return subtle.ConstantTimeCompare(ctx.Request.Header.Peek("Authorization"), []byte("Bearer "+key)) == 1
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {

@@ -44,6 +44,9 @@ type WorkerConfig struct {
 	// KVTransfer is the transfer model of disaggregated decode (pulling a prefill worker's blocks).
 	// Zero fields take the defaults: 64 GB/s, the default model's KV bytes per token.
 	KVTransfer KVTransferConfig
+	// APIKey, when set, is required on every /v1 call as "Authorization: Bearer <key>" (vLLM's
+	// --api-key: 401 otherwise; /health, /metrics and the other paths stay open). Default none.
+	APIKey string
 }
 
 // DefaultWorkerConfig is one rank with Dynamo's engine defaults, the fallback model, a free port on

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -68,6 +69,16 @@ type Spec struct {
 	// Role is "both" (aggregated, the default when empty), "prefill" or "decode": which of the
 	// frontend's router cores the worker joins (docs/router.md, disaggregated prefill/decode).
 	Role string `json:"role,omitempty"`
+	// Model is the served model name the worker answers for (vLLM's --served-model-name). A frontend
+	// serving several models routes a request only to workers of its model; empty: the frontend's
+	// first model, or the name the worker's /v1/models reports.
+	Model string `json:"model,omitempty"`
+	// APIKey is the credential the worker's OpenAI API wants (vLLM's --api-key), sent to it as
+	// "Authorization: Bearer <key>". It is never logged or shown (worker status carries no spec).
+	APIKey string `json:"api_key,omitempty"`
+	// APIKeyEnv names an environment variable of the frontend holding the key, so that the key itself
+	// appears in no flag, spec or discovery record. Resolved by Key.
+	APIKeyEnv string `json:"api_key_env,omitempty"`
 }
 
 // RoleOf returns the worker's role, "both" when none was given.
@@ -76,6 +87,17 @@ func (s *Spec) RoleOf() string {
 		return RoleBoth
 	}
 	return s.Role
+}
+
+// Key returns the worker's API key: APIKey, else the value of the variable APIKeyEnv names.
+func (s *Spec) Key() string {
+	if s.APIKey != "" {
+		return s.APIKey
+	}
+	if s.APIKeyEnv != "" {
+		return os.Getenv(s.APIKeyEnv)
+	}
+	return ""
 }
 
 // Parse reads the flag form: comma-separated key=value pairs, e.g.
@@ -120,6 +142,12 @@ func Parse(s string) (Spec, error) {
 			sp.CurveKey = v
 		case "role":
 			sp.Role = v
+		case "model":
+			sp.Model = v
+		case "api_key":
+			sp.APIKey = v
+		case "api_key_env":
+			sp.APIKeyEnv = v
 		default:
 			return Spec{}, fmt.Errorf("%w: unknown key %q", ErrBadSpec, k)
 		}
@@ -166,6 +194,20 @@ func (s *Spec) Validate() error {
 	}
 	if s.CurveKey != "" && len(s.CurveKey) != 40 {
 		return fmt.Errorf("%w: worker %d: curve_key must be 40 Z85 characters", ErrBadSpec, s.ID)
+	}
+	if s.APIKey != "" && s.APIKeyEnv != "" {
+		return fmt.Errorf("%w: worker %d: give api_key or api_key_env, not both", ErrBadSpec, s.ID)
+	}
+	if s.APIKeyEnv != "" {
+		if _, ok := os.LookupEnv(s.APIKeyEnv); !ok {
+			return fmt.Errorf("%w: worker %d: api_key_env: $%s is not set", ErrBadSpec, s.ID, s.APIKeyEnv)
+		}
+	}
+	for _, c := range []byte(s.APIKey) {
+		if c <= 0x20 || c >= 0x7f {
+			// It becomes a header value: a newline would forge headers.
+			return fmt.Errorf("%w: worker %d: api_key must be printable ASCII without spaces", ErrBadSpec, s.ID)
+		}
 	}
 	if s.Replay != "" && s.Events == "" && s.Topic == "" {
 		return fmt.Errorf("%w: worker %d: replay given without events or topic", ErrBadSpec, s.ID)

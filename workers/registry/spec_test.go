@@ -32,6 +32,11 @@ func TestParse(t *testing.T) {
 		{name: "decode role", in: "id=2,role=decode", want: Spec{ID: 2, Role: RoleDecode}},
 		{name: "both role", in: "id=2,role=both", want: Spec{ID: 2, Role: RoleBoth}},
 		{name: "bad role", in: "id=2,role=encode", wantErr: true},
+		{name: "model and key", in: "id=2,model=org/llama,api_key=sk-1", want: Spec{ID: 2, Model: "org/llama", APIKey: "sk-1"}},
+		{name: "key env", in: "id=2,api_key_env=PATH", want: Spec{ID: 2, APIKeyEnv: "PATH"}},
+		{name: "key env unset", in: "id=2,api_key_env=KVROUTE_UNSET_VARIABLE_X", wantErr: true},
+		{name: "key and env", in: "id=2,api_key=a,api_key_env=PATH", wantErr: true},
+		{name: "key with control byte", in: "id=2,api_key=a\rb", wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,6 +54,17 @@ func TestParse(t *testing.T) {
 				t.Fatalf("got %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// Key is the inline key, else the variable's value.
+func TestKey(t *testing.T) {
+	t.Setenv("KVROUTE_TEST_KEY", "sk-env")
+	if k := (&Spec{ID: 1, APIKeyEnv: "KVROUTE_TEST_KEY"}).Key(); k != "sk-env" {
+		t.Errorf("env key: %q", k)
+	}
+	if k := (&Spec{ID: 1, APIKey: "sk-inline"}).Key(); k != "sk-inline" {
+		t.Errorf("inline key: %q", k)
 	}
 }
 

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/kvroute/kvroute/workers/mocker"
+)
+
+// twoModelArgs are kvroute serve's flags for two models of different families and block sizes: the
+// fixture Qwen3-VL (16-token blocks) and the Llama-3 tokenizer directory (32-token blocks).
+func twoModelArgs(t *testing.T) []string {
+	t.Helper()
+	qwen, err := filepath.Abs(filepath.Join("..", "..", defaultModelPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	llama, err := filepath.Abs(filepath.Join("..", "..", "testdata", "tokenizers", "llama3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--model", "qwen=" + qwen, "--model", "llama=" + llama + ",block_size=32",
+		"--http-host", "127.0.0.1", "--http-port", "0", "--health-check-interval", "200ms"}
+}
+
+// post sends a JSON body and returns the status, the worker that served it and the routed overlap.
+func post(t *testing.T, base, path string, body any, hdr ...string) (status int, worker, overlap int, out []byte) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ = io.ReadAll(resp.Body)
+	worker, _ = strconv.Atoi(resp.Header.Get("x-kvroute-worker-id"))
+	overlap, _ = strconv.Atoi(resp.Header.Get("x-kvroute-overlap-blocks"))
+	return resp.StatusCode, worker, overlap, out
+}
+
+func getBody(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// waitUntil polls cond until it holds or 10 s pass.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// kvroute serve with two models: /v1/models lists both, /v1/models/{id} answers each and 404s others,
+// an unknown model is OpenAI's 404, and a prompt of one model only ever reaches that model's workers,
+// its KV overlap following its own workers' events (the other model's index never sees it).
+func TestServeTwoModels(t *testing.T) {
+	_, herr := captureCLI(t)
+	f, _, code, ok := parseFrontend("serve", twoModelArgs(t), nil)
+	if !ok {
+		t.Fatalf("exit %d: %s", code, herr.String())
+	}
+	app, err := startServe(f, serveConfig{workers: 2, gpuBlocks: 1024, speedup: 50}, newRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.closeFleet)
+	t.Cleanup(app.stop)
+	base := "http://" + app.ln.Addr().String()
+
+	st, b := getBody(t, base+"/v1/models")
+	var list struct {
+		Object string `json:"object"`
+		Data   []struct {
+			ID, Object, OwnedBy string
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil || st != 200 || list.Object != "list" || len(list.Data) != 2 ||
+		list.Data[0].ID != "qwen" || list.Data[1].ID != "llama" {
+		t.Fatalf("/v1/models: %d %s", st, b)
+	}
+	if st, b := getBody(t, base+"/v1/models/llama"); st != 200 || !strings.Contains(string(b), `"id":"llama"`) || !strings.Contains(string(b), `"object":"model"`) {
+		t.Errorf("/v1/models/llama: %d %s", st, b)
+	}
+	var apiErr struct {
+		Error struct {
+			Message, Type string
+			Param         *string
+			Code          int
+		} `json:"error"`
+	}
+	st, b = getBody(t, base+"/v1/models/gpt-4")
+	if err := json.Unmarshal(b, &apiErr); err != nil || st != 404 || apiErr.Error.Code != 404 || apiErr.Error.Param == nil || *apiErr.Error.Param != "model" {
+		t.Errorf("/v1/models/gpt-4: %d %s", st, b)
+	}
+	st, _, _, b = post(t, base, "/v1/chat/completions", map[string]any{"model": "gpt-4", "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+	if err := json.Unmarshal(b, &apiErr); err != nil || st != 404 || !strings.Contains(apiErr.Error.Message, "gpt-4") {
+		t.Errorf("unknown model: %d %s", st, b)
+	}
+
+	ids := map[string][]int{"qwen": {1, 2}, "llama": {3, 4}}
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog while the cat watches. ", 20)
+	for _, m := range []string{"qwen", "llama"} {
+		// Each model's first request finds nothing cached: the other model's blocks are in another index.
+		st, w, ov, b := post(t, base, "/v1/completions", map[string]any{"model": m, "prompt": prompt, "max_tokens": 2})
+		if st != 200 || (w != ids[m][0] && w != ids[m][1]) || ov != 0 {
+			t.Fatalf("%s first: status %d worker %d overlap %d: %s", m, st, w, ov, b)
+		}
+		if !strings.Contains(string(b), `"model":"`+m+`"`) {
+			t.Errorf("%s: the worker did not answer as %s: %s", m, m, b)
+		}
+		// Repeats stay on the model's workers and, once the worker's KV events arrive, find its prefix.
+		waitUntil(t, m+" overlap from its own workers' events", func() bool {
+			st, w, ov, b := post(t, base, "/v1/completions", map[string]any{"model": m, "prompt": prompt, "max_tokens": 2})
+			if st != 200 || (w != ids[m][0] && w != ids[m][1]) {
+				t.Fatalf("%s repeat: status %d on worker %d (not one of %v): %s", m, st, w, ids[m], b)
+			}
+			return ov > 0
+		})
+	}
+	// Each model's chat template renders its own prompt (Llama-3 headers, Qwen's im_start).
+	for _, m := range []string{"qwen", "llama"} {
+		st, w, _, b := post(t, base, "/v1/chat/completions", map[string]any{"model": m, "max_tokens": 2,
+			"messages": []map[string]string{{"role": "user", "content": "Hello there"}}})
+		if st != 200 || (w != ids[m][0] && w != ids[m][1]) {
+			t.Errorf("%s chat: status %d worker %d: %s", m, st, w, b)
+		}
+	}
+	// Per-model router cores: block sizes 16 and 32.
+	if app.routers[0].BlockSize() != 16 || app.routers[1].BlockSize() != 32 {
+		t.Errorf("block sizes %d, %d; want 16, 32", app.routers[0].BlockSize(), app.routers[1].BlockSize())
+	}
+	if _, b := getBody(t, base+"/metrics"); !strings.Contains(string(b), `dynamo_frontend_model_kv_cache_block_size{model="llama"} 32`) {
+		t.Errorf("/metrics lacks llama's block size")
+	}
+}
+
+// Workers behind an API key (vLLM's --api-key) are served through the frontend, which sends each its
+// key; the key shows in no log line (debug level, access log), no endpoint and no dumped config, whether
+// it came from the environment (api_key_env) or inline in a registration (api_key).
+func TestWorkerAPIKeyNeverShown(t *testing.T) {
+	const key, inline = "sk-kvroute-env-7d1e9b", "sk-kvroute-inline-3c5a"
+	t.Setenv("KVROUTE_TEST_WORKER_KEY", key)
+	_, herr := captureCLI(t)
+	dump := filepath.Join(t.TempDir(), "config.json")
+	args := append(twoModelArgs(t), "--log-level", "debug", "--access-log", "--dump-config-to", dump)
+	f, _, code, ok := parseFrontend("serve", args, nil)
+	if !ok {
+		t.Fatalf("exit %d: %s", code, herr.String())
+	}
+	var logged syncBuffer
+	log, err := f.ops.log.logger(&logged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := startServe(f, serveConfig{workers: 1, gpuBlocks: 1024, speedup: 50, apiKey: key, apiKeyEnv: "KVROUTE_TEST_WORKER_KEY"}, newRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.closeFleet)
+	t.Cleanup(app.stop)
+	base := "http://" + app.ln.Addr().String()
+
+	// The workers refuse calls without the key...
+	wurl := app.fleets[0].Workers[0].URL()
+	if st, _, _, _ := post(t, wurl, "/v1/completions", map[string]any{"model": "qwen", "prompt": "hi", "max_tokens": 1}); st != 401 {
+		t.Fatalf("worker without the key: %d, want 401", st)
+	}
+	// ...and answer the frontend, which sends it.
+	var seen []string
+	for _, m := range []string{"qwen", "llama"} {
+		st, _, _, b := post(t, base, "/v1/chat/completions", map[string]any{"model": m, "max_tokens": 2,
+			"messages": []map[string]string{{"role": "user", "content": "Hello"}}})
+		if st != 200 {
+			t.Fatalf("%s through the frontend: %d %s", m, st, b)
+		}
+		st, _, _, b = post(t, base, "/v1/completions", map[string]any{"model": m, "prompt": "Hello", "max_tokens": 2, "stream": true})
+		if st != 200 || !strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("%s stream: %d %s", m, st, b)
+		}
+		seen = append(seen, string(b))
+	}
+	// A worker registered over the API with its key inline.
+	extra := startKeyedWorker(t, inline)
+	reg := map[string]any{"id": 9, "url": extra, "model": "llama", "api_key": inline}
+	if st, _, _, b := post(t, base, "/v1/workers", reg); st != 200 {
+		t.Fatalf("register: %d %s", st, b)
+	} else {
+		seen = append(seen, string(b))
+	}
+	waitUntil(t, "worker 9 served through the frontend", func() bool {
+		st, w, _, b := post(t, base, "/v1/completions", map[string]any{"model": "llama", "prompt": "Hello again", "max_tokens": 1},
+			"x-dynamo-worker-instance-id", "9")
+		if st != 200 && st != 503 {
+			t.Fatalf("pinned to worker 9: %d %s", st, b)
+		}
+		return st == 200 && w == 9
+	})
+	for _, p := range []string{"/v1/workers", "/v1/workers/1", "/v1/workers/9", "/v1/models", "/v1/models/llama", "/metrics", "/health", "/ready"} {
+		_, b := getBody(t, base+p)
+		seen = append(seen, string(b))
+	}
+	cfg, _ := os.ReadFile(dump)
+	seen = append(seen, string(cfg), logged.String(), herr.String())
+	for _, s := range seen {
+		for _, k := range []string{key, inline} {
+			if strings.Contains(s, k) {
+				t.Fatalf("the key %q shows:\n%s", k, s)
+			}
+		}
+	}
+	if !strings.Contains(logged.String(), "status=200") {
+		t.Errorf("the access log did not log the requests (nothing was checked):\n%s", logged.String())
+	}
+}
+
+// startKeyedWorker starts a simulated Llama-3 worker that requires key, without KV events.
+func startKeyedWorker(t *testing.T, key string) string {
+	t.Helper()
+	dir, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "tokenizers", "llama3"))
+	wm, err := mocker.LoadModel(dir, "llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mocker.DefaultWorkerConfig()
+	cfg.Model, cfg.APIKey, cfg.ID = wm, key, 9
+	cfg.Engine.BlockSize, cfg.Engine.SpeedupRatio = 32, 50
+	w, err := mocker.StartWorker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w.URL()
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
