@@ -31,6 +31,10 @@
 //     TTFT p90, and for the arms whose cost is learned (Calibrated: the kvroute preset's machine) the
 //     fit Machine.Calibration reports (α, β, γ, observations) every CalibrationEvery — as tables and
 //     SVG plots, so a mid-run speed change reads off as convergence and recovery.
+//   - explain.go: the learning arms route with ReturnCosts (the machine's per-candidate costs, as
+//     nvext return_routing gets them) and read Machine.Loads before each decision; decisions whose
+//     worker is not the best-cached are counted, classed (queued prefill, slowdown, tie, busy) and
+//     sampled whole (q, u, K and cost of the chosen and the best-cached worker).
 //
 // # Engine profiles
 //
@@ -88,6 +92,7 @@
 //	trace or Generate → Arrivals(speedup) → evArrive → Blocks.AppendPrompt → PromptHashes → Scheduler.Route
 //	  → Engine.Add → Step … step end: events → kvevents.Rekey → (EventDelay) → prefix.Index.Store/Remove
 //	                               progress → first token: PrefillDone; done: Free (→ released requests)
+//	Route (learning arms): Machine.Loads, Route with ReturnCosts → explainer → Timeline.Decisions
 //	evCal (every CalibrationEvery): Calibrated.Calibration → Timeline.Calibration
 //	samples → bench.SummarizeArm → Result (goodput per SLO, bisected knee) → Tables → bench.Report
 //	samples → windows (Window) → Timeline → timeline tables and plots

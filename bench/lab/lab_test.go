@@ -469,3 +469,78 @@ func TestWindows(t *testing.T) {
 		t.Fatalf("windows %+v, want %+v", ws, want)
 	}
 }
+
+// TestExplainKeepsDecisions: the kv arm routes with ReturnCosts to explain itself; every request goes
+// where it goes without (the same samples), skips of the best-cached worker are counted and classed,
+// and each example's costs are the machine's: the chosen worker's is the lower, and with the example's
+// γ, q, u and K they match scoring.CalibratedCost within the request's own new blocks' slowdown. The
+// workload: one 4,096-token prompt, then at once 20 prompts sharing its first 1,024 tokens; the worker
+// holding them takes a few, until its queued prefill outweighs the 1,024 cached tokens.
+func TestExplainKeepsDecisions(t *testing.T) {
+	tr := &bench.Trace{Requests: []bench.Request{{InputLength: 4096, OutputLength: 8, HashIDs: []uint64{1, 2, 3, 4, 5, 6, 7, 8}}}}
+	next := uint64(100)
+	for range 20 {
+		ids := []uint64{1, 2}
+		for range 6 {
+			ids, next = append(ids, next), next+1
+		}
+		tr.Requests = append(tr.Requests, bench.Request{Timestamp: 1000, InputLength: 4096, OutputLength: 8, HashIDs: ids})
+	}
+	kv, _ := LookupArm(ArmKV)
+	quiet := Arm{Name: ArmKV, New: func(f *Fleet, seed uint64) (Scheduler, error) {
+		s, err := kv.New(f, seed)
+		if err != nil {
+			return nil, err
+		}
+		s.(*machineArm).explain = nil
+		return s, nil
+	}}
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	const x = 1
+	a, tl, err := runArmTimeline(&cfg, tr, kv, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, tlq, err := runArmTimeline(&cfg, tr, quiet, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Samples, b.Samples) {
+		t.Fatal("explaining changed the kv arm's decisions")
+	}
+	if tlq.Decisions != nil {
+		t.Fatal("the quiet arm explained")
+	}
+	d := tl.Decisions
+	if d == nil || d.Routed != len(tr.Requests) || d.WithCache == 0 || d.Skipped == 0 || len(d.Examples) == 0 {
+		t.Fatalf("decisions %+v", d)
+	}
+	sum := 0
+	for _, n := range d.Reasons {
+		sum += n
+	}
+	if sum != d.Skipped {
+		t.Fatalf("reasons %v for %d skips", d.Reasons, d.Skipped)
+	}
+	t.Logf("%d routed, %d with cache, %d skipped: %v", d.Routed, d.WithCache, d.Skipped, d.Reasons)
+	if d.Skipped < 10 || d.Reasons[ReasonQueue] != d.Skipped {
+		t.Fatalf("%d of 20 burst requests skipped the worker holding their prefix (%v), want at least 10, all for its queue", d.Skipped, d.Reasons)
+	}
+	for _, e := range d.Examples {
+		c, bc := e.Chosen, e.BestCached
+		if c.OverlapBlocks >= bc.OverlapBlocks || (!bc.Busy && c.Cost > bc.Cost) {
+			t.Errorf("%s: chosen %+v, best cached %+v", e.Request, c, bc)
+		}
+		// K before the request is a lower bound of the cost's k (the request's new blocks add to it).
+		for _, v := range []Candidate{c, bc} {
+			lo := scoring.CalibratedCost(float64(v.Queued), float64(v.Uncached), v.ActiveBlocks, 0, cfg.BlockSize, e.Gamma)
+			hi := scoring.CalibratedCost(float64(v.Queued), float64(v.Uncached), v.ActiveBlocks+float64(e.ISL/cfg.BlockSize), 0, cfg.BlockSize, e.Gamma)
+			if !v.Busy && (v.Cost < lo-1e-6 || v.Cost > hi+1e-6) {
+				t.Errorf("%s worker %d: cost %.1f outside [%.1f, %.1f] from q, u, K", e.Request, v.Worker, v.Cost, lo, hi)
+			}
+		}
+	}
+}

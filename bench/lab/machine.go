@@ -23,12 +23,16 @@ type machineArm struct {
 	// learns: the machine's kv decisions take the kvroute preset's learned cost (no selector, no
 	// temperature), so its calibration is the policy's.
 	learns bool
+	// explain, when set, routes with ReturnCosts and records why a better-cached worker was skipped
+	// (the learning arms; the decision is the same, TestExplainKeepsDecisions).
+	explain *explainer
 }
 
 var (
 	_ Scheduler  = (*machineArm)(nil)
 	_ Ticker     = (*machineArm)(nil)
 	_ Calibrated = (*machineArm)(nil)
+	_ Explainer  = (*machineArm)(nil)
 )
 
 // primaryIndex is the run's prefix index as the machine's Index, the way actors/router adapts the
@@ -60,7 +64,19 @@ func newMachineArm(f *Fleet, seed uint64, cfg scoring.Config, ix sched.Index, se
 		m.AddWorker(epoch, sched.Worker{ID: Key(w).WorkerID, DPRanks: 1, TotalKVBlocks: f.TotalKVBlocks, MaxNumBatchedTokens: f.MaxNumBatchedTokens})
 	}
 	learns := cfg.Mode == scoring.ModeKV && cfg.Preset == scoring.PresetKVRoute && cfg.Temperature == 0 && sel == nil
-	return &machineArm{f: f, m: m, learns: learns}, nil
+	a := &machineArm{f: f, m: m, learns: learns}
+	if learns {
+		a.explain = &explainer{}
+	}
+	return a, nil
+}
+
+// Decisions implements Explainer; nil for arms that do not explain.
+func (a *machineArm) Decisions() *Decisions {
+	if a.explain == nil {
+		return nil
+	}
+	return &a.explain.d
 }
 
 // Calibration implements Calibrated: the machine's learned fit, as the router's decisions use it.
@@ -99,9 +115,19 @@ func (a *machineArm) syncKV() {
 // Route implements Scheduler.
 func (a *machineArm) Route(now time.Time, r *Request) (Route, error) {
 	a.syncKV()
-	d, queued, err := a.m.Route(now, &sched.Request{ID: r.ID, Local: r.Local, Chain: r.Chain, ISL: r.ISL})
+	req := &sched.Request{ID: r.ID, Local: r.Local, Chain: r.Chain, ISL: r.ISL}
+	if a.explain != nil {
+		req.ReturnCosts = true
+		a.explain.before(a.m)
+	}
+	d, queued, err := a.m.Route(now, req)
 	if err != nil || queued {
 		return Route{Queued: queued}, err
+	}
+	if a.explain != nil {
+		_, _, gamma, _ := a.m.Calibration()
+		bs := a.f.BlockSize
+		a.explain.after(now.Sub(epoch).Seconds(), r, max(r.ISL, len(r.Local)*bs), bs, gamma, &d)
 	}
 	w := WorkerOf(d.Worker)
 	if a.routed != nil {

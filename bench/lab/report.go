@@ -60,6 +60,7 @@ func (r *Result) Tables() []bench.Table {
 		}
 		out = append(out, kt)
 	}
+	out = append(out, r.decisionTables()...)
 	return append(out, r.timelineTables()...)
 }
 

@@ -161,6 +161,9 @@ func runArmTimeline(cfg *Config, tr *bench.Trace, arm Arm, x float64) (*bench.Ar
 	}
 	tl := &Timeline{Arm: arm.Name, ArrivalSpeedup: x, WindowS: cfg.Window.Seconds(), Windows: windows(run.Samples, cfg.Window.Seconds()),
 		Calibration: s.calib}
+	if x, ok := s.sched.(Explainer); ok {
+		tl.Decisions = x.Decisions()
+	}
 	return run, tl, nil
 }
 

@@ -53,6 +53,8 @@ type Timeline struct {
 	Windows []Window `json:"windows"`
 	// Calibration is empty for arms that learn nothing.
 	Calibration []Calibration `json:"calibration,omitempty"`
+	// Decisions explains the arm's decisions (arms whose cost is learned).
+	Decisions *Decisions `json:"decisions,omitempty"`
 }
 
 // windows cuts a run's samples into windows of w seconds by arrival time.

@@ -129,8 +129,8 @@ func TestBenchLabTimeline(t *testing.T) {
 			}
 		}
 		md, err := os.ReadFile(filepath.Join(out, "report.md"))
-		if err != nil || !strings.Contains(string(md), "Learned calibration") {
-			t.Fatalf("report.md has no calibration table: %v", err)
+		if err != nil || !strings.Contains(string(md), "Learned calibration") || !strings.Contains(string(md), "skipped the best-cached worker") {
+			t.Fatalf("report.md has no calibration or decision table: %v", err)
 		}
 		return res.Timelines
 	}
