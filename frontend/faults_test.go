@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
@@ -468,7 +469,7 @@ func TestKillOneOfFourUnderLoad(t *testing.T) {
 		t.Fatalf("%d requests answered by the killed worker", afterKillOn4)
 	}
 	proxies[3].restore(t)
-	if !pollUntil(10*time.Second, func() bool {
+	if !testutil.Poll(10*time.Second, func() bool {
 		st, _ := r.Fleet.StatusOf(4)
 		return st.Healthy
 	}) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -44,17 +45,6 @@ func startFlakyProxy(t *testing.T, target string) *flakyProxy {
 	t.Cleanup(func() { _ = srv.Close() })
 	p.url = "http://" + ln.Addr().String()
 	return p
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // startHealthRig starts n simulated workers with the given block size, a router (block size 16) with
@@ -107,7 +97,7 @@ func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
 	})
 
 	// Both workers pass the compatibility self-test: the canary's blocks come back under our hashes.
-	eventually(t, "self-tests", func() bool {
+	testutil.Within(t, 15*time.Second, "self-tests", func() bool {
 		for _, st := range r.Workers() {
 			if st.IndexedBlocks < 2 || st.Degraded != "" {
 				return false
@@ -116,7 +106,7 @@ func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
 		return true
 	})
 	proxy.down.Store(true)
-	eventually(t, "worker 1 unhealthy", func() bool {
+	testutil.Within(t, 15*time.Second, "worker 1 unhealthy", func() bool {
 		st, _ := r.Fleet.StatusOf(1)
 		return !st.Healthy && st.IndexedBlocks == 0
 	})
@@ -129,7 +119,7 @@ func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
 	}
 	proxy.down.Store(false)
 	// Back: resynced from its replay buffer (the canary blocks return) and routable again.
-	eventually(t, "worker 1 healthy and resynced", func() bool {
+	testutil.Within(t, 15*time.Second, "worker 1 healthy and resynced", func() bool {
 		st, _ := r.Fleet.StatusOf(1)
 		return st.Healthy && st.IndexedBlocks >= 2
 	})
@@ -140,7 +130,7 @@ func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
 
 func TestSelfTestFlagsBlockSizeMismatch(t *testing.T) {
 	r := startHealthRig(t, 1, 32, nil) // the router hashes blocks of 16
-	eventually(t, "degraded", func() bool {
+	testutil.Within(t, 15*time.Second, "degraded", func() bool {
 		st, _ := r.Fleet.StatusOf(1)
 		return strings.Contains(st.Degraded, "block size 32")
 	})

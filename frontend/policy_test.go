@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -100,7 +102,7 @@ func TestRouteAPIPolicyClassOverLimit(t *testing.T) {
 		code, _ := call(t, "POST", base+"/v1/route", `{"request_id":"w","tokens":[21,22,23,24]}`)
 		done <- code
 	}()
-	eventually(t, "w waits in interactive", func() bool { return queued(r, "interactive") == 1 })
+	testutil.Within(t, 15*time.Second, "w waits in interactive", func() bool { return queued(r, "interactive") == 1 })
 	req, err := http.NewRequest("POST", base+"/v1/route", strings.NewReader(`{"request_id":"x","tokens":[31,32,33,34]}`))
 	if err != nil {
 		t.Fatal(err)

@@ -8,21 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/faultproxy"
 )
-
-// waitUntil polls cond every few milliseconds until it holds, failing the test after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // TestE2EQueueReleasesOnePerCapacity: through the HTTP router API of a real stack (simulated workers
 // with real ZMQ events), five requests wait behind --router-queue-threshold 0 and leave one per freed
@@ -97,7 +86,7 @@ func TestE2EQueueReleasesOnePerCapacity(t *testing.T) {
 					released <- q.id
 				}()
 				// Arrivals in order: the next request is sent once this one waits.
-				waitUntil(t, q.id+" queued", func() bool { return s.router.Waiting() == k+1 })
+				testutil.Eventually(t, q.id+" queued", func() bool { return s.router.Waiting() == k+1 })
 				time.Sleep(time.Millisecond) // distinct arrival times for FCFS keys with no priority
 			}
 			holder := "a"

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -58,7 +59,7 @@ func TestSelfTestRunsForTopicWorkers(t *testing.T) {
 	mon := NewMonitor(r, pool, cfg, nil)
 	mon.Start()
 	t.Cleanup(mon.Stop)
-	eventually(t, "the mistopiced worker degraded by the canary", func() bool {
+	testutil.Within(t, 15*time.Second, "the mistopiced worker degraded by the canary", func() bool {
 		st, _ := r.Fleet.StatusOf(2)
 		return strings.Contains(st.Degraded, "canary")
 	})

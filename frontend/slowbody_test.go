@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // startEdge serves a router API behind cfg and returns the server and its address.
@@ -49,20 +50,6 @@ func rssBytes(t *testing.T) int64 {
 	f := strings.Fields(string(b))
 	pages, _ := strconv.ParseInt(f[1], 10, 64)
 	return pages * int64(os.Getpagesize())
-}
-
-// pollUntil polls cond every 10ms until it holds or d passes, and reports whether it held.
-func pollUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // 200 connections declare 32 MiB bodies, send 16 KiB (past fasthttp's 8 KiB prefetch, so the server's
@@ -136,7 +123,7 @@ func TestSlowBodiesBoundedMemory(t *testing.T) {
 		}
 		// Every connection's reader has taken its first buffer (16 KiB each).
 		want := int64(len(cs)) * bodyChunk
-		if !pollUntil(5*time.Second, func() bool { return srv.budget.used.Load() >= want }) {
+		if !testutil.Poll(5*time.Second, func() bool { return srv.budget.used.Load() >= want }) {
 			t.Fatalf("%d connections: server holds %d body bytes, want %d", len(cs), srv.budget.used.Load(), want)
 		}
 		if g := sample(); g > 64<<20 {
@@ -158,11 +145,11 @@ func TestSlowBodiesBoundedMemory(t *testing.T) {
 	held := srv.budget.used.Load()
 	closeAll()
 	closed := time.Now()
-	if !pollUntil(5*time.Second, func() bool { return srv.budget.used.Load() == 0 }) {
+	if !testutil.Poll(5*time.Second, func() bool { return srv.budget.used.Load() == 0 }) {
 		t.Fatalf("body budget still holds %d bytes after the connections closed", srv.budget.used.Load())
 	}
 	var end int64
-	back := pollUntil(10*time.Second, func() bool {
+	back := testutil.Poll(10*time.Second, func() bool {
 		end = rssBytes(t)
 		return float64(end) <= 1.1*float64(start)
 	})
@@ -311,7 +298,7 @@ func TestConnectionAndBodyBudgets(t *testing.T) {
 			held = append(held, c)
 			fmt.Fprintf(c, "%s%s", head, make([]byte, 60<<10)) // buffer grows 16→32→64 KiB, then waits
 			want := int64(i+1) * (64 << 10)
-			if !pollUntil(5*time.Second, func() bool { return srv.budget.used.Load() == want }) {
+			if !testutil.Poll(5*time.Second, func() bool { return srv.budget.used.Load() == want }) {
 				t.Fatalf("budget %d, want %d", srv.budget.used.Load(), want)
 			}
 		}
@@ -332,7 +319,7 @@ func TestConnectionAndBodyBudgets(t *testing.T) {
 			c.Close()
 		}
 		held = nil
-		if !pollUntil(5*time.Second, func() bool { return srv.budget.used.Load() == 0 }) {
+		if !testutil.Poll(5*time.Second, func() bool { return srv.budget.used.Load() == 0 }) {
 			t.Fatalf("budget not returned: %d", srv.budget.used.Load())
 		}
 		if code, _ := call(t, "POST", "http://"+addr+"/v1/overlap_scores", `{"tokens":[1,2,3,4]}`); code != 200 {

@@ -202,18 +202,6 @@ func segments(t *testing.T, dir string) []string {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func osStat(path string) (bool, error) {
 	st, err := os.Stat(path)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // TestShmTwoProcesses: a sender process writes a segment; this process reads and verifies it; after
@@ -65,7 +67,7 @@ func TestNetTwoProcesses(t *testing.T) {
 	if got := h.call(t, string(b)); got != fmt.Sprintf("ok %016x", tn.Checksum()) {
 		t.Fatalf("receiver: %q", got)
 	}
-	waitFor(t, 5*time.Second, "buffer freed by ack", func() bool { return s.Agent().Stats().InUse == 0 })
+	testutil.Within(t, 5*time.Second, "buffer freed by ack", func() bool { return s.Agent().Stats().InUse == 0 })
 	if got := h.call(t, string(b)); got != "err pull refused" {
 		t.Fatalf("replayed descriptor: %q, want refused", got)
 	}
@@ -138,7 +140,7 @@ func TestFallbacks(t *testing.T) {
 		if _, err := r.Receive(ctx, d); err != nil {
 			t.Fatalf("right token after a wrong one: %v", err)
 		}
-		waitFor(t, 5*time.Second, "ack frees the buffer", func() bool { return a.Stats().InUse == 0 })
+		testutil.Within(t, 5*time.Second, "ack frees the buffer", func() bool { return a.Stats().InUse == 0 })
 	})
 	t.Run("ttl expiry", func(t *testing.T) {
 		d := register()
@@ -165,7 +167,7 @@ func TestFallbacks(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitFor(t, 5*time.Second, "acks", func() bool { return a.Stats().InUse == 0 })
+		testutil.Within(t, 5*time.Second, "acks", func() bool { return a.Stats().InUse == 0 })
 	})
 	t.Run("agent down", func(t *testing.T) {
 		b, err := NewAgent(AgentConfig{Buffers: 1, BufferSize: 1 << 20})

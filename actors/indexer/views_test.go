@@ -4,20 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring/prefix"
 )
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestReadersNeverWaitForTheWriter parks a reader inside the shard's live view, then writes. The writer
 // may wait for that reader (before it syncs the view the reader is in), but readers never wait for the
@@ -34,7 +23,7 @@ func TestReadersNeverWaitForTheWriter(t *testing.T) {
 	if err := x.Apply(&Apply{WorkerID: 7, Ops: []Op{{Kind: OpStore, Blocks: blocks}}, Done: done}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the write to reach new readers", func() bool {
+	testutil.Eventually(t, "the write to reach new readers", func() bool {
 		out := x.FindMatches(q, nil)
 		return len(out) == 1 && out[0].Blocks == 4
 	})

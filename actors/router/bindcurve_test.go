@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -42,7 +43,7 @@ func TestBindModeRefusesCurveSpec(t *testing.T) {
 	}
 	a := []uint32{3, 3, 3, 3}
 	before := r.Fleet.BindStats().UnknownTopics
-	waitFor(t, "the plain publisher's batches reach the bound socket", func() bool {
+	testutil.Eventually(t, "the plain publisher's batches reach the bound socket", func() bool {
 		pp.publish(t, stored(0, false, []uint64{7}, a))
 		return r.Fleet.BindStats().UnknownTopics > before
 	})

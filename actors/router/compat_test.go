@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -231,12 +232,12 @@ func runCompat(t *testing.T, tc compatCase) {
 	hashOf := func(rank, n int) uint64 { return uint64(1<<20*(rank+1) + 16*n) }
 	for rank, e := range engines {
 		rk, p, h := uint32(rank), prompt(uint32(rank), 0), hashOf(rank, 0)
-		waitFor(t, "rank's first block", func() bool {
+		testutil.Eventually(t, "rank's first block", func() bool {
 			e.store(0, false, h, p[:4])
 			return overlapAt(r, p, id, rk) >= 1
 		})
 		e.store(h, true, h+1, p[4:])
-		waitFor(t, "rank's second block", func() bool { return overlapAt(r, p, id, rk) == 2 })
+		testutil.Eventually(t, "rank's second block", func() bool { return overlapAt(r, p, id, rk) == 2 })
 	}
 	// held[rank] are the prompts each rank's engine holds whole.
 	held := make([][]int, tc.dp)
@@ -251,7 +252,7 @@ func runCompat(t *testing.T, tc compatCase) {
 		e0.skip.Store(e0.nextSeq())
 		e0.store(0, false, h, p[:4])
 		e0.store(h, true, h+1, p[4:])
-		waitFor(t, "the withheld batch replayed", func() bool { return overlapAt(r, p, id, 0) == 2 })
+		testutil.Eventually(t, "the withheld batch replayed", func() bool { return overlapAt(r, p, id, 0) == 2 })
 		held[0] = append(held[0], 1)
 		if st, _ := r.Fleet.StatusOf(id); st.Gaps == 0 || st.Replays == 0 {
 			t.Fatalf("gap not seen: %+v", st)
@@ -260,23 +261,23 @@ func runCompat(t *testing.T, tc compatCase) {
 		p, h := prompt(0, 1), hashOf(0, 1)
 		e0.store(0, false, h, p[:4])
 		// Once the first block is indexed, it was sent: the next seq is the second batch's.
-		waitFor(t, "prompt 1's first block", func() bool { return overlapAt(r, p, id, 0) == 1 })
+		testutil.Eventually(t, "prompt 1's first block", func() bool { return overlapAt(r, p, id, 0) == 1 })
 		e0.twice.Store(e0.nextSeq())
 		e0.store(h, true, h+1, p[4:])
-		waitFor(t, "prompt 1 indexed", func() bool { return overlapAt(r, p, id, 0) == 2 })
-		waitFor(t, "the duplicate counted", func() bool { st, _ := r.Fleet.StatusOf(id); return st.DuplicateBatches > 0 })
+		testutil.Eventually(t, "prompt 1 indexed", func() bool { return overlapAt(r, p, id, 0) == 2 })
+		testutil.Eventually(t, "the duplicate counted", func() bool { st, _ := r.Fleet.StatusOf(id); return st.DuplicateBatches > 0 })
 		e0.remove(h + 1)
-		waitFor(t, "the removal", func() bool { return overlapAt(r, p, id, 0) == 1 })
+		testutil.Eventually(t, "the removal", func() bool { return overlapAt(r, p, id, 0) == 1 })
 	case "restart": // rank 0's engine restarts: its blocks go, rank 1's stay
 		e0.restart()
 		p, h := prompt(0, 2), hashOf(0, 2)
-		waitFor(t, "the new engine's block", func() bool {
+		testutil.Eventually(t, "the new engine's block", func() bool {
 			e0.store(0, false, h, p[:4])
 			return overlapAt(r, p, id, 0) >= 1
 		})
 		e0.store(h, true, h+1, p[4:])
-		waitFor(t, "the new engine's prompt", func() bool { return overlapAt(r, p, id, 0) == 2 })
-		waitFor(t, "the old engine's blocks dropped", func() bool { return overlapAt(r, prompt(0, 0), id, 0) == 0 })
+		testutil.Eventually(t, "the new engine's prompt", func() bool { return overlapAt(r, p, id, 0) == 2 })
+		testutil.Eventually(t, "the old engine's blocks dropped", func() bool { return overlapAt(r, prompt(0, 0), id, 0) == 0 })
 		held[0] = []int{2}
 		if st, _ := r.Fleet.StatusOf(id); st.Resets == 0 {
 			t.Fatalf("restart not counted: %+v", st)
@@ -375,7 +376,7 @@ func TestEventProblemsAreVisible(t *testing.T) {
 	}
 	p := prompt(0, 0)
 	start := time.Now()
-	waitFor(t, "three workers degraded", func() bool {
+	testutil.Eventually(t, "three workers degraded", func() bool {
 		wrong.store(0, false, 1, p)
 		rank3.store(0, false, 1, p)
 		s1, _ := r.Fleet.StatusOf(1)
@@ -423,13 +424,13 @@ func TestOffloadedBlocksNotDeviceCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev, host := prompt(0, 0), prompt(0, 1)
-	waitFor(t, "the device block", func() bool {
+	testutil.Eventually(t, "the device block", func() bool {
 		e.store(0, false, 10, dev[:4])
 		return overlapOf(r, dev, 1) == 1
 	})
 	e.publish(kvevents.Event{Kind: kvevents.Stored, BlockHashes: []uint64{20}, TokenIDs: host[:4], BlockSize: 4, Medium: "CPU"})
 	e.publish(kvevents.Event{Kind: kvevents.Removed, BlockHashes: []uint64{10}, Medium: "CPU"})
-	waitFor(t, "both host events counted", func() bool { st, _ := r.Fleet.StatusOf(1); return st.OtherTierEvents == 2 })
+	testutil.Eventually(t, "both host events counted", func() bool { st, _ := r.Fleet.StatusOf(1); return st.OtherTierEvents == 2 })
 	if overlapOf(r, host, 1) != 0 || overlapOf(r, dev, 1) != 1 {
 		t.Fatalf("host block credited (%d) or device copy removed (%d)", overlapOf(r, host, 1), overlapOf(r, dev, 1))
 	}

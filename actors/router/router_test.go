@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -28,17 +29,6 @@ func goldenHex(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 type pub struct {
@@ -137,7 +127,7 @@ func TestGoldenBytesOverZMQBothLayouts(t *testing.T) {
 		// The golden block: tokens 1..4 with engine hash 0xdab89baa7b5857c0, then a child 5..8.
 		p.publish(t, decodeGolden(t, tc.golden, tc.layout))
 		p.publish(t, stored(0xdab89baa7b5857c0, true, []uint64{77}, []uint32{5, 6, 7, 8}))
-		waitFor(t, tc.golden+" overlap", func() bool { return overlapOf(r, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}, id) == 2 })
+		testutil.Eventually(t, tc.golden+" overlap", func() bool { return overlapOf(r, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}, id) == 2 })
 		if got := overlapOf(r, []uint32{1, 2, 3, 4, 9, 9, 9, 9}, id); got != 1 {
 			t.Fatalf("%s: diverging second block: overlap %d, want 1", tc.golden, got)
 		}
@@ -164,7 +154,7 @@ func TestDroppedBatchRecoveredThroughReplay(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		p.publish(t, stored(uint64(i), i > 0, []uint64{uint64(i + 1)}, tokens[4*i:4*i+4]))
 	}
-	waitFor(t, "replayed chain", func() bool { return overlapOf(r, tokens, 9) == 4 })
+	testutil.Eventually(t, "replayed chain", func() bool { return overlapOf(r, tokens, 9) == 4 })
 	st, _ := r.Fleet.StatusOf(9)
 	if st.Replays == 0 || st.RejectedStores != 0 {
 		t.Fatalf("status after gap: %+v", st)
@@ -182,7 +172,7 @@ func TestRestartedPublisherClearsWorker(t *testing.T) {
 	old := []uint32{1, 1, 1, 1, 2, 2, 2, 2}
 	p.publish(t, stored(0, false, []uint64{10}, old[:4]))
 	p.publish(t, stored(10, true, []uint64{11}, old[4:]))
-	waitFor(t, "old chain", func() bool { return overlapOf(r, old, 3) == 2 })
+	testutil.Eventually(t, "old chain", func() bool { return overlapOf(r, old, 3) == 2 })
 	p.stop()
 
 	// The engine restarts: a new publisher counts from 0 again and knows nothing of the old blocks.
@@ -191,7 +181,7 @@ func TestRestartedPublisherClearsWorker(t *testing.T) {
 	fresh := []uint32{7, 7, 7, 7}
 	p2.publish(t, stored(0, false, []uint64{20}, fresh))
 	p2.publish(t, stored(20, true, []uint64{21}, []uint32{8, 8, 8, 8}))
-	waitFor(t, "fresh chain after restart", func() bool {
+	testutil.Eventually(t, "fresh chain after restart", func() bool {
 		return overlapOf(r, []uint32{7, 7, 7, 7, 8, 8, 8, 8}, 3) == 2 && overlapOf(r, old, 3) == 0
 	})
 	st, _ := r.Fleet.StatusOf(3)
@@ -212,7 +202,7 @@ func TestRemoveWorkerDropsBlocks(t *testing.T) {
 	}
 	toks := []uint32{4, 4, 4, 4}
 	p.publish(t, stored(0, false, []uint64{1}, toks))
-	waitFor(t, "indexed", func() bool { return overlapOf(r, toks, 5) == 1 })
+	testutil.Eventually(t, "indexed", func() bool { return overlapOf(r, toks, 5) == 1 })
 	if err := r.RemoveWorker(5); err != nil {
 		t.Fatal(err)
 	}
@@ -240,19 +230,19 @@ func TestResyncReplaysFromZero(t *testing.T) {
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
 	p.publish(t, stored(0, false, []uint64{1}, toks[:4]))
 	p.publish(t, stored(1, true, []uint64{2}, toks[4:]))
-	waitFor(t, "indexed", func() bool { return overlapOf(r, toks, 6) == 2 })
+	testutil.Eventually(t, "indexed", func() bool { return overlapOf(r, toks, 6) == 2 })
 	if err := r.Fleet.Resync(6); err != nil {
 		t.Fatal(err)
 	}
 	// The restarted subscriber replays seq 0.. from the worker's buffer: same picture, no doubled refcounts.
-	waitFor(t, "resynced", func() bool { return overlapOf(r, toks, 6) == 2 })
+	testutil.Eventually(t, "resynced", func() bool { return overlapOf(r, toks, 6) == 2 })
 	r.Index.Flush()
 	if n := r.Index.Blocks(prefix.WorkerKey{WorkerID: 6}); n != 2 {
 		t.Fatalf("%d blocks after resync, want 2", n)
 	}
 	// One removal must now drop the block (a doubled refcount would keep it).
 	p.publish(t, &kvevents.Batch{HasDPRank: true, Events: []kvevents.Event{{Kind: kvevents.Removed, BlockHashes: []uint64{2}, Medium: "GPU"}}})
-	waitFor(t, "removal", func() bool { return overlapOf(r, toks, 6) == 1 })
+	testutil.Eventually(t, "removal", func() bool { return overlapOf(r, toks, 6) == 1 })
 }
 
 // Publishers that connect to the router (vLLM with a connect-style endpoint, llm-d): one bound SUB
@@ -292,7 +282,7 @@ func TestBindModeAttributesByTopic(t *testing.T) {
 	}
 	a, b := []uint32{1, 1, 1, 1}, []uint32{2, 2, 2, 2}
 	// Keep publishing until the connect-side publishers are through ZMQ's slow-joiner window.
-	waitFor(t, "both topics indexed", func() bool {
+	testutil.Eventually(t, "both topics indexed", func() bool {
 		pubs[0].publish(t, stored(0, false, []uint64{5}, a))
 		pubs[1].publish(t, stored(0, false, []uint64{6}, b))
 		return overlapOf(r, a, 10) == 1 && overlapOf(r, b, 11) == 1
@@ -334,7 +324,7 @@ func TestCurveKeepsRoguePublishersOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	toks, evil := []uint32{1, 2, 3, 4}, []uint32{6, 6, 6, 6}
-	waitFor(t, "authenticated events", func() bool {
+	testutil.Eventually(t, "authenticated events", func() bool {
 		_ = good.Publish(ctx, stored(0, false, []uint64{1}, toks))
 		rogue.publish(t, stored(0, false, []uint64{9}, evil))
 		return overlapOf(r, toks, 1) == 1
@@ -368,7 +358,7 @@ func TestPerWorkerDegradation(t *testing.T) {
 	}
 	first := []uint32{1, 2, 3, 4}
 	p.publish(t, stored(0, false, []uint64{1}, first))
-	waitFor(t, "first batch", func() bool { return overlapOf(r, first, 1) == 1 })
+	testutil.Eventually(t, "first batch", func() bool { return overlapOf(r, first, 1) == 1 })
 
 	// Requests go out; the worker's stream falls silent.
 	if _, err := r.Route(context.Background(), &RouteRequest{ID: "a", Tokens: []uint32{7, 7, 7, 7, 8, 8, 8, 8}}); err != nil {
@@ -384,16 +374,16 @@ func TestPerWorkerDegradation(t *testing.T) {
 	if _, err := r.Route(context.Background(), &RouteRequest{ID: "b", Tokens: hist}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "routing history indexed", func() bool { return overlapOf(r, hist, 1) == 2 })
+	testutil.Eventually(t, "routing history indexed", func() bool { return overlapOf(r, hist, 1) == 2 })
 
 	// Events resume: resync drops the history and rebuilds from the worker's replay buffer.
 	p.publish(t, stored(1, true, []uint64{2}, []uint32{5, 6, 7, 8}))
-	waitFor(t, "events resumed", func() bool {
+	testutil.Eventually(t, "events resumed", func() bool {
 		r.Tick()
 		st, _ := r.Fleet.StatusOf(1)
 		return st.Prediction == "events"
 	})
-	waitFor(t, "resynced", func() bool {
+	testutil.Eventually(t, "resynced", func() bool {
 		return overlapOf(r, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, 1) == 2 && overlapOf(r, hist, 1) == 0
 	})
 }
@@ -422,7 +412,7 @@ func TestSaltedChainsOverZMQ(t *testing.T) {
 		}
 		return 0
 	}
-	waitFor(t, "salted chain", func() bool { return ns(prompt, "tenant-a") == 2 && ns([]uint32{9, 9, 9, 9}, "") == 1 })
+	testutil.Eventually(t, "salted chain", func() bool { return ns(prompt, "tenant-a") == 2 && ns([]uint32{9, 9, 9, 9}, "") == 1 })
 	if got := ns(prompt, ""); got != 0 {
 		t.Fatalf("unsalted request matches %d salted blocks", got)
 	}
@@ -437,5 +427,5 @@ func TestSaltedChainsOverZMQ(t *testing.T) {
 	// (a new engine incarnation would reuse none, but the map must not grow) is re-keyed unsalted.
 	p.publish(t, &kvevents.Batch{TS: 1, HasDPRank: true, Events: []kvevents.Event{{Kind: kvevents.Removed, BlockHashes: []uint64{100, 101}, Medium: "GPU"}}})
 	p.publish(t, stored(0, false, []uint64{100}, []uint32{1, 2, 3, 4}))
-	waitFor(t, "unsalted after removal", func() bool { return ns(prompt[:4], "") == 1 && ns(prompt, "tenant-a") == 0 })
+	testutil.Eventually(t, "unsalted after removal", func() bool { return ns(prompt[:4], "") == 1 && ns(prompt, "tenant-a") == 0 })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -38,7 +39,7 @@ func hostTierCredited(t *testing.T, preset scoring.Preset) {
 	b := stored(0, false, []uint64{11, 12, 13, 14}, prompt)
 	b.Events[0].Medium = "CPU"
 	host.publish(t, b)
-	waitFor(t, "host-tier blocks indexed", func() bool {
+	testutil.Eventually(t, "host-tier blocks indexed", func() bool {
 		for _, s := range r.Overlap(r.HashTokens(nil, prompt, ""), nil) {
 			if s.Worker.WorkerID == 1 && s.Host == 4 {
 				return true

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/mocker"
 )
 
@@ -39,18 +39,6 @@ func newEndpoint(t *testing.T, url string, cfg Config) *Endpoint {
 	}
 	t.Cleanup(func() { e.Close() })
 	return e
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 var longPrompt = strings.Repeat("the quick brown fox jumps over the lazy dog ", 8)
@@ -212,7 +200,7 @@ func TestCancelAbortsWorkerRequest(t *testing.T) {
 				}
 			}
 		}()
-		waitFor(t, "the worker to run the request", func() bool { return w.Stats(0).Running == 1 })
+		testutil.Eventually(t, "the worker to run the request", func() bool { return w.Stats(0).Running == 1 })
 		cancel()
 		err := <-done
 		if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) || Retryable(err) {
@@ -222,7 +210,7 @@ func TestCancelAbortsWorkerRequest(t *testing.T) {
 			// The mocker notices a disconnect only when it writes (streaming); vLLM aborts both kinds.
 			continue
 		}
-		waitFor(t, "the worker to abort the request", func() bool { return w.Idle() })
+		testutil.Eventually(t, "the worker to abort the request", func() bool { return w.Idle() })
 	}
 	if st := e.Stats(); st.Active != 0 || st.Idle != 0 {
 		t.Fatalf("canceled connections must be closed, not pooled: %+v", st)
@@ -255,7 +243,7 @@ func TestMetricsSeeRunningRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	waitFor(t, "running=1 in /metrics", func() bool {
+	testutil.Eventually(t, "running=1 in /metrics", func() bool {
 		m, err := e.ScrapeMetrics(context.Background())
 		return err == nil && m.Running == 1 && m.KVUsage > 0
 	})

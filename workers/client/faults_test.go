@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // hijack returns a server whose handler gets the raw connection after the request was read, for
@@ -173,7 +175,7 @@ func TestSlowFirstByteCancel(t *testing.T) {
 		_, err := e.Stream(ctx, &Request{Path: "/v1/completions", Body: body}, nil)
 		errc <- err
 	}()
-	waitFor(t, "the request to reach the worker", func() bool { return e.Stats().Active == 1 })
+	testutil.Eventually(t, "the request to reach the worker", func() bool { return e.Stats().Active == 1 })
 	cancel()
 	err := <-errc
 	if !errors.Is(err, ErrCanceled) || Retryable(err) {
@@ -232,7 +234,7 @@ func TestStalePooledConnection(t *testing.T) {
 	e := newEndpoint(t, srv.URL, Config{})
 	var resp Response
 	for i := range 3 {
-		waitFor(t, "the pooled connection", func() bool { return e.Stats().Active == 0 })
+		testutil.Eventually(t, "the pooled connection", func() bool { return e.Stats().Active == 0 })
 		if err := e.Do(context.Background(), &Request{Path: "/v1/completions", Body: body}, &resp); err != nil || resp.Status != 200 {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -256,7 +258,7 @@ func TestMaxConnsWaitsForContext(t *testing.T) {
 		var resp Response
 		done <- e.Do(context.Background(), &Request{Path: "/a", Body: body}, &resp)
 	}()
-	waitFor(t, "the first request to hold the connection", func() bool { return e.Stats().Active == 1 })
+	testutil.Eventually(t, "the first request to hold the connection", func() bool { return e.Stats().Active == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	var resp Response
@@ -356,7 +358,7 @@ func TestIdleConnectionsReaped(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "the burst in flight", func() bool { return e.Stats().Active == 8 })
+	testutil.Eventually(t, "the burst in flight", func() bool { return e.Stats().Active == 8 })
 	close(release)
 	wg.Wait()
 	if st := e.Stats(); st.Idle != 8 {
@@ -374,5 +376,5 @@ func TestIdleConnectionsReaped(t *testing.T) {
 	if st := e.Stats(); st.Idle > 1 {
 		t.Fatalf("stale connections kept in the pool: %+v", st)
 	}
-	waitFor(t, "the server to see the stale connections closed", func() bool { return open.Load() <= 1 })
+	testutil.Eventually(t, "the server to see the stale connections closed", func() bool { return open.Load() <= 1 })
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // rawPub is a PUB socket the test drives frame by frame: any topic, any sequence number.
@@ -80,17 +82,17 @@ func TestEqualSequenceRestart(t *testing.T) {
 	a := newRawPub(t, s.Addr())
 	a.warmUp(s)
 	a.send(topic, 0, AppendBatch(nil, testBatch(100), LayoutMap))
-	waitUntil(t, "the first engine's batch", func() bool { return col.count() == 1 })
+	testutil.Within(t, testTimeout, "the first engine's batch", func() bool { return col.count() == 1 })
 	a.close()
 
 	b := newRawPub(t, s.Addr())
 	b.warmUp(s)
 	second := AppendBatch(nil, testBatch(200), LayoutMap)
 	b.send(topic, 0, second)
-	waitUntil(t, "the restarted engine's batch", func() bool { return col.count() == 2 })
+	testutil.Within(t, testTimeout, "the restarted engine's batch", func() bool { return col.count() == 2 })
 	b.send(topic, 0, second) // a duplicate, truly
 	b.send(topic, 1, AppendBatch(nil, testBatch(201), LayoutMap))
-	waitUntil(t, "the batch after the duplicate", func() bool { return col.count() == 3 })
+	testutil.Within(t, testTimeout, "the batch after the duplicate", func() bool { return col.count() == 3 })
 
 	seqs, ids, resets := col.snapshot()
 	if len(resets) != 1 || resets[0] != 1 {
@@ -124,7 +126,7 @@ func TestBindReconnectVerifiesIdentity(t *testing.T) {
 	replay := p1.ReplayAddr()
 	s.AddTopic(topic, replay)
 	pump(t, p1, 0, 100, "the first engine's batches", func() bool { return col.count() >= 1 })
-	waitUntil(t, "every batch published", func() bool { return uint64(col.count()) == p1.Stats().Published })
+	testutil.Within(t, testTimeout, "every batch published", func() bool { return uint64(col.count()) == p1.Stats().Published })
 	n := col.count()
 	stop1()
 

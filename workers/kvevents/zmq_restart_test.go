@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // gatedCollector is a collector whose handler can be held on one seq, as a subscriber goroutine busy
@@ -65,7 +67,7 @@ func TestOldEngineLeftoversDropped(t *testing.T) {
 			}
 			runUntilCleanup(t, s.Run)
 			next := pump(t, p1, 0, 0, "10 batches", func() bool { return col.count() >= 10 })
-			waitUntil(t, "the pumped batches", func() bool { return col.count() == int(next) })
+			testutil.Within(t, testTimeout, "the pumped batches", func() bool { return col.count() == int(next) })
 
 			// The handler holds on batch next while the old engine sends next+2..next+4 (next+1 is
 			// lost: a gap) and dies.
@@ -77,7 +79,7 @@ func TestOldEngineLeftoversDropped(t *testing.T) {
 				}
 			}
 			<-col.held
-			waitUntil(t, "the old engine's batches", func() bool { return p1.Stats().Published == next+5 })
+			testutil.Within(t, testTimeout, "the old engine's batches", func() bool { return p1.Stats().Published == next+5 })
 			stop1()
 
 			// The new engine publishes up to next+2+ahead while the subscriber is held.
@@ -90,10 +92,10 @@ func TestOldEngineLeftoversDropped(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitUntil(t, "the new engine's batches", func() bool { return p2.Stats().Published == newNext })
+			testutil.Within(t, testTimeout, "the new engine's batches", func() bool { return p2.Stats().Published == newNext })
 			close(col.release)
 			// Nothing more until the restart is handled, so the new engine's last stays where it is.
-			waitUntil(t, "the reset and the replay of the new engine", func() bool {
+			testutil.Within(t, testTimeout, "the reset and the replay of the new engine", func() bool {
 				seqs, _, resets := col.snapshot()
 				return len(resets) > 0 && len(seqs) >= resets[0]+int(newNext)
 			})
@@ -129,7 +131,7 @@ func TestLongReplayCutShortIsCompleted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, "the ring filled", func() bool { return p.Stats().Published == n })
+	testutil.Within(t, testTimeout, "the ring filled", func() bool { return p.Stats().Published == n })
 	var col collector
 	var slow atomic.Bool
 	s, err := NewSubscriber(fastConfig(p.Addr(), p.ReplayAddr()), Handler{OnReset: col.onReset,

@@ -12,22 +12,12 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // testTimeout bounds every wait in the socket tests.
 const testTimeout = 10 * time.Second
-
-// waitUntil polls cond every 2ms until it holds or the deadline passes.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // collector records what a handler saw. Batches are identified by their first block hash, which the tests
 // set to seqBase+seq of the publishing side.
@@ -262,7 +252,7 @@ func TestPublisherRestartResets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, "the burst", func() bool { return col.count() >= 300 })
+	testutil.Within(t, testTimeout, "the burst", func() bool { return col.count() >= 300 })
 	stop1()
 
 	const base2 = 1 << 20

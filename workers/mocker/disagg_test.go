@@ -12,6 +12,7 @@ import (
 
 	"github.com/goccy/go-json"
 
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
@@ -119,7 +120,7 @@ func TestHTTPPrefillThenDecode(t *testing.T) {
 	if want := (KVTransferConfig{Bandwidth: bw}).TransferTime(192, 1000); firstAt < want {
 		t.Fatalf("first decode token after %v, before the %v transfer", firstAt, want)
 	}
-	waitFor(t, "decode worker idle", dec.Idle)
+	testutil.Eventually(t, "decode worker idle", dec.Idle)
 	var stored int
 	for _, bt := range dec.rec[0].snapshot() {
 		for _, ev := range bt.Events {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/goccy/go-json"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // TestFleet64Workers starts 64 workers with ZMQ events and replay in one process, sends each a request
@@ -45,6 +47,6 @@ func TestFleet64Workers(t *testing.T) {
 			t.Fatalf("worker %d endpoints %q %q", i, ep, w.ReplayEndpoint(0))
 		}
 		seen[ep] = true
-		waitFor(t, "published", func() bool { return w.PublishedBatches(0) == 1 })
+		testutil.Eventually(t, "published", func() bool { return w.PublishedBatches(0) == 1 })
 	}
 }

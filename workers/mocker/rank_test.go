@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // fakeClock is a manual clock: timers fire only when the test advances to them.
@@ -70,7 +72,7 @@ func (c *fakeClock) fireNext() bool {
 // runVirtual advances the fake clock until s finishes.
 func runVirtual(t *testing.T, clk *fakeClock, s *Stream) StreamState {
 	t.Helper()
-	waitFor(t, "request done in virtual time", func() bool {
+	testutil.Eventually(t, "request done in virtual time", func() bool {
 		select {
 		case <-s.Finished():
 			return true

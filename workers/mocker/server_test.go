@@ -12,9 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/goccy/go-json"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
@@ -222,18 +222,6 @@ func getBody(t *testing.T, url string) (int, []byte) {
 	return resp.StatusCode, out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 type completionResp struct {
 	Choices []struct {
 		Text         string `json:"text"`
@@ -371,11 +359,11 @@ func TestHTTPAdminEndpoints(t *testing.T) {
 	if status, body := postJSON(t, w.URL()+"/v1/completions", map[string]any{"prompt": seq(0, 40), "max_tokens": 1}); status != 200 {
 		t.Fatalf("%d %s", status, body)
 	}
-	waitFor(t, "idle", w.Idle)
+	testutil.Eventually(t, "idle", w.Idle)
 	if status, body := postJSON(t, w.URL()+"/reset_prefix_cache", nil); status != 200 {
 		t.Fatalf("reset %d %s", status, body)
 	}
-	waitFor(t, "AllBlocksCleared", func() bool {
+	testutil.Eventually(t, "AllBlocksCleared", func() bool {
 		bs := w.rec[0].snapshot()
 		return len(bs) > 0 && bs[len(bs)-1].Events[0].Kind == kvevents.Cleared
 	})
@@ -419,7 +407,7 @@ func TestHTTPChatImageExtraKeys(t *testing.T) {
 	if pads != 64 {
 		t.Fatalf("%d image pads, want 64", pads)
 	}
-	waitFor(t, "idle", w.Idle)
+	testutil.Eventually(t, "idle", w.Idle)
 	_, kb := getBody(t, w.URL()+"/debug/kv_blocks")
 	var resp KVBlocksResponse
 	must(t, json.Unmarshal(kb, &resp))
@@ -492,7 +480,7 @@ func TestEventStreamReconstructsGroundTruth(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			waitFor(t, "idle", w.Idle)
+			testutil.Eventually(t, "idle", w.Idle)
 			_, kb := getBody(t, w.URL()+"/debug/kv_blocks")
 			var resp KVBlocksResponse
 			must(t, json.Unmarshal(kb, &resp))
@@ -546,7 +534,7 @@ func TestHTTPDataParallelRank(t *testing.T) {
 	if s := post("2", map[string]any{"prompt": seq(0, 40), "max_tokens": 1}); s != 400 {
 		t.Fatalf("out-of-range rank status %d", s)
 	}
-	waitFor(t, "idle", w.Idle)
+	testutil.Eventually(t, "idle", w.Idle)
 	if len(w.CachedBlocks(0)) != 0 || len(w.CachedBlocks(1)) != 4 || len(w.rec[0].snapshot()) != 0 || len(w.rec[1].snapshot()) != 2 {
 		t.Fatalf("rank 0: %d blocks %d batches; rank 1: %d blocks %d batches", len(w.CachedBlocks(0)), len(w.rec[0].snapshot()), len(w.CachedBlocks(1)), len(w.rec[1].snapshot()))
 	}
@@ -567,5 +555,5 @@ func TestHTTPStreamClientGoneAborts(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	waitFor(t, "abort frees the request", func() bool { return w.Idle() && w.Stats(0).UsedBlocks == 0 })
+	testutil.Eventually(t, "abort frees the request", func() bool { return w.Idle() && w.Stats(0).UsedBlocks == 0 })
 }

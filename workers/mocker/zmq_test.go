@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goccy/go-json"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
@@ -103,7 +104,7 @@ func TestZMQSubscriberReconstructsGroundTruth(t *testing.T) {
 				if _, err := httpPost(w.URL()+"/v1/completions", b); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, "idle", w.Idle)
+				testutil.Eventually(t, "idle", w.Idle)
 				z.mu.Lock()
 				caught := z.batches > 0 && z.lastSeq == w.PublishedBatches(0)-1
 				z.mu.Unlock()
@@ -141,12 +142,12 @@ func TestZMQSubscriberReconstructsGroundTruth(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			waitFor(t, "idle", w.Idle)
+			testutil.Eventually(t, "idle", w.Idle)
 			total := w.PublishedBatches(0)
 			if total < 20 {
 				t.Fatalf("only %d batches", total)
 			}
-			waitFor(t, "subscriber caught up", func() bool {
+			testutil.Eventually(t, "subscriber caught up", func() bool {
 				z.mu.Lock()
 				defer z.mu.Unlock()
 				return z.batches > 0 && z.lastSeq == total-1

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
@@ -57,17 +58,17 @@ func TestDiscovery(t *testing.T) {
 	}
 	stop1 := register(1, false)
 	stop2 := register(2, true)
-	waitFor(t, 5*time.Second, "both registered", workers(1, 2))
+	testutil.Until(t, 5*time.Second, "both registered", workers(1, 2))
 	stop2()
-	waitFor(t, 500*time.Millisecond, "graceful stop removes at once", workers(1))
+	testutil.Until(t, 500*time.Millisecond, "graceful stop removes at once", workers(1))
 	stop1() // crash: no delete, the entry expires
 	start := time.Now()
-	waitFor(t, 5*time.Second, "crashed worker expires", workers())
+	testutil.Until(t, 5*time.Second, "crashed worker expires", workers())
 	if d := time.Since(start); d < 500*time.Millisecond {
 		t.Fatalf("crashed worker removed after %v, before its TTL", d)
 	}
 	stop1 = register(1, true)
 	defer stop1()
-	waitFor(t, 5*time.Second, "returning worker added", workers(1))
+	testutil.Until(t, 5*time.Second, "returning worker added", workers(1))
 	t.Logf("watcher: %+v", w.Stats())
 }

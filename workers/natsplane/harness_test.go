@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -193,22 +194,6 @@ func (want truth) diff(got truth) string {
 	return ""
 }
 
-// waitFor polls cond until it returns "" or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s", what, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // prompts is a workload of shared-prefix prompts: groups share a 64-token system prefix, requests add a
 // random suffix.
 type prompts struct {
@@ -261,7 +246,7 @@ func runWorkload(t testing.TB, ws []*mocker.Worker, p *prompts, n, par int) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, 10*time.Second, "workers idle", func() string {
+	testutil.Until(t, 10*time.Second, "workers idle", func() string {
 		for _, w := range ws {
 			if !w.Idle() {
 				return fmt.Sprintf("worker %d busy", w.ID())
@@ -274,7 +259,7 @@ func runWorkload(t testing.TB, ws []*mocker.Worker, p *prompts, n, par int) {
 // converge waits until every frontend's index equals the simulators' ground truth.
 func converge(t testing.TB, fs []*frontend, ws []*mocker.Worker, d time.Duration) {
 	t.Helper()
-	waitFor(t, d, "indexes equal ground truth", func() string {
+	testutil.Until(t, d, "indexes equal ground truth", func() string {
 		want := groundTruth(ws)
 		var out string
 		for i, f := range fs {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // burst routes n identical-prefix requests, the first 3/4 through router 0 and the rest through the
@@ -22,7 +23,7 @@ func burst(t *testing.T, fs []*frontend, trial, n int, synced bool) map[uint64]i
 		if !synced {
 			return
 		}
-		waitFor(t, 5*time.Second, "replica sync", func() string {
+		testutil.Until(t, 5*time.Second, "replica sync", func() string {
 			for j, g := range fs {
 				if g.r.ActiveRequests() != want {
 					return fmt.Sprintf("router %d sees %d active, want %d", j, g.r.ActiveRequests(), want)
