@@ -231,6 +231,9 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if pin := a.pin(j); pin != nil {
 		rr.Pin, rr.PinRank = pin, j.pinRank != nil
 	}
+	if n := j.common.N; n != nil {
+		rr.Sequences = *n // n sequences fork from one prefill: the router charges n decodes
+	}
 	res, err := a.R.Route(j.ctx, rr)
 	members := xfer.wait(j) // joined before dispatch; the buffers are released when the request ends
 	if err != nil {

@@ -59,6 +59,10 @@ type ServerConfig struct {
 	TLSCert, TLSKey string
 	// Probes serves /health, /live and /ready (probes.go); nil: bare 200s.
 	Probes *Probes
+	// AllowedOrigins are the browser origins allowed cross-origin calls (vLLM's --allowed-origins; "*"
+	// allows any): their preflights are answered and their answers carry Access-Control-Allow-Origin.
+	// Empty (the default): no CORS headers, and preflights get 405 as any OPTIONS.
+	AllowedOrigins []string
 }
 
 // Server is the fasthttp edge: /health, /live, /metrics, then each mounted Handler in order, then 404.
@@ -177,6 +181,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer s.inflight.Add(-1)
+	if s.cors(ctx) {
+		return
+	}
 	if err := s.admit(ctx); err != nil {
 		ctx.SetConnectionClose() // the body stays unread
 		writeError(ctx, err)

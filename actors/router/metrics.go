@@ -109,7 +109,7 @@ func newLoadCollector(s *scheduler) *loadCollector {
 		s:        s,
 		decode:   prometheus.NewDesc("dynamo_frontend_worker_active_decode_blocks", "Active decode blocks per worker rank.", labels, nil),
 		pfTok:    prometheus.NewDesc("dynamo_frontend_worker_active_prefill_tokens", "Active prefill tokens per worker rank.", labels, nil),
-		requests: prometheus.NewDesc("kvroute_worker_active_requests", "Requests routed to a worker rank and not yet freed.", labels, nil),
+		requests: prometheus.NewDesc("kvroute_worker_active_requests", "Sequences routed to a worker rank and not yet freed (a request with n > 1 counts n).", labels, nil),
 		approx:   prometheus.NewDesc("kvroute_worker_events_degraded", "1 while a worker rank's KV events have stopped and its blocks are predicted from routing history.", labels, nil),
 		apps:     prometheus.NewDesc("dynamo_component_kv_cache_events_applied", "KV cache events applied to the index.", []string{"status", "event_type"}, nil),
 		clsReq:   prometheus.NewDesc("kvroute_router_queue_class_pending_requests", "Requests waiting in a policy class's queue.", []string{"policy_class"}, nil),

@@ -61,6 +61,8 @@ type RouteRequest struct {
 	Override *scoring.Override
 	// ExpectedOutputTokens (nvext.agent_hints.osl), 0 when unknown.
 	ExpectedOutputTokens int
+	// Sequences is the request's n: sequences sharing one prefill, each decoding (0 or 1: one).
+	Sequences int
 	// ReturnCosts asks for every candidate's overlap and cost (nvext return_routing).
 	ReturnCosts bool
 	// Exclude lists workers not to route to (they failed this request before; migration).
@@ -230,7 +232,7 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 
 	mreq := sched.Request{ID: req.ID, Local: sc.local, Chain: sc.chain, ISL: isl, Scores: sc.scores, Matched: true,
 		Priority: req.Priority, Strict: req.Strict, Pin: req.Pin, PinRank: req.PinRank, Override: req.Override,
-		OSL: req.ExpectedOutputTokens, ReturnCosts: req.ReturnCosts, Exclude: req.Exclude, Session: req.Session,
+		OSL: req.ExpectedOutputTokens, Sequences: req.Sequences, ReturnCosts: req.ReturnCosts, Exclude: req.Exclude, Session: req.Session,
 		PolicyClass: req.PolicyClass}
 	var wait chan sched.Released
 	s.mu.Lock()

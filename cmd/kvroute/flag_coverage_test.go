@@ -23,6 +23,7 @@ import (
 // routerRefuses (router).
 var flagEvidence = map[string][]string{
 	// HTTP server.
+	"allowed-origins":          {"cmd/kvroute: TestAllowedOrigins"},
 	"admin-token":              {"frontend: TestAdminToken", "frontend: TestClosedAdminPlane"},
 	"body-timeout":             {"frontend: TestDripCannotExtendDeadlines", "frontend: TestHostileSuite"},
 	"header-timeout":           {"frontend: TestDripCannotExtendDeadlines", "frontend: TestHostileSuite"},

@@ -276,3 +276,114 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// n > 1 is forwarded and answered with n choices, and the router books it as n sequences on one
+// prefill: while a stream with n=3 runs, its worker counts 3 active sequences and the prompt's
+// prefill once.
+func TestNSequencesAccounted(t *testing.T) {
+	_, herr := captureCLI(t)
+	f, _, code, ok := parseFrontend("serve", []string{"--http-host", "127.0.0.1", "--http-port", "0", "--health-check-interval", "0",
+		"--model-path", filepath.Join("..", "..", defaultModelPath)}, nil)
+	if !ok {
+		t.Fatalf("exit %d: %s", code, herr.String())
+	}
+	app, err := startServe(f, serveConfig{workers: 1, gpuBlocks: 1024, speedup: 1}, newRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.closeFleet)
+	t.Cleanup(app.stop)
+	base := "http://" + app.ln.Addr().String()
+	st, _, _, b := post(t, base, "/v1/chat/completions", map[string]any{"model": app.name, "n": 2, "max_tokens": 3,
+		"messages": []map[string]string{{"role": "user", "content": "Hello"}}})
+	var a struct {
+		Choices []struct{ Index int }
+	}
+	if err := json.Unmarshal(b, &a); err != nil || st != 200 || len(a.Choices) != 2 || a.Choices[1].Index != 1 {
+		t.Fatalf("n=2: %d %s", st, b)
+	}
+
+	body, _ := json.Marshal(map[string]any{"model": app.name, "n": 3, "max_tokens": 4000, "stream": true,
+		"messages": []map[string]string{{"role": "user", "content": "Tell me a long story"}}})
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := resp.Body.Read(make([]byte, 1)); err != nil { // the stream has started: routed and booked
+		t.Fatal(err)
+	}
+	want := `kvroute_worker_active_requests{dp_rank="0",worker_id="1",worker_type="decode"} 3`
+	if _, m := getBody(t, base+"/metrics"); !strings.Contains(string(m), want) {
+		i := strings.Index(string(m), "kvroute_worker_active_requests{")
+		t.Fatalf("n=3 stream: want %s, metrics show %.120s", want, string(m[max(i, 0):]))
+	}
+}
+
+// --allowed-origins: a preflight from an allowed origin is answered 204 with the CORS headers, before
+// any access check; from another origin 403; an allowed origin's answers carry Allow-Origin. Without the
+// flag there is no CORS: OPTIONS is a 405 and no Allow-Origin is sent.
+func TestAllowedOrigins(t *testing.T) {
+	start := func(extra ...string) string {
+		t.Helper()
+		_, herr := captureCLI(t)
+		args := append([]string{"--http-host", "127.0.0.1", "--http-port", "0", "--health-check-interval", "0",
+			"--no-worker-self-test", "--worker", "id=1,url=http://127.0.0.1:9", "--model-path", filepath.Join("..", "..", defaultModelPath)}, extra...)
+		f, _, code, ok := parseFrontend("frontend", args, nil)
+		if !ok {
+			t.Fatalf("exit %d: %s", code, herr.String())
+		}
+		app, err := startFrontend(f, newRegistry(), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(app.stop)
+		return "http://" + app.ln.Addr().String()
+	}
+	do := func(method, url, origin string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, strings.NewReader(`{}`))
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		if method == http.MethodOptions {
+			req.Header.Set("Access-Control-Request-Method", "POST")
+			req.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	base := start("--allowed-origins", `["https://app.example"]`)
+	r := do(http.MethodOptions, base+"/v1/chat/completions", "https://app.example")
+	if r.StatusCode != 204 || r.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		!strings.Contains(r.Header.Get("Access-Control-Allow-Methods"), "POST") ||
+		r.Header.Get("Access-Control-Allow-Headers") != "authorization, content-type" {
+		t.Errorf("allowed preflight: %d %v", r.StatusCode, r.Header)
+	}
+	// The admin plane's access rule does not apply to a preflight (it carries no credentials)...
+	if r := do(http.MethodOptions, base+"/v1/workers", "https://app.example"); r.StatusCode != 204 {
+		t.Errorf("preflight of an admin path: %d", r.StatusCode)
+	}
+	if r := do(http.MethodOptions, base+"/v1/chat/completions", "https://evil.example"); r.StatusCode != 403 || r.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("other origin's preflight: %d %v", r.StatusCode, r.Header)
+	}
+	if r := do(http.MethodGet, base+"/v1/models", "https://app.example"); r.StatusCode != 200 || r.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Errorf("allowed origin's GET: %d %v", r.StatusCode, r.Header)
+	}
+	if r := do(http.MethodPost, base+"/v1/chat/completions", "https://app.example"); r.StatusCode != 400 || r.Header.Get("Access-Control-Allow-Origin") == "" {
+		t.Errorf("allowed origin's bad POST keeps the CORS header on its error: %d %v", r.StatusCode, r.Header)
+	}
+	any := start("--allowed-origins", "*")
+	if r := do(http.MethodOptions, any+"/v1/completions", "https://x.example"); r.StatusCode != 204 || r.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("'*': %d %v", r.StatusCode, r.Header)
+	}
+	none := start()
+	if r := do(http.MethodOptions, none+"/v1/chat/completions", "https://app.example"); r.StatusCode != 405 && r.StatusCode != 404 || r.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("no --allowed-origins: %d %v", r.StatusCode, r.Header)
+	}
+}

@@ -24,6 +24,7 @@ type serverFlags struct {
 	bodyInFlight  *int
 	headerTimeout *time.Duration
 	bodyTimeout   *time.Duration
+	origins       *string
 }
 
 func (s *serverFlags) register(fs *flag.FlagSet) {
@@ -41,6 +42,7 @@ func (s *serverFlags) register(fs *flag.FlagSet) {
 	s.bodyInFlight = fs.Int("max-body-bytes-in-flight", 256<<20, "bytes of request bodies being read at once, across all connections, before new bodies get 503")
 	s.headerTimeout = fs.Duration("header-timeout", 10*time.Second, "deadline for a request's line and headers, from their first byte")
 	s.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "deadline for a request's body, from the end of its headers (also the keep-alive idle timeout)")
+	s.origins = fs.String("allowed-origins", "", `browser origins allowed cross-origin calls (CORS), vLLM's JSON list or a comma list: '["*"]', 'https://a.example,https://b.example'; empty: no CORS`)
 }
 
 // check refuses half a TLS pair: Dynamo requires both paths, and serving plain HTTP when one was meant
@@ -56,7 +58,7 @@ func (s *serverFlags) config(maxBody int, reg *prometheus.Registry) frontend.Ser
 	cfg := frontend.ServerConfig{MaxBodyBytes: maxBody, AdminToken: *s.adminToken, RouterAPIToken: *s.routerToken,
 		TLSCert: *s.tlsCert, TLSKey: *s.tlsKey, MaxHeaderBytes: *s.maxHeader, MaxConcurrent: *s.maxConc,
 		MaxConnsPerIP: *s.connsPerIP, MaxBodyBytesInFlight: *s.bodyInFlight, HeaderTimeout: *s.headerTimeout,
-		ReadTimeout: *s.bodyTimeout}
+		ReadTimeout: *s.bodyTimeout, AllowedOrigins: frontend.ParseOrigins(*s.origins)}
 	if reg != nil {
 		cfg.Gatherer, cfg.Registerer = reg, reg
 	}

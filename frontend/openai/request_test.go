@@ -55,7 +55,7 @@ func TestMalformedChat(t *testing.T) {
 		{"temperature string", `{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":"hot"}`, ErrBadRequest, "temperature"},
 		{"top_p zero", `{"model":"m","messages":[{"role":"user","content":"hi"}],"top_p":0}`, ErrBadRequest, "top_p"},
 		{"n zero", `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":0}`, ErrBadRequest, "n: must be at least 1"},
-		{"n two", `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2}`, ErrUnprocessable, "n=2 is not supported"},
+		{"n too many", `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":129}`, ErrUnprocessable, "n=129 is not supported"},
 		{"stream not bool", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":"yes"}`, ErrBadRequest, "stream"},
 		{"stream_options without stream", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}`, ErrBadRequest, "stream_options"},
 		{"stop number", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stop":5}`, ErrBadRequest, "stop"},

@@ -23,14 +23,15 @@ type Limits struct {
 	MaxStop int
 	// MaxTools bounds the tool definitions (400). Default 512.
 	MaxTools int
-	// MaxN is the largest n served (422 above it). Default 1: the router predicts one sequence's
-	// blocks, and vLLM forks n sequences from one prefill, so n > 1 would be routed but mis-accounted.
+	// MaxN is the largest n served (422 above it). Default 128: vLLM forks n sequences from one
+	// prefill, and the router charges the prompt once and n decoding sequences; the bound keeps one
+	// request from booking a worker's whole batch.
 	MaxN int
 }
 
 // DefaultLimits returns the defaults documented on Limits.
 func DefaultLimits() Limits {
-	return Limits{MaxBodyBytes: 32 << 20, MaxMessages: 10_000, MaxPromptTokens: 4 << 20, MaxStop: 16, MaxTools: 512, MaxN: 1}
+	return Limits{MaxBodyBytes: 32 << 20, MaxMessages: 10_000, MaxPromptTokens: 4 << 20, MaxStop: 16, MaxTools: 512, MaxN: 128}
 }
 
 func (l Limits) withDefaults() Limits {

@@ -93,6 +93,10 @@ type Request struct {
 	OverlapBlocks uint32
 	// ExpectedOutputTokens (nvext.agent_hints.osl) weights output blocks by remaining progress; 0 unknown.
 	ExpectedOutputTokens int
+	// Sequences is the request's n: sequences forked from one prefill (vLLM shares the prompt's blocks
+	// among them), each decoding its own output. The prompt is charged once; the request counts as n
+	// active sequences and its output blocks n times. 0 or 1: one.
+	Sequences int
 	// AssumeKVReuse and TrackPrefillTokens, when non-nil, override the config for this request
 	// (RouterConfigOverride).
 	AssumeKVReuse      *bool
@@ -111,6 +115,7 @@ type entry struct {
 	outTokens   int
 	outBlocks   int
 	outWeight   float64 // contribution of output blocks to fractional load
+	seqs        int     // sequences decoding (n), at least 1
 }
 
 // Tracker is one worker's (worker, dp_rank) active-sequence state (spec §7). Single writer: the worker
@@ -124,6 +129,7 @@ type Tracker struct {
 	prefill     uint64
 	fractional  float64
 	prefilling  int
+	seqs        int // sequences of the active requests (a request with n > 1 counts n)
 	lastCleanup time.Time
 }
 
@@ -165,7 +171,8 @@ func (t *Tracker) AddRequest(r Request) error {
 	if r.TrackPrefillTokens != nil {
 		trackPrefill = *r.TrackPrefillTokens
 	}
-	e := &entry{started: r.Now, expectedOut: r.ExpectedOutputTokens}
+	e := &entry{started: r.Now, expectedOut: r.ExpectedOutputTokens, seqs: max(r.Sequences, 1)}
+	t.seqs += e.seqs
 	if t.cfg.TrackActiveBlocks {
 		if reuse {
 			e.end = t.blocks.insert(t.tracked(r.SeqHashes))
@@ -222,6 +229,7 @@ func (t *Tracker) free(id string, e *entry) {
 	t.blocks.release(e.end)
 	t.private -= e.private
 	t.fractional -= e.outWeight
+	t.seqs -= e.seqs
 	if len(t.reqs) == 1 {
 		t.fractional = 0 // no drift once idle
 	}
@@ -263,10 +271,11 @@ func (t *Tracker) RecordOutput(id string, outputTokens int) bool {
 		return true
 	}
 	e.outTokens = outputTokens
-	e.outBlocks = outputTokens / t.cfg.BlockSize
+	// outputTokens counts every sequence's tokens: each sequence holds its own output blocks.
+	e.outBlocks = outputTokens / e.seqs / t.cfg.BlockSize * e.seqs
 	w := 1.0
 	if e.expectedOut > 0 {
-		w = max(0, 1-float64(outputTokens)/float64(e.expectedOut))
+		w = max(0, 1-float64(outputTokens/e.seqs)/float64(e.expectedOut))
 	}
 	t.fractional -= e.outWeight
 	e.outWeight = float64(e.outBlocks) * w
@@ -282,7 +291,8 @@ type Snapshot struct {
 	ActiveDecodeBlocks float64
 	// UniqueBlocks is the number of distinct tracked hashes.
 	UniqueBlocks int
-	// ActiveRequests counts requests between AddRequest and Free.
+	// ActiveRequests counts the sequences of the requests between AddRequest and Free (a request with
+	// n > 1 decodes n sequences).
 	ActiveRequests int
 	// PrefillingRequests counts requests not yet MarkPrefillCompleted.
 	PrefillingRequests int
@@ -294,7 +304,7 @@ func (t *Tracker) Snapshot() Snapshot {
 		ActivePrefillTokens: t.prefill,
 		ActiveDecodeBlocks:  float64(t.uniqueBlocks()*t.cfg.Stride) + t.fractional,
 		UniqueBlocks:        t.uniqueBlocks(),
-		ActiveRequests:      len(t.reqs),
+		ActiveRequests:      t.seqs,
 		PrefillingRequests:  t.prefilling,
 	}
 }

@@ -137,6 +137,25 @@ func TestOutputBlocks(t *testing.T) {
 	}
 }
 
+// n sequences sharing one prompt: the prompt's blocks and prefill are charged once, the request counts n
+// active sequences, and each sequence's output blocks count (the reported tokens are all sequences').
+func TestSequencesSharePrefill(t *testing.T) {
+	tr := newTracker(func(c *Config) { c.TrackOutputBlocks = true })
+	one := newTracker(func(c *Config) { c.TrackOutputBlocks = true })
+	p := chain(1, 2, 3, 4, 5, 6, 7, 8) // 4 blocks
+	must(t, tr.AddRequest(Request{ID: "n3", SeqHashes: p, ISL: 8, Sequences: 3, Now: t0}))
+	must(t, one.AddRequest(Request{ID: "n1", SeqHashes: p, ISL: 8, Now: t0}))
+	check(t, "n=3 routed", tr.Snapshot(), Snapshot{ActivePrefillTokens: 8, ActiveDecodeBlocks: 4, UniqueBlocks: 4, ActiveRequests: 3, PrefillingRequests: 1})
+	tr.MarkPrefillCompleted("n3")
+	tr.RecordOutput("n3", 12) // 4 tokens per sequence: 2 blocks each
+	one.RecordOutput("n1", 4)
+	if got, single := tr.Snapshot().ActiveDecodeBlocks, one.Snapshot().ActiveDecodeBlocks; got != 4+6 || single != 4+2 {
+		t.Errorf("decode blocks n=3 %v (want 10), n=1 %v (want 6)", got, single)
+	}
+	tr.Free("n3")
+	check(t, "freed", tr.Snapshot(), Snapshot{})
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

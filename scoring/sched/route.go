@@ -35,6 +35,8 @@ type Request struct {
 	Override *scoring.Override
 	// OSL is the expected output length (nvext.agent_hints.osl), 0 when unknown.
 	OSL int
+	// Sequences is the request's n (sequences sharing its prefill), 0 or 1 for one.
+	Sequences int
 	// ReturnCosts asks for every candidate's overlap and cost (nvext return_routing).
 	ReturnCosts bool
 	// Exclude lists workers not to route to (they failed this request before; migration).
@@ -291,7 +293,7 @@ func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64,
 	}
 	m.observeRouted(now, req.ID, t, isl, sel.Overlap)
 	if err := t.t.AddRequest(load.Request{ID: req.ID, SeqHashes: chain, ISL: isl, OverlapBlocks: sel.Overlap,
-		ExpectedOutputTokens: req.OSL, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: now}); err != nil {
+		ExpectedOutputTokens: req.OSL, Sequences: req.Sequences, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: now}); err != nil {
 		return Decision{}, err
 	}
 	m.active[req.ID] = t

@@ -48,6 +48,11 @@ type openAIRequest struct {
 	ChatTemplateKwargs map[string]any    `json:"chat_template_kwargs"`
 	// KVTransferParams is vLLM's disaggregated prefill/decode handshake (disagg.go).
 	KVTransferParams *KVTransferParams `json:"kv_transfer_params"`
+	// Stop, Logprobs, TopLogprobs and ToolChoice shape the answer (rich.go).
+	Stop        json.RawMessage `json:"stop"`
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
+	ToolChoice  json.RawMessage `json:"tool_choice"`
 }
 
 // fullMessages is the messages of a chat body decoded as the router decodes them (model.Message).
@@ -96,6 +101,7 @@ type prepared struct {
 	stream bool
 	usage  bool // stream_options.include_usage
 	chat   bool
+	rich   richOpts // n, stop, logprobs, forced tool (rich.go)
 }
 
 func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
@@ -307,12 +313,12 @@ func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (prepared, error) 
 	if err := unmarshalExact(ctx.PostBody(), &body); err != nil {
 		return prepared{}, fmt.Errorf("%w: body: %v", ErrBadRequest, err)
 	}
-	if body.N != nil && *body.N != 1 {
-		return prepared{}, fmt.Errorf("%w: n=%d is not supported", ErrBadRequest, *body.N)
+	rich, err := parseRich(&body, chat)
+	if err != nil {
+		return prepared{}, err
 	}
-	p := prepared{stream: body.Stream, chat: chat, rank: -1}
+	p := prepared{stream: body.Stream, chat: chat, rank: -1, rich: rich}
 	p.usage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
-	var err error
 	if chat {
 		msgs, err := chatMessages(ctx.PostBody(), &body)
 		if err != nil {
@@ -395,6 +401,10 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 			writeError(ctx, fasthttp.StatusServiceUnavailable, ErrStopped)
 			return
 		}
+	}
+	if p.rich.active() {
+		w.serveRich(ctx, p, p.rich)
+		return
 	}
 	s, err := w.Submit(p.rank, p.req)
 	if err != nil {
