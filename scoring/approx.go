@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/kvroute/kvroute/scoring/minheap"
 )
 
 // ApproxConfig configures approximate-mode retention (spec §8.1–8.2).
@@ -199,53 +201,12 @@ func (aw *approxWorker) rebuild() {
 	for h, b := range aw.blocks {
 		aw.heap = append(aw.heap, approxItem{expiry: b.expiry, pos: b.pos, hash: h})
 	}
-	for i := len(aw.heap)/2 - 1; i >= 0; i-- {
-		aw.down(i)
-	}
+	minheap.Init(aw.heap, approxBefore)
 }
 
-func (aw *approxWorker) push(it approxItem) {
-	aw.heap = append(aw.heap, it)
-	h := aw.heap
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !approxBefore(&h[i], &h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
+func (aw *approxWorker) push(it approxItem) { aw.heap = minheap.Push(aw.heap, it, approxBefore) }
 
-func (aw *approxWorker) pop() approxItem {
-	h := aw.heap
-	top := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	aw.heap = h[:n]
-	if n > 0 {
-		aw.down(0)
-	}
-	return top
-}
-
-func (aw *approxWorker) down(i int) {
-	h := aw.heap
-	n := len(h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && approxBefore(&h[r], &h[l]) {
-			m = r
-		}
-		if !approxBefore(&h[m], &h[i]) {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
+func (aw *approxWorker) pop() (it approxItem) {
+	it, aw.heap = minheap.Pop(aw.heap, approxBefore)
+	return it
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/minheap"
 )
 
 // ErrBadPolicy: an unknown policy name.
@@ -109,8 +110,7 @@ func (q *Queue[T]) Push(k Key, v T) {
 		s = int32(len(q.slots))
 		q.slots = append(q.slots, slot[T]{key: k, v: v})
 	}
-	q.heap = append(q.heap, item{strict: k.Strict, score: Score(q.policy, k, q.epoch), seq: q.seq, slot: s})
-	q.up(len(q.heap) - 1)
+	q.heap = minheap.Push(q.heap, item{strict: k.Strict, score: Score(q.policy, k, q.epoch), seq: q.seq, slot: s}, before)
 }
 
 // Peek returns the next request without removing it.
@@ -125,17 +125,12 @@ func (q *Queue[T]) Peek() (T, Key, bool) {
 
 // Pop removes and returns the next request.
 func (q *Queue[T]) Pop() (T, Key, bool) {
-	n := len(q.heap)
-	if n == 0 {
+	if len(q.heap) == 0 {
 		var zero T
 		return zero, Key{}, false
 	}
-	top := q.heap[0]
-	q.heap[0] = q.heap[n-1]
-	q.heap = q.heap[:n-1]
-	if n > 1 {
-		q.down(0)
-	}
+	var top item
+	top, q.heap = minheap.Pop(q.heap, before)
 	sl := q.slots[top.slot]
 	q.slots[top.slot] = slot[T]{} // drop references for the GC
 	q.free = append(q.free, top.slot)
@@ -152,9 +147,7 @@ func (q *Queue[T]) Rekey(fn func(k Key, v T) Key) {
 		it.strict = sl.key.Strict
 		it.score = Score(q.policy, sl.key, q.epoch)
 	}
-	for i := len(q.heap)/2 - 1; i >= 0; i-- {
-		q.down(i)
-	}
+	minheap.Init(q.heap, before)
 }
 
 // before reports whether a pops before b.
@@ -166,36 +159,4 @@ func before(a, b *item) bool {
 		return a.score > b.score
 	}
 	return a.seq < b.seq
-}
-
-func (q *Queue[T]) up(i int) {
-	h := q.heap
-	for i > 0 {
-		p := (i - 1) / 2
-		if !before(&h[i], &h[p]) {
-			return
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (q *Queue[T]) down(i int) {
-	h := q.heap
-	n := len(h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && before(&h[r], &h[l]) {
-			m = r
-		}
-		if !before(&h[m], &h[i]) {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
 }
