@@ -32,6 +32,16 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 			lower.set(uint32(s))
 		}
 	}
+	// Handles by block id, per worker slot: the tree does not say which engine hash names a block.
+	byID := make(map[uint32]map[uint32][]handle)
+	handles := func(slot, id uint32) []handle {
+		m := byID[slot]
+		if m == nil {
+			m = ix.handlesOf(slot)
+			byID[slot] = m
+		}
+		return m[id]
+	}
 	var queue []item
 	enqueueKids := func(n uint32, emit bitset) {
 		nd := &ix.nodes[n]
@@ -70,8 +80,8 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 			if emit.has(slot) || lower.has(slot) {
 				return
 			}
-			for j, id := range nd.ids {
-				skipped += len(ix.handlesOf(slot, id, nd.ehs[j]))
+			for _, id := range nd.ids {
+				skipped += len(handles(slot, id))
 			}
 		})
 		emit.each(func(slot uint32) {
@@ -80,13 +90,12 @@ func (ix *Index) Dump(fn func(DumpEntry)) (skipped int) {
 				e := DumpEntry{Worker: key, Block: Block{LocalHash: nd.hashes[j]}}
 				switch {
 				case j > 0:
-					e.Parent, e.HasParent = ix.handlesOf(slot, nd.ids[j-1], nd.ehs[j-1])[0].eh, true
+					e.Parent, e.HasParent = handles(slot, nd.ids[j-1])[0].eh, true
 				case nd.parent != rootNode:
 					pd := &ix.nodes[nd.parent]
-					last := len(pd.ids) - 1
-					e.Parent, e.HasParent = ix.handlesOf(slot, pd.ids[last], pd.ehs[last])[0].eh, true
+					e.Parent, e.HasParent = handles(slot, pd.ids[len(pd.ids)-1])[0].eh, true
 				}
-				for _, h := range ix.handlesOf(slot, id, nd.ehs[j]) {
+				for _, h := range handles(slot, id) {
 					e.Block.EngineHash = h.eh
 					for range h.count {
 						fn(e)

@@ -54,9 +54,12 @@ func (t *handleTable) touch(blocks []Block) uint32 {
 	return x
 }
 
+// full reports whether the next insert grows the table.
+func (t *handleTable) full() bool { return (t.n+1)*4 > len(t.slots)*3 }
+
 // insert adds eh → id with count 1; eh must be absent.
 func (t *handleTable) insert(eh uint64, id uint32) {
-	if (t.n+1)*4 > len(t.slots)*3 {
+	if t.full() {
 		t.grow()
 	}
 	t.put(handle{eh: eh, id: id, count: 1})
@@ -74,15 +77,27 @@ func (t *handleTable) put(h handle) {
 
 func (t *handleTable) grow() {
 	old := t.slots
-	size := max(8, 2*len(old))
-	t.slots = make([]handle, size)
-	t.shift = uint8(64 - bits.TrailingZeros(uint(size)))
-	t.n = 0
+	t.resize(t.n + 1)
 	for _, h := range old {
 		if h.count != 0 {
 			t.put(h)
 		}
 	}
+}
+
+// resize empties the table and gives it room for n handles (and at least twice its current ones when
+// growing: n = t.n + 1).
+func (t *handleTable) resize(n int) {
+	size := 8
+	for (n+1)*4 > size*3 {
+		size *= 2
+	}
+	if n > t.n {
+		size = max(size, 2*len(t.slots))
+	}
+	t.slots = make([]handle, size)
+	t.shift = uint8(64 - bits.TrailingZeros(uint(size)))
+	t.n = 0
 }
 
 // deleteAt empties slot i and shifts back the entries of its probe run so that lookups never need

@@ -55,7 +55,15 @@ type workerState struct {
 	// own counts, for a lower-tier slot, the references of its own tier's stores (handles counts them
 	// together with the mirrored ones of faster tiers): a removal on the tier may take only these.
 	own handleTable
+	// dead counts the handles in the table whose block was dropped by a cascade (its id is dead, see
+	// Index.locs). They are deleted when a lookup meets them or when they outnumber the live ones
+	// (compact), never searched for: a cascade knows the blocks it drops, not the engine hashes that
+	// name them.
+	dead int
 }
+
+// live is the number of handles that name a block.
+func (ws *workerState) live() int { return ws.handles.n - ws.dead }
 
 // Index is the prefix index. The zero value is not usable; call New.
 type Index struct {
@@ -64,8 +72,11 @@ type Index struct {
 	View
 
 	freeNodes []uint32 // indices of freed nodes, reused first
-	locs      []loc    // by block id: where the block currently sits
-	freeIDs   []uint32 // freed block ids, reused first
+	// locs maps a block id to where the block sits. A dropped block that dead handles still name keeps
+	// its id until the last of them is deleted: loc{node: deadNode, off: how many}.
+	locs    []loc
+	freeIDs []uint32 // freed block ids, reused first
+	deadIDs int      // ids of dropped blocks still named by dead handles
 
 	slotOf    map[WorkerKey]uint32
 	workers   []*workerState // by slot; nil for a free slot
@@ -164,7 +175,7 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 	cur := noBlock
 	ws := ix.workers[slot]
 	if hasParent {
-		i, ok := ws.handles.find(parent)
+		i, ok := ix.findLive(slot, parent)
 		if !ok {
 			ix.stats.RejectedParentNotFound++
 			return 0, fmt.Errorf("%w: worker %d rank %d parent %#x", ErrParentNotFound, ws.key.WorkerID, ws.key.DPRank, parent)
@@ -185,7 +196,7 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 		} else if c, ok := nd.child(b.LocalHash); ok {
 			cand = ix.nodes[c].ids[0]
 		}
-		hi, held := ws.handles.find(b.EngineHash)
+		hi, held := ix.findLive(slot, b.EngineHash)
 		if held && ws.handles.slots[hi].id != cand {
 			ix.flush(slot, &p)
 			ix.stats.RejectedInvalidBlock++
@@ -200,14 +211,14 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 			case held:
 				ws.handles.slots[hi].count++
 			case present:
-				ws.handles.insert(b.EngineHash, cand)
+				ix.insertHandle(slot, b.EngineHash, cand)
 				ix.size++
 				if ws.multi == nil {
 					ws.multi = make(map[uint32]uint32)
 				}
 				ws.multi[cand]++
 			default:
-				ws.handles.insert(b.EngineHash, cand)
+				ix.insertHandle(slot, b.EngineHash, cand)
 				ix.size++
 			}
 			if !present {
@@ -230,14 +241,14 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 		}
 		nd = &ix.nodes[n]
 		if n != rootNode && nd.numKids() == 0 && nd.workers.only(slot) {
-			cur = ix.appendPos(n, b.LocalHash, b.EngineHash)
+			cur = ix.appendPos(n, b.LocalHash)
 		} else {
 			c := ix.newNode(n)
 			ix.nodes[c].workers.set(slot)
-			cur = ix.appendPos(c, b.LocalHash, b.EngineHash)
+			cur = ix.appendPos(c, b.LocalHash)
 			ix.addKid(n, b.LocalHash, c)
 		}
-		ws.handles.insert(b.EngineHash, cur)
+		ix.insertHandle(slot, b.EngineHash, cur)
 		ix.size++
 	}
 	ix.flush(slot, &p)
@@ -291,7 +302,7 @@ func (ix *Index) Remove(w WorkerKey, engineHashes []uint64) error {
 // removeOne drops one reference of slot to engine hash eh and reports whether the slot held it.
 func (ix *Index) removeOne(s uint32, eh uint64) bool {
 	ws := ix.workers[s]
-	i, ok := ws.handles.find(eh)
+	i, ok := ix.findLive(s, eh)
 	if !ok {
 		return false
 	}
@@ -343,23 +354,22 @@ func (ix *Index) leave(slot, id uint32) {
 // the run and every child lose their last worker (a cascade). It needs no split, so the common eviction of
 // a conversation cached on one worker allocates nothing. The caller has dropped the handle at off.
 func (ix *Index) truncate(n uint32, off int) {
-	if off == 0 {
-		ix.dropSubtree(n, nil, true)
-		return
-	}
 	nd := &ix.nodes[n]
 	for nd.numKids() > 0 {
 		var c uint32
 		nd.kids.each(func(k kid) { c = k.node })
 		ix.dropSubtree(c, nil, false)
 	}
-	slot := uint32(0)
-	nd.workers.each(func(s uint32) { slot = s })
-	for j := off + 1; j < len(nd.ids); j++ {
-		ix.purge(slot, nd.ids[j], nd.ehs[j])
+	ix.freeIDs = append(ix.freeIDs, nd.ids[off]) // the caller deleted its only handle
+	ix.dropBlocks(nd.ids[off+1:], &nd.workers, nil)
+	if off == 0 {
+		p := nd.parent
+		ix.removeKid(p, nd.hashes[0])
+		ix.freeNode(n)
+		ix.tryMerge(p)
+		return
 	}
-	ix.freeIDs = append(ix.freeIDs, nd.ids[off:]...)
-	nd.hashes, nd.ids, nd.ehs = nd.hashes[:off], nd.ids[:off], nd.ehs[:off]
+	nd.hashes, nd.ids = nd.hashes[:off], nd.ids[:off]
 	nd.synced = min(nd.synced, uint32(off))
 	ix.touch(n)
 }
@@ -378,15 +388,7 @@ func (ix *Index) dropSubtree(m uint32, skip bitset, merge bool) {
 		stack = stack[:len(stack)-1]
 		nd := &ix.nodes[n]
 		nd.eachKid(func(c uint32) { stack = append(stack, c) })
-		nd.workers.each(func(slot uint32) {
-			if skip.has(slot) {
-				return
-			}
-			for j, id := range nd.ids {
-				ix.purge(slot, id, nd.ehs[j])
-			}
-		})
-		ix.freeIDs = append(ix.freeIDs, nd.ids...)
+		ix.dropBlocks(nd.ids, &nd.workers, skip)
 		ix.freeNode(n)
 	}
 	if merge {
@@ -394,39 +396,125 @@ func (ix *Index) dropSubtree(m uint32, skip bitset, merge bool) {
 	}
 }
 
-// purge drops every handle of slot that names block id; eh is the usual one.
-func (ix *Index) purge(slot, id uint32, eh uint64) {
-	ws := ix.workers[slot]
-	if i, ok := ws.handles.find(eh); ok && ws.handles.slots[i].id == id && ws.multi[id] == 0 {
-		ws.handles.deleteAt(i)
-		ix.size--
-		ix.stats.CascadedBlocks++
-		if ix.tiers[slot].tier != TierDevice {
-			ws.dropOwn(eh)
-		}
+// dropBlocks drops the blocks ids, held by the slots of workers outside skip (whose tables the caller
+// resets). Their handles become dead: each worker's table keeps them until a lookup meets them or compact
+// runs, and each id stays reserved (loc{deadNode, handles naming it}) until the last is deleted. Finding
+// the handles now would take a probe per (worker, block) with the engine hash that worker used, which
+// the tree does not keep, or a scan of the worker's table. Cost: one step per holding worker plus one per
+// block, and a table lookup per block only for workers that name a block with two engine hashes.
+func (ix *Index) dropBlocks(ids []uint32, workers *wset, skip bitset) {
+	if len(ids) == 0 {
 		return
 	}
-	for _, h := range ix.handlesOf(slot, id, eh) {
-		i, _ := ws.handles.find(h.eh)
-		ws.handles.deleteAt(i)
-		ws.dropOwn(h.eh)
-		ix.size--
-		ix.stats.CascadedBlocks++
+	holders := uint32(0)
+	workers.each(func(slot uint32) {
+		if skip.has(slot) {
+			return
+		}
+		holders++
+		ws := ix.workers[slot]
+		ws.dead += len(ids)
+		ix.size -= len(ids)
+		ix.stats.CascadedBlocks += uint64(len(ids))
+	})
+	for _, id := range ids {
+		ix.locs[id] = loc{node: deadNode, off: holders}
 	}
-	delete(ws.multi, id)
+	workers.each(func(slot uint32) {
+		ws := ix.workers[slot]
+		if skip.has(slot) || ws.multi == nil {
+			return
+		}
+		for _, id := range ids {
+			if m := ws.multi[id]; m > 0 {
+				ws.dead += int(m)
+				ix.size -= int(m)
+				ix.stats.CascadedBlocks += uint64(m)
+				ix.locs[id].off += m
+				delete(ws.multi, id)
+			}
+		}
+	})
+	for _, id := range ids {
+		if ix.locs[id].off == 0 {
+			ix.freeIDs = append(ix.freeIDs, id)
+		} else {
+			ix.deadIDs++
+		}
+	}
+	workers.each(func(slot uint32) {
+		if ws := ix.workers[slot]; !skip.has(slot) && 2*ws.dead > ws.handles.n {
+			ix.compact(slot)
+		}
+	})
 }
 
-// handlesOf returns the handles of slot naming block id; eh is the usual one. The fast path costs one
-// probe; the slow path (another engine hash, or several) scans the worker's table.
-func (ix *Index) handlesOf(slot, id uint32, eh uint64) []handle {
+// deadNode is the node of a dropped block that dead handles still name.
+const deadNode = ^uint32(0)
+
+// findLive returns the table slot of slot's handle for engine hash eh, deleting it instead when it is
+// dead (its block was dropped).
+func (ix *Index) findLive(slot uint32, eh uint64) (int, bool) {
 	ws := ix.workers[slot]
-	if i, ok := ws.handles.find(eh); ok && ws.handles.slots[i].id == id && ws.multi[id] == 0 {
-		return []handle{ws.handles.slots[i]}
+	i, ok := ws.handles.find(eh)
+	if !ok || ix.locs[ws.handles.slots[i].id].node != deadNode {
+		return i, ok
 	}
-	var out []handle
+	id := ws.handles.slots[i].id
+	ws.handles.deleteAt(i)
+	ix.forget(slot, ws, eh, id)
+	return -1, false
+}
+
+// forget accounts for a dead handle (eh → id) deleted from slot's table.
+func (ix *Index) forget(slot uint32, ws *workerState, eh uint64, id uint32) {
+	ws.dead--
+	l := &ix.locs[id]
+	if l.off--; l.off == 0 {
+		ix.freeIDs = append(ix.freeIDs, id)
+		ix.deadIDs--
+	}
+	if ix.tiers[slot].tier != TierDevice {
+		ws.dropOwn(eh)
+	}
+}
+
+// compact deletes every dead handle of slot, rebuilding its table at the size of the live ones.
+func (ix *Index) compact(slot uint32) {
+	ws := ix.workers[slot]
+	if ws.dead == 0 {
+		return
+	}
+	old := ws.handles.slots
+	ws.handles.resize(ws.live())
+	for _, h := range old {
+		switch {
+		case h.count == 0:
+		case ix.locs[h.id].node == deadNode:
+			ix.forget(slot, ws, h.eh, h.id)
+		default:
+			ws.handles.put(h)
+		}
+	}
+}
+
+// insertHandle adds eh → id to slot's table (eh absent), making room by deleting dead handles rather
+// than growing when it has them.
+func (ix *Index) insertHandle(slot uint32, eh uint64, id uint32) {
+	ws := ix.workers[slot]
+	if ws.dead > 0 && ws.handles.full() {
+		ix.compact(slot)
+	}
+	ws.handles.insert(eh, id)
+}
+
+// handlesOf returns, per block id, the live handles of slot (control plane: Dump).
+func (ix *Index) handlesOf(slot uint32) map[uint32][]handle {
+	ws := ix.workers[slot]
+	out := make(map[uint32][]handle, ws.live())
 	for _, h := range ws.handles.slots {
-		if h.count != 0 && h.id == id {
-			out = append(out, h)
+		if h.count != 0 && ix.locs[h.id].node != deadNode {
+			out[h.id] = append(out[h.id], h)
 		}
 	}
 	return out
@@ -459,8 +547,14 @@ func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 			continue
 		}
 		mask.set(uint32(s))
-		ix.size -= ws.handles.n
-		ix.stats.ClearedBlocks += uint64(ws.handles.n)
+		ix.size -= ws.live()
+		ix.stats.ClearedBlocks += uint64(ws.live())
+		for _, h := range ws.handles.slots {
+			if h.count != 0 && ix.locs[h.id].node == deadNode {
+				ix.forget(uint32(s), ws, h.eh, h.id)
+			}
+		}
+		ws.dead = 0
 		ws.handles.reset()
 		ws.own.reset()
 		ws.multi = nil
@@ -502,7 +596,7 @@ func (ix *Index) WorkerBlocks(w WorkerKey) int {
 	if !ok {
 		return 0
 	}
-	return ix.workers[s].handles.n
+	return ix.workers[s].live()
 }
 
 // Workers returns every known (worker, dp_rank), sorted.
@@ -523,7 +617,7 @@ func (ix *Index) Size() int {
 	if ix.lower > 0 {
 		for s, ws := range ix.workers {
 			if ws != nil && ix.tiers[s].tier != TierDevice {
-				n -= ws.handles.n
+				n -= ws.live()
 			}
 		}
 	}
@@ -532,7 +626,7 @@ func (ix *Index) Size() int {
 
 // Positions is the number of block positions in the tree: distinct prefixes held by at least one worker.
 // A prefix held by workers of two indexes (two indexer shards) counts once in each.
-func (ix *Index) Positions() int { return len(ix.locs) - len(ix.freeIDs) }
+func (ix *Index) Positions() int { return len(ix.locs) - len(ix.freeIDs) - ix.deadIDs }
 
 // Stats returns the counters.
 func (ix *Index) Stats() Stats { return ix.stats }

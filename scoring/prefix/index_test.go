@@ -528,3 +528,61 @@ func TestCommonPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestCascadeLeavesDeadHandles drops blocks that workers hold under engine hashes other than the ones
+// of the store that created them: the cascade marks their handles dead without searching their tables,
+// the counts are exact at once, a lookup of a dead hash misses, a store reuses it, and compaction keeps
+// dead handles at most half of a table and frees the dropped blocks' ids.
+func TestCascadeLeavesDeadHandles(t *testing.T) {
+	ix := New()
+	a, b := wk(1), wk(2)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkInvariants(ix); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(ix.Store(a, 0, false, blocks(100, 1000, 64)))
+	must(ix.Store(b, 0, false, blocks(100, 5000, 64)))
+	// Both leave block 32: it and the 31 blocks below it lose their last worker (a cascade), and both
+	// workers' handles there are dropped.
+	must(ix.Remove(a, []uint64{1032}))
+	must(ix.Remove(b, []uint64{5032}))
+	for _, w := range []WorkerKey{a, b} {
+		if got := ix.WorkerBlocks(w); got != 32 {
+			t.Fatalf("%v holds %d blocks, want 32", w, got)
+		}
+		if ws := ix.workers[ix.slotOf[w]]; ws.dead != 31 {
+			t.Fatalf("%v has %d dead handles, want 31", w, ws.dead)
+		}
+	}
+	if got, want := ix.Size(), 64; got != want {
+		t.Fatalf("size %d, want %d", got, want)
+	}
+	if got := ix.Positions(); got != 32 {
+		t.Fatalf("%d positions, want 32", got)
+	}
+	if err := ix.Remove(b, []uint64{5040}); !errors.Is(err, ErrBlockNotFound) {
+		t.Fatalf("removing a dropped block: %v", err)
+	}
+	// b stores the dropped part again under the same engine hashes: they name the new blocks.
+	must(ix.Store(b, 5031, true, blocks(132, 5032, 32)))
+	if got := matches(ix, seq(100, 64))[b]; got != 64 {
+		t.Fatalf("b matches %d blocks, want 64", got)
+	}
+	// a stores and evicts chains of its own, each under new engine hashes: dead handles pile up until
+	// compaction deletes them.
+	for i := range uint64(20) {
+		must(ix.Store(a, 0, false, blocks(1<<20, 9000+100*i, 64)))
+		must(ix.Remove(a, []uint64{9000 + 100*i}))
+	}
+	if ws := ix.workers[ix.slotOf[a]]; 2*ws.dead > ws.handles.n || ws.live() != 32 {
+		t.Fatalf("a: %d dead of %d handles, %d live", ws.dead, ws.handles.n, ws.live())
+	}
+	if got := ix.Positions(); got != 64 {
+		t.Fatalf("%d positions, want 64", got)
+	}
+}

@@ -289,7 +289,6 @@ type node struct {
 	kids    children
 	workers wset     // worker slots present at every position of the run
 	ids     []uint32 // block id of each position; ids survive splits and merges
-	ehs     []uint64 // engine hash of the store that created each position: the fast path to a handle
 	parent  uint32   // index of the parent node
 	live    bool     // false once freed
 	dirty   bool     // written since the last Sync (Index.dirty holds it)
@@ -384,7 +383,7 @@ func (ix *Index) freeNode(n uint32) {
 	nd := &ix.nodes[n]
 	keep := node{dirty: nd.dirty}
 	if cap(nd.hashes) <= maxPooledRun {
-		keep.hashes, keep.ids, keep.ehs = nd.hashes[:0], nd.ids[:0], nd.ehs[:0]
+		keep.hashes, keep.ids = nd.hashes[:0], nd.ids[:0]
 	}
 	*nd = keep
 	ix.freeNodes = append(ix.freeNodes, n)
@@ -412,13 +411,12 @@ func (ix *Index) locate(id uint32) (uint32, int) {
 }
 
 // appendPos adds one position at the end of node n's run.
-func (ix *Index) appendPos(n uint32, h, eh uint64) uint32 {
+func (ix *Index) appendPos(n uint32, h uint64) uint32 {
 	ix.touch(n)
 	nd := &ix.nodes[n]
 	id := ix.newID(n, len(nd.hashes))
 	nd.hashes = append(nd.hashes, h)
 	nd.ids = append(nd.ids, id)
-	nd.ehs = append(nd.ehs, eh)
 	return id
 }
 
@@ -430,7 +428,6 @@ func (ix *Index) split(n uint32, at int) uint32 {
 	nd, td := &ix.nodes[n], &ix.nodes[t]
 	td.hashes = append(td.hashes[:0], nd.hashes[at:]...)
 	td.ids = append(td.ids[:0], nd.ids[at:]...)
-	td.ehs = append(td.ehs[:0], nd.ehs[at:]...)
 	td.workers = nd.workers.clone()
 	td.kids = nd.kids
 	nd.kids = children{}
@@ -440,7 +437,7 @@ func (ix *Index) split(n uint32, at int) uint32 {
 	for j, id := range td.ids {
 		ix.locs[id] = loc{node: t, off: uint32(j)}
 	}
-	nd.hashes, nd.ids, nd.ehs = clip(nd.hashes, at), clip(nd.ids, at), clip(nd.ehs, at)
+	nd.hashes, nd.ids = clip(nd.hashes, at), clip(nd.ids, at)
 	nd.synced = min(nd.synced, uint32(at))
 	ix.touch(n)
 	return t
@@ -470,7 +467,6 @@ func (ix *Index) tryMerge(n uint32) bool {
 	base := len(nd.hashes)
 	nd.hashes = append(nd.hashes, cd.hashes...)
 	nd.ids = append(nd.ids, cd.ids...)
-	nd.ehs = append(nd.ehs, cd.ehs...)
 	for j, id := range cd.ids {
 		ix.locs[id] = loc{node: n, off: uint32(base + j)}
 	}

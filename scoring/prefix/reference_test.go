@@ -217,11 +217,13 @@ func sortScores(s []Score) {
 // checkInvariants verifies the index's internal structure; it returns the first violation.
 func checkInvariants(ix *Index) error {
 	size := 0
+	deadRefs := make(map[uint32]uint32) // dead handles naming each dropped block, over every worker
+	isDead := func(h handle) bool { return ix.locs[h.id].node == deadNode }
 	for s, ws := range ix.workers {
 		if ws == nil {
 			continue
 		}
-		size += ws.handles.n
+		size += ws.live()
 		if st := ix.tiers[s]; st.tier != TierDevice {
 			// A lower-tier slot: reachable from its device slot, and a union holding every handle of the
 			// next faster tier's slot with at least as many references.
@@ -236,7 +238,7 @@ func checkInvariants(ix *Index) error {
 				}
 			}
 			for _, h := range ix.workers[src].handles.slots {
-				if h.count == 0 {
+				if h.count == 0 || isDead(h) {
 					continue
 				}
 				if i, ok := ws.handles.find(h.eh); !ok || ws.handles.slots[i].count < h.count || ws.handles.slots[i].id != h.id {
@@ -246,7 +248,7 @@ func checkInvariants(ix *Index) error {
 		} else if got := ix.slotOf[ws.key]; got != uint32(s) {
 			return fmt.Errorf("slot of %v is %d, want %d", ws.key, got, s)
 		}
-		n := 0
+		n, dead := 0, 0
 		for _, h := range ws.handles.slots {
 			if h.count == 0 {
 				continue
@@ -255,15 +257,29 @@ func checkInvariants(ix *Index) error {
 			if i, ok := ws.handles.find(h.eh); !ok || ws.handles.slots[i] != h {
 				return fmt.Errorf("worker %v: handle %#x unreachable", ws.key, h.eh)
 			}
+			if isDead(h) {
+				dead++
+				deadRefs[h.id]++
+				continue
+			}
 			nd, _ := ix.locate(h.id)
 			if !ix.nodes[nd].live || !ix.nodes[nd].workers.has(uint32(s)) {
 				return fmt.Errorf("worker %v: handle %#x names block %d where the worker is absent", ws.key, h.eh, h.id)
 			}
 		}
-		if n != ws.handles.n {
-			return fmt.Errorf("worker %v: %d handles, count says %d", ws.key, n, ws.handles.n)
+		if n != ws.handles.n || dead != ws.dead {
+			return fmt.Errorf("worker %v: %d handles (%d dead), count says %d (%d)", ws.key, n, dead, ws.handles.n, ws.dead)
 		}
 	}
+	for id, l := range ix.locs {
+		if l.node == deadNode && l.off != deadRefs[uint32(id)] {
+			return fmt.Errorf("dropped block %d: %d dead handles, its loc says %d", id, deadRefs[uint32(id)], l.off)
+		}
+	}
+	if len(deadRefs) != ix.deadIDs {
+		return fmt.Errorf("%d dropped blocks named by dead handles, deadIDs %d", len(deadRefs), ix.deadIDs)
+	}
+	byID := make(map[uint32]map[uint32][]handle)
 	if size != ix.size {
 		return fmt.Errorf("size %d, handles %d", ix.size, size)
 	}
@@ -276,8 +292,8 @@ func checkInvariants(ix *Index) error {
 		}
 		reached++
 		if n != rootNode {
-			if len(nd.hashes) == 0 || len(nd.ids) != len(nd.hashes) || len(nd.ehs) != len(nd.hashes) {
-				return fmt.Errorf("node %d: run lengths %d/%d/%d", n, len(nd.hashes), len(nd.ids), len(nd.ehs))
+			if len(nd.hashes) == 0 || len(nd.ids) != len(nd.hashes) {
+				return fmt.Errorf("node %d: run lengths %d/%d", n, len(nd.hashes), len(nd.ids))
 			}
 			if nd.workers.empty() {
 				return fmt.Errorf("node %d: no workers", n)
@@ -289,8 +305,11 @@ func checkInvariants(ix *Index) error {
 			}
 			var err error
 			nd.workers.each(func(slot uint32) {
-				for j, id := range nd.ids {
-					if err == nil && len(ix.handlesOf(slot, id, nd.ehs[j])) == 0 {
+				if byID[slot] == nil {
+					byID[slot] = ix.handlesOf(slot)
+				}
+				for _, id := range nd.ids {
+					if err == nil && len(byID[slot][id]) == 0 {
 						err = fmt.Errorf("node %d: worker slot %d present without a handle", n, slot)
 					}
 				}

@@ -132,6 +132,7 @@ func (ix *Index) lowerSlot(d uint32, t Tier) uint32 {
 			break
 		}
 	}
+	ix.compact(src) // the copy's handles must all be live: dead ones would name their ids uncounted
 	sw := ix.workers[src]
 	ws := &workerState{key: sw.key, multi: maps.Clone(sw.multi)}
 	ws.handles = sw.handles
@@ -188,7 +189,7 @@ func (ix *Index) TierBlocks(w WorkerKey, t Tier) int {
 		}
 		s = l - 1
 	}
-	return ix.workers[s].handles.n
+	return ix.workers[s].live()
 }
 
 // findTiered is FindMatches once some worker holds lower-tier blocks: the same walk, recording each
