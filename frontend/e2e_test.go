@@ -69,16 +69,25 @@ type stackOpts struct {
 	tracer trace.Tracer
 	// server configures the HTTP edge; zero: a 1 MiB body limit and the defaults.
 	server ServerConfig
+	// modelDir and modelName serve another model directory or name (default: the Qwen3-VL fixture as
+	// "Qwen3-VL-2B-Instruct"); the name is what family detection reads.
+	modelDir, modelName string
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	m, err := model.Load(fixtureModel)
+	dir, name := fixtureModel, "Qwen3-VL-2B-Instruct"
+	if o.modelDir != "" {
+		dir = o.modelDir
+	}
+	if o.modelName != "" {
+		name = o.modelName
+	}
+	m, err := model.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const name = "Qwen3-VL-2B-Instruct"
-	wm, err := mocker.LoadModel(fixtureModel, name)
+	wm, err := mocker.LoadModel(dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +103,11 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	system := actors.NewSystem(nil)
 	rcfg := router.DefaultConfig(16)
 	rcfg.Worker.ImageTokenID = uint32(m.Config.ImageTokenID)
+	if info, err := mm.ModelInfoFrom(m, name); err == nil {
+		if sp := mm.Detect(info); sp.Enabled {
+			rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = sp.RunTokenID, sp.EndTokenID
+		}
+	}
 	rcfg.Scoring.MigrationLimit = o.migrationLimit
 	rcfg.Policy = o.policy
 	rcfg.Seed = o.seed
@@ -131,7 +145,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second, MediaGuard: guard}, NewFrontendMetrics(nil))
 	api.Tracer = o.tracer
 	if o.mm {
-		spec, err := mm.LoadSpec(fixtureModel, name)
+		spec, err := mm.LoadSpec(dir, name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,6 +54,10 @@ type Model struct {
 	MinPixels, MaxPixels int
 	// MaxModelLen is reported by /v1/models and /tokenize.
 	MaxModelLen int
+	// Layout, when its Kind is set, writes each image as vLLM's structured replacement (Llama-4,
+	// Pixtral) instead of ImageTokens copies of ImagePadID; ImagePadID is then the placeholder the
+	// template emits, and Layout.Patch the token whose runs carry the image.
+	Layout ImageLayout
 }
 
 // Qwen special tokens used by the fallback model (the real ids, so events look like Qwen3-VL's).
@@ -197,6 +201,9 @@ func LoadModel(dir, name string) (*Model, error) {
 	m.Tok = hfTokenizer{hf.Tokenizer}
 	if hf.Config.ImageTokenID >= 0 {
 		m.ImagePadID = uint32(hf.Config.ImageTokenID)
+	}
+	if l, ph, ok := detectImageLayout(hf, name); ok {
+		m.Layout, m.ImagePadID = l, ph
 	}
 	if p := hf.Preprocessor; p != nil {
 		if p.PatchSize > 0 {

@@ -295,6 +295,13 @@ func (w *Worker) chatPrompt(msgs []ChatMessage, opts model.ChatOptions, cont boo
 		if err != nil {
 			return nil, nil, err
 		}
+		if w.model.Layout.Kind != "" {
+			start := len(out)
+			out = w.model.Layout.write(out, iw, ih)
+			mm = append(mm, MMItem{ID: ident, Offset: start, Length: len(out) - start})
+			next++
+			continue
+		}
 		n := w.model.ImageTokens(iw, ih)
 		mm = append(mm, MMItem{ID: ident, Offset: len(out), Length: n})
 		for range n {
