@@ -23,7 +23,12 @@
 //     tree of routed prompts, since SGLang's router never reads KV events).
 //   - profile.go: engine profiles (below).
 //   - workload.go: generated workloads as Mooncake lines (agentic, fanout, tenants, herding,
-//     prefix-tree, bursts), seeded.
+//     prefix-tree, bursts, and with images catalog and docqa), seeded.
+//   - images.go: images in workloads (Config.Images: the hash id an image starts at → its identity
+//     and size). The engine's prompt holds the image's placeholder run (Qwen2.5-VL's processor,
+//     mm.Spec) and the request its vLLM uuid and span, so they enter the engine's block hashes and
+//     events; the router hashes the frontend's routing view (mm.Expand: pad values of the mm_hash);
+//     events are re-keyed with kvevents.RekeyImages, as the worker actor does with an image token id.
 //   - run.go: Config, Run (every arm × every arrival speedup, runs in parallel, each single-threaded),
 //     goodput per SLO over the sweep (bench.Goodput) and the goodput knee by bisection over the arrival
 //     speedup; report.go: tables and plots through bench.Report.
@@ -89,8 +94,9 @@
 //
 // # Data flow
 //
-//	trace or Generate → Arrivals(speedup) → evArrive → Blocks.AppendPrompt → PromptHashes → Scheduler.Route
-//	  → Engine.Add → Step … step end: events → kvevents.Rekey → (EventDelay) → prefix.Index.Store/Remove
+//	trace or GenerateImages → Arrivals(speedup) → evArrive → buildPrompt (Blocks.AppendPrompt, images:
+//	  placeholder runs + mm.Expand routing view) → PromptHashes → Scheduler.Route
+//	  → Engine.Add → Step … step end: events → kvevents.Rekey (RekeyImages) → (EventDelay) → prefix.Index.Store/Remove
 //	                               progress → first token: PrefillDone; done: Free (→ released requests)
 //	Route (learning arms): Machine.Loads, Route with ReturnCosts → explainer → Timeline.Decisions
 //	evCal (every CalibrationEvery): Calibrated.Calibration → Timeline.Calibration

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/bench"
+	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/mocker"
 )
@@ -214,11 +216,17 @@ func TestGenerate(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			c := DefaultGenConfig(kind)
 			c.Duration = time.Minute
-			a, err := Generate(c)
+			a, images, err := GenerateImages(c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, _ := Generate(c)
+			b, _, _ := GenerateImages(c)
+			if slices.Contains(ImageKinds, kind) != (len(images) > 0) {
+				t.Fatalf("%d images", len(images))
+			}
+			if _, err := Generate(c); (err != nil) != slices.Contains(ImageKinds, kind) {
+				t.Fatalf("Generate: %v", err)
+			}
 			if len(a.Requests) < 20 || !slices.EqualFunc(a.Requests, b.Requests, func(x, y bench.Request) bool {
 				return x.Timestamp == y.Timestamp && x.InputLength == y.InputLength && slices.Equal(x.HashIDs, y.HashIDs)
 			}) {
@@ -542,5 +550,72 @@ func TestExplainKeepsDecisions(t *testing.T) {
 				t.Errorf("%s worker %d: cost %.1f outside [%.1f, %.1f] from q, u, K", e.Request, v.Worker, v.Cost, lo, hi)
 			}
 		}
+	}
+}
+
+// TestImagesShareBlocksByIdentity: on one worker, three requests share a first text block and then hold
+// an image at the same place, written with the same placeholder tokens and the same text after it. The
+// second shows another image: the engine's blocks differ by the image's identity (extra keys), and the
+// router, hashing pad values of the image's mm_hash, predicts only the text block; the third shows the
+// first image again and hits it whole. Engine and router agree on every request.
+func TestImagesShareBlocksByIdentity(t *testing.T) {
+	a, _, _ := mm.HashURL("https://shop.example.com/a.jpg")
+	b, _, _ := mm.HashURL("https://shop.example.com/b.jpg")
+	cfg := DefaultConfig()
+	cfg.Workers, cfg.EventDelay = 1, 0
+	cfg.Images = Images{10: {Hash: a, W: 768, H: 768}, 20: {Hash: b, W: 768, H: 768}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// 729 image tokens cover id 10 (or 20) and 217 tokens of id 11; the rest of 11 and 12 are text.
+	tr := &bench.Trace{Requests: []bench.Request{
+		{Timestamp: 0, InputLength: 2048, OutputLength: 2, HashIDs: []uint64{1, 10, 11, 12}},
+		{Timestamp: 1000, InputLength: 2048, OutputLength: 2, HashIDs: []uint64{1, 20, 11, 12}},
+		{Timestamp: 2000, InputLength: 2048, OutputLength: 2, HashIDs: []uint64{1, 10, 11, 12}},
+	}}
+	arm, _ := LookupArm(ArmKV)
+	run, err := runArm(&cfg, tr, arm, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The engine computes the last block again for the first token; the router counts it cached.
+	cached, predicted := []int{0, 512, 2048 - 64}, []int{0, 512, 2048}
+	for i, s := range run.Samples {
+		if s.Err != "" || s.CachedTokens != cached[i] || s.PredictedTokens != predicted[i] {
+			t.Errorf("request %d: cached %d, predicted %d, want %d and %d (%s)", i, s.CachedTokens, s.PredictedTokens, cached[i], predicted[i], s.Err)
+		}
+	}
+	p, err := buildPrompt(&cfg, &tr.Requests[1])
+	if err != nil || len(p.mm) != 1 || p.mm[0].Offset != 512 || p.mm[0].Length != 729 || p.tokens[512] != ImageModel().RunTokenID {
+		t.Fatalf("prompt with an image: %v, items %+v", err, p.mm)
+	}
+}
+
+// TestImageWorkloads: on the generated image workloads the kv arm's index, fed by the engines' events
+// re-keyed with the images' pad values, predicts what the engines hit (within a point) and the arm
+// reaches most of the pooled oracle.
+func TestImageWorkloads(t *testing.T) {
+	for _, kind := range ImageKinds {
+		t.Run(kind, func(t *testing.T) {
+			gc := DefaultGenConfig(kind)
+			gc.Duration = time.Minute
+			tr, images, err := GenerateImages(gc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			cfg.Images = images
+			cfg.Arms = []string{ArmKV}
+			cfg.KneeSteps = 0
+			res, err := Run(context.Background(), cfg, kind, tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := res.Points[0]
+			t.Logf("%s: %d requests, %d images, hit %.4f predicted %.4f pooled %.4f", kind, len(tr.Requests), len(images), p.HitRate, p.PredictedHitRate, res.Pooled.HitRate)
+			if p.Failed > 0 || p.HitRate < 0.9*res.Pooled.HitRate || math.Abs(p.PredictedHitRate-p.HitRate) > 0.01 {
+				t.Fatalf("%d failed, hit %.4f, predicted %.4f, pooled %.4f", p.Failed, p.HitRate, p.PredictedHitRate, res.Pooled.HitRate)
+			}
+		})
 	}
 }

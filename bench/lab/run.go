@@ -27,6 +27,10 @@ type Config struct {
 	ExtraProfiles []Profile
 	// Blocks maps trace hash ids to tokens. Default bench.DefaultBlocks().
 	Blocks bench.Blocks
+	// Images are the workload's images by the hash id they start at (GenerateImages); they replace
+	// those blocks' tokens with the image's placeholder run and travel with the request as production
+	// multimodal requests do (images.go). Default none.
+	Images Images
 	// BlockSize is the engine's and the router's KV block size in tokens. Default 64.
 	BlockSize int
 	// EventDelay is how long an engine's KV event batch takes to reach the index (ZMQ, decode, re-key,

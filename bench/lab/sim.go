@@ -112,6 +112,7 @@ type simReq struct {
 	arrive int64
 	first  int64
 	queued bool // the scheduler holds it
+	mm     []mocker.MMItem
 }
 
 // sim is one run. Single goroutine; owns everything it holds.
@@ -281,11 +282,15 @@ func (s *sim) arrive(i int) {
 	sr := &s.reqs[i]
 	sr.arrive = s.now
 	// The prompt is built per run (not shared across arms): memory stays bounded by what the engines hold.
-	prompt := s.cfg.Blocks.AppendPrompt(make([]uint32, 0, s.cfg.Blocks.PromptLen(r)), r)
-	local, chain := scoring.PromptHashes(nil, nil, prompt, s.cfg.BlockSize, scoring.Seed)
-	sr.req = Request{ID: "r" + strconv.Itoa(i), ISL: len(prompt), OSL: max(1, r.OutputLength), Prompt: prompt, Local: local, Chain: chain}
+	p, err := buildPrompt(s.cfg, r)
+	sr.req = Request{ID: "r" + strconv.Itoa(i), ISL: len(p.tokens), OSL: max(1, r.OutputLength), Prompt: p.tokens, Local: p.local, Chain: p.chain}
+	sr.mm = p.mm
 	s.byID[sr.req.ID] = i
-	s.samples[i] = bench.E2ESample{Index: i, Worker: -1, At: float64(s.now) / 1e9, PromptTokens: len(prompt)}
+	s.samples[i] = bench.E2ESample{Index: i, Worker: -1, At: float64(s.now) / 1e9, PromptTokens: len(p.tokens)}
+	if err != nil {
+		s.fail(i, err.Error(), false)
+		return
+	}
 	rt, err := s.sched.Route(s.time(s.now), &sr.req)
 	if err != nil {
 		s.fail(i, "route: "+err.Error(), false)
@@ -309,7 +314,7 @@ func (s *sim) dispatch(i, w, overlap int) {
 	smp.Worker = w
 	smp.PredictedTokens = min(overlap*s.cfg.BlockSize, sr.req.ISL)
 	e := &s.engines[w]
-	if err := e.eng.Add(mocker.Request{ID: sr.req.ID, Prompt: sr.req.Prompt, MaxTokens: sr.req.OSL}); err != nil {
+	if err := e.eng.Add(mocker.Request{ID: sr.req.ID, Prompt: sr.req.Prompt, MaxTokens: sr.req.OSL, MM: sr.mm}); err != nil {
 		s.fail(i, err.Error(), true)
 		return
 	}
@@ -390,7 +395,7 @@ func (s *sim) stepEnd(w int) {
 			s.release(s.sched.PrefillDone(now, p.ID))
 		}
 		if p.Done {
-			sr.req.Prompt, sr.req.Local, sr.req.Chain = nil, nil, nil // the engine keeps what it caches
+			sr.req.Prompt, sr.req.Local, sr.req.Chain, sr.mm = nil, nil, nil, nil // the engine keeps what it caches
 			s.left--
 			s.end = s.now
 			e.inflight--
@@ -421,7 +426,22 @@ func (s *sim) rekey(evs []mocker.KVEvent) []kvOp {
 		case mocker.EventStored:
 			kev := kvevents.Event{Kind: kvevents.Stored, BlockHashes: hashes, ParentHash: uint64(ev.Parent), HasParent: ev.HasParent,
 				TokenIDs: ev.Tokens, BlockSize: ev.BlockSize, LoraName: ev.LoraName}
-			s.local, _ = kvevents.Rekey(&kev, s.cfg.BlockSize, scoring.Seed, s.local[:0])
+			if len(s.cfg.Images) > 0 {
+				// The extra keys as vLLM's BlockStored carries them: (uuid, offset) per image in the block.
+				kev.ExtraKeys = make([][]kvevents.ExtraKey, len(ev.Extra))
+				for j, x := range ev.Extra {
+					if x == nil {
+						continue
+					}
+					for _, m := range x.MM {
+						kev.ExtraKeys[j] = append(kev.ExtraKeys[j], kvevents.ExtraKey{Kind: kvevents.ExtraMM, Str: m.ID, Int: int64(m.Offset)})
+					}
+				}
+				spec := ImageModel()
+				s.local, _ = kvevents.RekeyImages(&kev, s.cfg.BlockSize, scoring.Seed, spec.RunTokenID, spec.EndTokenID, s.local[:0])
+			} else {
+				s.local, _ = kvevents.Rekey(&kev, s.cfg.BlockSize, scoring.Seed, s.local[:0])
+			}
 			if len(s.local) == 0 {
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bench"
+	"github.com/kvroute/kvroute/mm"
 )
 
 // A workload is a bench.Trace: Mooncake lines whose hash ids stand for 512-token blocks (bench.Blocks
@@ -22,10 +23,15 @@ const (
 	GenHerding    = "herding"     // one 16k-token system prompt shared by every request
 	GenPrefixTree = "prefix-tree" // two-level shared-prefix tree (SGLang generated-shared-prefix style)
 	GenBursts     = "bursts"      // tenant requests arriving in bursts (2 s at 5.5× the mean, 18 s at 0.5×)
+	GenCatalog    = "catalog"     // questions about products, each shown by 1–3 photos, Zipf popularity (images)
+	GenDocQA      = "docqa"       // questions about documents of 2–6 scanned pages, Zipf popularity (images)
 )
 
 // GenKinds lists the generators in order.
-var GenKinds = []string{GenAgentic, GenFanout, GenTenants, GenHerding, GenPrefixTree, GenBursts}
+var GenKinds = []string{GenAgentic, GenFanout, GenTenants, GenHerding, GenPrefixTree, GenBursts, GenCatalog, GenDocQA}
+
+// ImageKinds are the generators whose workloads carry images (GenerateImages).
+var ImageKinds = []string{GenCatalog, GenDocQA}
 
 // GenConfig configures one generated workload.
 type GenConfig struct {
@@ -59,9 +65,23 @@ const idTokens = bench.TraceBlockSize
 
 // gen holds a generator's state: the seeded source and the next fresh hash id.
 type gen struct {
-	rng  *rand.Rand
-	next uint64
-	out  []bench.Request
+	rng    *rand.Rand
+	next   uint64
+	out    []bench.Request
+	images Images
+}
+
+// image gives an image fresh hash ids: it starts at the first one's first token and its placeholder
+// run covers as many of them as its token count needs (the rest of the last is text).
+func (g *gen) image(url string, w, h uint32) []uint64 {
+	hash, _, err := mm.HashURL(url)
+	if err != nil {
+		panic("lab: generated image url " + url + ": " + err.Error()) // the generators' own URLs
+	}
+	im := Image{Hash: hash, W: w, H: h}
+	ids := g.fresh((im.Tokens() + idTokens - 1) / idTokens)
+	g.images[ids[0]] = im
+	return ids
 }
 
 func (g *gen) fresh(n int) []uint64 {
@@ -89,12 +109,21 @@ func (g *gen) emit(at float64, ids []uint64, isl, osl int) {
 	g.out = append(g.out, bench.Request{Timestamp: int64(at * 1000), InputLength: isl, OutputLength: osl, HashIDs: ids})
 }
 
-// Generate writes the workload.
+// Generate writes a workload without images; GenerateImages writes every kind.
 func Generate(c GenConfig) (*bench.Trace, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
+	if slices.Contains(ImageKinds, c.Kind) {
+		return nil, fmt.Errorf("%w: workload %q has images: GenerateImages", ErrBadConfig, c.Kind)
 	}
-	g := &gen{rng: newRNG(c.Seed)}
+	tr, _, err := GenerateImages(c)
+	return tr, err
+}
+
+// GenerateImages writes the workload and its images (Config.Images; empty for the text kinds).
+func GenerateImages(c GenConfig) (*bench.Trace, Images, error) {
+	if err := c.Validate(); err != nil {
+		return nil, nil, err
+	}
+	g := &gen{rng: newRNG(c.Seed), images: Images{}}
 	span := c.Duration.Seconds()
 	switch c.Kind {
 	case GenAgentic:
@@ -134,6 +163,10 @@ func Generate(c GenConfig) (*bench.Trace, error) {
 			ids, isl := g.prompt(sys, g.uniform(256, 2048))
 			g.emit(t, ids, isl, g.uniform(64, 512))
 		}
+	case GenCatalog:
+		g.catalog(span, c.Rate)
+	case GenDocQA:
+		g.docQA(span, c.Rate)
 	case GenPrefixTree:
 		// 8 roots of 2,048 tokens, 8 branches of 2,048 under each, then a 128-token question: SGLang's
 		// generated-shared-prefix shape (64 groups, 2,048-token system prompt, 128-token question,
@@ -152,7 +185,50 @@ func Generate(c GenConfig) (*bench.Trace, error) {
 		}
 	}
 	slices.SortStableFunc(g.out, func(a, b bench.Request) int { return int(a.Timestamp - b.Timestamp) })
-	return &bench.Trace{Requests: g.out}, nil
+	return &bench.Trace{Requests: g.out}, g.images, nil
+}
+
+// catalog: a shopping assistant. One 1,024-token system prompt, then the product the user asks about —
+// 1–3 photos (768×768, 1024×768 or 800×1000 px: 729, 999 or 1,044 tokens for Qwen2.5-VL) and a
+// 512-token description — then a 32–256-token question; 256 products with Zipf(1.1) popularity, so a
+// popular product's photos recur across users after the same prefix.
+func (g *gen) catalog(span, rate float64) {
+	sys := g.fresh(2)
+	sizes := [][2]uint32{{768, 768}, {1024, 768}, {800, 1000}}
+	products := make([][]uint64, 256)
+	for p := range products {
+		ids := slices.Clone(sys)
+		for k := range g.uniform(1, 3) {
+			sz := sizes[g.rng.IntN(len(sizes))]
+			ids = append(ids, g.image(fmt.Sprintf("https://shop.example.com/p/%d/%d.jpg", p, k), sz[0], sz[1])...)
+		}
+		products[p] = append(ids, g.fresh(1)...)
+	}
+	z := rand.NewZipf(g.rng, 1.1, 1, uint64(len(products)-1))
+	for t := g.exp(rate); t < span; t += g.exp(rate) {
+		ids, isl := g.prompt(products[z.Uint64()], g.uniform(32, 256))
+		g.emit(t, ids, isl, g.uniform(64, 256))
+	}
+}
+
+// docQA: questions about scanned documents. A 512-token system prompt, then the document's 2–6 pages
+// (A4 at 150 dpi, 1240×1754 px: 2,772 tokens each), then a 16–128-token question; 48 documents with
+// Zipf(1.1) popularity.
+func (g *gen) docQA(span, rate float64) {
+	sys := g.fresh(1)
+	docs := make([][]uint64, 48)
+	for d := range docs {
+		ids := slices.Clone(sys)
+		for k := range g.uniform(2, 6) {
+			ids = append(ids, g.image(fmt.Sprintf("https://docs.example.com/d/%d/page-%d.png", d, k+1), 1240, 1754)...)
+		}
+		docs[d] = ids
+	}
+	z := rand.NewZipf(g.rng, 1.1, 1, uint64(len(docs)-1))
+	for t := g.exp(rate); t < span; t += g.exp(rate) {
+		ids, isl := g.prompt(docs[z.Uint64()], g.uniform(16, 128))
+		g.emit(t, ids, isl, g.uniform(64, 384))
+	}
 }
 
 // agentic: sessions start as a Poisson process; each picks one of 4 agent system prompts (4,096 tokens),

@@ -96,13 +96,13 @@ func benchLab(args []string) error {
 		name = filepath.Base(*trace)
 	} else {
 		gen.Kind = name
-		if t, err = lab.Generate(gen); err != nil {
+		if t, cfg.Images, err = lab.GenerateImages(gen); err != nil {
 			return err
 		}
 	}
 	rep := bench.NewReport("lab", args)
-	fmt.Fprintf(os.Stderr, "lab: %s, %d requests over %.0f s, %d workers, profile %s, arms %v, arrival speedups %v\n",
-		name, len(t.Requests), t.Span().Seconds(), cfg.Workers, cfg.Profile, cfg.Arms, cfg.ArrivalSpeedups)
+	fmt.Fprintf(os.Stderr, "lab: %s, %d requests over %.0f s, %d images, %d workers, profile %s, arms %v, arrival speedups %v\n",
+		name, len(t.Requests), t.Span().Seconds(), len(cfg.Images), cfg.Workers, cfg.Profile, cfg.Arms, cfg.ArrivalSpeedups)
 	stop, err := c.startProfile()
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ func TestBenchLab(t *testing.T) {
 	}{
 		{"trace", []string{"--trace", trace, "--minutes", "0.5", "--modes", "kv,llmd", "--sweep-arrival", "1,4", "--knee-steps", "1"}},
 		{"generated", []string{"--workload", "fanout", "--gen-duration", "20s", "--modes", "sglang", "--profile", "llama8b-h100", "--knee-slo", "0"}},
+		{"images", []string{"--workload", "docqa", "--gen-duration", "20s", "--modes", "kv", "--knee-slo", "0"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
