@@ -189,20 +189,36 @@ type transferWork struct {
 	wg       sync.WaitGroup
 	members  [][]byte
 	releases []func()
+	w        *imageWork
+}
+
+// dropData lets the downloaded image bytes go once nothing needs them (the request lives on while it
+// streams).
+func (w *imageWork) dropData() {
+	if w == nil {
+		return
+	}
+	for i := range w.images {
+		w.images[i].Data = nil
+	}
 }
 
 // startTransfers preprocesses each image and hands the tensor to a shared-memory segment or the
 // transfer agent (--mm-transfer), concurrently with routing. nil when off or not routing on images.
 func (a *OpenAIAPI) startTransfers(ctx context.Context, w *imageWork, v imageView) *transferWork {
 	if a.MM == nil || a.MM.Transfer == nil || v.tokens == nil {
+		w.dropData()
 		return nil
 	}
-	x := &transferWork{members: make([][]byte, len(w.media)), releases: make([]func(), len(w.media))}
+	x := &transferWork{members: make([][]byte, len(w.media)), releases: make([]func(), len(w.media)), w: w}
 	for i := range w.media {
 		x.wg.Add(1)
 		go func() {
 			defer x.wg.Done()
-			d, release, err := a.MM.Transfer.Prepare(ctx, transfer.Source{URL: w.media[i].URL}, w.images[i].Hash)
+			// With --frontend-decoding the image was downloaded once already, for its identity: preprocess
+			// those bytes rather than fetching the URL a second time.
+			src := transfer.Source{URL: w.media[i].URL, Data: w.images[i].Data}
+			d, release, err := a.MM.Transfer.Prepare(ctx, src, w.images[i].Hash)
 			if err != nil {
 				a.countTransfer("failed")
 				return // this image goes without mm_kwargs: the worker fetches the URL
@@ -225,6 +241,7 @@ func (x *transferWork) wait(j *job) [][]byte {
 		return nil
 	}
 	x.wg.Wait()
+	x.w.dropData()
 	j.release = func() {
 		for _, r := range x.releases {
 			if r != nil {

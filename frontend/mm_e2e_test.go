@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,16 @@ func counterValue(c prometheus.Counter) float64 {
 type imageServer struct {
 	base string
 	pngs map[string][]byte
+
+	mu   sync.Mutex
+	full map[string]int // whole-file GETs (no Range header) per name, from any client
+}
+
+// fullGets is the number of whole-file downloads of name so far.
+func (s *imageServer) fullGets(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.full[name]
 }
 
 func pngOf(w, h int, seed uint8) []byte {
@@ -49,11 +60,18 @@ func startImageServer(t *testing.T) *imageServer {
 		"cat.png": pngOf(320, 240, 1), "dog.png": pngOf(320, 240, 2), "copy-of-cat.png": pngOf(320, 240, 1),
 	}}
 	mux := http.NewServeMux()
+	s.full = map[string]int{}
 	mux.HandleFunc("/img/", func(w http.ResponseWriter, r *http.Request) {
-		b, ok := s.pngs[strings.TrimPrefix(r.URL.Path, "/img/")]
+		name := strings.TrimPrefix(r.URL.Path, "/img/")
+		b, ok := s.pngs[name]
 		if !ok {
 			http.NotFound(w, r)
 			return
+		}
+		if r.Header.Get("Range") == "" {
+			s.mu.Lock()
+			s.full[name]++
+			s.mu.Unlock()
 		}
 		http.ServeContent(w, r, "x.png", time.Time{}, bytes.NewReader(b))
 	})
@@ -251,5 +269,28 @@ func TestE2EDataURISameBytesOneImage(t *testing.T) {
 	}
 	if n := counterValue(s.api.mmMetrics.routed); n != 7 {
 		t.Fatalf("requests routed on images: %v, want 7", n)
+	}
+}
+
+// With --frontend-decoding the frontend downloads each new image once: the same bytes give its identity
+// and size and feed the mm_kwargs transfer, and the worker, handed the preprocessed item, fetches
+// nothing. The image server counts whole-file downloads from every client.
+func TestE2EFrontendDecodingOneDownload(t *testing.T) {
+	imgs := startImageServer(t)
+	s := startStack(t, stackOpts{workers: 2, speedup: 100, mm: true, allowHosts: []string{"127.0.0.1"}, decode: true, transfer: "shm"})
+	for i, name := range []string{"cat.png", "dog.png"} {
+		r := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/" + name}, "What is in this picture?"))
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", name, r.status, r.raw)
+		}
+		if n := imgs.fullGets(name); n != 1 {
+			t.Fatalf("%s: %d whole downloads, want 1", name, n)
+		}
+		if n := counterValue(s.api.mmMetrics.transfers.WithLabelValues("shm")); n != float64(i+1) {
+			t.Fatalf("%s: %v shm transfers", name, n)
+		}
+	}
+	if p := s.api.MM.Resolver.Prober().Stats(); p.Requests != 2 {
+		t.Fatalf("the frontend sent %d image requests for two images", p.Requests)
 	}
 }

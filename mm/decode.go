@@ -136,13 +136,18 @@ func nativePixels(img image.Image) (int, []byte) {
 	return 4, pix
 }
 
-// Decode downloads (http/https, guarded, whole body up to maxBytes) or reads (data:) an image and
-// returns its content hash and size: the --frontend-decoding identity. Nothing is cached: the URL does
-// not identify the content in this mode.
-func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int) (Hash, Size, error) {
+// Decode downloads (http/https, guarded, whole body up to maxBytes; Fetch) or reads (data:) an image
+// and returns its content hash and size, the --frontend-decoding identity, with the encoded bytes so
+// that later stages (the mm_kwargs transfer) use them instead of downloading the image again. Nothing
+// is cached: the URL does not identify the content in this mode.
+func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int) (Hash, Size, []byte, error) {
 	data, err := p.Fetch(ctx, rawURL, maxBytes)
 	if err != nil {
-		return 0, Size{}, err
+		return 0, Size{}, nil, err
 	}
-	return DecodeImage(data)
+	h, sz, err := DecodeImage(data)
+	if err != nil {
+		return 0, Size{}, nil, err
+	}
+	return h, sz, data, nil
 }

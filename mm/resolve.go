@@ -26,6 +26,10 @@ type Image struct {
 	NumTokens int
 	// Err is this image's failure (identity, SSRF guard, probe or decode), nil on success.
 	Err error
+	// Data is the encoded image as downloaded for --frontend-decoding (nil otherwise): the one download
+	// of the image, which the transfer stage preprocesses instead of fetching the URL again. The caller
+	// drops it once that stage has run.
+	Data []byte
 }
 
 // ResolveConfig bounds the per-request image work.
@@ -79,6 +83,9 @@ func NewResolver(spec Spec, prober *Prober, cfg ResolveConfig) (*Resolver, error
 
 // Spec is the model's resolved setup.
 func (r *Resolver) Spec() *Spec { return &r.spec }
+
+// Prober is the prober the resolver sizes and downloads images with.
+func (r *Resolver) Prober() *Prober { return r.prober }
 
 // Resolve computes every image's identity, size and token count. Cached sizes are read inline (the
 // warm path starts no goroutine); the misses run concurrently, one goroutine each (at most MaxImages),
@@ -176,7 +183,7 @@ func (r *Resolver) fanOut(ctx context.Context, parts []Part, images []Image, tod
 
 func (r *Resolver) resolveOne(ctx context.Context, url string, im *Image) {
 	if r.cfg.FrontendDecoding {
-		im.Hash, im.Size, im.Err = r.prober.Decode(ctx, url, r.cfg.MaxDecodeBytes)
+		im.Hash, im.Size, im.Data, im.Err = r.prober.Decode(ctx, url, r.cfg.MaxDecodeBytes)
 		im.Source = SourceDecodedBytes
 		return
 	}
