@@ -180,7 +180,7 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 			ix.stats.RejectedParentNotFound++
 			return 0, fmt.Errorf("%w: worker %d rank %d parent %#x", ErrParentNotFound, ws.key.WorkerID, ws.key.DPRank, parent)
 		}
-		cur = ws.handles.slots[i].id
+		cur = ws.handles.id(i)
 	}
 	ix.sink += ws.handles.touch(blocks)
 	var p pending
@@ -197,7 +197,7 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 			cand = ix.nodes[c].ids[0]
 		}
 		hi, held := ix.findLive(slot, b.EngineHash)
-		if held && ws.handles.slots[hi].id != cand {
+		if held && ws.handles.id(hi) != cand {
 			ix.flush(slot, &p)
 			ix.stats.RejectedInvalidBlock++
 			return j, fmt.Errorf("%w: worker %d rank %d engine hash %#x already names another block",
@@ -209,7 +209,7 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 			present := ix.nodes[cn].workers.has(slot)
 			switch {
 			case held:
-				ws.handles.slots[hi].count++
+				ws.handles.incr(hi)
 			case present:
 				ix.insertHandle(slot, b.EngineHash, cand)
 				ix.size++
@@ -307,12 +307,11 @@ func (ix *Index) removeOne(s uint32, eh uint64) bool {
 		return false
 	}
 	ix.stats.RemovedBlocks++
-	h := &ws.handles.slots[i]
-	if h.count > 1 {
-		h.count--
+	if ws.handles.count(i) > 1 {
+		ws.handles.decr(i)
 		return true
 	}
-	id := h.id
+	id := ws.handles.id(i)
 	ws.handles.deleteAt(i)
 	ix.size--
 	if ws.multi[id] > 0 {
@@ -457,10 +456,10 @@ const deadNode = ^uint32(0)
 func (ix *Index) findLive(slot uint32, eh uint64) (int, bool) {
 	ws := ix.workers[slot]
 	i, ok := ws.handles.find(eh)
-	if !ok || ix.locs[ws.handles.slots[i].id].node != deadNode {
+	if !ok || ix.locs[ws.handles.id(i)].node != deadNode {
 		return i, ok
 	}
-	id := ws.handles.slots[i].id
+	id := ws.handles.id(i)
 	ws.handles.deleteAt(i)
 	ix.forget(slot, ws, eh, id)
 	return -1, false
@@ -487,13 +486,15 @@ func (ix *Index) compact(slot uint32) {
 	}
 	old := ws.handles.slots
 	ws.handles.resize(ws.live())
-	for _, h := range old {
-		switch {
-		case h.count == 0:
-		case ix.locs[h.id].node == deadNode:
-			ix.forget(slot, ws, h.eh, h.id)
+	for i := range old {
+		s := &old[i]
+		switch eh, id := s.eh(), s.idp-1; {
+		case s.idp == 0:
+		case ix.locs[id].node == deadNode:
+			delete(ws.handles.more, eh)
+			ix.forget(slot, ws, eh, id)
 		default:
-			ws.handles.put(h)
+			ws.handles.put(eh, id)
 		}
 	}
 }
@@ -512,11 +513,11 @@ func (ix *Index) insertHandle(slot uint32, eh uint64, id uint32) {
 func (ix *Index) handlesOf(slot uint32) map[uint32][]handle {
 	ws := ix.workers[slot]
 	out := make(map[uint32][]handle, ws.live())
-	for _, h := range ws.handles.slots {
-		if h.count != 0 && ix.locs[h.id].node != deadNode {
+	ws.handles.each(func(h handle) {
+		if ix.locs[h.id].node != deadNode {
 			out[h.id] = append(out[h.id], h)
 		}
-	}
+	})
 	return out
 }
 
@@ -549,11 +550,11 @@ func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 		mask.set(uint32(s))
 		ix.size -= ws.live()
 		ix.stats.ClearedBlocks += uint64(ws.live())
-		for _, h := range ws.handles.slots {
-			if h.count != 0 && ix.locs[h.id].node == deadNode {
+		ws.handles.each(func(h handle) {
+			if ix.locs[h.id].node == deadNode {
 				ix.forget(uint32(s), ws, h.eh, h.id)
 			}
-		}
+		})
 		ws.dead = 0
 		ws.handles.reset()
 		ws.own.reset()

@@ -472,7 +472,7 @@ func TestHandleTable(t *testing.T) {
 	}
 	for eh, id := range ref {
 		j, ok := tab.find(eh)
-		if !ok || tab.slots[j].id != id {
+		if !ok || tab.id(j) != id {
 			t.Fatalf("%#x: found %v", eh, ok)
 		}
 	}

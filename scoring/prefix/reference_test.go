@@ -214,6 +214,13 @@ func sortScores(s []Score) {
 	})
 }
 
+// allHandles returns every handle of t.
+func allHandles(t *handleTable) []handle {
+	var out []handle
+	t.each(func(h handle) { out = append(out, h) })
+	return out
+}
+
 // checkInvariants verifies the index's internal structure; it returns the first violation.
 func checkInvariants(ix *Index) error {
 	size := 0
@@ -237,24 +244,28 @@ func checkInvariants(ix *Index) error {
 					break
 				}
 			}
-			for _, h := range ix.workers[src].handles.slots {
-				if h.count == 0 || isDead(h) {
+			for _, h := range allHandles(&ix.workers[src].handles) {
+				if isDead(h) {
 					continue
 				}
-				if i, ok := ws.handles.find(h.eh); !ok || ws.handles.slots[i].count < h.count || ws.handles.slots[i].id != h.id {
+				if i, ok := ws.handles.find(h.eh); !ok || ws.handles.count(i) < h.count || ws.handles.id(i) != h.id {
 					return fmt.Errorf("%v %v slot misses handle %#x of slot %d", ws.key, st.tier, h.eh, src)
 				}
 			}
 		} else if got := ix.slotOf[ws.key]; got != uint32(s) {
 			return fmt.Errorf("slot of %v is %d, want %d", ws.key, got, s)
 		}
-		n, dead := 0, 0
-		for _, h := range ws.handles.slots {
-			if h.count == 0 {
-				continue
+		for _, t := range []*handleTable{&ws.handles, &ws.own} {
+			for eh, m := range t.more {
+				if _, ok := t.find(eh); !ok || m == 0 {
+					return fmt.Errorf("worker %v: %d extra references of absent or single handle %#x", ws.key, m, eh)
+				}
 			}
+		}
+		n, dead := 0, 0
+		for _, h := range allHandles(&ws.handles) {
 			n++
-			if i, ok := ws.handles.find(h.eh); !ok || ws.handles.slots[i] != h {
+			if i, ok := ws.handles.find(h.eh); !ok || ws.handles.at(i) != h {
 				return fmt.Errorf("worker %v: handle %#x unreachable", ws.key, h.eh)
 			}
 			if isDead(h) {

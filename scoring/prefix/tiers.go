@@ -63,7 +63,7 @@ func (ix *Index) StoreTier(w WorkerKey, t Tier, parent uint64, hasParent bool, b
 	own := &ix.workers[l].own
 	for _, b := range blocks[:n] {
 		if i, ok := own.find(b.EngineHash); ok {
-			own.slots[i].count++
+			own.incr(i)
 		} else {
 			own.insert(b.EngineHash, 0)
 		}
@@ -106,7 +106,9 @@ func (ix *Index) takeOwn(l uint32, eh uint64) bool {
 	if !ok {
 		return false
 	}
-	if own.slots[i].count--; own.slots[i].count == 0 {
+	if own.count(i) > 1 {
+		own.decr(i)
+	} else {
 		own.deleteAt(i)
 	}
 	return true
@@ -137,6 +139,7 @@ func (ix *Index) lowerSlot(d uint32, t Tier) uint32 {
 	ws := &workerState{key: sw.key, multi: maps.Clone(sw.multi)}
 	ws.handles = sw.handles
 	ws.handles.slots = slices.Clone(sw.handles.slots)
+	ws.handles.more = maps.Clone(sw.handles.more)
 	s := ix.newSlot(ws, slotTier{tier: t, dev: d})
 	ix.size += ws.handles.n
 	ix.lower++
