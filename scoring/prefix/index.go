@@ -245,6 +245,7 @@ func (ix *Index) store(slot uint32, parent uint64, hasParent bool, blocks []Bloc
 		} else {
 			c := ix.newNode(n)
 			ix.nodes[c].workers.set(slot)
+			ix.reserve(c, len(blocks)-j)
 			cur = ix.appendPos(c, b.LocalHash)
 			ix.addKid(n, b.LocalHash, c)
 		}

@@ -443,6 +443,15 @@ func (ix *Index) split(n uint32, at int) uint32 {
 	return t
 }
 
+// reserve makes room in fresh node n's run for the k blocks a store is about to append: once a store
+// branches off into a new node, every block after it is new too. Runs sized by append kept up to half
+// their room spare (2.5 B per (block, worker) on the conversation trace, with the view's copy).
+func (ix *Index) reserve(n uint32, k int) {
+	if nd := &ix.nodes[n]; cap(nd.hashes) < k {
+		nd.hashes, nd.ids = make([]uint64, 0, k), make([]uint32, 0, k)
+	}
+}
+
 // clip truncates s to n and gives back the capacity when more than half of it would be wasted.
 func clip[T any](s []T, n int) []T {
 	if cap(s) > 64 && cap(s) > 4*n {

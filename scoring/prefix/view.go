@@ -40,7 +40,14 @@ func (ix *Index) Sync(v *View) {
 		src.dirty = false
 		d := &v.nodes[n]
 		// A run mostly grows at its end (a conversation's next turn): copy what changed.
-		d.hashes = append(d.hashes[:src.synced], src.hashes[src.synced:]...)
+		if k := len(src.hashes); k > cap(d.hashes) || cap(d.hashes) > cap(src.hashes) {
+			// The copy keeps the index's capacity: spare room while the run grows, none once sealed.
+			h := make([]uint64, k, cap(src.hashes))
+			copy(h, src.hashes)
+			d.hashes = h
+		} else {
+			d.hashes = append(d.hashes[:src.synced], src.hashes[src.synced:]...)
+		}
 		src.synced = uint32(len(src.hashes))
 		d.workers.inl = src.workers.inl
 		d.workers.ext = append(d.workers.ext[:0], src.workers.ext...)
