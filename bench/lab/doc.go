@@ -6,7 +6,8 @@
 //
 //   - sim.go: one run — N workers/mocker engines (the mocker's own Engine: its scheduler, block pool,
 //     events and step-time model, called, not copied), the arrivals of a bench.Trace at an arrival
-//     speedup, the engines' KV events re-keyed with kvevents.Rekey (as actors/worker's converter does)
+//     speedup, the engines' KV events re-keyed with kvevents.Rekey, or RekeyImages for workloads with
+//     images (as actors/worker's converter does)
 //     and applied to a scoring/prefix.Index EventDelay after their step ends, and the arm's Scheduler
 //     called at each arrival (Route), first token (PrefillDone) and end (Free). The engines' KV usage is
 //     scraped every MetricsInterval (the frontend health check's poll); Config.SpeedChanges change every
@@ -17,8 +18,9 @@
 //   - arms.go, machine.go, sglang.go: the built-in arms, every one the production scheduler
 //     (scoring/sched's Machine, as actors/router drives it: workers registered with their capacity,
 //     scraped KV usage through SetKVUsage, Tick on the scrape period) with another configuration,
-//     selector or index: kv (the router's defaults: Dynamo's cost), kv-approx (no events: the machine's
-//     approximate index), kv-scale8, kv-predicted (predict-on-route), round-robin, random,
+//     selector or index: kv (the router's defaults: the kvroute preset's learned cost), kv-dynamo
+//     (--router-preset dynamo: Dynamo's cost), kv-approx (no events: the machine's approximate
+//     index), kv-scale8, kv-predicted (predict-on-route), round-robin, random,
 //     least-loaded, llmd (bench.LLMDSelector) and sglang (bench.SGLangSelector over its own approximate
 //     tree of routed prompts, since SGLang's router never reads KV events).
 //   - profile.go: engine profiles (below).
