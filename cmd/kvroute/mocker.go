@@ -52,7 +52,7 @@ func runMocker(args []string) int {
 	curveKey := fs.String("kv-events-curve-server-key", os.Getenv("KVROUTE_KV_EVENTS_CURVE_SECRET"), "Z85 CURVE secret key: authenticate and encrypt the KV event stream; routers need the public key (worker spec curve_key=...) (env KVROUTE_KV_EVENTS_CURVE_SECRET)")
 	dropEvery := fs.Uint64("kv-events-drop-every", 0, "fault injection: withhold every Nth batch from PUB (kept for replay), so subscribers must recover gaps (0: off)")
 	kvCfg := fs.String("kv-events-config", "", `vLLM's JSON, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'; overrides the port bases (worker i offsets the ports by i*dp_size)`)
-	eventFormat := fs.String("event-format", "map", "KV event layout: map (current vLLM) or array (legacy vLLM / SGLang)")
+	eventFormat := fs.String("event-format", "map", "KV event layout: map (current vLLM), array (legacy vLLM / SGLang) or trtllm (TensorRT-LLM's JSON event list, mm_keys per block)")
 	// The frontend's default block size (16, vLLM's), so a mocker and a frontend started with defaults
 	// agree; --block-size 64 gives Dynamo's mocker default.
 	blockSize := fs.Int("block-size", 16, "tokens per KV block (the engine's --block-size; the frontend's --kv-cache-block-size)")

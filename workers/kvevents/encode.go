@@ -16,6 +16,9 @@ import (
 //
 // Strings that are "" are written as None (see Event). Hashes are written as ints.
 func AppendBatch(dst []byte, b *Batch, layout Layout) []byte {
+	if layout == LayoutTRTLLM {
+		return AppendTRTLLM(dst, b)
+	}
 	n := 2
 	if b.HasDPRank {
 		n = 3

@@ -269,7 +269,11 @@ func (s *stream) deliver(seq uint64, payload []byte) bool {
 	if lost > 0 {
 		s.c.Lost.Add(lost)
 	}
-	if err := Decode(payload, &s.batch); err != nil {
+	decode := Decode
+	if IsTRTLLM(payload) { // TensorRT-LLM's JSON event list (trtllm.go); vLLM batches are msgpack arrays
+		decode = decodeTRTLLMRouterBlocks
+	}
+	if err := decode(payload, &s.batch); err != nil {
 		s.c.DecodeErrors.Add(1)
 		return false
 	}

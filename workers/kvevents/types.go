@@ -53,6 +53,9 @@ const (
 	LayoutMap Layout = iota
 	// LayoutArray is legacy vLLM and SGLang: each event a tagged array, trailing defaults dropped.
 	LayoutArray
+	// LayoutTRTLLM is TensorRT-LLM's JSON event list (trtllm.go), not msgpack: AppendBatch writes it
+	// whole, and subscribers recognise it by its leading '['.
+	LayoutTRTLLM
 )
 
 // ExtraKind says how one extra_keys entry was encoded.

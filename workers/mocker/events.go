@@ -141,15 +141,17 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 	return c, nil
 }
 
-// ParseEventFormat maps --event-format map|array to a layout.
+// ParseEventFormat maps --event-format map|array|trtllm to a layout.
 func ParseEventFormat(s string) (kvevents.Layout, error) {
 	switch s {
 	case "map", "":
 		return kvevents.LayoutMap, nil
 	case "array", "legacy":
 		return kvevents.LayoutArray, nil
+	case "trtllm":
+		return kvevents.LayoutTRTLLM, nil
 	}
-	return 0, fmt.Errorf("%w: --event-format %q (want map or array)", ErrBadConfig, s)
+	return 0, fmt.Errorf("%w: --event-format %q (want map, array or trtllm)", ErrBadConfig, s)
 }
 
 // OffsetEndpoint is vLLM's offset_endpoint_port: tcp://host:P → tcp://host:P+rank, inproc://x →
