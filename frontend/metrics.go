@@ -17,7 +17,7 @@ import (
 type FrontendMetrics struct {
 	// byKind holds the requests counters of each endpoint × request type × status, resolved once:
 	// WithLabelValues hashes the labels and takes the vector's lock, which the request path should not.
-	byKind   [2][2][2]prometheus.Counter
+	byKind   [numEndpoints][2][2]prometheus.Counter
 	inflight prometheus.Gauge
 	queued   prometheus.Gauge
 	ttft     prometheus.Observer
@@ -282,12 +282,9 @@ func (c *ModelCollector) collect(ch chan<- prometheus.Metric, r *router.Router, 
 }
 
 // label is the endpoint label Dynamo gives the endpoint.
-func (e endpoint) label() string {
-	if e == epChat {
-		return "chat_completions"
-	}
-	return "completions"
-}
+var endpointLabels = [numEndpoints]string{"chat_completions", "completions", "responses", "embeddings", "score", "rerank"}
+
+func (e endpoint) label() string { return endpointLabels[e] }
 
 func requestType(stream bool) string {
 	if stream {
@@ -305,9 +302,6 @@ func status(ok bool) string {
 
 // requests counts one finished request; an HTTP status below 400 is a success.
 func (m *FrontendMetrics) requests(ep endpoint, stream bool, httpStatus int) {
-	if ep > epCompletion {
-		ep = epCompletion
-	}
 	m.byKind[ep][b2i(stream)][b2i(httpStatus < 400)].Inc()
 }
 

@@ -139,7 +139,8 @@ func (m *Models) card(a *OpenAIAPI) modelCard {
 // servesPath reports whether path is one of the OpenAI endpoints an OpenAIAPI answers.
 func servesPath(path string) bool {
 	switch path {
-	case "/v1/chat/completions", "/v1/completions", "/tokenize":
+	case "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/score", "/score",
+		"/v1/rerank", "/rerank", "/v2/rerank", "/tokenize", "/detokenize":
 		return true
 	}
 	return false

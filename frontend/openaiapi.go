@@ -22,6 +22,7 @@ import (
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/sched"
+	"github.com/kvroute/kvroute/workers/oaiwire"
 )
 
 // OpenAIConfig configures the OpenAI endpoints.
@@ -107,6 +108,16 @@ func (a *OpenAIAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 		a.onlyPost(ctx, func() { a.serveGenerate(ctx, epChat) })
 	case "/v1/completions":
 		a.onlyPost(ctx, func() { a.serveGenerate(ctx, epCompletion) })
+	case "/v1/responses":
+		a.onlyPost(ctx, func() { a.serveGenerate(ctx, epResponses) })
+	case "/v1/embeddings":
+		a.onlyPost(ctx, func() { a.serveGenerate(ctx, epEmbeddings) })
+	case "/v1/score", "/score":
+		a.onlyPost(ctx, func() { a.serveGenerate(ctx, epScore) })
+	case "/v1/rerank", "/rerank", "/v2/rerank":
+		a.onlyPost(ctx, func() { a.serveGenerate(ctx, epRerank) })
+	case "/detokenize":
+		a.onlyPost(ctx, func() { a.detokenizeEndpoint(ctx) })
 	case "/v1/models":
 		if !ctx.IsGet() {
 			writeError(ctx, errorf(ErrMethod, "%s /v1/models: use GET", ctx.Method()))
@@ -182,6 +193,23 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (
 			return nil, err
 		}
 		j.chat, j.common, j.stream = req, &req.Common, req.Stream
+	case epResponses:
+		// Routed as the chat body it renders (same template, same hashes); the worker gets the original.
+		cb, err := oaiwire.ResponsesChat(body)
+		if err != nil {
+			return nil, errorf(ErrBadRequest, "%v", err)
+		}
+		req, err := openai.DecodeChat(cb, a.Cfg.Limits, a.served)
+		if err != nil {
+			return nil, err
+		}
+		j.chat, j.common, j.stream = req, &req.Common, req.Stream
+	case epEmbeddings, epScore, epRerank:
+		in, err := decodePooling(ep, body, a.served)
+		if err != nil {
+			return nil, err
+		}
+		j.pool, j.common = in, &openai.Common{Model: in.model}
 	default:
 		req, err := openai.DecodeCompletion(body, a.Cfg.Limits, a.served)
 		if err != nil {

@@ -19,14 +19,21 @@ type endpoint uint8
 const (
 	epChat endpoint = iota
 	epCompletion
+	epResponses  // vLLM's stateless /v1/responses: routed as the chat it renders
+	epEmbeddings // pooling endpoints: routed on their input's tokens, answered whole
+	epScore
+	epRerank
+	numEndpoints
 )
 
-func (e endpoint) path() string {
-	if e == epChat {
-		return "/v1/chat/completions"
-	}
-	return "/v1/completions"
-}
+var endpointPaths = [numEndpoints]string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings",
+	"/v1/score", "/v1/rerank"}
+
+func (e endpoint) path() string { return endpointPaths[e] }
+
+// pooling reports whether e is a pooling endpoint (embeddings, score, rerank): no chat template, no
+// generation, one whole answer.
+func (e endpoint) pooling() bool { return e >= epEmbeddings }
 
 // job is everything the request path needs, copied out of fasthttp's RequestCtx (which is recycled when
 // the handler returns).
@@ -39,6 +46,8 @@ type job struct {
 	chat   *openai.ChatRequest
 	comp   *openai.CompletionRequest
 	common *openai.Common
+	// pool is a pooling request's inputs (epEmbeddings, epScore, epRerank).
+	pool *poolingInput
 	// namespace is the request's cache namespace (cache_salt), folded into its routing hashes.
 	namespace string
 	stream    bool
@@ -172,7 +181,9 @@ func (r *requestActors) put(s *requestSlot) bool {
 // tokenize renders and tokenizes the prompt the worker will see.
 func (a *OpenAIAPI) tokenize(j *job) ([]uint32, error) {
 	switch j.ep {
-	case epChat:
+	case epEmbeddings, epScore, epRerank:
+		return a.poolingTokens(j.pool)
+	case epChat, epResponses:
 		if a.Model == nil || a.Model.ChatTemplate == nil {
 			return nil, errorf(ErrUnprocessable, "model %q has no chat template", a.ModelName)
 		}
@@ -199,7 +210,10 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if err := a.screenMedia(j); err != nil { // the SSRF guard, before anything is fetched or forwarded
 		return prepared{err: err}
 	}
-	imgs := a.startImages(j.ctx, j) // per image, concurrently: mm_hash · size probe · token count
+	var imgs *imageWork
+	if j.ep != epResponses { // a Responses body has no chat parts to tag with mm uuids: its images route on text
+		imgs = a.startImages(j.ctx, j) // per image, concurrently: mm_hash · size probe · token count
+	}
 	tokens, err := a.tokenize(j)
 	if err != nil {
 		if imgs != nil {

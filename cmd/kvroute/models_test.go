@@ -387,3 +387,68 @@ func TestAllowedOrigins(t *testing.T) {
 		t.Errorf("no --allowed-origins: %d %v", r.StatusCode, r.Header)
 	}
 }
+
+// The endpoints beyond chat and completions, through a two-model frontend: each goes to its model's
+// workers (embeddings, score, rerank routed on their inputs' tokens; responses as the chat it renders),
+// tokenize / detokenize use the model's own tokenizer, and bad bodies are OpenAI errors.
+func TestServeEndpoints(t *testing.T) {
+	_, herr := captureCLI(t)
+	f, _, code, ok := parseFrontend("serve", twoModelArgs(t), nil)
+	if !ok {
+		t.Fatalf("exit %d: %s", code, herr.String())
+	}
+	app, err := startServe(f, serveConfig{workers: 2, gpuBlocks: 1024, speedup: 50}, newRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.closeFleet)
+	t.Cleanup(app.stop)
+	base := "http://" + app.ln.Addr().String()
+	ids := map[string][]int{"qwen": {1, 2}, "llama": {3, 4}}
+	for _, m := range []string{"qwen", "llama"} {
+		cases := []struct {
+			path string
+			body map[string]any
+			want string
+		}{
+			{"/v1/embeddings", map[string]any{"model": m, "input": []string{"a b c", "d e f"}}, `"object":"embedding"`},
+			{"/v1/score", map[string]any{"model": m, "text_1": "q", "text_2": []string{"x", "q"}}, `"object":"score"`},
+			{"/v1/rerank", map[string]any{"model": m, "query": "q", "documents": []string{"x", "q"}}, `"relevance_score"`},
+			{"/v1/responses", map[string]any{"model": m, "input": "Say hi", "max_output_tokens": 3}, `"object":"response"`},
+		}
+		for _, tc := range cases {
+			st, w, _, b := post(t, base, tc.path, tc.body)
+			if st != 200 || (w != ids[m][0] && w != ids[m][1]) || !strings.Contains(string(b), tc.want) || !strings.Contains(string(b), `"model":"`+m+`"`) {
+				t.Errorf("%s %s: status %d worker %d: %s", m, tc.path, st, w, b)
+			}
+		}
+	}
+	// Each model tokenizes with its own tokenizer: the same text gives other ids.
+	_, _, _, q := post(t, base, "/tokenize", map[string]any{"model": "qwen", "prompt": "Hello world"})
+	_, _, _, l := post(t, base, "/tokenize", map[string]any{"model": "llama", "prompt": "Hello world"})
+	if string(q) == string(l) {
+		t.Errorf("/tokenize: both models gave %s", q)
+	}
+	var tl struct{ Tokens []uint32 }
+	_ = json.Unmarshal(l, &tl)
+	if st, _, _, b := post(t, base, "/detokenize", map[string]any{"model": "llama", "tokens": tl.Tokens}); st != 200 || !strings.Contains(string(b), "Hello world") {
+		t.Errorf("/detokenize: %d %s", st, b)
+	}
+	bad := []struct {
+		path   string
+		body   map[string]any
+		status int
+	}{
+		{"/v1/embeddings", map[string]any{"model": "llama"}, 400},
+		{"/v1/embeddings", map[string]any{"model": "nope", "input": "x"}, 404},
+		{"/v1/rerank", map[string]any{"model": "qwen", "query": "q"}, 400},
+		{"/v1/responses", map[string]any{"model": "qwen", "input": "x", "previous_response_id": "resp_1"}, 400},
+		{"/v1/responses", map[string]any{"model": "nope", "input": "x"}, 404},
+	}
+	for _, tc := range bad {
+		st, _, _, b := post(t, base, tc.path, tc.body)
+		if st != tc.status || !strings.Contains(string(b), `"error":{"message"`) {
+			t.Errorf("%s %v: %d %s, want %d", tc.path, tc.body, st, b, tc.status)
+		}
+	}
+}

@@ -115,6 +115,14 @@ func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 		w.serveGenerate(ctx, false)
 	case string(path) == "/v1/chat/completions" && ctx.IsPost():
 		w.serveGenerate(ctx, true)
+	case string(path) == "/v1/responses" && ctx.IsPost():
+		w.serveResponses(ctx)
+	case string(path) == "/v1/embeddings" && ctx.IsPost():
+		w.servePooling(ctx, poolEmbed)
+	case (string(path) == "/v1/score" || string(path) == "/score") && ctx.IsPost():
+		w.servePooling(ctx, poolScore)
+	case (string(path) == "/v1/rerank" || string(path) == "/rerank" || string(path) == "/v2/rerank") && ctx.IsPost():
+		w.servePooling(ctx, poolRerank)
 	case string(path) == "/v1/models" && ctx.IsGet():
 		w.serveModels(ctx)
 	case string(path) == "/health" || string(path) == "/ping":
@@ -315,9 +323,9 @@ func (w *Worker) chatPrompt(msgs []ChatMessage, opts model.ChatOptions, cont boo
 	return out, mm, nil
 }
 
-func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (prepared, error) {
+func (w *Worker) prepare(ctx *fasthttp.RequestCtx, raw []byte, chat bool) (prepared, error) {
 	var body openAIRequest
-	if err := unmarshalExact(ctx.PostBody(), &body); err != nil {
+	if err := unmarshalExact(raw, &body); err != nil {
 		return prepared{}, fmt.Errorf("%w: body: %v", ErrBadRequest, err)
 	}
 	rich, err := parseRich(&body, chat)
@@ -327,7 +335,7 @@ func (w *Worker) prepare(ctx *fasthttp.RequestCtx, chat bool) (prepared, error) 
 	p := prepared{stream: body.Stream, chat: chat, rank: -1, rich: rich}
 	p.usage = body.StreamOptions != nil && body.StreamOptions.IncludeUsage
 	if chat {
-		msgs, err := chatMessages(ctx.PostBody(), &body)
+		msgs, err := chatMessages(raw, &body)
 		if err != nil {
 			return prepared{}, err
 		}
@@ -395,7 +403,7 @@ func makeUsage(st StreamState, completion int) *usage {
 var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
 
 func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
-	p, err := w.prepare(ctx, chat)
+	p, err := w.prepare(ctx, ctx.PostBody(), chat)
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err)
 		return
