@@ -17,17 +17,19 @@ import (
 
 // routeRequest is the body of POST /v1/route.
 type routeRequest struct {
-	RequestID   string            `json:"request_id"`
-	Tokens      []uint32          `json:"tokens"`
-	BlockHashes []uint64          `json:"block_hashes"`
-	ISL         int               `json:"isl"`
-	Priority    *float64          `json:"priority"`
-	Strict      uint32            `json:"strict_priority"`
-	WorkerID    *uint64           `json:"worker_id"`
-	DPRank      *uint32           `json:"dp_rank"`
-	LoraName    string            `json:"lora_name"`
-	CacheSalt   string            `json:"cache_salt"` // the cache namespace the worker hashes with
-	Override    *scoring.Override `json:"router_config_override"`
+	RequestID   string   `json:"request_id"`
+	Tokens      []uint32 `json:"tokens"`
+	BlockHashes []uint64 `json:"block_hashes"`
+	// BlockMMInfos is the legacy multimodal side channel with tokens (blockmm.go).
+	BlockMMInfos []*blockMMInfo    `json:"block_mm_infos"`
+	ISL          int               `json:"isl"`
+	Priority     *float64          `json:"priority"`
+	Strict       uint32            `json:"strict_priority"`
+	WorkerID     *uint64           `json:"worker_id"`
+	DPRank       *uint32           `json:"dp_rank"`
+	LoraName     string            `json:"lora_name"`
+	CacheSalt    string            `json:"cache_salt"` // the cache namespace the worker hashes with
+	Override     *scoring.Override `json:"router_config_override"`
 	// PolicyClass is the router policy class or family (the x-dynamo-meta-policy-class header when unset).
 	PolicyClass string `json:"policy_class"`
 }
@@ -152,6 +154,17 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 		if err := a.checkPin(*req.WorkerID, req.DPRank); err != nil {
 			writeError(ctx, err)
 			return
+		}
+	}
+	local, err := a.legacyMMHashes(req.Tokens, req.BlockMMInfos, req.LoraName, req.CacheSalt)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if local != nil {
+		req.BlockHashes = local
+		if req.ISL == 0 {
+			req.ISL = len(req.Tokens)
 		}
 	}
 	rr := &router.RouteRequest{ID: req.RequestID, Tokens: req.Tokens, Local: req.BlockHashes, ISL: req.ISL,

@@ -68,8 +68,10 @@ func (a *RouterAPI) allWorkers() []worker.Status {
 type overlapRequest struct {
 	Tokens      []uint32 `json:"tokens"`
 	BlockHashes []uint64 `json:"block_hashes"`
-	LoraName    string   `json:"lora_name"`
-	CacheSalt   string   `json:"cache_salt"`
+	// BlockMMInfos is the legacy multimodal side channel with tokens (blockmm.go).
+	BlockMMInfos []*blockMMInfo `json:"block_mm_infos"`
+	LoraName     string         `json:"lora_name"`
+	CacheSalt    string         `json:"cache_salt"`
 }
 
 type overlapScore struct {
@@ -158,9 +160,17 @@ func (a *RouterAPI) overlap(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	local := req.BlockHashes
-	if req.Tokens != nil {
+	local, err := a.legacyMMHashes(req.Tokens, req.BlockMMInfos, req.LoraName, req.CacheSalt)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	switch {
+	case local != nil:
+	case req.Tokens != nil:
 		local = a.R.HashSalted(nil, req.Tokens, req.LoraName, req.CacheSalt)
+	default:
+		local = req.BlockHashes
 	}
 	scores := a.R.Overlap(local, nil)
 	writeJSON(ctx, overlapResponse{Scores: toOverlapScores(scores), Blocks: len(local)})

@@ -1,0 +1,84 @@
+package frontend
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/workers/kvevents"
+)
+
+// TestRouterAPIBlockMMInfos: a worker publishing TensorRT-LLM's event layout (JSON, per-block mm_keys)
+// is indexed with the legacy block_mm_infos hashes; /v1/overlap_scores and /v1/route given the same
+// tokens with block_mm_infos naming the same image find its blocks, the same tokens without them or
+// with another image do not.
+func TestRouterAPIBlockMMInfos(t *testing.T) {
+	base, _ := startRouterAPI(t, 4, ServerConfig{})
+	p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*",
+		Layout: kvevents.LayoutTRTLLM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); <-p.Done() }()
+	go func() { _ = p.Run(ctx) }()
+	<-p.Ready()
+	reg := `{"id":7,"url":"http://127.0.0.1:9","events":"` + p.Addr() + `","replay":"` + p.ReplayAddr() + `"}`
+	if code, body := call(t, "POST", base+"/v1/workers", reg); code != 200 {
+		t.Fatalf("register: %d %v", code, body)
+	}
+	const img, h = 151655, uint64(0x2f97f006c0e2eb2e)
+	id := fmt.Sprintf("%016x", h) + "000000000000000000000000000000000000000000000000"
+	_ = p.Publish(ctx, &kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.Stored, BlockHashes: []uint64{11, 12},
+		TokenIDs: []uint32{10, 20, img, img, img, img, 30, 40}, BlockSize: 4,
+		ExtraKeys: [][]kvevents.ExtraKey{{{Kind: kvevents.ExtraMM, Str: id, Int: 2}}, {{Kind: kvevents.ExtraMM, Str: id}}}}}})
+
+	tokens := `[10,20,151655,151655,151655,151655,30,40]`
+	infos := func(hash uint64) string {
+		o := fmt.Sprintf(`{"mm_objects":[{"mm_hash":%d,"offsets":[]}]}`, hash)
+		return "[" + o + "," + o + "]"
+	}
+	overlap := func(body string) int {
+		code, out := call(t, "POST", base+"/v1/overlap_scores", body)
+		if code != 200 {
+			t.Fatalf("overlap %s: %d %v", body, code, out)
+		}
+		for _, s := range out["scores"].([]any) {
+			if m := s.(map[string]any); m["worker_id"] == float64(7) {
+				return int(m["overlap_blocks"].(float64))
+			}
+		}
+		return 0
+	}
+	withImage := `{"tokens":` + tokens + `,"block_mm_infos":` + infos(h) + `}`
+	deadline := time.Now().Add(10 * time.Second)
+	for overlap(withImage) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the TRT-LLM events never matched the block_mm_infos query")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := overlap(`{"tokens":` + tokens + `}`); n != 0 {
+		t.Fatalf("plain tokens matched %d legacy-hashed blocks", n)
+	}
+	if n := overlap(`{"tokens":` + tokens + `,"block_mm_infos":` + infos(h+1) + `}`); n != 0 {
+		t.Fatalf("another image matched %d blocks", n)
+	}
+	if n := overlap(`{"tokens":` + tokens + `,"block_mm_infos":[null,null]}`); n != 0 {
+		t.Fatalf("all-null infos matched %d blocks", n)
+	}
+	code, out := call(t, "POST", base+"/v1/route", `{"request_id":"r1","tokens":`+tokens+`,"block_mm_infos":`+infos(h)+`}`)
+	if code != 200 || out["worker_id"] != float64(7) || out["overlap_blocks"] != float64(2) {
+		t.Fatalf("route: %d %v", code, out)
+	}
+	for _, bad := range []string{
+		`{"block_hashes":[1],"block_mm_infos":[null]}`,
+		`{"tokens":[1,2,3,4],"block_mm_infos":[null,null]}`,
+		`{"tokens":[1,2,3,4],"block_mm_infos":[{"mm_objects":[{"mm_hash":-1}]}]}`,
+	} {
+		if code, _ := call(t, "POST", base+"/v1/overlap_scores", bad); code != 400 {
+			t.Errorf("%s: %d, want 400", bad, code)
+		}
+	}
+}
