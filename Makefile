@@ -7,7 +7,7 @@ TESTFLAGS ?= -race -count=1 -timeout 25m
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: all deps build run test vet bench fuzz soak clean
+.PHONY: all deps node-deps build run test vet bench fuzz soak clean
 
 all: build
 
@@ -26,7 +26,14 @@ run: build
 vet: deps
 	$(GO) vet $(PKGS)
 
-test: deps
+# The official openai npm client, pinned by its package-lock.json, for cmd/kvroute TestOpenAINodeClient
+# (skipped when node is not installed).
+OPENAI_NODE ?= cmd/kvroute/testdata/openai-node
+node-deps:
+	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund --prefix $(OPENAI_NODE); \
+	else echo "node-deps: npm not found, the openai npm client acceptance test will be skipped"; fi
+
+test: deps node-deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
