@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"testing"
 	"time"
@@ -80,5 +81,36 @@ func TestRouterAPIBlockMMInfos(t *testing.T) {
 		if code, _ := call(t, "POST", base+"/v1/overlap_scores", bad); code != 400 {
 			t.Errorf("%s: %d, want 400", bad, code)
 		}
+	}
+}
+
+// TestE2EImageTRTLLMEvents: workers publishing TensorRT-LLM's event layout (JSON, per-block mm_keys
+// naming the forwarded image ids) are routed on their images through the frontend like vLLM workers: a
+// repeated image goes to its worker with the image's blocks in the overlap, another image does not.
+func TestE2EImageTRTLLMEvents(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 3, speedup: 100, mm: true, eventLayout: kvevents.LayoutTRTLLM})
+	img := func(seed uint8) string {
+		return "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngOf(320, 240, seed))
+	}
+	first := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{img(3)}, "What is in this picture?"))
+	if first.status != 200 {
+		t.Fatalf("first: %d %s", first.status, first.raw)
+	}
+	s.waitOverlap(t, "", first.worker)
+	second := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{img(3)}, "Describe it again."))
+	// 320×240 on Qwen3-VL is 80 image tokens, 5 blocks of 16.
+	if second.status != 200 || second.worker != first.worker || overlapOf(second) < 5 {
+		t.Fatalf("same image: worker %s (first %s), overlap %s", second.worker, first.worker, second.overlap)
+	}
+	other := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{img(4)}, "What is in this picture?"))
+	if other.status != 200 || overlapOf(other) >= 5 {
+		t.Fatalf("another image matched: overlap %s", other.overlap)
+	}
+	var decodeErrors uint64
+	for _, w := range s.router.Workers() {
+		decodeErrors += w.DecodeErrors
+	}
+	if decodeErrors != 0 {
+		t.Fatalf("%d event payloads failed to decode", decodeErrors)
 	}
 }

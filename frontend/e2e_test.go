@@ -26,6 +26,7 @@ import (
 	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/faultproxy"
+	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
 	"go.opentelemetry.io/otel/trace"
@@ -72,6 +73,8 @@ type stackOpts struct {
 	// modelDir and modelName serve another model directory or name (default: the Qwen3-VL fixture as
 	// "Qwen3-VL-2B-Instruct"); the name is what family detection reads.
 	modelDir, modelName string
+	// eventLayout is the simulated workers' KV event layout (default vLLM's map layout).
+	eventLayout kvevents.Layout
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -92,6 +95,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
+	tmpl.KVEvents.Layout = o.eventLayout
 	tmpl.Engine.BlockSize = 16
 	tmpl.Engine.NumGPUBlocks = 2048
 	tmpl.Engine.SpeedupRatio = o.speedup
