@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goccy/go-json"
@@ -302,7 +303,7 @@ func (w *Worker) serveResponses(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, err)
 		return
 	}
-	p.req.ID = "resp_" + p.req.ID
+	p.req.ID = "resp_" + strings.TrimPrefix(p.req.ID, "chatcmpl-")
 	s, err := w.Submit(p.rank, p.req)
 	if err != nil {
 		writeError(ctx, submitStatus(err), err)
