@@ -7,7 +7,7 @@ TESTFLAGS ?= -race -count=1 -timeout 25m
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: all deps node-deps build run test vet bench fuzz soak clean
+.PHONY: all deps node-deps python-deps build run test vet bench fuzz soak clean
 
 all: build
 
@@ -33,7 +33,16 @@ node-deps:
 	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund --prefix $(OPENAI_NODE); \
 	else echo "node-deps: npm not found, the openai npm client acceptance test will be skipped"; fi
 
-test: deps node-deps
+# The Python reference reader of the mm_kwargs descriptor (scripts/mm_kwargs_reader.py) verifies
+# checksums with the xxhash module; transfer TestPythonReader runs it with the system python3. Debian
+# package only (no PyPI); skipped when apt-get is missing or the module is already there.
+python-deps:
+	@if /usr/bin/python3 -c 'import xxhash' 2>/dev/null; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then apt-get install -y python3-xxhash >/dev/null || \
+		echo "python-deps: could not install python3-xxhash, transfer TestPythonReader will be skipped"; \
+	else echo "python-deps: apt-get not found, transfer TestPythonReader will be skipped"; fi
+
+test: deps node-deps python-deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
