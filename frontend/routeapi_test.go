@@ -72,25 +72,29 @@ func TestRouteFollowsCacheThenLoad(t *testing.T) {
 		t.Fatalf("free a: %d", code)
 	}
 
-	// 2. Equal caches (a prompt nobody holds): load decides. Two in flight on different workers.
-	other := make([]uint32, 32)
+	// 2. Equal caches (prompts nobody holds): load decides. Two in flight on different workers.
+	other, other2 := make([]uint32, 32), make([]uint32, 32)
 	for i := range other {
-		other[i] = uint32(5000 + i)
+		other[i], other2[i] = uint32(5000+i), uint32(7000+i)
 	}
 	_, b1 := routeTo(t, base, "x1", other)
-	_, b2 := routeTo(t, base, "x2", other)
+	_, b2 := routeTo(t, base, "x2", other2)
 	if b1["worker_id"] == b2["worker_id"] {
-		// The second request's blocks are active on the first worker (assume_kv_reuse) but its prefill
-		// load is not: with prefill tracking the idle worker must win.
+		// The first request's prefill load is on its worker: with prefill tracking the idle worker must
+		// win. (The same prompt twice would follow the first: predict-on-route counts it as cached there.)
 		t.Fatalf("both requests on worker %v", b1["worker_id"])
 	}
-	// Freeing restores balance: both free, a third request sees equal load again (cost equal on both).
 	for _, id := range []string{"x1", "x2"} {
 		if code, _ := call(t, "POST", base+"/v1/route/"+id+"/free", ""); code != 200 {
 			t.Fatalf("free %s: %d", id, code)
 		}
 	}
-	_, b3 := routeTo(t, base, "x3", other)
+	// Freeing restores balance: a third prompt nobody holds sees equal load again (cost equal on both).
+	other3 := make([]uint32, 32)
+	for i := range other3 {
+		other3[i] = uint32(9000 + i)
+	}
+	_, b3 := routeTo(t, base, "x3", other3)
 	cs := b3["candidates"].([]any)
 	if cs[0].(map[string]any)["cost"] != cs[1].(map[string]any)["cost"] {
 		t.Fatalf("after free, costs differ: %v", cs)
@@ -101,9 +105,17 @@ func TestRouteFollowsCacheThenLoad(t *testing.T) {
 	if code, b := call(t, "POST", base+"/busy_threshold", `{"active_prefill_tokens_threshold":10}`); code != 200 || b["active_prefill_tokens_threshold"] != float64(10) {
 		t.Fatalf("set threshold: %d %v", code, b)
 	}
-	routeTo(t, base, "b1", other)
-	routeTo(t, base, "b2", other)
-	code, b = routeTo(t, base, "b3", other)
+	// (Distinct prompts: a repeat would be predicted cached on its worker, with no prefill to charge.)
+	fresh := func(n int) []uint32 {
+		p := make([]uint32, 32)
+		for i := range p {
+			p[i] = uint32(20000 + 100*n + i)
+		}
+		return p
+	}
+	routeTo(t, base, "b1", fresh(1))
+	routeTo(t, base, "b2", fresh(2))
+	code, b = routeTo(t, base, "b3", fresh(3))
 	if code != 503 || b["error"].(map[string]any)["type"] != "service_unavailable_error" {
 		t.Fatalf("all busy: %d %v", code, b)
 	}
@@ -111,7 +123,7 @@ func TestRouteFollowsCacheThenLoad(t *testing.T) {
 	if code, _ := call(t, "POST", base+"/v1/route/b1/prefill_done", ""); code != 200 {
 		t.Fatal("prefill_done")
 	}
-	if code, _ := routeTo(t, base, "b4", other); code != 200 {
+	if code, _ := routeTo(t, base, "b4", fresh(4)); code != 200 {
 		t.Fatalf("after prefill_done: %d", code)
 	}
 	if code, _ := call(t, "POST", base+"/v1/route/nope/free", ""); code != 404 {

@@ -121,7 +121,7 @@ func TestE2EPredictedTTLBeatsEventDelay(t *testing.T) {
 		seed := uint64(7)
 		s := startStack(t, stackOpts{workers: 2, speedup: 100, seed: &seed,
 			eventFaults: &faultproxy.Faults{Delay: 1, DelayFor: hold},
-			scoring:     func(c *scoring.Config) { c.PredictedTTL = ttl }})
+			scoring:     func(c *scoring.Config) { c.PredictedTTL = scoring.SomeDuration(ttl) }})
 		for i := range 8 {
 			prompt := longText(fmt.Sprintf("repeat%d", i), 120)
 			first := s.post(t, "/v1/chat/completions", chatBody(s.name, prompt, ""))

@@ -94,6 +94,24 @@ func (o OptFloat) String() string {
 	return fmt.Sprint(o.V)
 }
 
+// OptDuration is a duration parameter that may be unset, so that an explicit 0 (off) differs from the
+// preset's default. The zero value is unset.
+type OptDuration struct {
+	V   time.Duration
+	Set bool
+}
+
+// SomeDuration returns a set OptDuration.
+func SomeDuration(v time.Duration) OptDuration { return OptDuration{V: v, Set: true} }
+
+// String renders the value in seconds, or "unset".
+func (o OptDuration) String() string {
+	if !o.Set {
+		return "unset"
+	}
+	return fmt.Sprint(o.V.Seconds())
+}
+
 // DefaultMaxBatchedTokens stands in for a worker that does not report max_num_batched_tokens; it is large
 // enough that the queue threshold and the frac busy threshold never trigger (spec §9.1).
 const DefaultMaxBatchedTokens = 10_000_000
@@ -160,9 +178,10 @@ type Config struct {
 	ApproxWorkerCapacity int
 	// ApproxPruneTargetRatio is the fill ratio pruning brings a worker back to. Default 0.8.
 	ApproxPruneTargetRatio float64
-	// PredictedTTL enables the predict-on-route side index when set (--router-predicted-ttl-secs); 0 is
-	// unset. Default unset.
-	PredictedTTL time.Duration
+	// PredictedTTL is predict-on-route's memory of each decision (--router-predicted-ttl-secs; 0: off).
+	// Unset, it follows the preset: DefaultPredictedTTL under kvroute with KV events, off under dynamo
+	// (Dynamo's default). PredictTTL is the value in effect.
+	PredictedTTL OptDuration
 	// SessionAffinityTTL binds an X-Dynamo-Session-ID to the worker its first request went to, for this
 	// long after the session's last request (--router-session-affinity-ttl-secs); 0 is unset. Range when
 	// set: 1 s … 31,536,000 s. Default unset.
@@ -358,7 +377,7 @@ func (c *Config) Validate() error {
 	if c.TTL <= 0 {
 		return badf("router_ttl_secs must be > 0, got %v", c.TTL)
 	}
-	if c.PredictedTTL < 0 || c.StaleExpiry <= 0 || c.OverlapRefreshAfter < 0 {
+	if c.PredictedTTL.V < 0 || c.StaleExpiry <= 0 || c.OverlapRefreshAfter < 0 {
 		return badf("durations must be ≥ 0 (predicted ttl %v, stale expiry %v, overlap refresh %v)",
 			c.PredictedTTL, c.StaleExpiry, c.OverlapRefreshAfter)
 	}
@@ -426,9 +445,25 @@ func (c Config) Resolved() Config {
 		c.AssumeKVReuse = false
 		c.TrackActiveBlocks = true
 		c.TrackPrefillTokens = true
-		c.PredictedTTL = 0
+		c.PredictedTTL = SomeDuration(0)
 	}
 	return c
+}
+
+// DefaultPredictedTTL is the kvroute preset's predict-on-route TTL: a decision counts as cached on its
+// worker for 5 s (Dynamo's suggested value), long enough for the engine's KV events to arrive.
+const DefaultPredictedTTL = 5 * time.Second
+
+// PredictTTL is the predict-on-route TTL in effect (0: off): the flag's when set, else
+// DefaultPredictedTTL under the kvroute preset in kv mode with KV events, else off.
+func (c *Config) PredictTTL() time.Duration {
+	switch {
+	case c.PredictedTTL.Set:
+		return c.PredictedTTL.V
+	case c.Preset == PresetKVRoute && c.Mode == ModeKV && c.UseKVEvents && c.NeedsIndexer():
+		return DefaultPredictedTTL
+	}
+	return 0
 }
 
 // NeedsIndexer reports whether the router keeps a prefix index: kv mode with a non-zero credit.

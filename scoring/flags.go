@@ -77,7 +77,7 @@ var Flags = []Flag{
 	{Name: "router-approx-worker-capacity", Env: "KVROUTE_ROUTER_APPROX_WORKER_CAPACITY", Ours: true,
 		Help:  "approximate mode: max indexed blocks per worker when it reports no total_kv_blocks",
 		Field: func(c *Config) any { return &c.ApproxWorkerCapacity }},
-	{Name: "router-predicted-ttl-secs", Env: "DYN_ROUTER_PREDICTED_TTL_SECS", Help: "predict-on-route side index TTL in seconds (0: off)",
+	{Name: "router-predicted-ttl-secs", Env: "DYN_ROUTER_PREDICTED_TTL_SECS", Help: "predict-on-route: seconds a decision counts as cached on its worker before its KV events arrive (0: off; unset: 5 under --router-preset kvroute, off under dynamo)",
 		Field: func(c *Config) any { return &c.PredictedTTL }},
 	{Name: "router-session-affinity-ttl-secs", Env: "DYN_ROUTER_SESSION_AFFINITY_TTL_SECS",
 		Help:  "bind X-Dynamo-Session-ID to its first worker for this many seconds after its last request (0: off)",
@@ -224,6 +224,8 @@ func render(p any) string {
 		return strconv.FormatFloat(p.Seconds(), 'g', -1, 64)
 	case *OptFloat:
 		return p.String()
+	case *OptDuration:
+		return p.String()
 	case *string:
 		if *p == "" {
 			return "unset"
@@ -278,6 +280,17 @@ func setValue(p any, s string) error {
 			return err
 		}
 		*p = time.Duration(v * float64(time.Second))
+	case *OptDuration:
+		if s == "" || strings.EqualFold(s, "none") || strings.EqualFold(s, "unset") {
+			*p = OptDuration{}
+			return nil
+		}
+		v, err := parseFloat(s)
+		if err != nil {
+			return err
+		}
+		*p = SomeDuration(time.Duration(v * float64(time.Second)))
+		return nil
 	case *OptFloat:
 		if s == "" || strings.EqualFold(s, "none") || strings.EqualFold(s, "unset") {
 			*p = OptFloat{}

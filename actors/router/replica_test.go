@@ -132,7 +132,8 @@ func TestReplicaSharesSessionBindings(t *testing.T) {
 			t.Fatalf("session request %d on the second router: worker %d, %v", i, res.Worker.WorkerID, err)
 		}
 	}
-	res, err := b.Route(context.Background(), &RouteRequest{ID: "other", Tokens: []uint32{9, 9, 9, 9}})
+	// (Another prompt: predict-on-route would credit worker 2 with the session's.)
+	res, err := b.Route(context.Background(), &RouteRequest{ID: "other", Tokens: []uint32{7, 7, 7, 7}})
 	if err != nil || res.Worker.WorkerID != 1 {
 		t.Fatalf("a request without the session went to %d (%v), want the idle worker 1", res.Worker.WorkerID, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"time"
 
 	"github.com/kvroute/kvroute/bench"
 	"github.com/kvroute/kvroute/scoring"
@@ -17,7 +16,7 @@ const (
 	ArmKVDynamo    = "kv-dynamo"
 	ArmKVApprox    = "kv-approx"
 	ArmKVScale8    = "kv-scale8"
-	ArmKVPredicted = "kv-predicted"
+	ArmKVNoPredict = "kv-nopredict"
 	ArmRoundRobin  = "round-robin"
 	ArmRandom      = "random"
 	ArmLeastLoaded = "least-loaded"
@@ -46,9 +45,9 @@ var Arms = []Arm{
 		c.Preset, c.PrefillLoadScale = scoring.PresetDynamo, 8
 		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
 	}},
-	{ArmKVPredicted, "kv with predict-on-route (--router-predicted-ttl-secs 5): decisions count as cached until events arrive", func(f *Fleet, seed uint64) (Scheduler, error) {
+	{ArmKVNoPredict, "kv without predict-on-route (--router-predicted-ttl-secs 0): only the engines' KV events say what is cached", func(f *Fleet, seed uint64) (Scheduler, error) {
 		c := modeConfig(f, scoring.ModeKV)
-		c.PredictedTTL = 5 * time.Second
+		c.PredictedTTL = scoring.SomeDuration(0)
 		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
 	}},
 	{ArmRoundRobin, "scoring/sched, mode round-robin", func(f *Fleet, seed uint64) (Scheduler, error) {

@@ -191,7 +191,7 @@ func New(cfg scoring.Config, index Index, opt Options) (*Machine, error) {
 		m.rng = globalRNG{}
 	}
 	m.gateOpen = cfg.MinInitialWorkers <= 0
-	m.pred = newPredicted(cfg.PredictedTTL)
+	m.pred = newPredicted(cfg.PredictTTL())
 	m.sess = newSessions(cfg.SessionAffinityTTL)
 	return m, nil
 }
@@ -216,7 +216,7 @@ func (m *Machine) SetConfig(now time.Time, cfg scoring.Config) ([]Released, erro
 		return nil, err
 	}
 	m.cfg = &cfg
-	m.pred.setTTL(cfg.PredictedTTL)
+	m.pred.setTTL(cfg.PredictTTL())
 	m.sess.setTTL(cfg.SessionAffinityTTL)
 	return m.drain(now), nil
 }

@@ -213,8 +213,10 @@ func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
 func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.Score, pin *scoring.WorkerKey,
 	pinRank bool) (t *target, sel scoring.Decision, reuse bool, err error) {
 	cfg := m.cfg
-	if side := m.pred.scores(req.Local, &m.sc.side); len(side) > 0 {
-		scores = maxScores(scores, side, &m.sc.merged)
+	if m.pred.on() {
+		if side := m.pred.scores(chain, bestOverlap(scores), &m.sc.side); len(side) > 0 {
+			scores = maxScores(scores, side, &m.sc.merged)
+		}
 	}
 	sreq := scoring.Request{ISL: isl, Override: req.Override, ReturnCosts: req.ReturnCosts}
 	if pin != nil {
@@ -263,6 +265,15 @@ func tieredScores(scores []prefix.Score) bool {
 	return false
 }
 
+// bestOverlap is the largest device overlap in scores.
+func bestOverlap(scores []prefix.Score) uint32 {
+	var b uint32
+	for i := range scores {
+		b = max(b, scores[i].Blocks)
+	}
+	return b
+}
+
 // maxScores merges two overlap lists into dst, keeping the larger overlap per worker (predict-on-route:
 // the primary index and the side index of recent decisions).
 func maxScores(a, b []prefix.Score, dst *[]prefix.Score) []prefix.Score {
@@ -306,7 +317,7 @@ func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64,
 	if (!m.cfg.UseKVEvents || t.approx) && m.cfg.NeedsIndexer() {
 		m.recordApprox(now, t.key, req.Local, chain)
 	}
-	m.pred.record(now, t.key, req.Local, chain)
+	m.pred.record(now, t.key, chain, int(sel.Overlap))
 	if int(sel.Overlap) < len(req.Local) && t.pendingSince == 0 {
 		// New full blocks: the engine must publish a BlockStored for them (a fully cached or sub-block
 		// prompt publishes nothing, so it proves nothing about the stream).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/internal/testutil"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // burst routes n identical-prefix requests, the first 3/4 through router 0 and the rest through the
@@ -81,6 +82,9 @@ func TestReplicaSyncSpreadsLikeOneRouter(t *testing.T) {
 			}
 			f := startFrontend(t, c.URL(), ws, DefaultSourceConfig(), func(cfg *router.Config) {
 				cfg.Seed = &seed
+				// Load sharing alone: predict-on-route would gather the identical prefixes on one worker
+				// per router, whatever the load says.
+				cfg.Scoring.PredictedTTL = scoring.SomeDuration(0)
 				if rs != nil {
 					cfg.OnLoad = rs.Observe
 				}

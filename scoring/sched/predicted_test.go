@@ -1,0 +1,131 @@
+package sched
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
+
+// chainOfLen is a prompt of n blocks whose first `shared` blocks are shared with every other prompt of
+// the same family (chain hashes name whole prefixes, so a shared prefix has the same hashes).
+func chainOfLen(family uint64, shared, n int) []uint64 {
+	local := make([]uint64, n)
+	for i := range local {
+		local[i] = uint64(i+1) * 1000003
+		if i >= shared {
+			local[i] ^= family << 32
+		}
+	}
+	return scoring.ChainHashes(nil, local)
+}
+
+func predictedOverlap(p *predicted, chain []uint64, floor uint32, k scoring.WorkerKey) uint32 {
+	var dst []prefix.Score
+	for _, s := range p.scores(chain, floor, &dst) {
+		if s.Worker == prefix.WorkerKey(k) {
+			return s.Blocks
+		}
+	}
+	return 0
+}
+
+// TestPredictedMarks: an exact repeat is credited in full, a grown prefix to within the stride, a
+// prefix the chosen worker already held adds no marks, the latest decision of a prefix wins, the floor
+// cuts the walk, and marks go at the TTL, with their worker, and beyond the bound.
+func TestPredictedMarks(t *testing.T) {
+	now := time.Unix(100, 0)
+	w1, w2 := scoring.WorkerKey{WorkerID: 1}, scoring.WorkerKey{WorkerID: 2}
+	p := newPredicted(5 * time.Second)
+	a := chainOfLen(1, 10, 37)
+	p.record(now, w1, a, 0)
+	if got := predictedOverlap(p, a, 0, w1); got != 37 {
+		t.Fatalf("exact repeat: %d blocks, want 37", got)
+	}
+	if got := len(p.marks); got != 37/predictStride+1 {
+		t.Fatalf("%d marks for 37 new blocks, want %d", got, 37/predictStride+1)
+	}
+	// An agent's next turn: a's 37 blocks and 20 more. Credited to the last stride mark inside a (block 32).
+	grown := chainOfLen(1, 10, 57)
+	if got := predictedOverlap(p, grown, 0, w1); got != 32 {
+		t.Fatalf("grown prefix: %d blocks, want 32", got)
+	}
+	// The floor (what the primary index already gives someone) stops the walk: nothing longer than 32.
+	if got := predictedOverlap(p, grown, 32, w1); got != 0 {
+		t.Fatalf("floor 32: %d blocks, want none", got)
+	}
+	// Another family shares only a's first 10 blocks: the mark at block 7.
+	if got := predictedOverlap(p, chainOfLen(2, 10, 30), 0, w1); got != 8 {
+		t.Fatalf("shared 10 blocks: %d, want 8", got)
+	}
+	// Sent again to worker 2, which held 16 of it: marks only beyond 16, and the repeat now names worker 2
+	// at the end while the earlier marks below still name worker 1.
+	before := len(p.fifo)
+	p.record(now.Add(time.Second), w2, a, 16)
+	if got := len(p.fifo) - before; got != 3 { // blocks 24, 32 and the last (37)
+		t.Fatalf("%d marks beyond 16 held blocks, want 3", got)
+	}
+	if got := predictedOverlap(p, a, 0, w2); got != 37 {
+		t.Fatalf("latest decision: worker 2 %d blocks, want 37", got)
+	}
+	// The exact repeat names its latest worker only; a prompt sharing a's first 20 blocks finds worker 1's
+	// older marks below worker 2's.
+	if got := predictedOverlap(p, a[:20], 0, w1); got != 16 {
+		t.Fatalf("worker 1 keeps its older marks below: %d, want 16", got)
+	}
+	p.record(now, w1, a, 37) // fully held: nothing to remember
+	// TTL: worker 1's marks expire at 105 s, worker 2's at 106 s.
+	p.expireDue(now.Add(5 * time.Second))
+	if got := predictedOverlap(p, a, 0, w1); got != 0 {
+		t.Fatalf("after the TTL worker 1 still predicted %d blocks", got)
+	}
+	if got := predictedOverlap(p, a, 0, w2); got != 37 {
+		t.Fatalf("worker 2's renewed marks expired early: %d", got)
+	}
+	p.removeWorker(w2)
+	if len(p.marks) != 0 {
+		t.Fatalf("%d marks left after removing the last worker", len(p.marks))
+	}
+	p.expireDue(now.Add(time.Hour))
+	if len(p.fifo) != 0 || p.head != 0 {
+		t.Fatalf("fifo %d/%d after everything expired", p.head, len(p.fifo))
+	}
+	// The bound: the oldest marks go first.
+	for i := range predictMaxMarks + 100 {
+		p.record(now, w1, []uint64{uint64(i) + 1}, 0)
+	}
+	if len(p.marks) > predictMaxMarks || len(p.fifo)-p.head > predictMaxMarks {
+		t.Fatalf("%d marks, %d queued: over the bound %d", len(p.marks), len(p.fifo)-p.head, predictMaxMarks)
+	}
+	if _, ok := p.marks[1]; ok {
+		t.Fatal("the oldest mark survived the bound")
+	}
+	p.setTTL(0)
+	if p.on() || predictedOverlap(p, a, 0, w1) != 0 {
+		t.Fatal("off still predicts")
+	}
+}
+
+// BenchmarkPredicted is predict-on-route's cost per decision of an 8k-token prompt (512 blocks of 16) in
+// its worst case: nothing of it is cached anywhere, so the query walks every mark down to block 0 and
+// the decision records a mark every predictStride blocks; the map holds a 5 s TTL's worth of such
+// decisions at 1,000 per second.
+func BenchmarkPredicted(b *testing.B) {
+	p := newPredicted(5 * time.Second)
+	now := time.Unix(0, 0)
+	chains := make([][]uint64, 1024)
+	for i := range chains {
+		chains[i] = chainOfLen(uint64(i+1), 0, 512)
+	}
+	var dst []prefix.Score
+	k := scoring.WorkerKey{WorkerID: 1}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Millisecond)
+		p.expireDue(now)
+		c := chains[i%len(chains)]
+		p.scores(c, 0, &dst)
+		p.record(now, k, c, 0)
+	}
+}
