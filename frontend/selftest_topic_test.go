@@ -55,7 +55,10 @@ func TestSelfTestRunsForTopicWorkers(t *testing.T) {
 	pool := NewWorkerPool(client.DefaultConfig())
 	t.Cleanup(pool.Close)
 	cfg := DefaultHealthConfig()
-	cfg.Interval, cfg.ModelName, cfg.SelfTestTimeout = 20*time.Millisecond, "m", 2*time.Second
+	// The canary's window is also how long the good worker's publisher has to finish joining the bind
+	// socket (a PUB drops what it sends before the subscription reaches it): 2 s was not always enough on
+	// a loaded 2-core machine. The test waits for the typo worker's whole window, so it stays short.
+	cfg.Interval, cfg.ModelName, cfg.SelfTestTimeout = 20*time.Millisecond, "m", 6*time.Second
 	mon := NewMonitor(r, pool, cfg, nil)
 	mon.Start()
 	t.Cleanup(mon.Stop)
