@@ -52,8 +52,11 @@
 // view it is about to change. Unpaced, the trace ran at 3.1–5.7 M blocks/s (query plus stored) against
 // 3.1–3.8 M before; at 4 s pacing the writes fell behind in two of three runs (6.1 and 7.9 s against
 // 4.9–5.5 s before). At load average 4–6 they kept up (4.2–4.3 s), p99 was 39–154 µs at 20 s and 33–112
-// µs at 4 s (1.7–12.9 ms before), and unpaced 8.6–9.0 M blocks/s (6.9–9.3 M before). The cost is memory, the copy's runs and node headers: 67 B per (block, worker)
-// instead of 60 B at 4 shards (docs/benchmarks.md, "Reads while the writes run").
+// µs at 4 s (1.7–12.9 ms before), and unpaced 8.6–9.0 M blocks/s (6.9–9.3 M before). The cost is memory, the copy's runs and node headers: about 7 B per (block,
+// worker) at 4 shards; with the index's later layout (12-byte handle slots, no engine hash per position,
+// runs sized for their store: scoring/prefix's doc) the whole sharded index, views included, is 46.7–46.9
+// B per (block, worker) at 1,000 workers and 47.3–47.6 B at 10,000, where it was 67.5 and 67.6–67.9 B
+// (docs/benchmarks.md, "Reads while the writes run").
 //
 // Why not reply channels: measured with BenchmarkFindMatches (512-block query, 256 workers, 1 M indexed
 // (block, worker) entries, 4 shards, 2 cores shared with other work):

@@ -85,15 +85,25 @@
 //   - Nodes live in one []node arena addressed by uint32; block positions have stable ids so that handles
 //     survive splits and merges (ids → (node, offset) in one []loc). Splits keep the head in place and
 //     move the tail; freed nodes keep their run buffers for reuse.
-//   - Per-worker handles are an open-addressing table (16 bytes a slot, linear probing, backward-shift
-//     deletion) instead of a Go map[uint64]*node. Store first touches the home slot of every hash of the
-//     event, so the cache misses into 256 large tables overlap instead of queueing.
+//   - Per-worker handles are an open-addressing table (12 bytes a slot: the engine hash and the block id;
+//     linear probing, backward-shift deletion) instead of a Go map[uint64]*node. A slot has no count:
+//     references beyond the first (an engine storing one hash twice) sit in a side map, nil for almost
+//     every worker. Tables grow by half, not double (the home slot is a multiply-shift, so any length
+//     works), and are about 60 % full on average instead of 52 %. Store first touches the home slot of
+//     every hash of the event, so the cache misses into 256 large tables overlap instead of queueing.
 //   - Dead handles instead of a search on cascades. The tree kept, per position, the engine hash of the
 //     store that created it, so that a cascade could find each holder's handle with one probe; a holder
 //     that had named the block with another hash (another engine's chain) cost a scan of its whole
 //     table per block, 15 % of the CPU in the fleet lab. Now a cascade costs a step per holder and per
-//     block, and the tree no longer keeps engine hashes: 67.5 → 59.0 B per (block, worker) on the
-//     conversation trace at 1,000 workers, 4 shards.
+//     block, and the tree no longer keeps engine hashes.
+//   - Memory is what scales with the fleet, so it is counted per (block, worker) entry on the
+//     conversation trace at 1,000 workers, 4 shards (kvroute serve's default), live heap after a GC,
+//     views included: 67.5 B with a creator's engine hash per position, 16-byte handle slots doubling and
+//     runs grown by append; 59.0 B without the engine hashes (dead handles); 48.9 B with 12-byte slots
+//     growing by half (handle tables 30.6 → 19.7 B per entry); 46.9 B with a new node's run sized for
+//     the store that creates it (every block after a branch is new) and the view's copy taking the run's
+//     capacity. What is left per entry: handle tables ~20 B, per tree position (0.84 per entry) its local
+//     hash twice (index and view, 8 B each), its id (4 B) and its loc (8 B).
 //
 // Figures (AMD EPYC, 2 cores shared with other builds; docs/benchmarks.md "Prefix index" has the
 // commands and the full table), 512-block query, W=256 workers in one index (1 M (block, worker) entries):
@@ -102,7 +112,8 @@
 //	conversation query        p50 1.1–1.5 µs, p99 4–6 µs  p50 42–45 µs, p99 117–183 µs
 //	hot chain, full match     p50 1.7 µs, p99 3–4 µs      p50 6–10 µs,  p99 13–21 µs
 //	staircase (W dropouts)    p50 2.9 µs, p99 6–12 µs     p50 6–13 µs,  p99 21–56 µs
-//	memory per (block,worker) 50 B                        158 B
+//	memory per (block,worker) 37 B (50 B before the
+//	                          handle and run changes below) 158 B
 //
 // A 64-worker shard answers a conversation query in 0.5–0.9 µs (p99 3–4 µs). Stores of 16-block chains
 // apply at 2.5–4.3 M blocks/s (W=256) and 5.5–5.8 M blocks/s (W=64) on one core; evicting and re-storing
@@ -113,9 +124,16 @@
 //
 // Reads beside the writer: a second View (left-right) rather than copy-on-write nodes, per-node seqlocks
 // or epochs. A View copies only what queries read, about 8 B per tree position plus node headers, while
-// the handles (most of the index's memory) stay single; a persistent tree would copy the path to the root
-// per store and need reclamation, and seqlocked reads of Go slices that a writer reallocates are data
-// races. On the conversation trace at 1,000 workers (actors/indexer's doc has the figures) the copy costs
-// 67 B instead of 60 B per (block, worker) at 4 shards, and a query under writes no longer waits: p99
+// the handles (the largest part of the index's memory) stay single; a persistent tree would copy the path
+// to the root per store and need reclamation, and seqlocked reads of Go slices that a writer reallocates
+// are data races. On the conversation trace at 1,000 workers (actors/indexer's doc has the figures) the
+// copy costs about 7 B per (block, worker) at 4 shards, and a query under writes no longer waits: p99
 // 24–62 µs where it was 3.8–38 ms, on a 2-core machine at load average 18–22.
+//
+// What a query costs on its own: the slowest queries of the conversation trace are the longest (3,000–
+// 7,000 blocks), whose runs are compared hash by hash from memory in every shard that holds a part of
+// the prefix, and paths of 20 or more nodes. Replayed against the final index with nothing writing, the
+// fastest of three passes per request ("floor" in kvroute bench indexer) has p50 3.4–4.5 µs and p99
+// 13–18 µs at 1,000 workers, 4 shards (load average 5–25): comparing runs is about 45 % of the query's
+// CPU, emitting ~1,000 scores 25 %, child lookups and worker-set intersections the rest.
 package prefix
