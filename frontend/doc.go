@@ -4,7 +4,7 @@
 // # Overview
 //
 // Server answers /health, /live, /ready (Probes, probes.go: Dynamo's JSON shapes; /ready is 503 until
-// enough workers are checked and once the drain starts) and /metrics itself, then offers each request to
+// enough workers of every model are checked and once the drain starts) and /metrics itself, then offers each request to
 // its mounted Handlers in order (Models, RouterAPI: /v1/workers, /v1/workers/{id},
 // /v1/overlap_scores, PprofHandler: /debug/pprof/ behind the admin token).
 //

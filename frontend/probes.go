@@ -21,6 +21,18 @@ type ProbeConfig struct {
 	Checked func(id uint64) bool
 	// Version is what GET /version reports (the binary's version and commit). Default "".
 	Version string
+	// Models are a frontend's other models (the router given to NewProbes serves the first, named
+	// Model): /ready then waits for MinReadyWorkers workers of every model, since a model without ready
+	// workers fails all its requests.
+	Model  string
+	Models []ProbedModel
+}
+
+// ProbedModel is one more served model for readiness: its router core and its health checks.
+type ProbedModel struct {
+	Name    string
+	R       *router.Router
+	Checked func(id uint64) bool
 }
 
 // Probes serves the orchestration endpoints:
@@ -100,16 +112,42 @@ func (p *Probes) health(ctx *fasthttp.RequestCtx) {
 		"instances": insts})
 }
 
-// ReadyWorkers counts workers that are registered, healthy and checked.
+// ReadyWorkers counts workers that are registered, healthy and checked, over every model.
 func (p *Probes) ReadyWorkers() int {
+	n := readyOf(p.r, p.cfg.Checked)
+	for _, m := range p.cfg.Models {
+		n += readyOf(m.R, m.Checked)
+	}
+	return n
+}
+
+// readyOf counts one router core's ready workers.
+func readyOf(r *router.Router, checked func(uint64) bool) int {
 	n := 0
-	for _, m := range p.r.Fleet.Mirrors() {
-		st, ok := p.r.Fleet.StatusOf(m.Spec.ID)
-		if ok && st.Healthy && (p.cfg.Checked == nil || p.cfg.Checked(m.Spec.ID)) {
+	for _, m := range r.Fleet.Mirrors() {
+		st, ok := r.Fleet.StatusOf(m.Spec.ID)
+		if ok && st.Healthy && (checked == nil || checked(m.Spec.ID)) {
 			n++
 		}
 	}
 	return n
+}
+
+// unreadyModel names the first model with fewer than MinReadyWorkers ready workers ("" none), when
+// several are served.
+func (p *Probes) unreadyModel() (string, int) {
+	if len(p.cfg.Models) == 0 {
+		return "", 0
+	}
+	if n := readyOf(p.r, p.cfg.Checked); n < p.cfg.MinReadyWorkers {
+		return p.cfg.Model, n
+	}
+	for _, m := range p.cfg.Models {
+		if n := readyOf(m.R, m.Checked); n < p.cfg.MinReadyWorkers {
+			return m.Name, n
+		}
+	}
+	return "", 0
 }
 
 func (p *Probes) ready(ctx *fasthttp.RequestCtx) {
@@ -122,6 +160,10 @@ func (p *Probes) ready(ctx *fasthttp.RequestCtx) {
 		reason = "draining: shutting down"
 	case n < p.cfg.MinReadyWorkers:
 		reason = strconv.Itoa(n) + " of " + strconv.Itoa(p.cfg.MinReadyWorkers) + " required workers ready"
+	default:
+		if name, k := p.unreadyModel(); name != "" {
+			reason = "model " + name + ": " + strconv.Itoa(k) + " of " + strconv.Itoa(p.cfg.MinReadyWorkers) + " required workers ready"
+		}
 	}
 	if reason != "" {
 		writeJSON(ctx, map[string]any{"status": "notready", "reason": reason, "ready_workers": n, "uptime": uptime})

@@ -322,8 +322,12 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	app.api = apis[0]
 	app.models = frontend.NewModels(apis...)
 	app.mon = app.mons[0]
-	app.probes = frontend.NewProbes(app.router, frontend.ProbeConfig{Namespace: *f.ops.namespace,
-		MinReadyWorkers: max(1, cfg.MinInitialWorkers), Checked: app.mon.Checked, Version: version()})
+	pc := frontend.ProbeConfig{Namespace: *f.ops.namespace, MinReadyWorkers: max(1, cfg.MinInitialWorkers),
+		Checked: app.mon.Checked, Version: version(), Model: name}
+	for i, r := range app.routers[1:] {
+		pc.Models = append(pc.Models, frontend.ProbedModel{Name: sms[i+1].name, R: r, Checked: app.mons[i+1].Checked})
+	}
+	app.probes = frontend.NewProbes(app.router, pc)
 	scfg := f.srv.config(*f.maxBody, reg)
 	scfg.Probes = app.probes
 	others := map[string]*router.Router{}

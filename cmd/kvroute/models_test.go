@@ -207,7 +207,7 @@ func TestWorkerAPIKeyNeverShown(t *testing.T) {
 		seen = append(seen, string(b))
 	}
 	// A worker registered over the API with its key inline.
-	extra := startKeyedWorker(t, inline)
+	extra := startSimWorker(t, "llama", filepath.Join("testdata", "tokenizers", "llama3"), 9, 32, inline)
 	reg := map[string]any{"id": 9, "url": extra, "model": "llama", "api_key": inline}
 	if st, _, _, b := post(t, base, "/v1/workers", reg); st != 200 {
 		t.Fatalf("register: %d %s", st, b)
@@ -240,17 +240,18 @@ func TestWorkerAPIKeyNeverShown(t *testing.T) {
 	}
 }
 
-// startKeyedWorker starts a simulated Llama-3 worker that requires key, without KV events.
-func startKeyedWorker(t *testing.T, key string) string {
+// startSimWorker starts a simulated worker serving name from the model directory dir (relative to the
+// repository root) with blockSize-token blocks, requiring key when set, without KV events.
+func startSimWorker(t *testing.T, name, dir string, id, blockSize int, key string) string {
 	t.Helper()
-	dir, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "tokenizers", "llama3"))
-	wm, err := mocker.LoadModel(dir, "llama")
+	dir, _ = filepath.Abs(filepath.Join("..", "..", dir))
+	wm, err := mocker.LoadModel(dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := mocker.DefaultWorkerConfig()
-	cfg.Model, cfg.APIKey, cfg.ID = wm, key, 9
-	cfg.Engine.BlockSize, cfg.Engine.SpeedupRatio = 32, 50
+	cfg.Model, cfg.APIKey, cfg.ID = wm, key, id
+	cfg.Engine.BlockSize, cfg.Engine.SpeedupRatio = blockSize, 50
 	w, err := mocker.StartWorker(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -450,5 +451,44 @@ func TestServeEndpoints(t *testing.T) {
 		if st != tc.status || !strings.Contains(string(b), `"error":{"message"`) {
 			t.Errorf("%s %v: %d %s, want %d", tc.path, tc.body, st, b, tc.status)
 		}
+	}
+}
+
+// A --worker without model= joins the model its own /v1/models names; /ready waits for a ready worker
+// of every model and says which one lacks it.
+func TestWorkerModelInferredAndEveryModelReady(t *testing.T) {
+	qwenURL := startSimWorker(t, "qwen", defaultModelPath, 1, 16, "")
+	llamaURL := startSimWorker(t, "llama", filepath.Join("testdata", "tokenizers", "llama3"), 2, 32, "")
+	_, herr := captureCLI(t)
+	args := append(twoModelArgs(t), "--no-worker-self-test", "--worker", "id=1,url="+qwenURL)
+	f, _, code, ok := parseFrontend("frontend", args, nil)
+	if !ok {
+		t.Fatalf("exit %d: %s", code, herr.String())
+	}
+	app, err := startFrontend(f, newRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.stop)
+	base := "http://" + app.ln.Addr().String()
+	if len(app.routers[0].Workers()) != 1 || len(app.routers[1].Workers()) != 0 {
+		t.Fatalf("worker 1 (serving qwen, no model=) joined qwen %d, llama %d", len(app.routers[0].Workers()), len(app.routers[1].Workers()))
+	}
+	waitUntil(t, "/ready to name llama as the model without workers", func() bool {
+		st, b := getBody(t, base+"/ready")
+		return st == 503 && strings.Contains(string(b), "model llama")
+	})
+	if st, _, _, b := post(t, base, "/v1/workers", map[string]any{"id": 2, "url": llamaURL, "model": "llama"}); st != 200 {
+		t.Fatalf("register llama worker: %d %s", st, b)
+	}
+	if st, _, _, b := post(t, base, "/v1/workers", map[string]any{"id": 3, "url": llamaURL, "model": "mistral"}); st != 404 {
+		t.Errorf("register for an unserved model: %d %s", st, b)
+	}
+	waitUntil(t, "/ready once both models have a ready worker", func() bool {
+		st, _ := getBody(t, base+"/ready")
+		return st == 200
+	})
+	if st, w, _, b := post(t, base, "/v1/completions", map[string]any{"model": "llama", "prompt": "hi", "max_tokens": 1}); st != 200 || w != 2 {
+		t.Errorf("llama request: %d on worker %d: %s", st, w, b)
 	}
 }
