@@ -114,3 +114,33 @@ func TestE2EImageTRTLLMEvents(t *testing.T) {
 		t.Fatalf("%d event payloads failed to decode", decodeErrors)
 	}
 }
+
+// TestE2EImageBlockMMInfos: workers registered with mm_scheme=block_mm_infos and publishing TensorRT-LLM's
+// layout are indexed with the legacy mm_hash suffix, and the frontend routes requests with images in
+// the same scheme (block_mm_infos built from each image's span): a repeated image reaches its worker
+// with the image's blocks in the overlap, another image does not.
+func TestE2EImageBlockMMInfos(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 3, speedup: 100, mm: true, eventLayout: kvevents.LayoutTRTLLM, mmScheme: "block_mm_infos"})
+	if !s.router.Fleet.AllLegacyMM() {
+		t.Fatal("workers not registered with mm_scheme=block_mm_infos")
+	}
+	img := func(seed uint8) string {
+		return "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngOf(320, 240, seed))
+	}
+	first := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{img(5)}, "What is in this picture?"))
+	if first.status != 200 {
+		t.Fatalf("first: %d %s", first.status, first.raw)
+	}
+	s.waitOverlap(t, "", first.worker)
+	second := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{img(5)}, "Describe it again."))
+	if second.status != 200 || second.worker != first.worker || overlapOf(second) < 5 {
+		t.Fatalf("same image: worker %s (first %s), overlap %s", second.worker, first.worker, second.overlap)
+	}
+	other := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{img(6)}, "What is in this picture?"))
+	if other.status != 200 || overlapOf(other) >= 5 {
+		t.Fatalf("another image matched: overlap %s", other.overlap)
+	}
+	if n := counterValue(s.api.mmMetrics.routed); n != 3 {
+		t.Fatalf("routed on images: %v", n)
+	}
+}

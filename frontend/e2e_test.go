@@ -75,6 +75,8 @@ type stackOpts struct {
 	modelDir, modelName string
 	// eventLayout is the simulated workers' KV event layout (default vLLM's map layout).
 	eventLayout kvevents.Layout
+	// mmScheme is each worker's registered mm_scheme ("" = pad).
+	mmScheme string
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -123,6 +125,9 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	for _, s := range fleet.Specs() {
+		if o.mmScheme != "" {
+			s += ",mm_scheme=" + o.mmScheme
+		}
 		sp, err := registry.Parse(s)
 		if err != nil {
 			t.Fatal(err)

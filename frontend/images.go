@@ -124,6 +124,9 @@ type imageView struct {
 	tokens []uint32
 	isl    int
 	uuids  []string
+	// blockMM, when set, is the block_mm_infos side channel of tokens (every worker takes
+	// mm_scheme=block_mm_infos): tokens are then hashed with it.
+	blockMM [][]uint64
 }
 
 // routingView joins the image stage and builds the routing tokens: each image placeholder expanded to
@@ -152,15 +155,20 @@ func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error
 		return imageView{}, errorf(ErrBadRequest, "the request's images exceed the limits (--mm-max-images, --mm-max-total-pixels)")
 	}
 	var rt mm.Routing
+	var blockMM [][]uint64
 	if reason == mm.FallbackNone {
-		rt, reason = a.MM.Resolver.Route(nil, tokens, w.images, a.R.BlockSize(), a.MM.Limits)
+		if a.R.Fleet.AllLegacyMM() {
+			rt, blockMM, reason = a.MM.Resolver.RouteLegacy(nil, tokens, w.images, a.R.BlockSize(), a.MM.Limits)
+		} else {
+			rt, reason = a.MM.Resolver.Route(nil, tokens, w.images, a.R.BlockSize(), a.MM.Limits)
+		}
 	}
 	if reason != mm.FallbackNone {
 		a.countFallback(reason.String())
 		return imageView{}, nil
 	}
 	// The zero padding of the tail makes a block that no engine ever stores; hash the expanded prompt.
-	return imageView{tokens: rt.Tokens[:rt.ExpandedLen], isl: rt.ExpandedLen, uuids: rt.VLLMUUIDs()}, nil
+	return imageView{tokens: rt.Tokens[:rt.ExpandedLen], isl: rt.ExpandedLen, uuids: rt.VLLMUUIDs(), blockMM: blockMM}, nil
 }
 
 // forwardImages writes the images' uuids (and mm_kwargs descriptors) into the worker-bound body, only

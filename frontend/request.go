@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
 )
 
@@ -233,6 +234,9 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	rr := &router.RouteRequest{ID: j.id, Tokens: tokens, ReturnCosts: j.returnRoute, CacheNamespace: j.namespace}
 	if routing != nil {
 		rr.Tokens, rr.ISL = routing, isl
+		if view.blockMM != nil { // legacy scheme: the images' mm_hash values enter their blocks' hashes
+			rr.Local = scoring.LocalBlockHashes(nil, routing, a.R.BlockSize(), scoring.DeriveSeed("", j.namespace), view.blockMM)
+		}
 	}
 	rr.Priority = j.common.PriorityJump()
 	if j.priority != nil {

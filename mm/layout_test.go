@@ -201,3 +201,35 @@ func TestUnsupportedFamilyFallsBack(t *testing.T) {
 		t.Fatalf("unknown reason %s", reason)
 	}
 }
+
+// TestRouteLegacy: the block_mm_infos view is the engine's prompt (image spans written with the run
+// token, structure kept) and lists, per block, the images overlapping it.
+func TestRouteLegacy(t *testing.T) {
+	s := pixtralSpec(t)
+	s.BOS, s.HasBOS = 1, true
+	a, b := Hash(0xaaaa), Hash(0xbbbb)
+	images := []Image{{Hash: a, Size: Size{W: 20, H: 40}}, {Hash: b, Size: Size{W: 40, H: 20}}}
+	for i := range images {
+		images[i].NumTokens = s.NumTokens(images[i].Size)
+	}
+	r := &Resolver{spec: s, cfg: DefaultResolveConfig()}
+	rt, blockMM, reason := r.RouteLegacy(nil, []uint32{5, 10, 6, 10, 7}, images, 4, DefaultLimits())
+	if reason != FallbackNone {
+		t.Fatal(reason)
+	}
+	// BOS, 5, image a (9 positions), 6, image b (8 positions), 7.
+	want := []uint32{1, 5, 10, 10, 12, 10, 10, 12, 10, 10, 13, 6, 10, 10, 10, 12, 10, 10, 10, 13, 7}
+	if !slices.Equal(rt.Tokens[:rt.ExpandedLen], want) {
+		t.Fatalf("tokens %v\nwant   %v", rt.Tokens[:rt.ExpandedLen], want)
+	}
+	// Blocks of 4: a spans [2, 11) → blocks 0-2; b spans [12, 20) → blocks 3-4.
+	wantMM := [][]uint64{{0xaaaa}, {0xaaaa}, {0xaaaa}, {0xbbbb}, {0xbbbb}, nil}
+	if len(blockMM) != len(wantMM) {
+		t.Fatalf("blockMM %v", blockMM)
+	}
+	for i := range wantMM {
+		if !slices.Equal(blockMM[i], wantMM[i]) {
+			t.Fatalf("block %d: %v, want %v", i, blockMM[i], wantMM[i])
+		}
+	}
+}

@@ -241,3 +241,42 @@ func (im Image) String() string {
 	}
 	return fmt.Sprintf("image(%s %s %dx%d n=%d)", im.Source, im.Hash.HexID(), im.Size.W, im.Size.H, im.NumTokens)
 }
+
+// RouteLegacy builds the block_mm_infos view of a request (spec/hashing.md §6.2), for workers whose
+// events are hashed with their images' mm_hash suffix rather than normalized to pad values: the routing
+// tokens are the engine's own prompt (each image's replacement written with RunTokenID, as Route
+// places it), and blockMM[b] lists the mm_hash of every image overlapping block b. Hash with
+// scoring.LocalBlockHashes(tokens[:ExpandedLen], bs, seed, blockMM). Same gating as Route.
+func (r *Resolver) RouteLegacy(dst, tokens []uint32, images []Image, blockSize int, lim Limits) (Routing, [][]uint64, FallbackReason) {
+	rt, reason := r.Route(dst, tokens, images, blockSize, lim)
+	if reason != FallbackNone {
+		return rt, nil, reason
+	}
+	// Expand put image k at the k-th placeholder, shifted by the BOS and the growth of earlier images.
+	ranges := make([][2]int, 0, len(images))
+	shift, k := 0, 0
+	if r.spec.HasBOS {
+		shift = 1
+	}
+	var buf []uint32
+	for i, t := range tokens {
+		if t != r.spec.ImageTokenID || k >= len(images) {
+			continue
+		}
+		s := i + shift
+		n := images[k].NumTokens
+		buf = r.spec.AppendImage(buf[:0], images[k].Size, r.spec.RunTokenID)
+		if len(buf) != n || s+n > rt.ExpandedLen {
+			return Routing{}, nil, FallbackCountMismatch
+		}
+		copy(rt.Tokens[s:], buf)
+		ranges = append(ranges, [2]int{s, s + n})
+		shift += n - 1
+		k++
+	}
+	blockMM, err := BlockMMInfos(rt.ExpandedLen, blockSize, rt.Hashes, ranges)
+	if err != nil {
+		return Routing{}, nil, FallbackCountMismatch
+	}
+	return rt, blockMM, FallbackNone
+}

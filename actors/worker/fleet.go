@@ -26,6 +26,15 @@ var (
 	errResync    = errors.New("worker: resync requested")
 )
 
+// imageTokensFor is the image normalization of a worker's stored blocks: none (the legacy mm_hash
+// suffix) for a worker registered with mm_scheme=block_mm_infos.
+func (c *Config) imageTokensFor(spec *registry.Spec) (tok, end uint32) {
+	if spec.MMScheme == registry.MMSchemeBlockMMInfos {
+		return 0, 0
+	}
+	return c.ImageTokenID, c.ImageEndTokenID
+}
+
 // Config configures the fleet and its mirrors.
 type Config struct {
 	// BlockSize is the router's hashing block size; stored blocks are re-keyed in chunks of it.
@@ -173,7 +182,8 @@ func (f *Fleet) newBind(rank int, ep string) (*kvevents.BindSubscriber, error) {
 		}
 		c := convs[topic]
 		if c == nil || c.workerID != m.Spec.ID {
-			c = &converter{workerID: m.Spec.ID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: f.deps.cfg.BlockSize, imageTok: f.deps.cfg.ImageTokenID, imageEnd: f.deps.cfg.ImageEndTokenID}
+			imageTok, imageEnd := f.deps.cfg.imageTokensFor(&m.Spec)
+			c = &converter{workerID: m.Spec.ID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: f.deps.cfg.BlockSize, imageTok: imageTok, imageEnd: imageEnd}
 			convs[topic] = c
 		}
 		return m, c
@@ -267,6 +277,22 @@ func (f *Fleet) Mirrors() []*Mirror {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Spec.ID < out[j].Spec.ID })
 	return out
+}
+
+// AllLegacyMM reports whether the fleet has workers and every one is registered with
+// mm_scheme=block_mm_infos: the frontend then routes requests with images in that scheme. It reads the
+// published mirror map, without allocating.
+func (f *Fleet) AllLegacyMM() bool {
+	cur := *f.mirrors.Load()
+	if len(cur) == 0 {
+		return false
+	}
+	for _, m := range cur {
+		if m.Spec.MMScheme != registry.MMSchemeBlockMMInfos {
+			return false
+		}
+	}
+	return true
 }
 
 // Status returns every worker's status sorted by id.

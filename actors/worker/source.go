@@ -41,7 +41,8 @@ func (in *Injector) Deliver(workerID uint64, rank int, seq uint64, b *kvevents.B
 	k := rankKey(workerID, rank)
 	c := in.convs[k]
 	if c == nil {
-		c = &converter{workerID: workerID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: in.f.deps.cfg.BlockSize, imageTok: in.f.deps.cfg.ImageTokenID, imageEnd: in.f.deps.cfg.ImageEndTokenID}
+		imageTok, imageEnd := in.f.deps.cfg.imageTokensFor(&m.Spec)
+		c = &converter{workerID: workerID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: in.f.deps.cfg.BlockSize, imageTok: imageTok, imageEnd: imageEnd}
 		in.convs[k] = c
 	}
 	msg := c.convert(seq, b)

@@ -55,6 +55,7 @@ func newSubscription(spec registry.Spec, rank int, wcfg Config) (*subscription, 
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("worker %d rank %d: %w", spec.ID, rank, err)
 	}
+	wcfg.ImageTokenID, wcfg.ImageEndTokenID = wcfg.imageTokensFor(&spec)
 	return &subscription{rank: rank, dpSize: spec.DPRanks(), cfg: cfg, wcfg: wcfg, id: spec.ID}, nil
 }
 

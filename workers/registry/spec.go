@@ -79,7 +79,16 @@ type Spec struct {
 	// APIKeyEnv names an environment variable of the frontend holding the key, so that the key itself
 	// appears in no flag, spec or discovery record. Resolved by Key.
 	APIKeyEnv string `json:"api_key_env,omitempty"`
+	// MMScheme is how the worker's KV events identify images: "pad" (the default when empty: image
+	// token runs are normalized to pad values, as for vLLM and TensorRT-LLM given the image ids) or
+	// "block_mm_infos" (blocks are hashed with their images' mm_hash suffix, Dynamo's legacy scheme, for
+	// engines whose events name images per block but whose image tokens cannot be normalized). The
+	// frontend routes requests with images in the legacy scheme when every worker of the model uses it.
+	MMScheme string `json:"mm_scheme,omitempty"`
 }
+
+// MMSchemeBlockMMInfos is the legacy multimodal hashing scheme (Spec.MMScheme).
+const MMSchemeBlockMMInfos = "block_mm_infos"
 
 // RoleOf returns the worker's role, "both" when none was given.
 func (s *Spec) RoleOf() string {
@@ -148,6 +157,8 @@ func Parse(s string) (Spec, error) {
 			sp.APIKey = v
 		case "api_key_env":
 			sp.APIKeyEnv = v
+		case "mm_scheme":
+			sp.MMScheme = v
 		default:
 			return Spec{}, fmt.Errorf("%w: unknown key %q", ErrBadSpec, k)
 		}
@@ -176,6 +187,11 @@ func (s *Spec) Validate() error {
 	case "", DeviceGPU, DeviceCPU:
 	default:
 		return fmt.Errorf("%w: worker %d: device %q is not gpu or cpu", ErrBadSpec, s.ID, s.Device)
+	}
+	switch s.MMScheme {
+	case "", "pad", MMSchemeBlockMMInfos:
+	default:
+		return fmt.Errorf("%w: worker %d: mm_scheme %q is not pad or block_mm_infos", ErrBadSpec, s.ID, s.MMScheme)
 	}
 	switch s.Role {
 	case "", RoleBoth, RolePrefill, RoleDecode:

@@ -37,6 +37,9 @@ func TestParse(t *testing.T) {
 		{name: "key env unset", in: "id=2,api_key_env=KVROUTE_UNSET_VARIABLE_X", wantErr: true},
 		{name: "key and env", in: "id=2,api_key=a,api_key_env=PATH", wantErr: true},
 		{name: "key with control byte", in: "id=2,api_key=a\rb", wantErr: true},
+		{name: "legacy mm scheme", in: "id=2,mm_scheme=block_mm_infos", want: Spec{ID: 2, MMScheme: MMSchemeBlockMMInfos}},
+		{name: "pad mm scheme", in: "id=2,mm_scheme=pad", want: Spec{ID: 2, MMScheme: "pad"}},
+		{name: "bad mm scheme", in: "id=2,mm_scheme=suffix", wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
