@@ -424,6 +424,34 @@ func TestServeEndpoints(t *testing.T) {
 			}
 		}
 	}
+	// A conversation sent as chat, then as a response, shares its prefix: the response is rendered and
+	// hashed as the same chat, so it finds the blocks the chat left on its worker.
+	long := strings.Repeat("Routing keeps prefixes warm across a fleet of engines. ", 12)
+	st, cw, _, b := post(t, base, "/v1/chat/completions", map[string]any{"model": "qwen", "max_tokens": 1,
+		"messages": []map[string]string{{"role": "system", "content": "Be brief."}, {"role": "user", "content": long}}})
+	if st != 200 {
+		t.Fatalf("chat: %d %s", st, b)
+	}
+	waitUntil(t, "the chat's blocks indexed", func() bool {
+		for _, w := range app.routers[0].Workers() {
+			if int(w.ID) == cw && w.IndexedBlocks >= 8 {
+				return true
+			}
+		}
+		return false
+	})
+	st, w, ov, b := post(t, base, "/v1/responses", map[string]any{"model": "qwen", "instructions": "Be brief.", "input": long,
+		"max_output_tokens": 1})
+	var ru struct {
+		Usage struct {
+			InputTokens int `json:"input_tokens"`
+		}
+	}
+	_ = json.Unmarshal(b, &ru)
+	if full := ru.Usage.InputTokens / 16; st != 200 || w != cw || full < 8 || ov != full {
+		t.Errorf("the response after the same chat: status %d, worker %d (chat's %d), overlap %d blocks (want all %d full blocks): %s",
+			st, w, cw, ov, full, b)
+	}
 	// Each model tokenizes with its own tokenizer: the same text gives other ids.
 	_, _, _, q := post(t, base, "/tokenize", map[string]any{"model": "qwen", "prompt": "Hello world"})
 	_, _, _, l := post(t, base, "/tokenize", map[string]any{"model": "llama", "prompt": "Hello world"})
