@@ -74,6 +74,10 @@ var errWorkerFailed = errors.New("worker failed")
 // request. A failure before any byte reached the client is migrated to another worker up to
 // MigrationLimit times.
 func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
+	if p.prefill != nil {
+		a.dispatchPD(ctx, j, p) // the prefill hop first; it comes back here for the decode hop
+		return
+	}
 	var excluded []uint64
 	for attempt := 0; ; attempt++ {
 		route := p.route
@@ -136,8 +140,10 @@ func (a *OpenAIAPI) finish(j *job) {
 	_ = a.R.Free(j.id)
 }
 
-// routingHeaders sets the routing explanation headers every response carries.
-func routingHeaders(ctx *fasthttp.RequestCtx, route router.RouteResult) {
+// routingHeaders sets the routing explanation headers every response carries (and, for a frontend with
+// prefill workers, the prefill worker's).
+func routingHeaders(ctx *fasthttp.RequestCtx, j *job, route router.RouteResult) {
+	prefillHeaders(ctx, j)
 	ctx.Response.Header.Set("x-kvroute-worker-id", strconv.FormatUint(route.Worker.WorkerID, 10))
 	ctx.Response.Header.Set("x-kvroute-overlap-blocks", strconv.FormatUint(uint64(route.OverlapBlocks), 10))
 	if route.Spec.DPRanks() > 1 {
@@ -145,12 +151,20 @@ func routingHeaders(ctx *fasthttp.RequestCtx, route router.RouteResult) {
 	}
 }
 
-func nvextOf(route router.RouteResult) *openai.NVExtResponse {
+func nvextOf(j *job, route router.RouteResult) *openai.NVExtResponse {
+	r := routingOf(route)
+	if j.serving == servingDisaggregated {
+		r.Prefill = routingOf(j.prefill)
+	}
+	return &openai.NVExtResponse{Routing: r}
+}
+
+func routingOf(route router.RouteResult) *openai.Routing {
 	r := &openai.Routing{WorkerID: route.Worker.WorkerID, DPRank: route.Worker.DPRank, OverlapBlocks: route.OverlapBlocks}
 	for _, c := range route.Candidates {
 		r.Candidates = append(r.Candidates, openai.RoutingCandidate{WorkerID: c.Worker.WorkerID, DPRank: c.Worker.DPRank, OverlapBlocks: c.Overlap, Cost: c.Cost})
 	}
-	return &openai.NVExtResponse{Routing: r}
+	return r
 }
 
 // dispatchUnary handles a non-streaming request. done is false only for a failure before any byte,
@@ -170,11 +184,11 @@ func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router
 		j.promptTokens = resp.Usage.PromptTokens
 	}
 	if j.returnRoute && resp.Status < 300 {
-		if b, err := openai.AddNVExt(body, nvextOf(route)); err == nil {
+		if b, err := openai.AddNVExt(body, nvextOf(j, route)); err == nil {
 			body = b
 		}
 	}
-	routingHeaders(ctx, route)
+	routingHeaders(ctx, j, route)
 	ctx.SetStatusCode(resp.Status)
 	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 	ctx.SetBody(body)
@@ -210,7 +224,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 		if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 {
 			// The worker refused the request itself: forward its answer.
 			a.finish(j)
-			routingHeaders(ctx, route)
+			routingHeaders(ctx, j, route)
 			ctx.SetStatusCode(ce.Status)
 			ctx.Response.Header.SetContentType("application/json")
 			ctx.SetBody(ce.Body)
@@ -219,7 +233,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 		}
 		return err, false
 	}
-	routingHeaders(ctx, route)
+	routingHeaders(ctx, j, route)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
@@ -247,7 +261,7 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 			}
 			raw := ev.Raw
 			if j.returnRoute && !routed && !ev.Done && len(ev.Data) > 0 && ev.Data[0] == '{' {
-				if b, err := openai.AddNVExt(ev.Data, nvextOf(route)); err == nil {
+				if b, err := openai.AddNVExt(ev.Data, nvextOf(j, route)); err == nil {
 					raw = openai.AppendSSE(nil, b)
 					routed = true
 				}

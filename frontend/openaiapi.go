@@ -62,6 +62,9 @@ type OpenAIAPI struct {
 	AccessLog *slog.Logger
 	// Tracer, when set, traces each request (tracing.go). Set before serving.
 	Tracer trace.Tracer
+	// PD, when set, is the prefill side of disaggregated serving (disagg.go): requests take a prefill
+	// hop once prefill workers are registered. Set before serving.
+	PD *Disagg
 
 	mmMetrics *mmMetrics
 	props     *actor.Props

@@ -75,6 +75,10 @@ type job struct {
 	// What the lifecycle records (lifecycle.go): the route taken, when the first token came.
 	route   router.RouteResult
 	routed  bool
+	// prefill is the prefill worker's decision of a disaggregated request; serving says how a request
+	// was served when the frontend has prefill workers ("" otherwise): disaggregated, bypassed, fallback.
+	prefill router.RouteResult
+	serving string
 	firstAt time.Duration
 	// promptTokens is the worker's reported prompt length (0 until usage arrives); chunks counts the
 	// stream's events, for the mean inter-token latency.
@@ -99,7 +103,10 @@ type prepared struct {
 	// namespace, priority, tier, pin, OSL, session); migration re-routes it with failed workers excluded.
 	req   *router.RouteRequest
 	route router.RouteResult
-	err   error
+	// prefill is set for a disaggregated request: its prefill decision; route is then decided after the
+	// prefill hop (disagg.go).
+	prefill *router.RouteResult
+	err     error
 }
 
 // prepareJob asks a request actor to tokenize and route one request.
@@ -252,11 +259,11 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if n := j.common.N; n != nil {
 		rr.Sequences = *n // n sequences fork from one prefill: the router charges n decodes
 	}
-	res, err := a.R.Route(j.ctx, rr)
+	res, pre, err := a.route(j, rr) // the decode core; with prefill workers, the prefill core first
 	members := xfer.wait(j) // joined before dispatch; the buffers are released when the request ends
 	if err != nil {
 		return prepared{err: mapRouteErr(err)}
 	}
 	a.forwardImages(j, imgs, view, members)
-	return prepared{req: rr, route: res}
+	return prepared{req: rr, route: res, prefill: pre}
 }

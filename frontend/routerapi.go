@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -28,6 +29,9 @@ type RouterAPI struct {
 	Models map[string]*router.Router
 	// Model is R's model name (with Models).
 	Model string
+	// PD, when set, is the prefill core of R's model (disaggregated serving): workers registered with
+	// role=prefill join it, and the worker endpoints list and remove them too.
+	PD *Disagg
 }
 
 // routerOf returns the core of the named model ("" or R's own: R), or nil.
@@ -46,6 +50,11 @@ func (a *RouterAPI) owner(id uint64) *router.Router {
 	if _, ok := a.R.Fleet.StatusOf(id); ok {
 		return a.R
 	}
+	if a.PD != nil {
+		if _, ok := a.PD.Prefill.Fleet.StatusOf(id); ok {
+			return a.PD.Prefill
+		}
+	}
 	for _, r := range a.Models {
 		if _, ok := r.Fleet.StatusOf(id); ok {
 			return r
@@ -57,6 +66,9 @@ func (a *RouterAPI) owner(id uint64) *router.Router {
 // allWorkers lists the workers of every model.
 func (a *RouterAPI) allWorkers() []worker.Status {
 	ws := a.R.Workers()
+	if a.PD != nil {
+		ws = append(ws, a.PD.Prefill.Workers()...)
+	}
 	for _, r := range a.Models {
 		ws = append(ws, r.Workers()...)
 	}
@@ -136,7 +148,11 @@ func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 			}
 			writeJSON(ctx, st)
 		case ctx.IsDelete():
-			if err := r.RemoveWorker(id); err != nil {
+			remove := r.RemoveWorker
+			if a.PD != nil && r == a.PD.Prefill {
+				remove = a.PD.RemoveWorker // keeps its count of prefill workers
+			}
+			if err := remove(id); err != nil {
 				writeError(ctx, mapWorkerErr(err))
 				return true
 			}
@@ -242,9 +258,21 @@ func (a *RouterAPI) register(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errorf(ErrBadRequest, "worker %d is already registered", spec.ID))
 		return
 	}
-	if err := r.AddWorker(spec); err != nil {
-		writeError(ctx, mapWorkerErr(err))
+	var err2 error
+	switch {
+	case r == a.R:
+		err2 = registerWorker(a.R, a.PD, spec) // the role picks the prefill or the decode core
+	case spec.RoleOf() == registry.RolePrefill:
+		err2 = fmt.Errorf("%w: worker %d: disaggregated prefill/decode serves the first model only", registry.ErrBadSpec, spec.ID)
+	default:
+		err2 = r.AddWorker(spec)
+	}
+	if err2 != nil {
+		writeError(ctx, mapWorkerErr(err2))
 		return
+	}
+	if o := a.owner(spec.ID); o != nil {
+		r = o
 	}
 	st, _ := r.Fleet.StatusOf(spec.ID)
 	writeJSON(ctx, st)

@@ -245,6 +245,9 @@ func (r *Router) ActiveRequests() int {
 // round-robin deficit. Without a policy document there is one class, "default".
 func (r *Router) QueueClasses() []sched.ClassQueue { return r.sched.classes() }
 
+// Loads returns every worker rank's load as the scheduler tracks it (one locked copy).
+func (r *Router) Loads() []sched.TargetLoad { return r.sched.loads() }
+
 // Waiting is the number of requests the scheduler holds (queue and minimum-workers gate).
 func (r *Router) Waiting() int { return r.sched.waiting() }
 

@@ -228,10 +228,10 @@ func TestDynamoEnvironment(t *testing.T) {
 	if f, _, _, ok = parseFrontend("frontend", []string{"--http-port", "9"}, nil); !ok || *f.port != 9 {
 		t.Fatal("--http-port does not override DYN_HTTP_PORT")
 	}
-	t.Setenv("DYN_DECODE_FALLBACK", "true")
+	t.Setenv("DYN_USE_REMOTE_INDEXER", "true")
 	_, herr := captureCLI(t)
-	if _, _, code, ok := parseFrontend("frontend", nil, nil); ok || code != 2 || !strings.Contains(herr.String(), "$DYN_DECODE_FALLBACK") {
-		t.Fatalf("DYN_DECODE_FALLBACK=true: exit %d, %q", code, herr.String())
+	if _, _, code, ok := parseFrontend("frontend", nil, nil); ok || code != 2 || !strings.Contains(herr.String(), "$DYN_USE_REMOTE_INDEXER") {
+		t.Fatalf("DYN_USE_REMOTE_INDEXER=true: exit %d, %q", code, herr.String())
 	}
 }
 

@@ -56,7 +56,6 @@ type refusedFlag struct {
 }
 
 var refusedFlags = []refusedFlag{
-	{"decode-fallback", "DYN_DECODE_FALLBACK", true, "", "kvroute routes aggregated workers only; disaggregated prefill/decode (and so its fallback) is not implemented"},
 	{"namespace-prefix", "DYN_NAMESPACE_PREFIX", false, "", "kvroute does not discover workers by namespace; list them with --worker, the /v1/workers API or --discovery nats"},
 	{"use-remote-indexer", "DYN_USE_REMOTE_INDEXER", true, "", "the indexer is always in-process; replicas share load with --router-replica-sync and events over --event-plane nats"},
 	{"serve-indexer", "DYN_SERVE_INDEXER", true, "", "the indexer is always in-process; other processes query it through the HTTP API of kvroute router"},

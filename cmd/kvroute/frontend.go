@@ -27,6 +27,7 @@ import (
 	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
+	"github.com/kvroute/kvroute/workers/registry"
 )
 
 func init() {
@@ -58,6 +59,7 @@ type frontendFlags struct {
 	xfer      *string
 	xferAddr  *string
 	ops       *opsFlags
+	pd        frontend.DisaggConfig
 }
 
 func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
@@ -98,6 +100,17 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.maxImages = fs.Int("mm-max-images", 32, "most images per request routed on their identity")
 	f.maxPixels = fs.Uint64("mm-max-total-pixels", 1<<28, "bound on the sum of W×H over a request's images")
 	f.srv.register(fs)
+	f.pd = frontend.DefaultDisaggConfig()
+	if v := os.Getenv("DYN_DECODE_FALLBACK"); v != "" {
+		if f.pd.DecodeFallback, err = strconv.ParseBool(v); err != nil {
+			return nil, fmt.Errorf("$DYN_DECODE_FALLBACK %q: want true or false", v)
+		}
+	}
+	fs.BoolVar(&f.pd.DecodeFallback, "decode-fallback", f.pd.DecodeFallback, "disaggregated serving: when no prefill worker can take a request, serve it aggregated on a decode worker instead of answering 503 [$DYN_DECODE_FALLBACK]")
+	fs.StringVar(&f.pd.BypassPolicy, "conditional-prefill-policy", f.pd.BypassPolicy, "disaggregated serving: which prompts skip the prefill hop: token_cap, threshold_only, always_bypass or never")
+	fs.IntVar(&f.pd.BypassBelowTokens, "conditional-prefill-bypass-below-tokens", f.pd.BypassBelowTokens, "disaggregated serving: a prompt with fewer net-new tokens (ISL − the decode worker's cached tokens) skips the prefill hop")
+	fs.IntVar(&f.pd.DisaggAboveTokens, "conditional-prefill-disagg-above-tokens", f.pd.DisaggAboveTokens, "disaggregated serving (token_cap): a prompt with at least this many net-new tokens always takes the prefill hop")
+	fs.Float64Var(&f.pd.RoomyRatio, "conditional-prefill-roomy-ratio", f.pd.RoomyRatio, "disaggregated serving (token_cap, between the thresholds): bypass while the decode workers carry fewer prefill tokens than this × disagg-above-tokens each")
 	f.nats = addNATSFlags(fs)
 	f.xfer = fs.String("mm-transfer", "", "hand preprocessed images (mm_kwargs) to workers: shm (same node), net (transfer agent) or off; env KVROUTE_MM_TRANSFER, DYNAMO_MM_TRANSFER; DYNAMO_DISABLE_NIXL_MM=1 means off")
 	f.xferAddr = fs.String("mm-transfer-advertise", "", "net mode: host:port of the transfer agent as workers reach it (default: its loopback listen address)")
@@ -135,6 +148,9 @@ func (f *frontendFlags) check(fs *flag.FlagSet) error {
 			return fmt.Errorf("--tokenizer none serves one model: give --model-name, not --model")
 		}
 	}
+	if err := f.pd.Validate(); err != nil {
+		return err
+	}
 	if err := checkUnbuiltScoring(&f.cfg); err != nil {
 		return err
 	}
@@ -164,6 +180,10 @@ type frontendApp struct {
 	drain  frontend.DrainConfig
 	log    *slog.Logger
 	mon    *frontend.Monitor // the first model's
+	// pd is the first model's prefill side (prefill router core) of disaggregated serving; pmon checks
+	// its workers.
+	pd   *frontend.Disagg
+	pmon *frontend.Monitor
 	// models serves every model; routers and mons are per model, in --model order (routers[0] == router).
 	models  *frontend.Models
 	routers []*router.Router
@@ -284,9 +304,35 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		app.routers = append(app.routers, r)
 		if i == 0 {
 			app.router = r
+			// The prefill core: same mode and cost, no active-block tracking; private metrics.
+			pcfg := rcfg
+			pcfg.Scoring = frontend.PrefillConfig(rcfg.Scoring)
+			pcfg.Registerer, pcfg.RouterID = nil, "kvroute-prefill"
+			prefill, err := router.New(app.system, pcfg)
+			if err != nil {
+				app.stop()
+				return nil, err
+			}
+			if app.pd, err = frontend.NewDisagg(prefill, f.pd); err != nil {
+				prefill.Stop()
+				app.stop()
+				return nil, err
+			}
+			mhc := hc
+			mhc.ModelName = sm.name
+			app.pmon = frontend.NewMonitor(prefill, app.pool, mhc, log)
 		}
 		for _, w := range perModel[i] {
-			if err := r.AddWorker(w); err != nil {
+			var err error
+			switch {
+			case i == 0:
+				err = frontend.RegisterWorker(r, app.pd, w)
+			case w.RoleOf() == registry.RolePrefill:
+				err = fmt.Errorf("--worker id=%d: disaggregated prefill/decode serves the first model only", w.ID)
+			default:
+				err = r.AddWorker(w)
+			}
+			if err != nil {
 				app.stop()
 				return nil, err
 			}
@@ -300,6 +346,9 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 				PassiveHealth: *f.health > 0}, mfm)
 		if *f.ops.log.access {
 			api.AccessLog = log
+		}
+		if i == 0 {
+			api.PD = app.pd
 		}
 		api.Tracer = app.tracer
 		apis[i] = api
@@ -334,7 +383,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	for i, r := range app.routers[1:] {
 		others[sms[i+1].name] = r
 	}
-	handlers := []frontend.Handler{app.models, &frontend.RouterAPI{R: app.router, RequireURL: true, Models: others, Model: name}}
+	handlers := []frontend.Handler{app.models, &frontend.RouterAPI{R: app.router, RequireURL: true, Models: others, Model: name, PD: app.pd}}
 	if *f.ops.pprof {
 		handlers = append(handlers, frontend.NewPprofHandler())
 	}
@@ -343,6 +392,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	for _, m := range app.mons {
 		m.Start()
 	}
+	app.pmon.Start()
 	if app.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
 		app.stop()
 		return nil, err
@@ -433,6 +483,9 @@ func (a *frontendApp) stop() {
 	for _, m := range a.mons {
 		m.Stop()
 	}
+	if a.pmon != nil {
+		a.pmon.Stop()
+	}
 	if a.traceStop != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = a.traceStop(ctx)
@@ -443,6 +496,9 @@ func (a *frontendApp) stop() {
 	}
 	if a.pool != nil {
 		a.pool.Close()
+	}
+	if a.pd != nil {
+		a.pd.Prefill.Stop()
 	}
 	for _, r := range a.routers {
 		r.Stop()

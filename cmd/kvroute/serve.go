@@ -17,19 +17,25 @@ func init() {
 }
 
 func runServe(args []string) int {
-	var n, gpuBlocks *int
+	var n, gpuBlocks, prefill, decode *int
 	var speedup *float64
 	var keyEnv *string
 	f, log, code, ok := parseFrontend("serve", args, func(fs *flag.FlagSet) {
 		n = fs.Int("workers", 4, "simulated workers to start in-process")
 		gpuBlocks = fs.Int("num-gpu-blocks", 4096, "KV capacity of each simulated worker, in blocks")
 		speedup = fs.Float64("speedup-ratio", 10, "simulated time runs this many times faster than real time")
+		prefill = fs.Int("prefill", 0, "disaggregated fleet: this many prefill workers (with --decode; replaces --workers for the first model)")
+		decode = fs.Int("decode", 0, "disaggregated fleet: this many decode workers (with --prefill; replaces --workers for the first model)")
 		keyEnv = fs.String("worker-api-key-env", "", "name of an environment variable holding an API key: the simulated workers require it (vLLM's --api-key) and the frontend sends it (worker spec api_key_env)")
 	})
 	if !ok {
 		return code
 	}
-	sc := serveConfig{workers: *n, gpuBlocks: *gpuBlocks, speedup: *speedup}
+	if (*prefill > 0) != (*decode > 0) || *prefill < 0 || *decode < 0 {
+		fmt.Fprintln(errOut, "kvroute serve: --prefill and --decode go together, both positive")
+		return 2
+	}
+	sc := serveConfig{workers: *n, gpuBlocks: *gpuBlocks, speedup: *speedup, prefill: *prefill, decode: *decode}
 	if *keyEnv != "" {
 		sc.apiKey, sc.apiKeyEnv = os.Getenv(*keyEnv), *keyEnv
 		if sc.apiKey == "" {
@@ -44,7 +50,7 @@ func runServe(args []string) int {
 	}
 	defer app.closeFleet()
 	name := app.name
-	log.Info("kvroute serve ready", "workers", *n, "try", fmt.Sprintf(
+	log.Info("kvroute serve ready", "workers", *n, "prefill", *prefill, "decode", *decode, "try", fmt.Sprintf(
 		`curl -s localhost:%d/v1/chat/completions -H 'content-type: application/json' -d '{"model":"%s","messages":[{"role":"user","content":"Hello!"}]}'`,
 		*f.port, name))
 	waitForSignal()
@@ -60,6 +66,9 @@ type serveConfig struct {
 	// apiKey, when set, makes every simulated worker require it (vLLM's --api-key); the frontend reads
 	// it from the environment variable apiKeyEnv (the worker spec's api_key_env).
 	apiKey, apiKeyEnv string
+	// prefill and decode, when set, replace the first model's workers with a disaggregated fleet:
+	// prefill workers first (role=prefill), then decode workers (role=decode).
+	prefill, decode int
 }
 
 // startServe starts the simulated workers in-process (sc.workers per model, each model's fleet with
@@ -75,7 +84,7 @@ func startServe(f *frontendFlags, sc serveConfig, reg *prometheus.Registry, log 
 		}
 	}
 	next := 1
-	for _, a := range f.modelArgs() {
+	for i, a := range f.modelArgs() {
 		name := a.name
 		if name == "" {
 			name = modelNameOf(a.path)
@@ -93,22 +102,39 @@ func startServe(f *frontendFlags, sc serveConfig, reg *prometheus.Registry, log 
 		tmpl.Engine.NumGPUBlocks = sc.gpuBlocks
 		tmpl.Engine.SpeedupRatio = sc.speedup
 		tmpl.APIKey = sc.apiKey
-		fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: sc.workers, Template: tmpl, FirstID: next})
-		if err != nil {
-			closeAll()
-			return nil, err
+		groups := []struct {
+			n    int
+			role string
+		}{{sc.workers, ""}}
+		if i == 0 && sc.prefill > 0 {
+			groups = groups[:0]
+			groups = append(groups, struct {
+				n    int
+				role string
+			}{sc.prefill, registry.RolePrefill}, struct {
+				n    int
+				role string
+			}{sc.decode, registry.RoleDecode})
 		}
-		fleets = append(fleets, fleet)
-		next += sc.workers
-		for _, s := range fleet.Specs() {
-			sp, err := registry.Parse(s)
+		for _, g := range groups {
+			fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: g.n, Template: tmpl, FirstID: next})
 			if err != nil {
 				closeAll()
 				return nil, err
 			}
-			sp.Model = name
-			sp.APIKeyEnv = sc.apiKeyEnv
-			f.workers = append(f.workers, sp)
+			fleets = append(fleets, fleet)
+			next += g.n
+			for _, s := range fleet.Specs() {
+				sp, err := registry.Parse(s)
+				if err != nil {
+					closeAll()
+					return nil, err
+				}
+				sp.Model = name
+				sp.APIKeyEnv = sc.apiKeyEnv
+				sp.Role = g.role
+				f.workers = append(f.workers, sp)
+			}
 		}
 	}
 	app, err := startFrontend(f, reg, log)

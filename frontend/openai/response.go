@@ -89,6 +89,9 @@ type Routing struct {
 	DPRank        uint32             `json:"dp_rank"`
 	OverlapBlocks uint32             `json:"overlap_blocks"`
 	Candidates    []RoutingCandidate `json:"candidates,omitempty"`
+	// Prefill is the prefill worker's decision of a disaggregated request (the top level is its decode
+	// worker's).
+	Prefill *Routing `json:"prefill,omitempty"`
 }
 
 // RoutingCandidate is one worker's score in a routing decision.
