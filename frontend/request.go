@@ -73,8 +73,8 @@ type job struct {
 	headers [4]client.Header
 
 	// What the lifecycle records (lifecycle.go): the route taken, when the first token came.
-	route   router.RouteResult
-	routed  bool
+	route  router.RouteResult
+	routed bool
 	// prefill is the prefill worker's decision of a disaggregated request; serving says how a request
 	// was served when the frontend has prefill workers ("" otherwise): disaggregated, bypassed, fallback.
 	prefill router.RouteResult
@@ -260,7 +260,7 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 		rr.Sequences = *n // n sequences fork from one prefill: the router charges n decodes
 	}
 	res, pre, err := a.route(j, rr) // the decode core; with prefill workers, the prefill core first
-	members := xfer.wait(j) // joined before dispatch; the buffers are released when the request ends
+	members := xfer.wait(j)         // joined before dispatch; the buffers are released when the request ends
 	if err != nil {
 		return prepared{err: mapRouteErr(err)}
 	}

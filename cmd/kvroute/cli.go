@@ -42,7 +42,7 @@ var topicPrefixes = map[string]string{
 	"num-gpu-blocks": topicWorkers, "speedup-ratio": topicWorkers, "replay": topicWorkers, "zmq": topicWorkers,
 	"router-": topicRouting, "load-aware": topicRouting, "shared-cache-": topicRouting, "migration-limit": topicRouting,
 	"kv-overlap-score-weight": topicRouting, "decode-fallback": topicRouting, "conditional-prefill-": topicRouting,
-	"router-queue-":           topicQueue, "active-": topicQueue, "busy-threshold": topicQueue, "router-policy-config": topicQueue,
+	"router-queue-": topicQueue, "active-": topicQueue, "busy-threshold": topicQueue, "router-policy-config": topicQueue,
 	"nats": topicScaleOut, "event-plane": topicScaleOut, "discovery": topicScaleOut, "durable-kv-events": topicScaleOut,
 	"router-durable-kv-events": topicScaleOut, "router-snapshot-threshold": topicScaleOut, "router-reset-states": topicScaleOut,
 	"router-id": topicScaleOut, "router-replica-sync": topicScaleOut, "request-plane": topicScaleOut,
