@@ -40,10 +40,27 @@ const (
 	ArmLeastLoaded = "least-loaded"
 	ArmLLMD        = "llmd"
 	ArmSGLang      = "sglang"
+	// ArmDisagg is kv routing over a disaggregated fleet of the same size: the first half of the workers
+	// prefill (role=prefill), the rest decode, conditional prefill at Dynamo's defaults (token_cap).
+	ArmDisagg = "disagg"
+	// ArmDisaggAll is ArmDisagg with every request disaggregated (conditional prefill policy never).
+	ArmDisaggAll = "disagg-all"
 )
 
 // E2EArms lists every arm, in report order.
 var E2EArms = []string{ArmKV, ArmKVApprox, ArmRoundRobin, ArmRandom, ArmLeastLoaded, ArmLLMD, ArmSGLang}
+
+// disaggArms are the arms over a disaggregated fleet (not in the default list: they answer "aggregated
+// or disaggregated?", --modes kv,disagg,disagg-all).
+var disaggArms = []string{ArmDisagg, ArmDisaggAll}
+
+// prefillWorkers is how many of a fleet's workers prefill in a disaggregated arm (0: aggregated).
+func prefillWorkers(arm string, workers int) int {
+	if arm != ArmDisagg && arm != ArmDisaggAll {
+		return 0
+	}
+	return max(1, workers/2)
+}
 
 // E2EConfig configures one e2e run (every arm, every sweep point).
 type E2EConfig struct {
@@ -90,7 +107,10 @@ func (c *E2EConfig) Validate() error {
 	}
 	for _, a := range c.Arms {
 		if !isArm(a) {
-			return fmt.Errorf("bench: unknown e2e arm %q (have %v)", a, E2EArms)
+			return fmt.Errorf("bench: unknown e2e arm %q (have %v, %v)", a, E2EArms, disaggArms)
+		}
+		if prefillWorkers(a, c.Workers) > 0 && c.Workers < 2 {
+			return fmt.Errorf("bench: e2e arm %s needs at least 2 workers (prefill and decode)", a)
 		}
 	}
 	if len(c.ArrivalSpeedups) == 0 {
@@ -133,7 +153,7 @@ func isArm(a string) bool {
 	if _, ok := armScale(a); ok {
 		return true
 	}
-	for _, b := range E2EArms {
+	for _, b := range append(E2EArms, disaggArms...) {
 		if a == b {
 			return true
 		}
@@ -183,6 +203,11 @@ type ArmRun struct {
 	Lateness time.Duration
 	// Engine holds each worker's engine counters at the end.
 	Engine []mocker.Stats
+	// Prefill is how many of the leading workers (and Engine entries) are prefill workers (disaggregated
+	// arms; 0 otherwise); Disaggregated and Bypassed count the requests that took the prefill hop and
+	// those conditional prefill served aggregated.
+	Prefill                 int
+	Disaggregated, Bypassed uint64
 }
 
 // e2eStack is one arm's deployment: fleet, router, frontend on a loopback listener.
@@ -190,6 +215,7 @@ type e2eStack struct {
 	fleet  *mocker.Fleet
 	system *actor.ActorSystem
 	r      *router.Router
+	pd     *frontend.Disagg // disaggregated arms: the prefill core
 	pool   *frontend.WorkerPool
 	srv    *frontend.Server
 	base   string
@@ -199,7 +225,7 @@ type e2eStack struct {
 func armRouterConfig(arm string, bs int) router.Config {
 	rcfg := router.DefaultConfig(bs)
 	switch arm {
-	case ArmKV:
+	case ArmKV, ArmDisagg, ArmDisaggAll:
 	case ArmKVApprox:
 		rcfg.Scoring.UseKVEvents = false
 	case ArmRoundRobin:
@@ -249,19 +275,44 @@ func startE2EStack(cfg *E2EConfig, arm string) (_ *e2eStack, err error) {
 	if s.r, err = router.New(s.system, rcfg); err != nil {
 		return nil, err
 	}
+	nPrefill := prefillWorkers(arm, cfg.Workers)
+	if nPrefill > 0 {
+		pcfg := rcfg
+		pcfg.Scoring = frontend.PrefillConfig(rcfg.Scoring)
+		pcfg.RouterID = "kvroute-prefill"
+		pr, err := router.New(s.system, pcfg)
+		if err != nil {
+			return nil, err
+		}
+		dc := frontend.DefaultDisaggConfig()
+		if arm == ArmDisaggAll {
+			dc.BypassPolicy = frontend.BypassNever
+		}
+		if s.pd, err = frontend.NewDisagg(pr, dc); err != nil {
+			pr.Stop()
+			return nil, err
+		}
+	}
 	for i, spec := range fleet.Specs() {
 		sp, err := registry.Parse(spec)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.r.AddWorker(sp); err != nil {
+		if nPrefill > 0 {
+			sp.Role = registry.RoleDecode
+			if i < nPrefill {
+				sp.Role = registry.RolePrefill
+			}
+		}
+		if err := frontend.RegisterWorker(s.r, s.pd, sp); err != nil {
 			return nil, err
 		}
 		s.ids[sp.ID] = i
 	}
 	s.pool = frontend.NewWorkerPool(client.DefaultConfig())
 	api := frontend.NewOpenAIAPI(s.r, nil, "mock-model", s.system, s.pool, frontend.OpenAIConfig{RequestTimeout: time.Hour}, frontend.NewFrontendMetrics(nil))
-	s.srv = frontend.NewServer(frontend.ServerConfig{}, api, &frontend.RouterAPI{R: s.r})
+	api.PD = s.pd
+	s.srv = frontend.NewServer(frontend.ServerConfig{}, api, &frontend.RouterAPI{R: s.r, PD: s.pd})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -272,10 +323,16 @@ func startE2EStack(cfg *E2EConfig, arm string) (_ *e2eStack, err error) {
 		// Wait until every worker's event stream is connected (its catch-up replay answered), so the
 		// first requests are not routed on an index that misses events.
 		deadline := time.Now().Add(10 * time.Second)
-		for _, w := range s.r.Workers() {
-			for w.Replays == 0 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-				w, _ = s.r.Fleet.StatusOf(w.ID)
+		cores := []*router.Router{s.r}
+		if s.pd != nil {
+			cores = append(cores, s.pd.Prefill)
+		}
+		for _, core := range cores {
+			for _, w := range core.Workers() {
+				for w.Replays == 0 && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+					w, _ = core.Fleet.StatusOf(w.ID)
+				}
 			}
 		}
 	}
@@ -289,6 +346,9 @@ func (s *e2eStack) Close() {
 	}
 	if s.pool != nil {
 		s.pool.Close()
+	}
+	if s.pd != nil {
+		s.pd.Prefill.Stop()
 	}
 	if s.r != nil {
 		s.r.Stop()
@@ -510,6 +570,10 @@ func RunArm(ctx context.Context, cfg *E2EConfig, tr *Trace, arm string, x float6
 	<-samplerDone
 	for _, w := range st.fleet.Workers {
 		run.Engine = append(run.Engine, w.Stats(0))
+	}
+	if st.pd != nil {
+		run.Prefill = prefillWorkers(arm, cfg.Workers)
+		run.Disaggregated, run.Bypassed, _ = st.pd.Counts()
 	}
 	if rerr != nil && ctx.Err() != nil {
 		return run, ctx.Err()

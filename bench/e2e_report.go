@@ -49,6 +49,13 @@ type ArmResult struct {
 	Preemptions uint64  `json:"preemptions"`
 	Evictions   uint64  `json:"evictions"`
 	Utilization float64 `json:"utilization"`
+	// Disaggregated arms: the prefill workers, the requests that took the prefill hop and those served
+	// aggregated (conditional prefill), and the prefill engines' own hit rate (prefix-cache hits over
+	// prompt tokens they were sent), which the prefill router's decisions make.
+	PrefillWorkers int     `json:"prefill_workers,omitempty"`
+	Disaggregated  uint64  `json:"disaggregated,omitempty"`
+	Bypassed       uint64  `json:"bypassed,omitempty"`
+	PrefillHitRate float64 `json:"prefill_hit_rate,omitempty"`
 }
 
 // SummarizeArm computes an arm's figures from its recorded samples (pure; the e2e test checks it).
@@ -124,6 +131,17 @@ func SummarizeArm(run *ArmRun) ArmResult {
 	}
 	if len(run.Engine) > 0 && run.Wall > 0 {
 		res.Utilization = busy.Seconds() / (float64(len(run.Engine)) * run.Wall.Seconds())
+	}
+	if run.Prefill > 0 {
+		res.PrefillWorkers, res.Disaggregated, res.Bypassed = run.Prefill, run.Disaggregated, run.Bypassed
+		var hits, queries uint64
+		for _, st := range run.Engine[:min(run.Prefill, len(run.Engine))] {
+			hits += st.PrefixHits
+			queries += st.PrefixQueries
+		}
+		if queries > 0 {
+			res.PrefillHitRate = float64(hits) / float64(queries)
+		}
 	}
 	return res
 }
@@ -338,6 +356,22 @@ func FillE2EReport(rep *Report, r *E2EResult, runs []*ArmRun) {
 		acc.Rows = append(acc.Rows, []string{c.Target, c.Value, met})
 	}
 	rep.Tables = append(rep.Tables, lat, thr, or, gp, acc)
+	pd := Table{Title: "Disaggregated serving (prefill engines' hit rate: hits over the prompt tokens sent to prefill workers)",
+		Columns: []string{"arm", "arrival ×", "prefill/decode workers", "disaggregated", "bypassed", "prefill engine hit rate", "of pooled oracle"}}
+	for _, a := range r.Arms {
+		if a.PrefillWorkers == 0 {
+			continue
+		}
+		ofPooled := "—"
+		if r.Pooled.HitRate > 0 {
+			ofPooled = Pct(a.PrefillHitRate / r.Pooled.HitRate)
+		}
+		pd.Rows = append(pd.Rows, []string{a.Arm, FormatNum(a.ArrivalSpeedup), fmt.Sprintf("%d/%d", a.PrefillWorkers, r.Workers-a.PrefillWorkers),
+			strconv.FormatUint(a.Disaggregated, 10), strconv.FormatUint(a.Bypassed, 10), Pct(a.PrefillHitRate), ofPooled})
+	}
+	if len(pd.Rows) > 0 {
+		rep.Tables = append(rep.Tables, pd)
+	}
 	for _, a := range r.Arms {
 		if a.Failed > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s at arrival ×%s: %d failed requests: %v", a.Arm, FormatNum(a.ArrivalSpeedup), a.Failed, a.Errors))

@@ -206,3 +206,42 @@ func TestE2EArmNames(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EDisaggArms runs the tiny trace over disaggregated fleets of the same size: with every request
+// disaggregated (disagg-all) each takes the prefill hop and the prefill engines reuse the conversations'
+// prefixes; with conditional prefill at Dynamo's defaults (disagg) the trace's short prompts (< 5000
+// tokens) are all served aggregated on the decode workers.
+func TestE2EDisaggArms(t *testing.T) {
+	tr, err := ReadTrace(strings.NewReader(e2eTinyTrace()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultE2EConfig()
+	cfg.Workers, cfg.Arms, cfg.ArrivalSpeedups, cfg.SpeedupRatio = 4, []string{ArmDisaggAll, ArmDisagg}, []float64{1}, 20
+	cfg.Blocks.BlockSize, cfg.BlockSize, cfg.NumGPUBlocks = 32, 16, 512
+	cfg.DrainTimeout = 30 * time.Second
+	res, _, err := RunE2E(context.Background(), cfg, tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(len(tr.Requests))
+	all, cond := res.Arms[0], res.Arms[1]
+	if all.Completed != len(tr.Requests) || all.PrefillWorkers != 2 || all.Disaggregated != n || all.Bypassed != 0 {
+		t.Fatalf("disagg-all: %d/%d done, %d prefill workers, %d disaggregated, %d bypassed", all.Completed, n, all.PrefillWorkers, all.Disaggregated, all.Bypassed)
+	}
+	if !(all.PrefillHitRate > 0.3) {
+		t.Fatalf("disagg-all prefill engine hit rate %.3f: the prefill router does not reuse the conversations", all.PrefillHitRate)
+	}
+	if cond.Completed != len(tr.Requests) || cond.Bypassed != n || cond.Disaggregated != 0 {
+		t.Fatalf("disagg: %d/%d done, %d disaggregated, %d bypassed", cond.Completed, n, cond.Disaggregated, cond.Bypassed)
+	}
+	rep := &Report{}
+	FillE2EReport(rep, res, nil)
+	found := false
+	for _, tb := range rep.Tables {
+		found = found || strings.HasPrefix(tb.Title, "Disaggregated serving")
+	}
+	if !found {
+		t.Fatal("no disaggregated serving table in the report")
+	}
+}

@@ -464,7 +464,7 @@ func benchE2E(args []string) error {
 	minutes := fs.Float64("minutes", 10, "use only the first N minutes of the trace (0: all)")
 	maxReq := fs.Int("max-requests", 0, "use only the first N requests (0: all)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated workers")
-	modes := fs.String("modes", strings.Join(bench.E2EArms, ","), "comma-separated arms: "+strings.Join(bench.E2EArms, ", ")+"; diagnostic: kv-scaleN (kv with --router-prefill-load-scale N)")
+	modes := fs.String("modes", strings.Join(bench.E2EArms, ","), "comma-separated arms: "+strings.Join(bench.E2EArms, ", ")+"; diagnostic: kv-scaleN (kv with --router-prefill-load-scale N); disaggregated fleets of the same size: disagg (half prefill, half decode, conditional prefill token_cap), disagg-all (every request disaggregated)")
 	arrival := fs.Float64("arrival-speedup", 1, "divide trace time by this (ignored with --sweep-arrival)")
 	sweep := fs.String("sweep-arrival", "", "comma-separated arrival speedups: repeat every arm at each and report goodput")
 	fs.Float64Var(&cfg.SpeedupRatio, "speedup-ratio", cfg.SpeedupRatio, "mocker --speedup-ratio: divides simulated engine time")
