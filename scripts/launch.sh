@@ -6,6 +6,7 @@
 #   scripts/launch.sh                                   # two workers on GPUs 0 and 1, frontend on :8000
 #   SINGLE_GPU=1 GPU_MEMORY_UTILIZATION=0.4 scripts/launch.sh
 #   VLLM_CMD="./bin/kvroute mocker" MODEL=testdata/models/Qwen3-VL-2B-Instruct scripts/launch.sh   # no GPU
+#   NUM_WORKERS=4 PREFILL_WORKERS=2 scripts/launch.sh  # disaggregated: workers 1-2 prefill, 3-4 decode (NIXL)
 #
 # Environment (default in brackets):
 #   MODEL                   model for the workers and the frontend's tokenizer: an HF hub name or a local
@@ -13,6 +14,12 @@
 #   SERVED_MODEL_NAME       the name clients put in "model"; given to the workers (--served-model-name) and the
 #                           frontend (--model-name) alike [$MODEL, vLLM's default]
 #   NUM_WORKERS             workers to start, ids 1..NUM_WORKERS [2]
+#   PREFILL_WORKERS         disaggregated prefill/decode: workers 1..PREFILL_WORKERS register with role=prefill,
+#                           the rest with role=decode, and every worker gets --kv-transfer-config
+#                           '{"kv_connector":"NixlConnector","kv_role":"kv_both"}' (vLLM's NIXL KV transfer);
+#                           0 is an aggregated fleet [0]
+#   NIXL_SIDE_CHANNEL_PORT_BASE  with PREFILL_WORKERS: worker i's VLLM_NIXL_SIDE_CHANNEL_PORT (the handshake
+#                           port decode workers reach prefill workers on) is this + i - 1 [5600]
 #   BLOCK_SIZE              KV block size in tokens: workers' --block-size and the frontend's
 #                           --kv-cache-block-size, which must agree [16]
 #   GPU_MEMORY_UTILIZATION  each worker's --gpu-memory-utilization; empty: vLLM's default (0.9), or 0.9/NUM_WORKERS
@@ -46,6 +53,8 @@ set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen3-VL-2B-Instruct}
 SERVED_MODEL_NAME=${SERVED_MODEL_NAME:-$MODEL}
 NUM_WORKERS=${NUM_WORKERS:-2}
+PREFILL_WORKERS=${PREFILL_WORKERS:-0}
+NIXL_SIDE_CHANNEL_PORT_BASE=${NIXL_SIDE_CHANNEL_PORT_BASE:-5600}
 BLOCK_SIZE=${BLOCK_SIZE:-16}
 GPU_MEMORY_UTILIZATION=${GPU_MEMORY_UTILIZATION:-}
 SINGLE_GPU=${SINGLE_GPU:-0}
@@ -69,11 +78,13 @@ LOG_DIR=${LOG_DIR:-}
 log() { printf 'launch: %s\n' "$*" >&2; }
 die() { log "$*"; exit 2; }
 
-for v in NUM_WORKERS BLOCK_SIZE HTTP_PORT_BASE KV_EVENTS_PORT_BASE KV_REPLAY_PORT_BASE FRONTEND_PORT \
+for v in NUM_WORKERS PREFILL_WORKERS NIXL_SIDE_CHANNEL_PORT_BASE BLOCK_SIZE HTTP_PORT_BASE KV_EVENTS_PORT_BASE KV_REPLAY_PORT_BASE FRONTEND_PORT \
 	HEALTH_TIMEOUT STOP_TIMEOUT; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
 done
 ((NUM_WORKERS >= 1)) || die "NUM_WORKERS must be at least 1"
+((PREFILL_WORKERS == 0 || PREFILL_WORKERS < NUM_WORKERS)) ||
+	die "PREFILL_WORKERS ($PREFILL_WORKERS) must leave at least one of the $NUM_WORKERS workers to decode"
 
 if [[ -z ${KVROUTE:-} ]]; then
 	if command -v kvroute >/dev/null 2>&1; then
@@ -216,12 +227,19 @@ for ((i = 1; i <= NUM_WORKERS; i++)); do
 		--enable-prefix-caching --block-size "$BLOCK_SIZE" --enable-prompt-tokens-details
 		--kv-events-config "$kv_config")
 	[[ -n $GPU_MEMORY_UTILIZATION ]] && args+=(--gpu-memory-utilization "$GPU_MEMORY_UTILIZATION")
+	role=
+	if ((PREFILL_WORKERS > 0)); then
+		role=",role=decode"
+		((i <= PREFILL_WORKERS)) && role=",role=prefill"
+		args+=(--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}')
+	fi
 	gpu=$((i - 1))
 	[[ $SINGLE_GPU == 1 ]] && gpu=0
 	port_free "$connect_host" "$port" "worker-$i" || exit 1
-	CUDA_VISIBLE_DEVICES=$gpu start "worker-$i" "${vllm_cmd[@]}" "${args[@]}" "${vllm_extra[@]}"
+	CUDA_VISIBLE_DEVICES=$gpu VLLM_NIXL_SIDE_CHANNEL_PORT=$((NIXL_SIDE_CHANNEL_PORT_BASE + i - 1)) \
+		start "worker-$i" "${vllm_cmd[@]}" "${args[@]}" "${vllm_extra[@]}"
 	worker_pids+=("$!")
-	worker_flags+=(--worker "id=$i,url=http://$connect_host:$port,events=tcp://$connect_host:$events,replay=tcp://$connect_host:$replay")
+	worker_flags+=(--worker "id=$i,url=http://$connect_host:$port,events=tcp://$connect_host:$events,replay=tcp://$connect_host:$replay$role")
 	if [[ $SINGLE_GPU == 1 ]]; then
 		wait_healthy "worker-$i" "$!" "$connect_host" "$port" || exit 1
 	fi

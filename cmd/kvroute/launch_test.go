@@ -372,3 +372,84 @@ func TestLaunchScriptBusyFrontendPort(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchScriptDisaggregated runs the P/D layout (PREFILL_WORKERS=1 of NUM_WORKERS=2) with simulated
+// workers: the workers register with their roles and a request takes the prefill hop on worker 1, then
+// decodes on worker 2 (every request disaggregated: --conditional-prefill-policy never).
+func TestLaunchScriptDisaggregated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts three processes")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not found")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildKVRouteBinary(t, root)
+	ports := launchPortRange(t, 9)
+	frontendPort := ports
+	modelDir := filepath.Join(root, "testdata", "models", "Qwen3-VL-2B-Instruct")
+	var out launchOutput
+	cmd := exec.Command(bash, filepath.Join(root, "scripts", "launch.sh"))
+	cmd.Dir = t.TempDir()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), "VLLM_CMD="+bin+" mocker", "KVROUTE="+bin, "MODEL="+modelDir, "SERVED_MODEL_NAME=m",
+		"NUM_WORKERS=2", "PREFILL_WORKERS=1", "NIXL_SIDE_CHANNEL_PORT_BASE="+strconv.Itoa(ports+7), "BLOCK_SIZE=16", "SINGLE_GPU=0",
+		"WORKER_HOST=127.0.0.1", "FRONTEND_HOST=127.0.0.1", "FRONTEND_PORT="+strconv.Itoa(frontendPort),
+		"HTTP_PORT_BASE="+strconv.Itoa(ports+1), "KV_EVENTS_PORT_BASE="+strconv.Itoa(ports+3), "KV_REPLAY_PORT_BASE="+strconv.Itoa(ports+5),
+		"VLLM_EXTRA_ARGS=--speedup-ratio 20 --num-gpu-blocks 2048", "FRONTEND_EXTRA_ARGS=--conditional-prefill-policy never",
+		"HEALTH_TIMEOUT=30", "STOP_TIMEOUT=5", "LOG_DIR=")
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for _, pgid := range launchedPIDs(out.String()) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		<-exited
+		if t.Failed() {
+			t.Logf("launch.sh output:\n%s", out.String())
+		}
+	})
+	base := "http://127.0.0.1:" + strconv.Itoa(frontendPort)
+	hc := &http.Client{Timeout: 5 * time.Second}
+	launchWaitFor(t, 45*time.Second, exited, "frontend /health", func() bool {
+		resp, err := hc.Get(base + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if !strings.Contains(out.String(), `--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'`) {
+		t.Fatal("workers were not started with the NixlConnector transfer config")
+	}
+	resp, err := hc.Get(base + "/v1/workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `"role":"prefill"`) || !strings.Contains(string(page), `"role":"decode"`) {
+		t.Fatalf("/v1/workers: %s", page)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": "hello"}}, "max_tokens": 4})
+	resp, err = hc.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("x-kvroute-serving") != "disaggregated" ||
+		resp.Header.Get("x-kvroute-prefill-worker-id") != "1" || resp.Header.Get("x-kvroute-worker-id") != "2" {
+		t.Fatalf("status %d serving %q prefill %q decode %q: %s", resp.StatusCode, resp.Header.Get("x-kvroute-serving"),
+			resp.Header.Get("x-kvroute-prefill-worker-id"), resp.Header.Get("x-kvroute-worker-id"), b)
+	}
+}
