@@ -14,6 +14,14 @@
 // Workers behind an API key get it from the WorkerPool's endpoint (workers/client), never from a log or
 // a status answer.
 //
+// Disaggregated prefill/decode (disagg.go): workers registered with role=prefill join a second router
+// core, Disagg.Prefill (no active-block tracking), beside the model's own (the decode core). Once one is
+// registered, a request the conditional-prefill policy does not serve aggregated takes two hops: the
+// prefill core's KV-aware decision and a prefill request with vLLM's kv_transfer_params
+// (do_remote_decode, max_tokens 1, not streamed), then a load-only decode decision (credit 0, no prefill
+// charge) and the client's request plus the prefill answer's kv_transfer_params, streamed by the
+// ordinary dispatch. With no prefill worker the first model's API behaves as before.
+//
 // An OpenAI request's lifecycle has three calls (lifecycle.go): begin, firstToken, end. They keep the
 // in-flight count the drain waits on, the dynamo_frontend_* / dynamo_component_router_* metrics
 // (metrics.go) and the access-log line. Drain (drain.go) is the capped graceful shutdown: readiness
@@ -41,7 +49,8 @@
 //
 // # Ownership
 //
-// cmd/ builds the Server and owns its listener; each model's router core is owned by actors/router.
+// cmd/ builds the Server and owns its listener; each model's router core (and the first model's prefill
+// core) is owned by actors/router; cmd/ stops the prefill core with the others.
 // Models is built once before serving and only read afterwards.
 //
 // # Data flow
