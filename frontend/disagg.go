@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/actors/router"
@@ -95,7 +96,7 @@ type Disagg struct {
 	Cfg     DisaggConfig
 	// workers counts the prefill workers registered: zero keeps the frontend aggregated.
 	workers atomic.Int64
-	// Counters of how requests were served (kvroute_disagg_requests_total).
+	// Counters of how requests were served (kvroute_disagg_requests_total, Collect).
 	disaggregated, bypassed, fellBack atomic.Uint64
 }
 
@@ -135,6 +136,25 @@ func (d *Disagg) RemoveWorker(id uint64) error {
 
 // active reports whether requests take the prefill hop at all.
 func (d *Disagg) active() bool { return d != nil && d.workers.Load() > 0 }
+
+// disaggDesc is kvroute_disagg_requests_total{serving}: how a frontend with prefill workers served its
+// requests.
+var disaggDesc = prometheus.NewDesc("kvroute_disagg_requests_total",
+	"Requests of a frontend with prefill workers, by how they were served: disaggregated (prefill hop), bypassed (conditional prefill), fallback (no prefill worker, --decode-fallback).",
+	[]string{"serving"}, nil)
+
+// Describe implements prometheus.Collector.
+func (d *Disagg) Describe(ch chan<- *prometheus.Desc) { ch <- disaggDesc }
+
+// Collect implements prometheus.Collector.
+func (d *Disagg) Collect(ch chan<- prometheus.Metric) {
+	dis, by, fb := d.Counts()
+	ch <- prometheus.MustNewConstMetric(disaggDesc, prometheus.CounterValue, float64(dis), servingDisaggregated)
+	ch <- prometheus.MustNewConstMetric(disaggDesc, prometheus.CounterValue, float64(by), servingBypassed)
+	ch <- prometheus.MustNewConstMetric(disaggDesc, prometheus.CounterValue, float64(fb), servingFallback)
+}
+
+var _ prometheus.Collector = (*Disagg)(nil)
 
 // Counts returns how many requests were disaggregated, bypassed and served by decode fallback.
 func (d *Disagg) Counts() (disaggregated, bypassed, fellBack uint64) {

@@ -90,6 +90,15 @@ func TestServePrefillDecode(t *testing.T) {
 			if policy == "never" && resp.Header.Get("x-kvroute-prefill-worker-id") != "1" {
 				t.Fatalf("prefill worker %q, want 1", resp.Header.Get("x-kvroute-prefill-worker-id"))
 			}
+			resp, err = hc.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := `kvroute_disagg_requests_total{serving="` + serving + `"} 1`; !strings.Contains(string(page), want) {
+				t.Fatalf("/metrics lacks %s", want)
+			}
 		})
 	}
 }

@@ -321,6 +321,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 			mhc := hc
 			mhc.ModelName = sm.name
 			app.pmon = frontend.NewMonitor(prefill, app.pool, mhc, log)
+			reg.MustRegister(app.pd)
 		}
 		for _, w := range perModel[i] {
 			var err error
