@@ -297,6 +297,8 @@ func TestDisaggE2E(t *testing.T) {
 		t.Fatalf("prefill overlap header %s blocks; the worker served %d cached tokens (%d blocks)", ov, cached, cached/16)
 	}
 	_ = s.r.Free("busy")
+	// Both hops were freed: nothing stays charged on either core once the streams ended.
+	eventually(t, "both cores free", func() bool { return s.r.ActiveRequests() == 0 && s.pd.Prefill.ActiveRequests() == 0 })
 
 	// The requests each worker received, field by field against vLLM's P/D protocol.
 	checkPDProtocol(t, s, long, pw, dw)
