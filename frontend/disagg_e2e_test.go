@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
@@ -190,7 +191,7 @@ func startPDStack(t *testing.T, prefill, decode int, cfg DisaggConfig) *pdStack 
 		}
 	}
 	for _, core := range []*router.Router{s.r, pr} {
-		eventually(t, "every worker's event stream connected", func() bool {
+		testutil.Eventually(t, "every worker's event stream connected", func() bool {
 			for _, w := range core.Workers() {
 				if w.Replays == 0 {
 					return false
@@ -269,11 +270,11 @@ func TestDisaggE2E(t *testing.T) {
 		t.Fatalf("prefill worker %q, decode worker %q: not in their fleets", pw, dw)
 	}
 	// The decode worker stored the pulled blocks and announced them: its core indexes the prompt.
-	eventually(t, "decode core indexes the pulled blocks", func() bool {
+	testutil.Eventually(t, "decode core indexes the pulled blocks", func() bool {
 		st, _ := s.r.Fleet.StatusOf(uint64(decodeW.ID()))
 		return st.IndexedBlocks > 100
 	})
-	eventually(t, "prefill core indexes the prompt", func() bool {
+	testutil.Eventually(t, "prefill core indexes the prompt", func() bool {
 		st, _ := s.pd.Prefill.Fleet.StatusOf(uint64(prefillW.ID()))
 		return st.IndexedBlocks > 100
 	})
@@ -298,7 +299,7 @@ func TestDisaggE2E(t *testing.T) {
 	}
 	_ = s.r.Free("busy")
 	// Both hops were freed: nothing stays charged on either core once the streams ended.
-	eventually(t, "both cores free", func() bool { return s.r.ActiveRequests() == 0 && s.pd.Prefill.ActiveRequests() == 0 })
+	testutil.Eventually(t, "both cores free", func() bool { return s.r.ActiveRequests() == 0 && s.pd.Prefill.ActiveRequests() == 0 })
 
 	// The requests each worker received, field by field against vLLM's P/D protocol.
 	checkPDProtocol(t, s, long, pw, dw)
@@ -329,7 +330,7 @@ func TestDisaggBypass(t *testing.T) {
 	if first.header.Get("x-kvroute-serving") != "disaggregated" || prefillRequests() != 1 {
 		t.Fatalf("long novel prompt: serving %q, %d prefill requests", first.header.Get("x-kvroute-serving"), prefillRequests())
 	}
-	eventually(t, "decode core indexes the pulled blocks", func() bool {
+	testutil.Eventually(t, "decode core indexes the pulled blocks", func() bool {
 		st, _ := s.r.Fleet.StatusOf(11)
 		return st.IndexedBlocks > 100
 	})
