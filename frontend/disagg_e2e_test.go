@@ -304,8 +304,35 @@ func TestDisaggE2E(t *testing.T) {
 	// The requests each worker received, field by field against vLLM's P/D protocol.
 	checkPDProtocol(t, s, long, pw, dw)
 
-	if d, b, f := s.pd.Counts(); d != 2 || b != 0 || f != 0 {
-		t.Fatalf("counts disaggregated %d bypassed %d fallback %d, want 2 0 0", d, b, f)
+	// nvext.return_routing names both decisions: the decode worker at the top, the prefill one inside.
+	unary := s.post(t, pdChat(longText("pd", 900), `,"max_tokens":2,"nvext":{"return_routing":true}`))
+	var nv struct {
+		NVExt struct {
+			Routing struct {
+				WorkerID uint64 `json:"worker_id"`
+				Prefill  *struct {
+					WorkerID      uint64 `json:"worker_id"`
+					OverlapBlocks uint32 `json:"overlap_blocks"`
+					Candidates    []any  `json:"candidates"`
+				} `json:"prefill"`
+			} `json:"routing"`
+		} `json:"nvext"`
+		KV json.RawMessage `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal([]byte(unary.body), &nv); err != nil || unary.status != 200 {
+		t.Fatalf("unary: %d %s", unary.status, unary.body)
+	}
+	r := nv.NVExt.Routing
+	if r.Prefill == nil || fmt.Sprint(r.Prefill.WorkerID) != unary.header.Get("x-kvroute-prefill-worker-id") ||
+		fmt.Sprint(r.WorkerID) != unary.header.Get("x-kvroute-worker-id") || len(r.Prefill.Candidates) != 2 || r.Prefill.OverlapBlocks == 0 {
+		t.Fatalf("nvext routing %s", unary.body)
+	}
+	if nv.KV != nil {
+		t.Fatalf("the client's answer carries the prefill handshake: %s", unary.body)
+	}
+
+	if d, b, f := s.pd.Counts(); d != 3 || b != 0 || f != 0 {
+		t.Fatalf("counts disaggregated %d bypassed %d fallback %d, want 3 0 0", d, b, f)
 	}
 }
 
