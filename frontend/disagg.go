@@ -214,7 +214,7 @@ func (a *OpenAIAPI) route(j *job, rr *router.RouteRequest) (res router.RouteResu
 		res, err = a.R.Route(j.ctx, rr)
 		return res, nil, err
 	}
-	if d.Cfg.BypassPolicy != BypassNever {
+	if d.Cfg.BypassPolicy != BypassNever && j.pinPrefill == nil {
 		if res, err = a.R.Route(j.ctx, rr); err != nil {
 			return res, nil, err
 		}
@@ -226,7 +226,10 @@ func (a *OpenAIAPI) route(j *job, rr *router.RouteRequest) (res router.RouteResu
 		_ = a.R.Free(rr.ID)
 	}
 	pr := *rr
-	pr.Pin, pr.PinRank, pr.Exclude = nil, false, nil // pins name decode workers
+	pr.Pin, pr.PinRank, pr.Exclude = nil, false, nil // x-dynamo-worker-instance-id names the decode worker
+	if j.pinPrefill != nil {
+		pr.Pin = &scoring.WorkerKey{WorkerID: *j.pinPrefill}
+	}
 	p, err := d.Prefill.Route(j.ctx, &pr)
 	switch {
 	case err == nil:
@@ -314,6 +317,9 @@ func (a *OpenAIAPI) dispatchPD(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 			excluded = append(excluded, pre.Worker.WorkerID)
 			again := *p.req
 			again.Pin, again.PinRank, again.Exclude = nil, false, excluded
+			if j.pinPrefill != nil {
+				again.Pin = &scoring.WorkerKey{WorkerID: *j.pinPrefill}
+			}
 			if pre, err = d.Prefill.Route(j.ctx, &again); err == nil {
 				continue
 			}

@@ -304,6 +304,17 @@ func TestDisaggE2E(t *testing.T) {
 	// The requests each worker received, field by field against vLLM's P/D protocol.
 	checkPDProtocol(t, s, long, pw, dw)
 
+	// x-dynamo-prefill-instance-id pins the prefill hop (Dynamo's direct-mode header), even away from
+	// the worker holding the prompt.
+	other := "1"
+	if pw == "1" {
+		other = "2"
+	}
+	pinned := s.post(t, long, "x-dynamo-prefill-instance-id", other)
+	if pinned.status != 200 || pinned.header.Get("x-kvroute-prefill-worker-id") != other {
+		t.Fatalf("pinned prefill: %d on worker %q, want %s", pinned.status, pinned.header.Get("x-kvroute-prefill-worker-id"), other)
+	}
+
 	// nvext.return_routing names both decisions: the decode worker at the top, the prefill one inside.
 	unary := s.post(t, pdChat(longText("pd", 900), `,"max_tokens":2,"nvext":{"return_routing":true}`))
 	var nv struct {
@@ -331,8 +342,8 @@ func TestDisaggE2E(t *testing.T) {
 		t.Fatalf("the client's answer carries the prefill handshake: %s", unary.body)
 	}
 
-	if d, b, f := s.pd.Counts(); d != 3 || b != 0 || f != 0 {
-		t.Fatalf("counts disaggregated %d bypassed %d fallback %d, want 3 0 0", d, b, f)
+	if d, b, f := s.pd.Counts(); d != 4 || b != 0 || f != 0 {
+		t.Fatalf("counts disaggregated %d bypassed %d fallback %d, want 4 0 0", d, b, f)
 	}
 }
 
@@ -352,9 +363,12 @@ func TestDisaggBypass(t *testing.T) {
 	if n := prefillRequests(); n != 0 {
 		t.Fatalf("a bypassed request reached the prefill worker (%d requests)", n)
 	}
+	if pinned := s.post(t, pdChat("hello again", `,"max_tokens":3`), "x-dynamo-prefill-instance-id", "1"); pinned.header.Get("x-kvroute-serving") != "disaggregated" {
+		t.Fatalf("a prefill-pinned short prompt was %q, want disaggregated", pinned.header.Get("x-kvroute-serving"))
+	}
 	long := pdChat(longText("bypass", 900), `,"max_tokens":3,"stream":true`)
 	first := s.post(t, long)
-	if first.header.Get("x-kvroute-serving") != "disaggregated" || prefillRequests() != 1 {
+	if first.header.Get("x-kvroute-serving") != "disaggregated" || prefillRequests() != 2 {
 		t.Fatalf("long novel prompt: serving %q, %d prefill requests", first.header.Get("x-kvroute-serving"), prefillRequests())
 	}
 	testutil.Eventually(t, "decode core indexes the pulled blocks", func() bool {
@@ -362,12 +376,12 @@ func TestDisaggBypass(t *testing.T) {
 		return st.IndexedBlocks > 100
 	})
 	again := s.post(t, long)
-	if again.header.Get("x-kvroute-serving") != "bypassed" || again.header.Get("x-kvroute-overlap-blocks") == "0" || prefillRequests() != 1 {
+	if again.header.Get("x-kvroute-serving") != "bypassed" || again.header.Get("x-kvroute-overlap-blocks") == "0" || prefillRequests() != 2 {
 		t.Fatalf("repeated prompt: serving %q overlap %q, %d prefill requests; want bypassed on the decode worker holding it",
 			again.header.Get("x-kvroute-serving"), again.header.Get("x-kvroute-overlap-blocks"), prefillRequests())
 	}
-	if d, b, f := s.pd.Counts(); d != 1 || b != 2 || f != 0 {
-		t.Fatalf("counts disaggregated %d bypassed %d fallback %d, want 1 2 0", d, b, f)
+	if d, b, f := s.pd.Counts(); d != 2 || b != 2 || f != 0 {
+		t.Fatalf("counts disaggregated %d bypassed %d fallback %d, want 2 2 0", d, b, f)
 	}
 }
 

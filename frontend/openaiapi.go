@@ -292,6 +292,13 @@ func (a *OpenAIAPI) readHeaders(ctx *fasthttp.RequestCtx, j *job) error {
 		}
 		j.pinWorker = &n
 	}
+	if v := ctx.Request.Header.Peek("x-dynamo-prefill-instance-id"); len(v) > 0 {
+		n, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return errorf(ErrBadRequest, "header x-dynamo-prefill-instance-id: %q is not a worker id", v)
+		}
+		j.pinPrefill = &n
+	}
 	if v := ctx.Request.Header.Peek("x-dynamo-dp-rank"); len(v) > 0 {
 		n, err := strconv.ParseUint(string(v), 10, 32)
 		if err != nil {

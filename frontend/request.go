@@ -60,11 +60,14 @@ type job struct {
 	release func()
 
 	// Routing inputs from headers (they take precedence over the body).
-	priority    *float64
-	strict      uint32
-	session     string // X-Dynamo-Session-ID
-	pinWorker   *uint64
-	pinRank     *uint32
+	priority  *float64
+	strict    uint32
+	session   string // X-Dynamo-Session-ID
+	pinWorker *uint64
+	pinRank   *uint32
+	// pinPrefill is x-dynamo-prefill-instance-id: the prefill worker of a disaggregated request (it
+	// then skips conditional prefill).
+	pinPrefill  *uint64
 	returnRoute bool
 	// policyClass is x-dynamo-meta-policy-class: an explicit policy class or a policy family.
 	policyClass string
