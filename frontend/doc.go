@@ -30,6 +30,10 @@
 // OpenAI-style body {"error":{"message","type","param","code"}} with the status its class maps to
 // (errors.go): handlers return class-wrapped errors, and only this package turns them into statuses.
 //
+// Pick (pick.go) runs the same request path up to the routing decision for a caller that forwards the
+// request itself — the endpoint picker of frontend/epp — and hands it the lifecycle (FirstToken, End) as a
+// Picked; headers come through a small HeaderSource interface, so parse serves both.
+//
 // Before any handler runs, Server admits the request by plane (admin: fleet changes, busy thresholds,
 // debug; router API: /v1/route*, /v1/overlap_scores): the plane's bearer token when one is configured,
 // else loopback clients only. It then reads the body itself (body.go): fasthttp streams it, and the

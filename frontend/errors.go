@@ -84,12 +84,7 @@ func statusOf(err error) (int, string) {
 
 // writeError writes err as an OpenAI-style error with the status its class maps to.
 func writeError(ctx *fasthttp.RequestCtx, err error) {
-	status, typ := statusOf(err)
-	var param *string
-	if p := openai.ParamOf(err); p != "" {
-		param = &p
-	}
-	body, _ := json.Marshal(apiError{Error: apiErrorBody{Message: err.Error(), Type: typ, Param: param, Code: status}})
+	status, body := ErrorResponse(err)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(status)
 	ctx.SetBody(body)

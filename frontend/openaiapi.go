@@ -150,7 +150,7 @@ func (a *OpenAIAPI) serveGenerate(ctx *fasthttp.RequestCtx, ep endpoint) {
 		ctx.Response.Header.Set("X-Request-Id", reqID)
 	}
 	tr := a.startTrace(ctx, ep)
-	j, err := a.parse(ctx, ep, reqID) // 1 parse + validate; copy out of RequestCtx
+	j, err := a.parse(&ctx.Request.Header, ctx.PostBody(), ep, reqID) // 1 parse + validate; copy out of RequestCtx
 	if err != nil {
 		writeError(ctx, err)
 		a.failEarly(ctx, ep, reqID, ctx.Response.StatusCode())
@@ -177,9 +177,16 @@ func (a *OpenAIAPI) fail(ctx *fasthttp.RequestCtx, j *job, err error) {
 	a.end(j, ctx.Response.StatusCode())
 }
 
-// parse decodes and validates the body and copies what the request path needs out of ctx.
-func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (*job, error) {
-	body := append([]byte(nil), ctx.PostBody()...)
+// headerSource reads a request header by name: fasthttp's RequestHeader at the HTTP edge, the gateway's
+// headers in the endpoint picker (Pick).
+type headerSource interface {
+	Peek(key string) []byte
+}
+
+// parse decodes and validates the body and copies what the request path needs out of the request (h
+// and postBody may be recycled once it returns).
+func (a *OpenAIAPI) parse(h headerSource, postBody []byte, ep endpoint, reqID string) (*job, error) {
+	body := append([]byte(nil), postBody...)
 	if !utf8.Valid(body) {
 		return nil, errorf(ErrBadRequest, "the request body is not valid UTF-8")
 	}
@@ -220,7 +227,7 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (
 		}
 		j.comp, j.common, j.stream = req, &req.Common, req.Stream
 	}
-	if err := a.readHeaders(ctx, j); err != nil {
+	if err := a.readHeaders(h, j); err != nil {
 		return nil, err
 	}
 	if pin := a.pin(j); pin != nil {
@@ -228,7 +235,7 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (
 			return nil, err
 		}
 	}
-	ns, forward := j.common.CacheNamespace(string(ctx.Request.Header.Peek("X-Tenant-ID")))
+	ns, forward := j.common.CacheNamespace(string(h.Peek("X-Tenant-ID")))
 	if forward {
 		// nvext.cache_salt or X-Tenant-ID: the worker's engine salts its blocks only with the body's
 		// cache_salt, so it gets one, and its cache and the routing prediction share the namespace.
@@ -264,42 +271,42 @@ func (a *OpenAIAPI) parse(ctx *fasthttp.RequestCtx, ep endpoint, reqID string) (
 
 // readHeaders takes Dynamo's routing headers: priority, strict priority, policy class and direct-mode
 // worker pins.
-func (a *OpenAIAPI) readHeaders(ctx *fasthttp.RequestCtx, j *job) error {
-	if v := ctx.Request.Header.Peek("x-dynamo-request-priority"); len(v) > 0 {
+func (a *OpenAIAPI) readHeaders(h headerSource, j *job) error {
+	if v := h.Peek("x-dynamo-request-priority"); len(v) > 0 {
 		f, err := strconv.ParseFloat(string(v), 64)
 		if err != nil || f < 0 {
 			return errorf(ErrBadRequest, "header x-dynamo-request-priority: %q is not a non-negative number", v)
 		}
 		j.priority = &f
 	}
-	if v := ctx.Request.Header.Peek("x-dynamo-request-strict-priority"); len(v) > 0 {
+	if v := h.Peek("x-dynamo-request-strict-priority"); len(v) > 0 {
 		n, err := strconv.ParseUint(string(v), 10, 32)
 		if err != nil {
 			return errorf(ErrBadRequest, "header x-dynamo-request-strict-priority: %q is not an unsigned integer", v)
 		}
 		j.strict = uint32(n)
 	}
-	if v := ctx.Request.Header.Peek("x-dynamo-session-id"); len(v) > 0 {
+	if v := h.Peek("x-dynamo-session-id"); len(v) > 0 {
 		if len(v) > sched.MaxSessionIDBytes {
 			return errorf(ErrBadRequest, "header x-dynamo-session-id: longer than %d bytes", sched.MaxSessionIDBytes)
 		}
 		j.session = string(v)
 	}
-	if v := ctx.Request.Header.Peek("x-dynamo-worker-instance-id"); len(v) > 0 {
+	if v := h.Peek("x-dynamo-worker-instance-id"); len(v) > 0 {
 		n, err := strconv.ParseUint(string(v), 10, 64)
 		if err != nil {
 			return errorf(ErrBadRequest, "header x-dynamo-worker-instance-id: %q is not a worker id", v)
 		}
 		j.pinWorker = &n
 	}
-	if v := ctx.Request.Header.Peek("x-dynamo-prefill-instance-id"); len(v) > 0 {
+	if v := h.Peek("x-dynamo-prefill-instance-id"); len(v) > 0 {
 		n, err := strconv.ParseUint(string(v), 10, 64)
 		if err != nil {
 			return errorf(ErrBadRequest, "header x-dynamo-prefill-instance-id: %q is not a worker id", v)
 		}
 		j.pinPrefill = &n
 	}
-	if v := ctx.Request.Header.Peek("x-dynamo-dp-rank"); len(v) > 0 {
+	if v := h.Peek("x-dynamo-dp-rank"); len(v) > 0 {
 		n, err := strconv.ParseUint(string(v), 10, 32)
 		if err != nil {
 			return errorf(ErrBadRequest, "header x-dynamo-dp-rank: %q is not a dp rank", v)
@@ -307,7 +314,7 @@ func (a *OpenAIAPI) readHeaders(ctx *fasthttp.RequestCtx, j *job) error {
 		r := uint32(n)
 		j.pinRank = &r
 	}
-	if v := ctx.Request.Header.Peek(PolicyClassHeader); len(v) > 0 {
+	if v := h.Peek(PolicyClassHeader); len(v) > 0 {
 		j.policyClass = string(v)
 	}
 	return nil

@@ -71,6 +71,8 @@ type job struct {
 	returnRoute bool
 	// policyClass is x-dynamo-meta-policy-class: an explicit policy class or a policy family.
 	policyClass string
+	// exclude lists workers this request must not route to (the endpoint picker's subset hint).
+	exclude []uint64
 
 	// headers backs the worker request's extra headers (request id, dp rank, traceparent, tracestate).
 	headers [4]client.Header
@@ -252,7 +254,7 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if j.priority != nil {
 		rr.Priority = *j.priority
 	}
-	rr.Strict, rr.PolicyClass, rr.Session = j.strict, j.policyClass, j.session
+	rr.Strict, rr.PolicyClass, rr.Session, rr.Exclude = j.strict, j.policyClass, j.session, j.exclude
 	if h := j.common.NVExt; h != nil && h.AgentHints != nil && h.AgentHints.OSL != nil {
 		rr.ExpectedOutputTokens = *h.AgentHints.OSL
 	}

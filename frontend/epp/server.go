@@ -1,0 +1,499 @@
+package epp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// Picker is what the server needs of the frontend: *frontend.OpenAIAPI.
+type Picker interface {
+	Pick(path string, h frontend.HeaderSource, body []byte, opt frontend.PickOptions) (*frontend.Picked, error)
+}
+
+// Workers lists the routable workers with their URLs: *router.Router.
+type Workers interface {
+	Workers() []WorkerStatus
+}
+
+// WorkerStatus is the part of a worker's status the picker reads.
+type WorkerStatus struct {
+	ID  uint64
+	URL string
+}
+
+// RouterWorkers adapts *router.Router to Workers.
+type RouterWorkers struct{ R *router.Router }
+
+// Workers lists the router's workers.
+func (w RouterWorkers) Workers() []WorkerStatus {
+	st := w.R.Workers()
+	out := make([]WorkerStatus, len(st))
+	for i, s := range st {
+		out[i] = WorkerStatus{ID: s.ID, URL: s.URL}
+	}
+	return out
+}
+
+var _ Workers = RouterWorkers{}
+
+// Server is the ext_proc ExternalProcessor: one Process stream per HTTP request the gateway proxies.
+type Server struct {
+	extproc.UnimplementedExternalProcessorServer
+	cfg     Config
+	picker  Picker
+	workers Workers
+
+	// failOpen is the failure mode in force (the pool's may change while serving).
+	failOpen atomic.Bool
+
+	picked, failed, continued, moved, broken atomic.Uint64
+}
+
+// Stats are the server's counters.
+type Stats struct {
+	// Picked requests got a destination; Failed got an immediate error answer; Continued went on without
+	// a destination (not a generate request, or FailOpen); Moved were served from a fallback endpoint;
+	// Broken streams ended before the response did (their requests were freed).
+	Picked, Failed, Continued, Moved, Broken uint64
+}
+
+// NewServer returns a picker server; cfg must be valid.
+func NewServer(cfg Config, p Picker, w Workers) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, picker: p, workers: w}
+	s.SetFailureMode(cfg.FailureMode)
+	return s, nil
+}
+
+// SetFailureMode changes the failure mode for the requests that pick from now on (the InferencePool's
+// spec.endpointPickerRef.failureMode, as the pool watcher sees it).
+func (s *Server) SetFailureMode(m FailureMode) { s.failOpen.Store(m == FailOpen) }
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{Picked: s.picked.Load(), Failed: s.failed.Load(), Continued: s.continued.Load(),
+		Moved: s.moved.Load(), Broken: s.broken.Load()}
+}
+
+var _ extproc.ExternalProcessorServer = (*Server)(nil)
+
+// Process serves one HTTP request's exchange. The stream's goroutine owns the exchange.
+func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
+	x := &exchange{s: s, stream: stream, headers: headerMap{}}
+	defer x.close()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		done, err := x.handle(req)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// headerMap is the request's headers, keys lower-cased.
+type headerMap map[string]string
+
+// Peek returns the header's value (nil when absent).
+func (h headerMap) Peek(key string) []byte {
+	v, ok := h[key]
+	if !ok {
+		v, ok = h[strings.ToLower(key)]
+	}
+	if !ok {
+		return nil
+	}
+	return []byte(v)
+}
+
+func (h headerMap) load(m *corev3.HeaderMap) {
+	for _, kv := range m.GetHeaders() {
+		v := kv.GetValue()
+		if len(kv.GetRawValue()) > 0 {
+			v = string(kv.GetRawValue())
+		}
+		h[strings.ToLower(kv.GetKey())] = v
+	}
+}
+
+// exchange is one HTTP request as the gateway shows it.
+type exchange struct {
+	s       *Server
+	stream  extproc.ExternalProcessor_ProcessServer
+	headers headerMap
+	body    []byte
+	reqMode filterv3.ProcessingMode_BodySendMode
+	resMode filterv3.ProcessingMode_BodySendMode
+	// skip: a request the picker does not route (no body, not a generate path): answered CONTINUE.
+	skip   bool
+	picked *frontend.Picked
+	dest   string // the primary endpoint sent
+	status int    // the worker's response status
+	events int    // SSE events seen (tokens generated, one per event)
+	ended  bool
+}
+
+func (x *exchange) send(r *extproc.ProcessingResponse) error { return x.stream.Send(r) }
+
+// close frees a request whose stream ended before its response did.
+func (x *exchange) close() {
+	if x.picked != nil && !x.ended {
+		x.s.broken.Add(1)
+		x.picked.End(499) // the client or the gateway went away
+		x.ended = true
+	}
+}
+
+// handle answers one message; done when the exchange is over.
+func (x *exchange) handle(req *extproc.ProcessingRequest) (bool, error) {
+	if pc := req.GetProtocolConfig(); pc != nil {
+		x.reqMode, x.resMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+	}
+	switch v := req.Request.(type) {
+	case *extproc.ProcessingRequest_RequestHeaders:
+		x.headers.load(v.RequestHeaders.GetHeaders())
+		path := x.headers[":path"]
+		if v.RequestHeaders.GetEndOfStream() || !generatePath(path) {
+			x.skip = true
+			x.s.continued.Add(1)
+			return false, x.send(headersResp(true, nil, nil))
+		}
+		if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+			return false, nil // answered with the destination once the body is complete
+		}
+		return false, x.send(headersResp(true, nil, nil))
+	case *extproc.ProcessingRequest_RequestBody:
+		b := v.RequestBody
+		if x.skip {
+			return false, x.send(x.passBody(true, b.GetBody(), b.GetEndOfStream(), x.reqMode))
+		}
+		if len(x.body)+len(b.GetBody()) > x.s.cfg.MaxBodyBytes {
+			return true, x.immediate(413, errorBody(413, "request_too_large", "the request body exceeds "+strconv.Itoa(x.s.cfg.MaxBodyBytes)+" bytes"))
+		}
+		x.body = append(x.body, b.GetBody()...)
+		if !b.GetEndOfStream() {
+			if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+				return false, nil // the body goes back with the decision
+			}
+			// STREAMED or BUFFERED_PARTIAL: the gateway wants an answer per chunk; the chunk goes on.
+			return false, x.send(bodyResp(true, nil, nil))
+		}
+		return x.pick(req.GetMetadataContext())
+	case *extproc.ProcessingRequest_RequestTrailers:
+		return false, x.send(&extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestTrailers{RequestTrailers: &extproc.TrailersResponse{}}})
+	case *extproc.ProcessingRequest_ResponseHeaders:
+		h := headerMap{}
+		h.load(v.ResponseHeaders.GetHeaders())
+		x.status, _ = strconv.Atoi(h[":status"])
+		if x.picked != nil {
+			x.served(req.GetMetadataContext())
+		}
+		if err := x.send(headersResp(false, nil, nil)); err != nil {
+			return false, err
+		}
+		if v.ResponseHeaders.GetEndOfStream() {
+			x.end()
+			return false, nil
+		}
+		return false, nil
+	case *extproc.ProcessingRequest_ResponseBody:
+		b := v.ResponseBody
+		if x.picked != nil && !x.ended {
+			if len(b.GetBody()) > 0 && x.status < 300 {
+				x.picked.FirstToken()
+				if n := countEvents(b.GetBody()); n > 0 {
+					x.events += n
+					x.picked.Output(x.events)
+				}
+			}
+			if b.GetEndOfStream() {
+				x.end()
+			}
+		}
+		return false, x.send(x.passBody(false, b.GetBody(), b.GetEndOfStream(), x.resMode))
+	case *extproc.ProcessingRequest_ResponseTrailers:
+		x.end()
+		return false, x.send(&extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extproc.TrailersResponse{}}})
+	}
+	return false, status.Errorf(codes.InvalidArgument, "epp: unknown ext_proc request %T", req.Request)
+}
+
+// end finishes the picked request with the worker's status.
+func (x *exchange) end() {
+	if x.picked == nil || x.ended {
+		return
+	}
+	x.ended = true
+	st := x.status
+	if st == 0 {
+		st = 200
+	}
+	x.picked.End(st)
+}
+
+// pick routes the gathered request and answers with the destination.
+func (x *exchange) pick(md *corev3.Metadata) (bool, error) {
+	opt := frontend.PickOptions{ReturnCosts: x.s.cfg.Fallbacks > 0}
+	if subset, ok := x.subset(md); ok {
+		allowed, exclude := x.s.allowed(subset)
+		if !allowed {
+			x.s.failed.Add(1)
+			return true, x.immediate(503, errorBody(503, "service_unavailable_error", "no endpoint of the gateway's subset is a known worker"))
+		}
+		opt.Exclude = exclude
+	}
+	p, err := x.s.picker.Pick(x.headers[":path"], x.headers, x.body, opt)
+	if err != nil {
+		st, body := frontend.ErrorResponse(err)
+		if x.s.failOpen.Load() && (st >= 500 || st == 429) {
+			x.s.continued.Add(1)
+			return false, x.forward(nil, nil)
+		}
+		x.s.failed.Add(1)
+		return true, x.immediate(st, body)
+	}
+	x.picked = p
+	dest := x.s.destination(p.Route)
+	if dest == "" {
+		p.End(503)
+		x.ended = true
+		x.s.failed.Add(1)
+		return true, x.immediate(503, errorBody(503, "service_unavailable_error", "the picked worker has no ip:port URL"))
+	}
+	x.s.picked.Add(1)
+	x.dest, _, _ = strings.Cut(dest, ",")
+	var body []byte
+	if nb := p.Body(); !bytes.Equal(nb, x.body) {
+		body = nb
+	}
+	return false, x.forward(&dest, body)
+}
+
+// forward lets the request go on, with the destination when dest is set, and the body replaced when body
+// is set. In FULL_DUPLEX_STREAMED mode the headers were held: they are answered now, then the body is
+// sent back (the processor owns it in that mode).
+func (x *exchange) forward(dest *string, body []byte) error {
+	var mut *extproc.HeaderMutation
+	var md *structpb.Struct
+	if dest != nil {
+		mut = &extproc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+			Header: &corev3.HeaderValue{Key: DestinationKey, RawValue: []byte(*dest)}}}}
+		md = &structpb.Struct{Fields: map[string]*structpb.Value{x.s.cfg.Namespace: structpb.NewStructValue(
+			&structpb.Struct{Fields: map[string]*structpb.Value{DestinationKey: structpb.NewStringValue(*dest)}})}}
+	}
+	if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		r := headersResp(true, mut, nil)
+		r.DynamicMetadata = md
+		if err := x.send(r); err != nil {
+			return err
+		}
+		if body == nil {
+			body = x.body
+		}
+		return x.send(bodyResp(true, nil, &extproc.BodyMutation{Mutation: &extproc.BodyMutation_StreamedResponse{
+			StreamedResponse: &extproc.StreamedBodyResponse{Body: body, EndOfStream: true}}}))
+	}
+	var bm *extproc.BodyMutation
+	if body != nil {
+		bm = &extproc.BodyMutation{Mutation: &extproc.BodyMutation_Body{Body: body}}
+		if mut == nil {
+			mut = &extproc.HeaderMutation{}
+		}
+		mut.SetHeaders = append(mut.SetHeaders, &corev3.HeaderValueOption{
+			Header: &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))}})
+	}
+	r := bodyResp(true, mut, bm)
+	r.DynamicMetadata = md
+	return x.send(r)
+}
+
+// passBody answers a body chunk the picker does not change: echoed in FULL_DUPLEX_STREAMED mode, else
+// CONTINUE.
+func (x *exchange) passBody(request bool, chunk []byte, eos bool, mode filterv3.ProcessingMode_BodySendMode) *extproc.ProcessingResponse {
+	if mode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		return bodyResp(request, nil, &extproc.BodyMutation{Mutation: &extproc.BodyMutation_StreamedResponse{
+			StreamedResponse: &extproc.StreamedBodyResponse{Body: chunk, EndOfStream: eos}}})
+	}
+	return bodyResp(request, nil, nil)
+}
+
+// immediate answers the request itself with an error.
+func (x *exchange) immediate(code int, body []byte) error {
+	return x.send(&extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extproc.ImmediateResponse{
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: &extproc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+				Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
+			Body:    body,
+			Details: "kvroute_epp",
+		}}})
+}
+
+// subset returns the gateway's endpoint subset for this request, when it sent one.
+func (x *exchange) subset(md *corev3.Metadata) ([]string, bool) {
+	ns, ok := md.GetFilterMetadata()[x.s.cfg.SubsetNamespace]
+	if !ok {
+		return nil, false
+	}
+	v, ok := ns.GetFields()[SubsetKey]
+	if !ok {
+		return nil, false
+	}
+	var out []string
+	for _, e := range v.GetListValue().GetValues() {
+		out = append(out, e.GetStringValue())
+	}
+	return out, true
+}
+
+// served moves the request's load when the gateway reports it was served by another endpoint than the
+// primary (a fallback after a retry).
+func (x *exchange) served(md *corev3.Metadata) {
+	ns, ok := md.GetFilterMetadata()[x.s.cfg.Namespace]
+	if !ok {
+		return
+	}
+	ep := ns.GetFields()[ServedKey].GetStringValue()
+	if ep == "" || ep == x.dest {
+		return
+	}
+	for _, w := range x.s.workers.Workers() {
+		if addrOf(w.URL) == ep {
+			if x.picked.Move(w.ID) == nil {
+				x.s.moved.Add(1)
+				x.dest = ep
+			}
+			return
+		}
+	}
+}
+
+// allowed maps the gateway's subset to the workers outside it; false when no worker is in it.
+func (s *Server) allowed(subset []string) (bool, []uint64) {
+	in := make(map[string]bool, len(subset))
+	for _, e := range subset {
+		in[e] = true
+	}
+	var exclude []uint64
+	any := false
+	for _, w := range s.workers.Workers() {
+		if in[addrOf(w.URL)] {
+			any = true
+		} else {
+			exclude = append(exclude, w.ID)
+		}
+	}
+	return any, exclude
+}
+
+// destination is the header value: the picked worker's ip:port, then up to Fallbacks other candidates,
+// cheapest first.
+func (s *Server) destination(r router.RouteResult) string {
+	primary := addrOf(r.Spec.URL)
+	if primary == "" || s.cfg.Fallbacks == 0 || len(r.Candidates) < 2 {
+		return primary
+	}
+	cands := append([]scoring.CandidateCost(nil), r.Candidates...)
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Cost < cands[j].Cost })
+	urls := map[uint64]string{}
+	for _, w := range s.workers.Workers() {
+		urls[w.ID] = w.URL
+	}
+	out, n := primary, 0
+	seen := map[string]bool{primary: true}
+	for _, c := range cands {
+		if n == s.cfg.Fallbacks {
+			break
+		}
+		a := addrOf(urls[c.Worker.WorkerID])
+		if a == "" || seen[a] || c.Busy {
+			continue
+		}
+		seen[a] = true
+		out += "," + a
+		n++
+	}
+	return out
+}
+
+// addrOf is a worker URL's ip:port (the gateway connects to it directly), "" when the URL has no port.
+func addrOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(p.Host)
+	if err != nil || port == "" {
+		return ""
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// generatePath reports whether the picker routes requests to path (its OpenAI generate endpoints).
+func generatePath(path string) bool {
+	path, _, _ = strings.Cut(path, "?")
+	return path == "/v1/chat/completions" || path == "/v1/completions"
+}
+
+// countEvents counts the SSE data events of a response chunk that carry a token ("data: [DONE]" does
+// not).
+func countEvents(chunk []byte) int {
+	n := bytes.Count(chunk, []byte("data:"))
+	if n > 0 && bytes.Contains(chunk, []byte("[DONE]")) {
+		n--
+	}
+	return n
+}
+
+func headersResp(request bool, mut *extproc.HeaderMutation, bm *extproc.BodyMutation) *extproc.ProcessingResponse {
+	hr := &extproc.HeadersResponse{Response: &extproc.CommonResponse{HeaderMutation: mut, BodyMutation: bm, ClearRouteCache: mut != nil}}
+	if request {
+		return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: hr}}
+	}
+	return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ResponseHeaders{ResponseHeaders: hr}}
+}
+
+func bodyResp(request bool, mut *extproc.HeaderMutation, bm *extproc.BodyMutation) *extproc.ProcessingResponse {
+	br := &extproc.BodyResponse{Response: &extproc.CommonResponse{HeaderMutation: mut, BodyMutation: bm, ClearRouteCache: mut != nil}}
+	if request {
+		return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestBody{RequestBody: br}}
+	}
+	return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ResponseBody{ResponseBody: br}}
+}
+
+// errorBody is an OpenAI-style error body for the picker's own refusals.
+func errorBody(code int, typ, msg string) []byte {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+	return b
+}
