@@ -25,11 +25,12 @@ const (
 	topicScaleOut = "Scale-out (NATS)"
 	topicMM       = "Multimodal"
 	topicOps      = "Logging, probes and shutdown"
+	topicEPP      = "Endpoint picker (kvroute epp)"
 	topicOther    = "Other"
 	topicRefused  = "Dynamo flags kvroute refuses (each says why)"
 )
 
-var topicOrder = []string{topicHTTP, topicModel, topicWorkers, topicRouting, topicQueue, topicScaleOut, topicMM, topicOps, topicOther, topicRefused}
+var topicOrder = []string{topicHTTP, topicModel, topicWorkers, topicRouting, topicQueue, topicScaleOut, topicMM, topicOps, topicEPP, topicOther, topicRefused}
 
 // topicPrefixes maps a flag-name prefix to its topic; the longest matching prefix wins.
 var topicPrefixes = map[string]string{
@@ -49,6 +50,8 @@ var topicPrefixes = map[string]string{
 	"mm-": topicMM, "media-": topicMM, "frontend-decoding": topicMM,
 	"log-": topicOps, "access-log": topicOps, "graceful-shutdown": topicOps, "pprof": topicOps, "dump-config-to": topicOps, "otlp-": topicOps, "otel-": topicOps,
 	"ready-": topicOps, "metrics-prefix": topicOps, "dyn-chat-processor": topicModel,
+	"grpc-": topicEPP, "secure-serving": topicEPP, "cert-path": topicEPP, "destination-fallbacks": topicEPP,
+	"failure-mode": topicEPP, "pool-": topicEPP, "kubeconfig": topicEPP,
 }
 
 func topicOf(name string) string {

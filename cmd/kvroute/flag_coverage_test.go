@@ -137,6 +137,20 @@ var flagEvidence = map[string][]string{
 	// Other.
 	"dyn-chat-processor": {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},
 	"metrics-prefix":     {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},
+
+	// Endpoint picker (kvroute epp).
+	"grpc-port":             {"cmd/kvroute: TestEPPCommand"},
+	"grpc-health-port":      {"cmd/kvroute: TestEPPCommand"},
+	"secure-serving":        {"cmd/kvroute: TestEPPCommand"},
+	"cert-path":             {"cmd/kvroute: TestEPPCertPath"},
+	"destination-fallbacks": {"cmd/kvroute: TestEPPCommand", "frontend/epp: TestPickerConformance"},
+	"failure-mode":          {"cmd/kvroute: TestEPPCommand", "frontend/epp: TestPickerConformance"},
+	"pool-name":             {"cmd/kvroute: TestEPPPool"},
+	"pool-namespace":        {"cmd/kvroute: TestEPPPool"},
+	"pool-group":            {"cmd/kvroute: TestEPPPool"},
+	"pool-kv-events-port":   {"cmd/kvroute: TestEPPPool", "workers/k8spool: TestWatcherFollowsThePool"},
+	"pool-kv-replay-port":   {"cmd/kvroute: TestEPPPool", "workers/k8spool: TestWatcherFollowsThePool"},
+	"kubeconfig":            {"cmd/kvroute: TestEPPKubeconfig"},
 }
 
 // helpedCommands are the subcommands whose every listed flag must have evidence, with their flag sets
@@ -151,7 +165,12 @@ func helpedCommands(t *testing.T) map[string]*flag.FlagSet {
 	if _, err := addFrontendFlags(frontend, scoring.ModeKV); err != nil {
 		t.Fatal(err)
 	}
-	return map[string]*flag.FlagSet{"router": router, "frontend": frontend}
+	picker := flag.NewFlagSet("epp", flag.ContinueOnError)
+	if _, err := addFrontendFlags(picker, scoring.ModeKV); err != nil {
+		t.Fatal(err)
+	}
+	addEPPFlags(picker)
+	return map[string]*flag.FlagSet{"router": router, "frontend": frontend, "epp": picker}
 }
 
 // mainFlags groups fs's flags as printHelp lists them: each listed flag with its other spellings
@@ -243,7 +262,7 @@ func TestEveryHelpedFlagHasEvidence(t *testing.T) {
 	refusedSeen := 0
 	perCommand := map[string]int{}
 	sets := helpedCommands(t)
-	for _, cmdName := range []string{"router", "frontend"} {
+	for _, cmdName := range []string{"router", "frontend", "epp"} {
 		fs := sets[cmdName]
 		spellings, refusedNames := mainFlags(fs)
 		refusedSeen += len(refusedNames)

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kvroute/kvroute/frontend/epp"
+	"github.com/kvroute/kvroute/workers/k8spool"
+)
+
+func init() {
+	register("epp", "endpoint picker for Kubernetes inference gateways (Envoy ext_proc, Gateway API Inference Extension)", runEPP)
+}
+
+// eppFlags are kvroute epp's own flags; the frontend's (model, routing, workers, NATS) come with them.
+type eppFlags struct {
+	grpcPort, healthPort *int
+	secure               *bool
+	certPath             *string
+	fallbacks            *int
+	failureMode          *string
+	poolName, poolNS     *string
+	poolGroup            *string
+	kubeconfig           *string
+	eventsPort           *int
+	replayPort           *int
+}
+
+func addEPPFlags(fs *flag.FlagSet) *eppFlags {
+	ns := envOr("POD_NAMESPACE", "default")
+	return &eppFlags{
+		grpcPort:    fs.Int("grpc-port", 9002, "ext_proc gRPC port the gateway calls (the InferencePool's endpointPickerRef port)"),
+		healthPort:  fs.Int("grpc-health-port", 9003, "plain-text gRPC health port for the gateway's and kubelet's probes (liveness, readiness); 0: none (health stays on --grpc-port)"),
+		secure:      fs.Bool("secure-serving", true, "TLS on --grpc-port: the --cert-path pair, else a self-signed certificate made at start"),
+		certPath:    fs.String("cert-path", "", "directory holding tls.crt and tls.key for --secure-serving (a mounted Secret)"),
+		fallbacks:   fs.Int("destination-fallbacks", 0, "endpoints after the primary in x-gateway-destination-endpoint, cheapest first, for the gateway's retries (0 to 16)"),
+		failureMode: fs.String("failure-mode", "FailClose", "when no worker can take a request: FailClose answers the error, FailOpen lets the gateway pick; the pool's endpointPickerRef.failureMode overrides it"),
+		poolName:    fs.String("pool-name", "", "InferencePool whose ready pods are the workers (watched through the Kubernetes API); empty: --worker / NATS discovery"),
+		poolNS:      fs.String("pool-namespace", ns, "namespace of --pool-name [$POD_NAMESPACE]"),
+		poolGroup:   fs.String("pool-group", k8spool.DefaultResource.Group, "API group of the InferencePool: inference.networking.k8s.io (v1) or inference.networking.x-k8s.io (v1alpha2)"),
+		kubeconfig:  fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig for --pool-name outside a cluster (default: the in-cluster service account) [$KUBECONFIG]"),
+		eventsPort:  fs.Int("pool-kv-events-port", 5557, "pods' KV event (ZMQ PUB) port unless annotated kvroute.io/kv-events-port; 0: no events"),
+		replayPort:  fs.Int("pool-kv-replay-port", 0, "pods' KV event replay port unless annotated kvroute.io/kv-replay-port; 0: none"),
+	}
+}
+
+func (e *eppFlags) check() error {
+	if err := oneOf("failure-mode", *e.failureMode, []string{string(epp.FailClose), string(epp.FailOpen)}); err != nil {
+		return err
+	}
+	if *e.certPath != "" && !*e.secure {
+		return fmt.Errorf("--cert-path needs --secure-serving")
+	}
+	return nil
+}
+
+// eppApp is a running picker: the frontend's core (router, request path, HTTP probes and metrics) plus
+// the ext_proc gRPC server and, with --pool-name, the pool watcher.
+type eppApp struct {
+	*frontendApp
+	picker   *epp.Server
+	grpc     *grpc.Server
+	health   *grpc.Server
+	grpcLn   net.Listener
+	healthLn net.Listener
+	watcher  *k8spool.Watcher
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// kubeClients builds the Kubernetes clients (the seam tests replace with client-go's fakes).
+type kubeClients func(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error)
+
+func realKubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("--kubeconfig %q: %w", kubeconfig, err)
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kc, dc, nil
+}
+
+// startEPP starts the frontend's core, the pool watcher and the gRPC servers.
+func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger) (*eppApp, error) {
+	app, err := startFrontend(f, newRegistry(), log)
+	if err != nil {
+		return nil, err
+	}
+	a := &eppApp{frontendApp: app, done: make(chan struct{})}
+	cfg := epp.DefaultConfig()
+	cfg.Fallbacks, cfg.FailureMode, cfg.MaxBodyBytes = *e.fallbacks, epp.FailureMode(*e.failureMode), *f.maxBody
+	if a.picker, err = epp.NewServer(cfg, app.api, epp.RouterWorkers{R: app.router}); err != nil {
+		a.stop()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	if *e.poolName != "" {
+		kc, dc, err := kube(*e.kubeconfig)
+		if err != nil {
+			close(a.done)
+			a.stop()
+			return nil, err
+		}
+		pc := k8spool.DefaultConfig()
+		pc.Namespace, pc.Name = *e.poolNS, *e.poolName
+		pc.Resource = schema.GroupVersionResource{Group: *e.poolGroup, Version: "v1", Resource: "inferencepools"}
+		if strings.HasSuffix(*e.poolGroup, ".x-k8s.io") {
+			pc.Resource.Version = "v1alpha2"
+		}
+		pc.EventsPort, pc.ReplayPort = *e.eventsPort, *e.replayPort
+		if a.watcher, err = k8spool.NewWatcher(kc, dc, app.router, pc, func(m string) {
+			a.picker.SetFailureMode(epp.FailureMode(m))
+		}); err != nil {
+			close(a.done)
+			a.stop()
+			return nil, err
+		}
+		go func() { defer close(a.done); a.watcher.Run(ctx) }()
+	} else {
+		close(a.done)
+	}
+	minReady := max(1, f.cfg.MinInitialWorkers)
+	health := &epp.Health{Ready: func() bool {
+		if a.watcher != nil && !a.watcher.Synced() {
+			return false
+		}
+		return !app.probes.Draining() && app.probes.ReadyWorkers() >= minReady
+	}}
+	var opts []grpc.ServerOption
+	if *e.secure {
+		cert, err := servingCert(*e.certPath)
+		if err != nil {
+			a.stop()
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	}
+	a.grpc = grpc.NewServer(opts...)
+	extproc.RegisterExternalProcessorServer(a.grpc, a.picker)
+	healthpb.RegisterHealthServer(a.grpc, health)
+	host := *f.host
+	if a.grpcLn, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(*e.grpcPort))); err != nil {
+		a.stop()
+		return nil, fmt.Errorf("--grpc-port: %w", err)
+	}
+	go func() { _ = a.grpc.Serve(a.grpcLn) }()
+	if *e.healthPort > 0 {
+		a.health = grpc.NewServer()
+		healthpb.RegisterHealthServer(a.health, health)
+		if a.healthLn, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(*e.healthPort))); err != nil {
+			a.stop()
+			return nil, fmt.Errorf("--grpc-health-port: %w", err)
+		}
+		go func() { _ = a.health.Serve(a.healthLn) }()
+	}
+	log.Info("kvroute epp listening", "grpc", a.grpcLn.Addr().String(), "tls", *e.secure, "pool", *e.poolName,
+		"failure_mode", *e.failureMode, "fallbacks", *e.fallbacks)
+	return a, nil
+}
+
+// stop ends the gRPC streams (bounded), the watcher, then the frontend's core.
+func (a *eppApp) stop() {
+	for _, s := range []*grpc.Server{a.grpc, a.health} {
+		if s == nil {
+			continue
+		}
+		stopped := make(chan struct{})
+		go func() { s.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			s.Stop()
+		}
+	}
+	if a.cancel != nil {
+		a.cancel()
+		<-a.done
+	}
+	a.frontendApp.stop()
+}
+
+// servingCert loads dir/tls.crt and dir/tls.key, or makes a self-signed certificate when dir is empty
+// (gateways that call a picker over TLS do not verify it by default).
+func servingCert(dir string) (tls.Certificate, error) {
+	if dir != "" {
+		c, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+		if err != nil {
+			return tls.Certificate{}, fmt.Errorf("--cert-path: %w", err)
+		}
+		return c, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "kvroute-epp"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// parseEPP parses kvroute epp's flags (the frontend's plus its own).
+func parseEPP(args []string) (*frontendFlags, *eppFlags, *slog.Logger, int, bool) {
+	var e *eppFlags
+	f, log, code, ok := parseFrontend("epp", args, func(fs *flag.FlagSet) { e = addEPPFlags(fs) })
+	if !ok {
+		return nil, nil, nil, code, false
+	}
+	if err := e.check(); err != nil {
+		fmt.Fprintf(errOut, "kvroute epp: %v\n", err)
+		return nil, nil, nil, 2, false
+	}
+	return f, e, log, 0, true
+}
+
+func runEPP(args []string) int {
+	f, e, log, code, ok := parseEPP(args)
+	if !ok {
+		return code
+	}
+	app, err := startEPP(f, e, realKubeClients, log)
+	if err != nil {
+		fatal(log, "epp", err)
+		return 1
+	}
+	waitForSignal()
+	log.Info("shutdown: signal received")
+	app.stop()
+	return 0
+}
