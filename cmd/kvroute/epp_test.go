@@ -153,7 +153,7 @@ func healthOf(t *testing.T, conn *grpc.ClientConn, svc string) (healthpb.HealthC
 	return r.GetStatus(), err
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func eppWaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
@@ -181,7 +181,7 @@ func TestEPPCommand(t *testing.T) {
 		t.Fatal("plain text accepted on the TLS port")
 	}
 	probe := dialEPP(t, "127.0.0.1:"+hp, nil)
-	waitUntil(t, "readiness SERVING on --grpc-health-port", func() bool {
+	eppWaitFor(t, "readiness SERVING on --grpc-health-port", func() bool {
 		st, err := healthOf(t, probe, "readiness")
 		return err == nil && st == healthpb.HealthCheckResponse_SERVING
 	})
@@ -292,7 +292,7 @@ func TestEPPPool(t *testing.T) {
 	if gotKubeconfig != "/dev/null/kubeconfig" {
 		t.Fatalf("kubeconfig %q", gotKubeconfig)
 	}
-	waitUntil(t, "both pods as workers", func() bool { return len(a.router.Workers()) == 2 })
+	eppWaitFor(t, "both pods as workers", func() bool { return len(a.router.Workers()) == 2 })
 	for _, w := range a.router.Workers() {
 		sp := specs[w.ID-1]
 		wantEvents, wantURL := sp.Events, sp.URL
@@ -305,7 +305,7 @@ func TestEPPPool(t *testing.T) {
 		t.Fatalf("replay ports: %+v", st)
 	}
 	conn := dialEPP(t, a.grpcLn.Addr().String(), nil)
-	waitUntil(t, "readiness after the pool synced", func() bool {
+	eppWaitFor(t, "readiness after the pool synced", func() bool {
 		s, err := healthOf(t, conn, "readiness")
 		return err == nil && s == healthpb.HealthCheckResponse_SERVING
 	})
@@ -317,7 +317,7 @@ func TestEPPPool(t *testing.T) {
 	if err := kc.CoreV1().Pods("llm").Delete(context.Background(), "w1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "w1 gone", func() bool { return len(a.router.Workers()) == 1 })
+	eppWaitFor(t, "w1 gone", func() bool { return len(a.router.Workers()) == 1 })
 }
 
 // TestEPPKubeconfig: --kubeconfig is the file the pool watcher's clients are built from.
