@@ -18,6 +18,10 @@ import (
 
 	"github.com/goccy/go-json"
 	"gopkg.in/yaml.v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/kvroute/kvroute/workers/k8spool"
 )
 
 func deployDir(t *testing.T) string {
@@ -233,6 +237,10 @@ type probe struct {
 		Path string `yaml:"path"`
 		Port any    `yaml:"port"`
 	} `yaml:"httpGet"`
+	GRPC *struct {
+		Port    int    `yaml:"port"`
+		Service string `yaml:"service"`
+	} `yaml:"grpc"`
 }
 
 // checkManifests parses a multi-document YAML stream and checks each object's shape: identity, label
@@ -268,6 +276,10 @@ func checkManifests(t *testing.T, name string, src []byte) (kinds []string) {
 			for _, c := range o.Spec.Template.Spec.Containers {
 				if c.Image == "" || len(c.Ports) == 0 {
 					t.Errorf("%s: container %s without image or ports", name, c.Name)
+				}
+				if c.Name == "epp" {
+					checkPickerContainer(t, name, c.Args, c.LivenessProbe, c.ReadinessProbe)
+					continue
 				}
 				if c.Name != "frontend" {
 					continue
@@ -328,6 +340,8 @@ func TestDeployManifestsWellFormed(t *testing.T) {
 		kinds string
 	}{
 		{"defaults", nil, "Deployment Service ServiceMonitor"},
+		{"picker", map[string]any{"picker.enabled": true, "workers": []any{}, "picker.tlsSecret": "epp-tls"},
+			"Deployment Service ServiceMonitor InferencePool ServiceAccount Role RoleBinding"},
 		{"nats and cache", map[string]any{"nats.enabled": true, "hfCache.claimName": "hf", "discovery": "nats", "workers": []any{},
 			"serviceMonitor.enabled": false, "adminTokenSecret": "kvroute-admin"}, "Deployment StatefulSet Service Service"},
 	}
@@ -341,6 +355,7 @@ func TestDeployManifestsWellFormed(t *testing.T) {
 			if strings.Join(kinds, " ") != strings.Join(want, " ") {
 				t.Errorf("rendered %v, want %v\n%s", kinds, want, out)
 			}
+			checkInferencePools(t, out)
 		})
 	}
 	df, err := os.ReadFile(filepath.Join(dir, "Dockerfile"))
@@ -437,4 +452,46 @@ func renderChart(t *testing.T, dir string, set map[string]any) string {
 		}
 	}
 	return out.String()
+}
+
+// checkPickerContainer checks a kvroute epp container: its flags parse, and its probes are the gRPC
+// health services on --grpc-health-port.
+func checkPickerContainer(t *testing.T, name string, args []string, live, ready *probe) {
+	t.Helper()
+	if len(args) == 0 || args[0] != "epp" {
+		t.Errorf("%s: the epp container does not run kvroute epp: %v", name, args)
+		return
+	}
+	captureCLI(t)
+	_, e, _, code, ok := parseEPP(args[1:])
+	if !ok {
+		t.Errorf("%s: kvroute epp refuses the manifest's args %v (exit %d)", name, args[1:], code)
+		return
+	}
+	for svc, p := range map[string]*probe{"liveness": live, "readiness": ready} {
+		if p == nil || p.GRPC == nil || p.GRPC.Port != *e.healthPort || p.GRPC.Service != svc {
+			t.Errorf("%s: the epp's %s probe is not the gRPC health service on --grpc-health-port %d", name, svc, *e.healthPort)
+		}
+	}
+}
+
+// checkInferencePools reads every rendered InferencePool as the picker's pool watcher does.
+func checkInferencePools(t *testing.T, out string) {
+	t.Helper()
+	for _, doc := range strings.Split(out, "\n---\n") {
+		if !strings.Contains(doc, "kind: InferencePool") {
+			continue
+		}
+		js, err := sigsyaml.YAMLToJSON([]byte(strings.TrimPrefix(doc, "---\n")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(js); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := k8spool.ParsePool(u.Object); !ok || p.Selector.Empty() {
+			t.Errorf("the chart's InferencePool is not one the picker can read: %+v\n%s", p, doc)
+		}
+	}
 }
