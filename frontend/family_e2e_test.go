@@ -82,6 +82,18 @@ func TestE2EImageFamilies(t *testing.T) {
 		map[string]any{"model_type": "llava", "image_token_index": 200010.0, "text_config": textConfig,
 			"vision_config": map[string]any{"model_type": "pixtral", "image_size": 1024.0, "patch_size": 16.0}},
 		map[string]any{"patch_size": 16.0, "size": map[string]any{"longest_edge": 1024.0}})
+	llava := familyModel(t, map[string]uint32{"<image>": 200032}, "<image>",
+		map[string]any{"model_type": "llava", "image_token_index": 200032.0, "text_config": textConfig},
+		map[string]any{"size": map[string]any{"shortest_edge": 336.0}, "crop_size": map[string]any{"height": 336.0, "width": 336.0}})
+	llavaNext := familyModel(t, map[string]uint32{"<image>": 200032}, "<image>",
+		map[string]any{"model_type": "llava_next", "image_token_index": 200032.0, "text_config": textConfig},
+		map[string]any{"size": map[string]any{"shortest_edge": 336.0}})
+	kimi := familyModel(t, map[string]uint32{"<|media_pad|>": 163605}, "<|media_pad|>",
+		map[string]any{"model_type": "kimi_k25", "media_placeholder_token_id": 163605.0, "text_config": textConfig},
+		map[string]any{"media_proc_cfg": map[string]any{"patch_size": 14.0, "merge_kernel_size": 2.0, "in_patch_limit": 16384.0, "patch_limit_on_one_side": 512.0}})
+	qwen25 := familyModel(t, nil, "<|vision_start|><|image_pad|><|vision_end|>",
+		map[string]any{"model_type": "qwen2_5_vl", "image_token_id": 151655.0, "vision_token_id": 151654.0, "text_config": textConfig},
+		map[string]any{"patch_size": 14.0, "merge_size": 2.0, "temporal_patch_size": 2.0, "min_pixels": 3136.0, "max_pixels": 12845056.0})
 	tests := []struct {
 		name, dir, served string
 		w, h              int
@@ -92,6 +104,14 @@ func TestE2EImageFamilies(t *testing.T) {
 		{"llama4", llama4, "meta-llama/Llama-4-Scout-17B-16E-Instruct", 500, 500, 727, ""},
 		// 200×100 on Pixtral: 7 rows of 13 [IMG] and a break or end each, 98 positions.
 		{"pixtral", pixtral, "mistral-community/pixtral-12b", 200, 100, 98, ""},
+		// Flat families: N copies of the placeholder. 320×240 → LLaVA-1.5 576 (any size), LLaVA-NeXT 1026
+		// (anyres), Kimi-K2.5 108 (12×9 merged 28-px patches), Qwen2.5-VL 99 (252×308 in 28-px units).
+		// The simulated worker counts Qwen2.5 with its own smart_resize, the others with package mm's
+		// ports (golden-tested in mm): these rows check detection, placeholders and the event path.
+		{"llava-1.5", llava, "llava-hf/llava-1.5-7b-hf", 320, 240, 576, ""},
+		{"llava-next", llavaNext, "llava-hf/llava-v1.6-mistral-7b-hf", 320, 240, 1026, ""},
+		{"kimi-k2.5", kimi, "moonshotai/Kimi-K2.5", 320, 240, 108, ""},
+		{"qwen2.5-vl", qwen25, "Qwen/Qwen2.5-VL-7B-Instruct", 320, 240, 99, ""},
 		// The fixture served under Qwen3.5's name: the Qwen3-VL counter and placeholder (spec §5.1, §5.2).
 		{"qwen3.5", fixtureModel, "Qwen/Qwen3.5-2B", 320, 240, 80, ""},
 		{"phi3-vision", fixtureModel, "microsoft/Phi-3-vision-128k-instruct", 320, 240, 0, "unsupported_family"},

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
 )
 
@@ -58,6 +59,10 @@ type Model struct {
 	// Pixtral) instead of ImageTokens copies of ImagePadID; ImagePadID is then the placeholder the
 	// template emits, and Layout.Patch the token whose runs carry the image.
 	Layout ImageLayout
+	// CountImage, when set, is the image token count of a family other than Qwen-VL (LLaVA, LLaVA-NeXT,
+	// Kimi): package mm's port of the processors' counts, which mm's golden tests check. nil: the Qwen-VL
+	// smart_resize count of ImageTokens, written here independently of mm.
+	CountImage func(w, h int) int
 }
 
 // Qwen special tokens used by the fallback model (the real ids, so events look like Qwen3-VL's).
@@ -204,6 +209,13 @@ func LoadModel(dir, name string) (*Model, error) {
 	}
 	if l, ph, ok := detectImageLayout(hf, name); ok {
 		m.Layout, m.ImagePadID = l, ph
+	} else if info, err := mm.ModelInfoFrom(hf, name); err == nil {
+		switch spec := mm.Detect(info); {
+		case !spec.Enabled || spec.Layout != mm.LayoutFlat:
+		case spec.Family == mm.FamilyLlava || spec.Family == mm.FamilyLlavaNext || spec.Family == mm.FamilyKimiK25:
+			m.ImagePadID = spec.ImageTokenID
+			m.CountImage = func(w, h int) int { return spec.NumTokens(mm.Size{W: uint32(w), H: uint32(h)}) }
+		}
 	}
 	if p := hf.Preprocessor; p != nil {
 		if p.PatchSize > 0 {

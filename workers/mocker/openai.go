@@ -311,6 +311,9 @@ func (w *Worker) chatPrompt(msgs []ChatMessage, opts model.ChatOptions, cont boo
 			continue
 		}
 		n := w.model.ImageTokens(iw, ih)
+		if w.model.CountImage != nil {
+			n = w.model.CountImage(iw, ih)
+		}
 		mm = append(mm, MMItem{ID: ident, Offset: len(out), Length: n})
 		for range n {
 			out = append(out, w.model.ImagePadID)
