@@ -120,7 +120,9 @@ func (p *predicted) scores(chain []uint64, floor uint32, dst *[]prefix.Score) []
 		lo = j
 	}
 	for hi-lo > predictStride {
-		mid := lo + (hi-lo)/(2*predictStride)*predictStride
+		// At least one stride up: with hi−lo under two strides the halved span rounds to 0, and a mid of
+		// lo (a hit) would never move lo.
+		mid := lo + max((hi-lo)/(2*predictStride), 1)*predictStride
 		if probe(mid) {
 			lo = mid
 		} else {

@@ -129,3 +129,22 @@ func BenchmarkPredicted(b *testing.B) {
 		p.record(now, k, c, 0)
 	}
 }
+
+// TestPredictedSearchEnds: a grown prefix whose galloping search stops less than two strides below its
+// last block (a 20-block turn grown to 30) used to loop forever holding the scheduler's lock: the
+// bisection's midpoint rounded down to lo, a hit, so lo never moved.
+func TestPredictedSearchEnds(t *testing.T) {
+	p := newPredicted(5 * time.Second)
+	w := scoring.WorkerKey{WorkerID: 1}
+	p.record(time.Unix(100, 0), w, chainOfLen(1, 20, 20), 0) // marks at blocks 7, 15 and 19
+	done := make(chan uint32, 1)
+	go func() { done <- predictedOverlap(p, chainOfLen(1, 20, 30), 0, w) }()
+	select {
+	case got := <-done:
+		if got != 16 {
+			t.Fatalf("grown 20 → 30 blocks: %d predicted, want 16 (the last stride mark inside the 20)", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the predicted search did not end")
+	}
+}
