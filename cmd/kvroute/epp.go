@@ -127,6 +127,17 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 		return nil, err
 	}
 	a := &eppApp{frontendApp: app, done: make(chan struct{})}
+	// The gateway sends a request to one endpoint, and an InferencePool serves one model: a picker per pool.
+	switch {
+	case app.pd != nil:
+		close(a.done)
+		a.stop()
+		return nil, fmt.Errorf("prefill workers: the gateway sends a request to one endpoint, so disaggregated prefill/decode needs kvroute frontend")
+	case len(app.routers) > 1:
+		close(a.done)
+		a.stop()
+		return nil, fmt.Errorf("several models: an InferencePool serves one model; run one kvroute epp per pool")
+	}
 	cfg := epp.DefaultConfig()
 	cfg.Fallbacks, cfg.FailureMode, cfg.MaxBodyBytes = *e.fallbacks, epp.FailureMode(*e.failureMode), *f.maxBody
 	if a.picker, err = epp.NewServer(cfg, app.api, epp.RouterWorkers{R: app.router}); err != nil {

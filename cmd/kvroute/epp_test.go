@@ -346,3 +346,19 @@ func TestEPPKubeconfig(t *testing.T) {
 		t.Fatalf("clients built for %q, not the kubeconfig's server", host)
 	}
 }
+
+// TestEPPRefusesDisaggregation: a gateway sends a request to one endpoint, so kvroute epp refuses prefill
+// workers with the reason instead of picking decode workers that never get a prefill.
+func TestEPPRefusesDisaggregation(t *testing.T) {
+	_, herr := captureCLI(t)
+	f, e, _, code, ok := parseEPP([]string{"--model-path", eppModel, "--http-host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
+		"--grpc-health-port", "0", "--health-check-interval", "0", "--no-worker-self-test",
+		"--worker", "id=1,url=http://127.0.0.1:1,role=prefill", "--worker", "id=2,url=http://127.0.0.1:2"})
+	if !ok {
+		t.Fatalf("parse: exit %d: %s", code, herr.String())
+	}
+	_, err := startEPP(f, e, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "kvroute frontend") {
+		t.Fatalf("prefill workers: %v", err)
+	}
+}
