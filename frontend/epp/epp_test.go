@@ -49,7 +49,7 @@ type rig struct {
 	images string // base URL of a PNG server
 }
 
-func startRig(t *testing.T, workers int, cfg Config) *rig {
+func startRig(t testing.TB, workers int, cfg Config) *rig {
 	t.Helper()
 	m, err := model.Load(fixtureModel)
 	if err != nil {
@@ -144,7 +144,7 @@ func startRig(t *testing.T, workers int, cfg Config) *rig {
 }
 
 // waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -156,7 +156,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // load reads a worker's gauge from the router's metrics: active requests or active prefill tokens.
-func (r *rig) load(t *testing.T, metric string, worker string) float64 {
+func (r *rig) load(t testing.TB, metric string, worker string) float64 {
 	t.Helper()
 	mfs, err := r.reg.Gather()
 	if err != nil {
@@ -178,7 +178,7 @@ func (r *rig) load(t *testing.T, metric string, worker string) float64 {
 }
 
 // workerOf maps an ip:port destination to its worker id.
-func (r *rig) workerOf(t *testing.T, dest string) string {
+func (r *rig) workerOf(t testing.TB, dest string) string {
 	t.Helper()
 	for _, w := range r.router.Workers() {
 		if addrOf(w.URL) == dest {
@@ -191,13 +191,13 @@ func (r *rig) workerOf(t *testing.T, dest string) string {
 
 // gateway plays Envoy's ext_proc filter for one request.
 type gateway struct {
-	t      *testing.T
+	t      testing.TB
 	stream extproc.ExternalProcessor_ProcessClient
 	cancel context.CancelFunc
 	duplex bool
 }
 
-func (r *rig) open(t *testing.T, duplex bool) *gateway {
+func (r *rig) open(t testing.TB, duplex bool) *gateway {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	s, err := extproc.NewExternalProcessorClient(r.conn).Process(ctx)
@@ -571,7 +571,7 @@ func TestPickerConformance(t *testing.T) {
 }
 
 // startPNGServer serves one 320×240 PNG at /cat.png (Range requests answered, as the size probe asks).
-func startPNGServer(t *testing.T) string {
+func startPNGServer(t testing.TB) string {
 	t.Helper()
 	img := image.NewRGBA(image.Rect(0, 0, 320, 240))
 	for y := 0; y < 240; y++ {
