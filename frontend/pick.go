@@ -101,7 +101,7 @@ func (a *OpenAIAPI) Pick(path string, h HeaderSource, body []byte, opt PickOptio
 	if i := bytes.IndexByte([]byte(path), '?'); i >= 0 {
 		path = path[:i]
 	}
-	if a.PD != nil {
+	if a.PD.active() {
 		// The prefill hop is the frontend's to make: a gateway forwards a request to one endpoint.
 		return nil, errorf(ErrUnavailable, "disaggregated prefill/decode is served by kvroute frontend, not by a picker")
 	}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/kvroute/kvroute/frontend/epp"
 	"github.com/kvroute/kvroute/workers/k8spool"
+	"github.com/kvroute/kvroute/workers/registry"
 )
 
 func init() {
@@ -122,6 +123,11 @@ func realKubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface
 
 // startEPP starts the frontend's core, the pool watcher and the gRPC servers.
 func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger) (*eppApp, error) {
+	for _, w := range f.workers {
+		if w.RoleOf() == registry.RolePrefill {
+			return nil, fmt.Errorf("--worker id=%d is a prefill worker: the gateway sends a request to one endpoint, so disaggregated prefill/decode needs kvroute frontend", w.ID)
+		}
+	}
 	app, err := startFrontend(f, newRegistry(), log)
 	if err != nil {
 		return nil, err
@@ -129,10 +135,6 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 	a := &eppApp{frontendApp: app, done: make(chan struct{})}
 	// The gateway sends a request to one endpoint, and an InferencePool serves one model: a picker per pool.
 	switch {
-	case app.pd != nil:
-		close(a.done)
-		a.stop()
-		return nil, fmt.Errorf("prefill workers: the gateway sends a request to one endpoint, so disaggregated prefill/decode needs kvroute frontend")
 	case len(app.routers) > 1:
 		close(a.done)
 		a.stop()
