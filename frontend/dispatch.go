@@ -32,11 +32,16 @@ func NewWorkerPool(cfg client.Config) *WorkerPool {
 func (p *WorkerPool) Get(spec registry.Spec) (*client.Endpoint, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	key := spec.Key()
 	if ep, ok := p.eps[spec.URL]; ok {
-		return ep, nil
+		if ep.APIKey() == key {
+			return ep, nil
+		}
+		// The worker came back with another key (re-registered): new connections carry the new one.
+		_ = ep.Close()
 	}
 	cfg := p.cfg
-	cfg.APIKey = spec.Key()
+	cfg.APIKey = key
 	ep, err := client.NewEndpoint(spec.URL, cfg)
 	if err != nil {
 		return nil, err

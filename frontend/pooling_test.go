@@ -3,6 +3,9 @@ package frontend
 import (
 	"errors"
 	"testing"
+
+	"github.com/kvroute/kvroute/workers/client"
+	"github.com/kvroute/kvroute/workers/registry"
 )
 
 // Any pooling body decodes or gives a 400/404/413 class, never a panic.
@@ -23,4 +26,19 @@ func FuzzDecodePooling(f *testing.F) {
 			t.Fatalf("decoded %+v", in)
 		}
 	})
+}
+
+// A worker re-registered under its URL with another API key gets an endpoint that sends the new key.
+func TestWorkerPoolFollowsKey(t *testing.T) {
+	p := NewWorkerPool(client.DefaultConfig())
+	defer p.Close()
+	a, err := p.Get(registry.Spec{ID: 1, URL: "http://127.0.0.1:9", APIKey: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _ := p.Get(registry.Spec{ID: 1, URL: "http://127.0.0.1:9", APIKey: "k1"})
+	b, _ := p.Get(registry.Spec{ID: 1, URL: "http://127.0.0.1:9", APIKey: "k2"})
+	if same != a || b == a || b.APIKey() != "k2" {
+		t.Errorf("same key: reused %v; new key: new endpoint %v with key %q", same == a, b != a, b.APIKey())
+	}
 }

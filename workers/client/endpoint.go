@@ -85,6 +85,9 @@ func NewEndpoint(baseURL string, cfg Config) (*Endpoint, error) {
 // Addr is the worker's host:port.
 func (e *Endpoint) Addr() string { return e.addr }
 
+// APIKey is the key the endpoint sends (Config.APIKey).
+func (e *Endpoint) APIKey() string { return e.cfg.APIKey }
+
 // Stats are connection counters, for metrics and tests.
 type Stats struct {
 	// Dials counts new connections; Reuses counts requests sent on a pooled one.
