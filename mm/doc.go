@@ -30,6 +30,10 @@
 // events (RekeyImages) with the same pad values. BlockMMInfos builds the legacy block_mm_infos side
 // channel instead, for engines that take neither uuids nor pad values.
 //
+// RouteLegacy builds the same request in Dynamo's block_mm_infos scheme (the engine's prompt plus,
+// per block, the mm_hash values of the images overlapping it), for fleets whose workers are registered
+// with mm_scheme=block_mm_infos.
+//
 // Anything missing or inconsistent gives a FallbackReason and the request routes on its text prefix
 // only; tokens and forwarded ids are produced together or not at all.
 //

@@ -56,6 +56,10 @@
 //	 "shape":[rows,cols],"grid_thw":[1,gh,gw],"mm_hash":"<16 hex>","checksum":"<16 hex>"}
 //	{"kind":"net","addr":"host:port","buffer":3,"token":"<32 hex>","length":N, ...same fields}
 //
+// No released engine reads the descriptor; workers/mocker does, and scripts/mm_kwargs_reader.py is a
+// reference reader in Python (standard library plus Debian's python3-xxhash) for a worker-side wrapper,
+// tested against Sender in python_reader_test.go.
+//
 // Item (segment content, or pulled bytes): a 64-byte little-endian header — magic "KVMM", version 1,
 // dtype 1 (float32), ndim 2, rows, cols, grid_thw, mm_hash, XXH3-64 of the payload, payload length —
 // then the payload (tensor.go). Pull protocol: agent.go.

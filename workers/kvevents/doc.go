@@ -24,7 +24,12 @@
 //   - rekey.go: Rekey / RekeyImages turn a Stored event into the router's local block hashes
 //     (scoring.BlockHash over each block's token_ids), stopping at the first short block (Dynamo's
 //     "Block not published"); RekeyImages also replaces image-token runs with pad values recovered from
-//     64-hex extra_keys identifiers (spec/hashing.md §6.5–6.6).
+//     64-hex extra_keys identifiers (spec/hashing.md §6.5–6.6); with an end token (Llama-4
+//     <|image_end|>, Pixtral [IMG_END]) every run up to it takes the same image's pad
+//     (NormalizeImageSpans), since a tiled image is several runs.
+//   - trtllm.go: TensorRT-LLM's JSON event list (KVCacheEventSerializer layout, per-block mm_keys):
+//     DecodeTRTLLM and AppendTRTLLM (LayoutTRTLLM). The stream tells a JSON payload from msgpack by its
+//     first byte ('['), so one subscriber reads both.
 //   - seq.go: seqTracker, the pure sequence state machine (gaps, duplicates, restarts).
 //   - stream.go, subscriber.go, bind.go: Subscriber (connect mode: dial one worker's PUB) and
 //     BindSubscriber (bind one SUB; workers' PUBs connect; batches attributed by topic).
