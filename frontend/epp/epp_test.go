@@ -520,13 +520,31 @@ func TestPickerConformance(t *testing.T) {
 	}
 
 	// Fallbacks: primary, then the other worker.
+	waitFor(t, "the cancelled subset requests freed", func() bool { return r.router.ActiveRequests() == 0 })
 	g = r.open(t, false)
 	d := g.request(path, chat(longText("fallback", 20), false), 1, nil)
 	eps := strings.Split(d.header, ",")
 	if len(eps) != 2 || eps[0] == eps[1] || d.metadata != d.header {
 		t.Fatalf("fallbacks: header %q, metadata %q", d.header, d.metadata)
 	}
-	g.cancel()
+	// The gateway retried on the fallback and says so: the request's load moves there.
+	primary, fallback := r.workerOf(t, eps[0]), r.workerOf(t, eps[1])
+	if r.load(t, "kvroute_worker_active_requests", primary) != 1 {
+		t.Fatal("fallbacks: the primary is not charged")
+	}
+	g.send(&extproc.ProcessingRequest{
+		MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{DefaultNamespace: {Fields: map[string]*structpb.Value{
+			ServedKey: structpb.NewStringValue(eps[1])}}}},
+		Request: &extproc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extproc.HttpHeaders{Headers: hdrs(":status", "200")}}})
+	if g.recv().GetResponseHeaders() == nil {
+		t.Fatal("no response headers answer")
+	}
+	if r.load(t, "kvroute_worker_active_requests", primary) != 0 || r.load(t, "kvroute_worker_active_requests", fallback) != 1 || r.srv.Stats().Moved != 1 {
+		t.Fatalf("served by the fallback: primary %v, fallback %v active, moved %d", r.load(t, "kvroute_worker_active_requests", primary),
+			r.load(t, "kvroute_worker_active_requests", fallback), r.srv.Stats().Moved)
+	}
+	g.responseChunk([]byte("{}"), true)
+	waitFor(t, "the moved request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", fallback) == 0 })
 
 	// A bad body is the client's error, whatever the failure mode.
 	g = r.open(t, true)
