@@ -191,6 +191,9 @@ func (s *Spec) shapeOf(sz Size) shape {
 // unsupportedFamilies).
 func Detect(info ModelInfo) Spec {
 	s := Spec{Family: DetectFamily(info.ID, info.ModelType), BOS: info.BOS, HasBOS: info.HasBOS}
+	if vc, _ := info.Config["vision_config"].(map[string]any); s.Family == FamilyNone && vc["model_type"] == "pixtral" {
+		s.Family = FamilyPixtral // an HF-format Pixtral (model_type "llava") under a path that does not say so
+	}
 	if info.Processor != nil {
 		s.Processor = *info.Processor
 	}

@@ -233,3 +233,14 @@ func TestRouteLegacy(t *testing.T) {
 		}
 	}
 }
+
+// TestPixtralByVisionConfig: an HF-format Pixtral under an unhelpful path is recognised by its vision
+// tower's model_type, as the engine recognises it.
+func TestPixtralByVisionConfig(t *testing.T) {
+	s := Detect(ModelInfo{ID: "/models/x", ModelType: "llava",
+		Config:  map[string]any{"image_token_index": 10.0, "vision_config": map[string]any{"model_type": "pixtral"}},
+		TokenID: vocabOf(pixtralVocab), Processor: &ProcessorConfig{}})
+	if !s.Enabled || s.Family != FamilyPixtral || s.Layout != LayoutPixtral {
+		t.Fatalf("%+v", s)
+	}
+}
