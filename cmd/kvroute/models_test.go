@@ -179,7 +179,14 @@ func TestWorkerAPIKeyNeverShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := startServe(f, serveConfig{workers: 1, gpuBlocks: 1024, speedup: 50, apiKey: key, apiKeyEnv: "KVROUTE_TEST_WORKER_KEY"}, newRegistry(), log)
+	sc := serveConfig{workers: 1, gpuBlocks: 1024, speedup: 50}
+	if err := sc.setKeyEnv("KVROUTE_UNSET_TEST_VARIABLE"); err == nil {
+		t.Error("--worker-api-key-env with an unset variable accepted")
+	}
+	if err := sc.setKeyEnv("KVROUTE_TEST_WORKER_KEY"); err != nil { // --worker-api-key-env
+		t.Fatal(err)
+	}
+	app, err := startServe(f, sc, newRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,12 +36,9 @@ func runServe(args []string) int {
 		return 2
 	}
 	sc := serveConfig{workers: *n, gpuBlocks: *gpuBlocks, speedup: *speedup, prefill: *prefill, decode: *decode}
-	if *keyEnv != "" {
-		sc.apiKey, sc.apiKeyEnv = os.Getenv(*keyEnv), *keyEnv
-		if sc.apiKey == "" {
-			fmt.Fprintf(errOut, "kvroute serve: --worker-api-key-env: $%s is empty\n", *keyEnv)
-			return 2
-		}
+	if err := sc.setKeyEnv(*keyEnv); err != nil {
+		fmt.Fprintf(errOut, "kvroute serve: %v\n", err)
+		return 2
 	}
 	app, err := startServe(f, sc, newRegistry(), log)
 	if err != nil {
@@ -69,6 +66,19 @@ type serveConfig struct {
 	// prefill and decode, when set, replace the first model's workers with a disaggregated fleet:
 	// prefill workers first (role=prefill), then decode workers (role=decode).
 	prefill, decode int
+}
+
+// setKeyEnv is --worker-api-key-env: the simulated workers require the key the variable holds, and the
+// frontend reads it from there (api_key_env). "" leaves the workers open.
+func (c *serveConfig) setKeyEnv(name string) error {
+	if name == "" {
+		return nil
+	}
+	c.apiKey, c.apiKeyEnv = os.Getenv(name), name
+	if c.apiKey == "" {
+		return fmt.Errorf("--worker-api-key-env: $%s is empty", name)
+	}
+	return nil
 }
 
 // startServe starts the simulated workers in-process (sc.workers per model, each model's fleet with
