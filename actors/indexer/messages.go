@@ -82,3 +82,8 @@ func (*ClearRank) shardMessage()    {}
 func (*RemoveWorker) shardMessage() {}
 func (*Barrier) shardMessage()      {}
 func (*Query) shardMessage()        {}
+
+// drainPending tells the shard actor that batches are waiting (shard.enqueue).
+type drainPending struct{}
+
+func (*drainPending) shardMessage() {}

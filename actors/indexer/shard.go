@@ -276,11 +276,6 @@ func (s *shard) handle(msg shardMessage) {
 	}
 }
 
-// drainPending tells the shard actor that batches are waiting (shard.enqueue).
-type drainPending struct{}
-
-func (*drainPending) shardMessage() {}
-
 // shardActor applies its shard's pending messages when told to, and when it (re)starts.
 type shardActor struct{ s *shard }
 

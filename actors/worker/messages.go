@@ -48,6 +48,11 @@ type RemoveWorker struct {
 	Reply chan error
 }
 
+// syncMirror is a barrier through a mirror's mailbox: Done is closed once every batch the mirror received
+// before it has been handed to the index.
+type syncMirror struct{ Done chan struct{} }
+
+func (*syncMirror) mirrorMessage()       {}
 func (*eventsArrived) mirrorMessage()    {}
 func (*engineReset) mirrorMessage()      {}
 func (*subscriberExited) mirrorMessage() {}

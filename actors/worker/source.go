@@ -11,12 +11,6 @@ import (
 // were decoded outside the fleet enter the same mirror path as a ZMQ subscriber's, so counters, re-keying
 // and the single-writer order per worker are unchanged.
 
-// syncMirror is a barrier through a mirror's mailbox: Done is closed once every batch the mirror received
-// before it has been handed to the index.
-type syncMirror struct{ Done chan struct{} }
-
-func (*syncMirror) mirrorMessage() {}
-
 // Injector delivers decoded batches of any worker to that worker's mirror. It keeps one converter (with
 // its re-keying scratch) per (worker, dp rank) and is owned by one goroutine: the event source's
 // delivery goroutine. The worker must have been added to the fleet (usually without ZMQ endpoints).
