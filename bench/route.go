@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/kvroute/kvroute/actors"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -118,28 +119,67 @@ func routePromptIDs(p, ids int) []uint64 {
 
 // RunRouteCell measures one cell. progress, when non-nil, advances by one per decision.
 func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress *Progress) (*RouteCell, error) {
+	corpus, err := newRouteCorpus(cfg, promptTokens, indexed)
+	if err != nil {
+		return nil, err
+	}
+	system := actors.NewSystem(nil)
+	defer system.Shutdown()
+	reg := prometheus.NewRegistry()
+	r, err := startRouteRouter(system, reg, cfg, workers)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Stop()
+	if err := corpus.index(r, workers); err != nil {
+		return nil, err
+	}
+	if err := corpus.chargeActive(r, workers, cfg.ActivePerWorker); err != nil {
+		return nil, err
+	}
+	cell, err := measureDecisions(r, reg, corpus.queries(cfg.Seed), cfg.Decisions, progress)
+	if err != nil {
+		return nil, err
+	}
+	cell.Workers, cell.PromptTokens, cell.IndexedBlocks = workers, promptTokens, indexed
+	return cell, nil
+}
+
+// routeCorpus is a cell's prompts: conversation-like token sequences sharing system prompts
+// (routePromptIDs), rendered in the router's block size.
+type routeCorpus struct {
+	gen          Blocks
+	bs           int
+	promptTokens int
+	ids          int // trace-style ids per prompt
+	prompts      int // distinct prompts, enough to index the cell's block count
+}
+
+func newRouteCorpus(cfg RouteConfig, promptTokens, indexed int) (*routeCorpus, error) {
 	bs := cfg.BlockSize
-	gen := Blocks{BlockSize: TraceBlockSize, Vocab: 151_643, Seed: cfg.Seed}
-	ids := (promptTokens + TraceBlockSize - 1) / TraceBlockSize
 	promptBlocks := promptTokens / bs
 	if promptBlocks == 0 {
 		return nil, fmt.Errorf("bench: prompt of %d tokens has no full block of %d", promptTokens, bs)
 	}
-	prompts := max(1, indexed/promptBlocks)
-	tokensOf := func(p int, tail uint64) []uint32 {
-		r := Request{InputLength: promptTokens, HashIDs: routePromptIDs(p, ids)}
-		if tail != 0 { // a fresh conversation turn from 3/4 of the prompt on
-			for j := ids * 3 / 4; j < ids; j++ {
-				r.HashIDs[j] = tail<<44 | uint64(j)
-			}
-		}
-		return gen.AppendPrompt(make([]uint32, 0, promptTokens), &r)
-	}
+	return &routeCorpus{gen: Blocks{BlockSize: TraceBlockSize, Vocab: 151_643, Seed: cfg.Seed}, bs: bs, promptTokens: promptTokens,
+		ids: (promptTokens + TraceBlockSize - 1) / TraceBlockSize, prompts: max(1, indexed/promptBlocks)}, nil
+}
 
-	system := actors.NewSystem(nil)
-	defer system.Shutdown()
-	reg := prometheus.NewRegistry()
-	rcfg := router.DefaultConfig(bs)
+// tokens renders prompt p; a non-zero tail makes a fresh conversation turn from 3/4 of the prompt on.
+func (c *routeCorpus) tokens(p int, tail uint64) []uint32 {
+	r := Request{InputLength: c.promptTokens, HashIDs: routePromptIDs(p, c.ids)}
+	if tail != 0 {
+		for j := c.ids * 3 / 4; j < c.ids; j++ {
+			r.HashIDs[j] = tail<<44 | uint64(j)
+		}
+	}
+	return c.gen.AppendPrompt(make([]uint32, 0, c.promptTokens), &r)
+}
+
+// startRouteRouter builds the router of a cell (no ticks, a seeded tie draw, metrics into reg) with
+// workers 1..workers.
+func startRouteRouter(system *actor.ActorSystem, reg *prometheus.Registry, cfg RouteConfig, workers int) (*router.Router, error) {
+	rcfg := router.DefaultConfig(cfg.BlockSize)
 	rcfg.Indexer.Shards = cfg.Shards
 	rcfg.TickInterval = -1
 	rcfg.Registerer = reg
@@ -149,45 +189,65 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 	if err != nil {
 		return nil, err
 	}
-	defer r.Stop()
 	for w := range workers {
 		if err := r.AddWorker(registry.Spec{ID: uint64(w + 1)}); err != nil {
+			r.Stop()
 			return nil, err
 		}
 	}
-	for p := 0; p < prompts; p++ {
-		local := scoring.LocalBlockHashes(nil, tokensOf(p, 0), bs, scoring.Seed, nil)
+	return r, nil
+}
+
+// index stores every prompt of the corpus on one worker (round robin) and waits until it is applied.
+func (c *routeCorpus) index(r *router.Router, workers int) error {
+	for p := 0; p < c.prompts; p++ {
+		local := scoring.LocalBlockHashes(nil, c.tokens(p, 0), c.bs, scoring.Seed, nil)
 		seq := scoring.ChainHashes(nil, local)
 		bl := make([]prefix.Block, len(local))
 		for i := range bl {
 			bl[i] = prefix.Block{EngineHash: seq[i], LocalHash: local[i]}
 		}
 		if err := r.Index.Apply(&indexer.Apply{WorkerID: uint64(p%workers + 1), Ops: []indexer.Op{{Kind: indexer.OpStore, Blocks: bl}}}); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	r.Index.Flush()
-	// Active load: ActivePerWorker requests per worker (pinned there), prompts taken round-robin from the
-	// corpus with a fresh tail each.
+	return nil
+}
+
+// chargeActive leaves perWorker requests in flight on every worker (pinned there), prompts taken
+// round-robin from the corpus with a fresh tail each.
+func (c *routeCorpus) chargeActive(r *router.Router, workers, perWorker int) error {
 	ctx := context.Background()
 	for w := range workers {
-		for a := 0; a < cfg.ActivePerWorker; a++ {
-			p := (w + a*workers) % prompts
+		for a := 0; a < perWorker; a++ {
+			p := (w + a*workers) % c.prompts
 			pin := scoring.WorkerKey{WorkerID: uint64(w + 1)}
 			req := router.RouteRequest{ID: "bg-" + strconv.Itoa(w) + "-" + strconv.Itoa(a),
-				Tokens: tokensOf(p, uint64(1+w*cfg.ActivePerWorker+a)), Pin: &pin}
+				Tokens: c.tokens(p, uint64(1+w*perWorker+a)), Pin: &pin}
 			if _, err := r.Route(ctx, &req); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
+	return nil
+}
 
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed+1))
-	queries := make([][]uint32, 64)
-	for i := range queries {
-		queries[i] = tokensOf(rng.IntN(prompts), uint64(1<<18+i))
+// queries are the 64 prompts the measured decisions cycle through: corpus prompts with fresh tails.
+func (c *routeCorpus) queries(seed uint64) [][]uint32 {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	qs := make([][]uint32, 64)
+	for i := range qs {
+		qs[i] = c.tokens(rng.IntN(c.prompts), uint64(1<<18+i))
 	}
-	lat := make([]float64, 0, cfg.Decisions)
+	return qs
+}
+
+// measureDecisions routes and frees n requests cycling through queries (after 64 unmeasured ones) and
+// returns the latencies, allocations, stage means and mean overlap of the cell.
+func measureDecisions(r *router.Router, reg *prometheus.Registry, queries [][]uint32, n int, progress *Progress) (*RouteCell, error) {
+	ctx := context.Background()
+	lat := make([]float64, 0, n)
 	var ovl int64
 	req := router.RouteRequest{ID: "q"}
 	decide := func(i int, timed bool) error {
@@ -216,7 +276,7 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	for i := 0; i < cfg.Decisions; i++ {
+	for i := 0; i < n; i++ {
 		if err := decide(i, true); err != nil {
 			return nil, err
 		}
@@ -226,18 +286,17 @@ func RunRouteCell(cfg RouteConfig, workers, promptTokens, indexed int, progress 
 	}
 	runtime.ReadMemStats(&m1)
 	if progress != nil {
-		progress.Add(int64(cfg.Decisions % 64))
+		progress.Add(int64(n % 64))
 	}
 	after, err := stageSums(reg)
 	if err != nil {
 		return nil, err
 	}
-	n := float64(cfg.Decisions)
-	cell := &RouteCell{Workers: workers, PromptTokens: promptTokens, IndexedBlocks: indexed,
-		AllocsPerDecision: float64(m1.Mallocs-m0.Mallocs) / n, BytesPerDecision: float64(m1.TotalAlloc-m0.TotalAlloc) / n,
-		StageMicros: map[string]float64{}, MeanOverlap: float64(ovl) / n}
+	fn := float64(n)
+	cell := &RouteCell{AllocsPerDecision: float64(m1.Mallocs-m0.Mallocs) / fn, BytesPerDecision: float64(m1.TotalAlloc-m0.TotalAlloc) / fn,
+		StageMicros: map[string]float64{}, MeanOverlap: float64(ovl) / fn}
 	for name, ms := range after {
-		cell.StageMicros[name] = (ms - before[name]) * 1e3 / n
+		cell.StageMicros[name] = (ms - before[name]) * 1e3 / fn
 	}
 	cell.latencies = lat
 	cell.Micros = Summarize(lat)
