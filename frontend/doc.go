@@ -51,6 +51,15 @@
 // children resolved once at construction; and the reclaimer's connection count under its mutex
 // (fasthttp's ConnState hook, any goroutine).
 //
+// An OpenAI request is prepared by a request actor (request.go, messages in messages.go), reused from an
+// idle list and running on pooled goroutines (actors.ReuseDispatcher): it owns the request's preparation
+// state while its concurrent stages (the image stage, one transfer per image) report back as messages,
+// and it ends the preparation when the request's context ends (clientGone, deadlineExpired). fasthttp
+// reads nothing while a handler runs, so a watch on the client's connection (clientgone.go: MSG_PEEK in
+// the netpoller, armed once a request has run 2 ms) cancels that context when the client hangs up; the image fetch, the transfer and the
+// worker call all run under it. Its cost against inline work with a recover is BenchmarkRequestActor
+// (docs/benchmarks.md, "Frontend").
+//
 // # Ownership
 //
 // cmd/ builds the Server and owns its listener; each model's router core (and the first model's prefill

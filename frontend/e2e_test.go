@@ -29,6 +29,7 @@ import (
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -77,6 +78,8 @@ type stackOpts struct {
 	eventLayout kvevents.Layout
 	// mmScheme is each worker's registered mm_scheme ("" = pad).
 	mmScheme string
+	// registry receives the router's metrics (nil: private).
+	registry prometheus.Registerer
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -117,6 +120,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	rcfg.Scoring.MigrationLimit = o.migrationLimit
 	rcfg.Policy = o.policy
 	rcfg.Seed = o.seed
+	rcfg.Registerer = o.registry
 	if o.scoring != nil {
 		o.scoring(&rcfg.Scoring)
 	}

@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"sync"
 
 	json "github.com/goccy/go-json"
 
@@ -79,22 +78,24 @@ func (a *OpenAIAPI) screenMedia(j *job) error {
 	return nil
 }
 
-// imageWork is the per-request image stage: started before tokenization, joined after it.
+// imageWork is the per-request image stage: started before tokenization; its result reaches the request
+// actor as an imagesResolved message. images and reason are written by the resolving goroutine before
+// it sends the message and read by the actor after it receives it.
 type imageWork struct {
 	media  []openai.MediaPart // the image parts, in prompt order
-	done   chan struct{}
 	images []mm.Image
 	reason mm.FallbackReason
 	other  bool // the request also carries media kvroute does not route on (video, audio)
 }
 
-// startImages resolves the request's images concurrently with tokenization; nil when there are none or
-// multimodal routing is off.
-func (a *OpenAIAPI) startImages(ctx context.Context, j *job) *imageWork {
+// startImages resolves the request's images concurrently with tokenization and calls resolved (from
+// another goroutine) when they are; nil when there are none or multimodal routing is off. pending is
+// false when nothing was started (the result is already in w).
+func (a *OpenAIAPI) startImages(ctx context.Context, j *job, resolved func()) (w *imageWork, pending bool) {
 	if a.MM == nil || j.chat == nil || len(j.chat.Media) == 0 {
-		return nil
+		return nil, false
 	}
-	w := &imageWork{done: make(chan struct{})}
+	w = &imageWork{}
 	parts := make([]mm.Part, 0, len(j.chat.Media))
 	for _, p := range j.chat.Media {
 		if p.Type != "image_url" {
@@ -108,14 +109,13 @@ func (a *OpenAIAPI) startImages(ctx context.Context, j *job) *imageWork {
 		a.mmMetrics.images.Add(float64(len(parts)))
 	}
 	if w.other || len(parts) == 0 {
-		close(w.done)
-		return w
+		return w, false
 	}
 	go func() {
-		defer close(w.done)
 		w.images, w.reason = a.MM.Resolver.Resolve(ctx, parts, nil)
+		resolved()
 	}()
-	return w
+	return w, true
 }
 
 // imageView is the routing view of a request with images: the tokens to hash (nil: route on the text
@@ -129,14 +129,13 @@ type imageView struct {
 	blockMM [][]uint64
 }
 
-// routingView joins the image stage and builds the routing tokens: each image placeholder expanded to
+// routingView builds the routing tokens once the image stage has resolved: each image placeholder expanded to
 // its token count of pad_value(mm_hash). A URL refused by the SSRF guard and images over the limits are
 // the client's errors; other failures fall back to text-prefix routing, counted by reason.
 func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error) {
 	if w == nil {
 		return imageView{}, nil
 	}
-	<-w.done
 	reason := w.reason
 	if w.other {
 		a.countFallback("other_media")
@@ -191,15 +190,6 @@ func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][
 	}
 }
 
-// transferWork is the mm_kwargs handoff of one request: one Prepare per image, run while the request
-// is routed.
-type transferWork struct {
-	wg       sync.WaitGroup
-	members  [][]byte
-	releases []func()
-	w        *imageWork
-}
-
 // dropData lets the downloaded image bytes go once nothing needs them (the request lives on while it
 // streams).
 func (w *imageWork) dropData() {
@@ -212,52 +202,37 @@ func (w *imageWork) dropData() {
 }
 
 // startTransfers preprocesses each image and hands the tensor to a shared-memory segment or the
-// transfer agent (--mm-transfer), concurrently with routing. nil when off or not routing on images.
-func (a *OpenAIAPI) startTransfers(ctx context.Context, w *imageWork, v imageView) *transferWork {
+// transfer agent (--mm-transfer), concurrently with routing. Each image's outcome is reported (from its
+// own goroutine) through ready: its mm_kwargs member and the release of its buffer, both nil when it
+// failed (the worker then fetches the URL). It returns the number of reports to expect (0 when off or not
+// routing on images; the image bytes are then dropped at once, else by the actor after the last report).
+func (a *OpenAIAPI) startTransfers(ctx context.Context, w *imageWork, v imageView, ready func(i int, member []byte, release func())) int {
 	if a.MM == nil || a.MM.Transfer == nil || v.tokens == nil {
 		w.dropData()
-		return nil
+		return 0
 	}
-	x := &transferWork{members: make([][]byte, len(w.media)), releases: make([]func(), len(w.media)), w: w}
 	for i := range w.media {
-		x.wg.Add(1)
 		go func() {
-			defer x.wg.Done()
 			// With --frontend-decoding the image was downloaded once already, for its identity: preprocess
 			// those bytes rather than fetching the URL a second time.
 			src := transfer.Source{URL: w.media[i].URL, Data: w.images[i].Data}
 			d, release, err := a.MM.Transfer.Prepare(ctx, src, w.images[i].Hash)
 			if err != nil {
 				a.countTransfer("failed")
-				return // this image goes without mm_kwargs: the worker fetches the URL
+				ready(i, nil, nil)
+				return
 			}
 			b, err := json.Marshal(d)
 			if err != nil {
 				release()
+				ready(i, nil, nil)
 				return
 			}
-			x.members[i], x.releases[i] = b, release
 			a.countTransfer(string(d.Kind))
+			ready(i, b, release)
 		}()
 	}
-	return x
-}
-
-// wait joins the handoff and hands the releases to the request, which runs them when it ends.
-func (x *transferWork) wait(j *job) [][]byte {
-	if x == nil {
-		return nil
-	}
-	x.wg.Wait()
-	x.w.dropData()
-	j.release = func() {
-		for _, r := range x.releases {
-			if r != nil {
-				r()
-			}
-		}
-	}
-	return x.members
+	return len(w.media)
 }
 
 func (a *OpenAIAPI) countTransfer(path string) {

@@ -70,7 +70,9 @@ type OpenAIAPI struct {
 	props     *actor.Props
 	actors    requestActors
 	nextID    atomic.Uint64
-	served    []string
+	// unknownMessages counts messages a request actor did not expect (never silently dropped).
+	unknownMessages atomic.Uint64
+	served          []string
 
 	// live counts requests between begin and end; drainCtx parents every request's context, so
 	// cancelAll ends them all (the bounded drain's last step).
@@ -150,7 +152,9 @@ func (a *OpenAIAPI) serveGenerate(ctx *fasthttp.RequestCtx, ep endpoint) {
 		ctx.Response.Header.Set("X-Request-Id", reqID)
 	}
 	tr := a.startTrace(ctx, ep)
+	t0 := time.Now()
 	j, err := a.parse(&ctx.Request.Header, ctx.PostBody(), ep, reqID) // 1 parse + validate; copy out of RequestCtx
+	a.R.Metrics.ObserveFrontend(router.FrontendParse, time.Since(t0))
 	if err != nil {
 		writeError(ctx, err)
 		a.failEarly(ctx, ep, reqID, ctx.Response.StatusCode())
@@ -160,6 +164,9 @@ func (a *OpenAIAPI) serveGenerate(ctx *fasthttp.RequestCtx, ep endpoint) {
 	j.trace = tr
 	ctx.Response.Header.Set("X-Request-Id", j.reqID)
 	a.begin(j)
+	// A client that hangs up cancels the request: the actor's stages, the queue wait, the worker call.
+	j.watch.start(ctx.Conn(), j.cancel)
+	defer j.watch.end()
 	j.trace.nextStage(a, "route")
 	p := a.runRequestActor(j) // 2–7 request actor: template + tokenize → (images) → hash → route
 	if p.err != nil {

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -74,6 +75,9 @@ type job struct {
 	// exclude lists workers this request must not route to (the endpoint picker's subset hint).
 	exclude []uint64
 
+	// watch cancels ctx when the client hangs up (clientgone.go).
+	watch clientWatch
+
 	// headers backs the worker request's extra headers (request id, dp rank, traceparent, tracestate).
 	headers [4]client.Header
 
@@ -102,45 +106,253 @@ func (j *job) close() {
 	}
 }
 
-// prepared is the request actor's answer: the routing decision (or why there is none).
-type prepared struct {
-	// req is the route request of the first decision (routing tokens with image positions expanded,
-	// namespace, priority, tier, pin, OSL, session); migration re-routes it with failed workers excluded.
-	req   *router.RouteRequest
-	route router.RouteResult
-	// prefill is set for a disaggregated request: its prefill decision; route is then decided after the
-	// prefill hop (disagg.go).
-	prefill *router.RouteResult
-	err     error
-}
-
-// prepareJob asks a request actor to tokenize and route one request.
-type prepareJob struct {
-	j     *job
-	reply chan prepared
-}
-
-// requestActor runs the CPU stages of one request — chat template, tokenization, (images), hashing,
-// routing — off the fasthttp goroutine. A panic in a stage (a template bug on hostile input) is turned
-// into this request's error; the handler sees a 500 instead of a crashed process. An actor serves one
-// request at a time and is then reused (requestActors).
+// requestActor prepares one request at a time — chat template, tokenization, images, hashing, routing,
+// the mm_kwargs handoff — off the fasthttp goroutine, and is then reused (requestActors). The stages
+// that wait on the network run concurrently and report back as messages (messages.go): imagesResolved,
+// transferReady, and the request's end of life, clientGone or deadlineExpired. The actor owns the
+// request's preparation state, so it alone decides when the request is ready, and what a stage that
+// fails or arrives late means: a transfer that finishes after the client left has its buffer released
+// here, never forwarded. Tokenization and the routing decision run inline: they are CPU work on the
+// reused goroutine's grown stack (actors.ReuseDispatcher), and a queued decision is cancelled through the
+// request's context, which the client-gone watcher and the timeout cancel.
+//
+// Supervision: a panic in a stage (a template bug on hostile input) is recovered in Receive and becomes
+// this request's 500; the actor keeps serving. protoactor's default one-for-one restart would drop the
+// waiting handler's reply, so no panic is left to it.
 type requestActor struct {
 	api *OpenAIAPI
+	gen uint64       // the generation of the request being prepared (or the last one)
+	cur *preparation // &prep while a request is prepared, nil when idle
+	// prep is reused from request to request (one allocation less per request).
+	prep preparation
+}
+
+// preparation is the state of the request an actor is preparing.
+type preparation struct {
+	gen   uint64
+	j     *job
+	reply chan prepared
+	// stopWatch unregisters the context watch that turns cancellation into clientGone / deadlineExpired
+	// (nil until the actor first waits on a stage).
+	stopWatch func() bool
+
+	imgs          *imageWork
+	imagesPending bool
+	imagesStart   time.Time
+	tokens        []uint32
+	view          imageView
+	req           *router.RouteRequest
+	route         router.RouteResult
+	prefill       *router.RouteResult // the prefill decision of a disaggregated request (disagg.go)
+	routed        bool
+	transfers     int // reports still expected
+	members       [][]byte
+	releases      []func()
+	failed        error // set by abort while transfers are still out
 }
 
 func (a *requestActor) Receive(ctx actor.Context) {
+	defer a.recoverStage()
 	switch m := ctx.Message().(type) {
 	case *prepareJob:
-		var out prepared
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					out = prepared{err: fmt.Errorf("internal error while preparing the request: %v", r)}
+		a.start(ctx, m)
+	case *imagesResolved:
+		if p := a.current(m.gen); p != nil {
+			p.imagesPending = false
+			if p.j.ctx.Err() == nil { // a stage cut short by the client's leaving is not a duration
+				a.api.R.Metrics.ObserveFrontend(router.FrontendImages, time.Since(p.imagesStart))
+			}
+			a.afterTokens(ctx, p)
+		}
+	case *transferReady:
+		p := a.current(m.gen)
+		if p == nil {
+			if m.release != nil {
+				m.release() // the request was answered without it
+			}
+			return
+		}
+		p.transfers--
+		if m.release != nil {
+			p.members[m.i], p.releases[m.i] = m.member, m.release
+		}
+		switch {
+		case p.transfers > 0:
+		case p.failed != nil:
+			a.finish(p, prepared{err: p.failed})
+		case p.routed:
+			a.finish(p, prepared{req: p.req, route: p.route, prefill: p.prefill})
+		}
+	case *clientGone:
+		if p := a.current(m.gen); p != nil {
+			a.abort(p, mapRouteErr(context.Canceled))
+		}
+	case *deadlineExpired:
+		if p := a.current(m.gen); p != nil {
+			a.abort(p, mapRouteErr(context.DeadlineExceeded))
+		}
+	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	default:
+		a.api.unknownMessages.Add(1)
+	}
+}
+
+// current returns the preparation a stage report belongs to, or nil when it is stale.
+func (a *requestActor) current(gen uint64) *preparation {
+	if a.cur == nil || a.cur.gen != gen {
+		return nil
+	}
+	return a.cur
+}
+
+// start begins a request: the media screen, the image stage and the context watch, then tokenization.
+func (a *requestActor) start(ctx actor.Context, m *prepareJob) {
+	a.gen++
+	gen, self, root := a.gen, ctx.Self(), ctx.ActorSystem().Root
+	a.prep = preparation{gen: gen, j: m.j, reply: m.reply}
+	p := &a.prep
+	a.cur = p
+	j := m.j
+	if err := a.api.screenMedia(j); err != nil { // the SSRF guard, before anything is fetched or forwarded
+		a.finish(p, prepared{err: err})
+		return
+	}
+	// per image, concurrently: mm_hash · size probe · token count
+	// A Responses body has no chat parts to tag with mm uuids: its images route on text.
+	if j.chat != nil && len(j.chat.Media) > 0 && j.ep != epResponses {
+		p.imagesStart = time.Now()
+		p.imgs, p.imagesPending = a.api.startImages(j.ctx, j, func() { root.Send(self, &imagesResolved{gen: gen}) })
+		if p.imagesPending {
+			a.watch(ctx, p)
+		}
+	}
+	t0 := time.Now()
+	tokens, err := a.api.tokenize(j)
+	a.api.R.Metrics.ObserveFrontend(router.FrontendTokenize, time.Since(t0))
+	if err != nil {
+		a.finish(p, prepared{err: err})
+		return
+	}
+	if len(tokens) == 0 {
+		a.finish(p, prepared{err: errorf(ErrBadRequest, "the prompt is empty")})
+		return
+	}
+	p.tokens = tokens
+	a.afterTokens(ctx, p)
+}
+
+// afterTokens routes once both the tokens and the images are in: the routing view, the transfers
+// (concurrently with the decision), the decision.
+func (a *requestActor) afterTokens(ctx actor.Context, p *preparation) {
+	if p.tokens == nil || p.imagesPending || a.cur != p {
+		return
+	}
+	j, api := p.j, a.api
+	if err := j.ctx.Err(); err != nil {
+		// The client left (or the deadline passed) while the images resolved: its message is on the way,
+		// but nothing is routed, charged or transferred for a request no one waits for.
+		a.abort(p, mapRouteErr(err))
+		return
+	}
+	view, err := api.routingView(p.imgs, p.tokens) // placeholders → N × pad_value(mm_hash)
+	if err != nil {
+		a.finish(p, prepared{err: err})
+		return
+	}
+	p.view = view
+	if p.imgs != nil {
+		p.members, p.releases = make([][]byte, len(p.imgs.media)), make([]func(), len(p.imgs.media))
+	}
+	gen, self, root := p.gen, ctx.Self(), ctx.ActorSystem().Root
+	p.transfers = api.startTransfers(j.ctx, p.imgs, view, func(i int, member []byte, release func()) {
+		root.Send(self, &transferReady{gen: gen, i: i, member: member, release: release})
+	})
+	p.req = api.routeRequest(j, p.tokens, view)
+	res, pre, err := api.route(j, p.req) // the decode core; with prefill workers, the prefill core first
+	if err != nil {
+		a.abort(p, mapRouteErr(err))
+		return
+	}
+	p.route, p.prefill, p.routed = res, pre, true
+	if p.transfers == 0 {
+		a.finish(p, prepared{req: p.req, route: res, prefill: pre})
+		return
+	}
+	a.watch(ctx, p)
+}
+
+// watch turns the end of the request's context into a message (clientGone, deadlineExpired) while the
+// actor waits on a stage's report. A request that never waits (no images, no transfers: tokens and the
+// decision run inline, and the decision's queue wait ends with the context) pays nothing for it.
+func (a *requestActor) watch(ctx actor.Context, p *preparation) {
+	if p.stopWatch != nil {
+		return
+	}
+	gen, self, root, j := p.gen, ctx.Self(), ctx.ActorSystem().Root, p.j
+	p.stopWatch = context.AfterFunc(j.ctx, func() {
+		if errors.Is(j.ctx.Err(), context.DeadlineExceeded) {
+			root.Send(self, &deadlineExpired{gen: gen})
+		} else {
+			root.Send(self, &clientGone{gen: gen})
+		}
+	})
+}
+
+// abort ends the preparation with err once no transfer is outstanding: a transfer in flight holds a
+// buffer that only its report can release, and the cancelled context makes it report soon.
+func (a *requestActor) abort(p *preparation, err error) {
+	if p.failed != nil {
+		return // already ending; the first cause stands
+	}
+	if p.routed { // charged on a worker it will never reach
+		if p.prefill != nil {
+			_ = a.api.PD.Prefill.Free(p.req.ID)
+		} else {
+			a.api.finish(p.j)
+		}
+		p.routed = false
+	}
+	if p.transfers > 0 {
+		p.failed = err
+		p.j.cancel() // the transfers unwind and report; the last report finishes
+		return
+	}
+	a.finish(p, prepared{err: err})
+}
+
+// finish answers the handler: the buffers of the transfers that completed go with the request (released
+// when it ends); on success the images' uuids and mm_kwargs are written into the worker-bound body.
+func (a *requestActor) finish(p *preparation, out prepared) {
+	if a.cur != p {
+		return
+	}
+	a.cur = nil
+	if p.stopWatch != nil {
+		p.stopWatch()
+	}
+	if p.transfers == 0 {
+		p.imgs.dropData() // no transfer reads the image bytes any more
+	}
+	if rs := p.releases; rs != nil {
+		p.j.release = func() {
+			for _, r := range rs {
+				if r != nil {
+					r()
 				}
-			}()
-			out = a.api.prepare(m.j)
-		}()
-		m.reply <- out
+			}
+		}
+	}
+	if out.err == nil {
+		a.api.forwardImages(p.j, p.imgs, p.view, p.members)
+	}
+	p.reply <- out
+}
+
+// recoverStage turns a panic in a stage (a template bug on hostile input) into the current request's
+// error; the actor keeps serving.
+func (a *requestActor) recoverStage() {
+	if r := recover(); r != nil && a.cur != nil {
+		a.finish(a.cur, prepared{err: fmt.Errorf("internal error while preparing the request: %v", r)})
 	}
 }
 
@@ -217,37 +429,14 @@ func (a *OpenAIAPI) tokenize(j *job) ([]uint32, error) {
 	}
 }
 
-// prepare runs stages 2–7 of the request path: template + tokenize while the images are resolved,
-// routing tokens, hash, route.
-func (a *OpenAIAPI) prepare(j *job) prepared {
-	if err := a.screenMedia(j); err != nil { // the SSRF guard, before anything is fetched or forwarded
-		return prepared{err: err}
-	}
-	var imgs *imageWork
-	if j.ep != epResponses { // a Responses body has no chat parts to tag with mm uuids: its images route on text
-		imgs = a.startImages(j.ctx, j) // per image, concurrently: mm_hash · size probe · token count
-	}
-	tokens, err := a.tokenize(j)
-	if err != nil {
-		if imgs != nil {
-			<-imgs.done
-		}
-		return prepared{err: err}
-	}
-	if len(tokens) == 0 {
-		return prepared{err: errorf(ErrBadRequest, "the prompt is empty")}
-	}
-	view, err := a.routingView(imgs, tokens) // placeholders → N × pad_value(mm_hash)
-	if err != nil {
-		return prepared{err: err}
-	}
-	xfer := a.startTransfers(j.ctx, imgs, view) // mm_kwargs handoff, concurrently with routing
-	routing, isl := view.tokens, view.isl
+// routeRequest is the router's request for j: the routing tokens (image positions expanded when routing
+// on images), namespace, priority, tier, pin, OSL, session, excluded workers.
+func (a *OpenAIAPI) routeRequest(j *job, tokens []uint32, view imageView) *router.RouteRequest {
 	rr := &router.RouteRequest{ID: j.id, Tokens: tokens, ReturnCosts: j.returnRoute, CacheNamespace: j.namespace}
-	if routing != nil {
-		rr.Tokens, rr.ISL = routing, isl
+	if view.tokens != nil {
+		rr.Tokens, rr.ISL = view.tokens, view.isl
 		if view.blockMM != nil { // legacy scheme: the images' mm_hash values enter their blocks' hashes
-			rr.Local = scoring.LocalBlockHashes(nil, routing, a.R.BlockSize(), scoring.DeriveSeed("", j.namespace), view.blockMM)
+			rr.Local = scoring.LocalBlockHashes(nil, view.tokens, a.R.BlockSize(), scoring.DeriveSeed("", j.namespace), view.blockMM)
 		}
 	}
 	rr.Priority = j.common.PriorityJump()
@@ -264,11 +453,5 @@ func (a *OpenAIAPI) prepare(j *job) prepared {
 	if n := j.common.N; n != nil {
 		rr.Sequences = *n // n sequences fork from one prefill: the router charges n decodes
 	}
-	res, pre, err := a.route(j, rr) // the decode core; with prefill workers, the prefill core first
-	members := xfer.wait(j)         // joined before dispatch; the buffers are released when the request ends
-	if err != nil {
-		return prepared{err: mapRouteErr(err)}
-	}
-	a.forwardImages(j, imgs, view, members)
-	return prepared{req: rr, route: res, prefill: pre}
+	return rr
 }

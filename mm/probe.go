@@ -108,6 +108,10 @@ type flight struct {
 	done chan struct{}
 	size Size
 	err  error
+	// waiters counts the callers still waiting (guarded by Prober.mu); the last one to give up cancels
+	// the fetch, which then serves nobody.
+	waiters int
+	cancel  context.CancelFunc
 }
 
 // NewProber builds a prober. clock drives the cache TTL (nil means the wall clock). transport, when
@@ -168,7 +172,8 @@ func (p *Prober) CacheLen() int { return p.cache.len() }
 // once; otherwise the first caller for h starts one fetch (single flight) in a goroutine tracked by the
 // Prober, and every caller waits for its result or for its own ctx, whichever comes first. The fetch
 // itself is bounded by the configured timeout, not by any caller's ctx, so a cancelled request does not
-// fail the others sharing it. Errors reach every waiter and are not cached.
+// fail the others sharing it; when every waiter has given up (their clients left) the fetch is cancelled
+// and forgotten, so the next caller starts afresh. Errors reach every waiter and are not cached.
 func (p *Prober) Size(ctx context.Context, rawURL string, h Hash) (Size, error) {
 	if sz, ok := p.cache.get(h); ok {
 		p.hits.Add(1)
@@ -183,33 +188,47 @@ func (p *Prober) Size(ctx context.Context, rawURL string, h Hash) (Size, error) 
 			p.mu.Unlock()
 			return Size{}, ErrClosed
 		}
-		f = &flight{done: make(chan struct{})}
+		fctx, cancel := context.WithCancel(context.Background())
+		f = &flight{done: make(chan struct{}), cancel: cancel}
 		p.inflight[h] = f
 		p.wg.Add(1)
 		p.misses.Add(1)
-		go pprof.Do(context.Background(), pprof.Labels("mm", "size-probe"), func(context.Context) {
-			p.runFlight(h, rawURL, f)
+		go pprof.Do(fctx, pprof.Labels("mm", "size-probe"), func(fctx context.Context) {
+			p.runFlight(fctx, h, rawURL, f)
 		})
 	}
+	f.waiters++
 	p.mu.Unlock()
 	select {
 	case <-f.done:
 		return f.size, f.err
 	case <-ctx.Done():
+		p.mu.Lock()
+		if f.waiters--; f.waiters == 0 {
+			f.cancel()
+			if p.inflight[h] == f {
+				delete(p.inflight, h)
+			}
+		}
+		p.mu.Unlock()
 		return Size{}, fmt.Errorf("%w: %w", ErrFetch, ctx.Err())
 	}
 }
 
-func (p *Prober) runFlight(h Hash, rawURL string, f *flight) {
+func (p *Prober) runFlight(ctx context.Context, h Hash, rawURL string, f *flight) {
 	defer p.wg.Done()
-	f.size, f.err = p.sizeUncached(context.Background(), rawURL)
-	if f.err == nil {
+	defer f.cancel()
+	f.size, f.err = p.sizeUncached(ctx, rawURL)
+	switch {
+	case f.err == nil:
 		p.cache.put(h, f.size)
-	} else {
+	case ctx.Err() == nil: // not abandoned by every waiter
 		p.countError(f.err)
 	}
 	p.mu.Lock()
-	delete(p.inflight, h)
+	if p.inflight[h] == f {
+		delete(p.inflight, h)
+	}
 	p.mu.Unlock()
 	close(f.done)
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // imageServer is a loopback HTTP server of image files that honours Range (http.ServeContent) and
@@ -224,33 +226,53 @@ func TestProbeSingleFlight(t *testing.T) {
 
 // TestProbeWaiterCancel: a caller whose ctx ends stops waiting; the shared fetch still completes and
 // is cached for the others.
+// A waiter that gives up does not fail the others sharing its fetch; when the last one gives up (every
+// client left) the fetch is cancelled and forgotten, and the next caller starts a new one.
 func TestProbeWaiterCancel(t *testing.T) {
-	srv := newImageServer(t, map[string][]byte{"/a.png": encodePNG(t, 5, 6)})
-	gate := make(chan struct{})
-	srv.gate = gate
-	p := newTestProber(t, nil, "127.0.0.1")
-	url := srv.URL + "/a.png"
-	h, _, _ := HashURL(url)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { _, err := p.Size(ctx, url, h); done <- err }()
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.requests.Load() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("no request")
-		}
-		time.Sleep(time.Millisecond)
+	tests := []struct {
+		name         string
+		stay         bool  // a second waiter keeps waiting
+		wantRequests int64 // image requests in all
+	}{
+		{"another waiter stays", true, 1},
+		{"last waiter leaves", false, 2},
 	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("err %v", err)
-	}
-	close(gate)
-	for p.CacheLen() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("fetch not cached")
-		}
-		time.Sleep(time.Millisecond)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newImageServer(t, map[string][]byte{"/a.png": encodePNG(t, 5, 6)})
+			gate := make(chan struct{})
+			srv.gate = gate
+			p := newTestProber(t, nil, "127.0.0.1")
+			url := srv.URL + "/a.png"
+			h, _, _ := HashURL(url)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { _, err := p.Size(ctx, url, h); done <- err }()
+			testutil.Eventually(t, "the fetch", func() bool { return srv.requests.Load() >= 1 })
+			stayed := make(chan error, 1)
+			if tc.stay {
+				go func() { _, err := p.Size(context.Background(), url, h); stayed <- err }()
+				testutil.Eventually(t, "the second waiter", func() bool { return p.Stats().Shared == 1 })
+			}
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("err %v", err)
+			}
+			close(gate)
+			if tc.stay {
+				if err := <-stayed; err != nil {
+					t.Fatalf("the waiter that stayed: %v", err)
+				}
+			} else if _, err := p.Size(context.Background(), url, h); err != nil {
+				t.Fatalf("the next caller: %v", err)
+			}
+			if n := srv.requests.Load(); n != tc.wantRequests {
+				t.Fatalf("%d image requests, want %d", n, tc.wantRequests)
+			}
+			if p.CacheLen() != 1 {
+				t.Fatal("size not cached")
+			}
+		})
 	}
 }
 

@@ -19,7 +19,22 @@ const (
 	stageFindMatches
 	stageScheduling
 	stageTotal
+	// The frontend's own stages before routing (ObserveFrontend), timed into the same histograms' family.
+	stageParse
+	stageTokenize
+	stageImages
 	numStages
+)
+
+// FrontendStage names a stage of the OpenAI request path before the routing decision.
+type FrontendStage int
+
+// The frontend's stages: parse and validate the body; chat template and tokenization; the image stage
+// (mm_hash, size probe, token count) from its start until the request actor has its result.
+const (
+	FrontendParse    = FrontendStage(stageParse)
+	FrontendTokenize = FrontendStage(stageTokenize)
+	FrontendImages   = FrontendStage(stageImages)
 )
 
 var stageMetric = [numStages]string{
@@ -28,6 +43,9 @@ var stageMetric = [numStages]string{
 	stageFindMatches:  "dynamo_router_overhead_indexer_find_matches_ms",
 	stageScheduling:   "dynamo_router_overhead_scheduling_ms",
 	stageTotal:        "dynamo_router_overhead_total_ms",
+	stageParse:        "kvroute_frontend_overhead_parse_ms",
+	stageTokenize:     "kvroute_frontend_overhead_tokenize_ms",
+	stageImages:       "kvroute_frontend_overhead_images_ms",
 }
 
 // Metrics are the router core's Prometheus metrics, with Dynamo's names.
@@ -51,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer, routerID string) *Metrics {
 	m := &Metrics{}
 	for st := stage(0); st < numStages; st++ {
 		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: stageMetric[st], Help: "Routing overhead of one request-path stage, in milliseconds.",
+			Name: stageMetric[st], Help: "Overhead of one request-path stage (routing, or the frontend's before it), in milliseconds.",
 			Buckets: overheadBuckets,
 		}, []string{"router_id"})
 		reg.MustRegister(h)
@@ -87,6 +105,9 @@ func (m *Metrics) countRejected(err error) {
 func (m *Metrics) observeStage(st stage, d time.Duration) {
 	m.stages[st].Observe(float64(d.Nanoseconds()) / 1e6)
 }
+
+// ObserveFrontend records the duration of one of the frontend's stages beside the router's own.
+func (m *Metrics) ObserveFrontend(st FrontendStage, d time.Duration) { m.observeStage(stage(st), d) }
 
 func (m *Metrics) observeHitRate(v float64) { m.hitRate.Observe(v) }
 
