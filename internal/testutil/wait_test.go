@@ -10,16 +10,17 @@ func TestPoll(t *testing.T) {
 	tests := []struct {
 		name   string
 		holdAt int // cond holds from this call on; 0: never
+		d      time.Duration
 		want   bool
 	}{
-		{"at once", 1, true},
-		{"after a few", 4, true},
-		{"never", 0, false},
+		{"at once", 1, 5 * time.Second, true},
+		{"after a few", 4, 5 * time.Second, true},
+		{"never", 0, 30 * time.Millisecond, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls int
-			got := Poll(30*time.Millisecond, func() bool { calls++; return tc.holdAt > 0 && calls >= tc.holdAt })
+			got := Poll(tc.d, func() bool { calls++; return tc.holdAt > 0 && calls >= tc.holdAt })
 			if got != tc.want {
 				t.Fatalf("Poll = %v after %d calls, want %v", got, calls, tc.want)
 			}
