@@ -20,15 +20,7 @@ func NormalizeURL(raw string) (string, error) {
 	if canonicalHTTP(raw) || canonicalData(raw) {
 		return raw, nil
 	}
-	s := strings.TrimFunc(raw, func(r rune) bool { return r <= 0x20 })
-	if strings.ContainsAny(s, "\t\n\r") {
-		s = strings.Map(func(r rune) rune {
-			if r == '\t' || r == '\n' || r == '\r' {
-				return -1
-			}
-			return r
-		}, s)
-	}
+	s := stripURL(raw)
 	colon := strings.IndexByte(s, ':')
 	if colon <= 0 || !validScheme(s[:colon]) {
 		return "", fmt.Errorf("%w: no scheme", ErrBadURL)
@@ -40,103 +32,127 @@ func NormalizeURL(raw string) (string, error) {
 	b.WriteString(scheme)
 	b.WriteByte(':')
 	special := isSpecialScheme(scheme)
-	if scheme == "file" {
-		// file: has an optional host ("localhost" is written as none) and no port or userinfo.
-		rest = strings.ReplaceAll(rest, "\\", "/")
-		host := ""
-		if strings.HasPrefix(rest, "//") {
-			rest = rest[2:]
-			end := strings.IndexAny(rest, "/?#")
-			if end < 0 {
-				end = len(rest)
-			}
-			h, err := serializeHost(rest[:end], true)
-			if err != nil && rest[:end] != "" {
-				return "", err
-			}
-			if h != "localhost" {
-				host = h
-			}
-			rest = rest[end:]
-		}
-		b.WriteString("//")
-		b.WriteString(host)
-		pathEnd := strings.IndexAny(rest, "?#")
-		if pathEnd < 0 {
-			pathEnd = len(rest)
-		}
-		writePath(&b, rest[:pathEnd], true)
-		rest = rest[pathEnd:]
-	} else if special {
-		rest = strings.TrimLeft(rest, "/\\")
-		end := strings.IndexAny(rest, "/\\?#")
-		if end < 0 {
-			end = len(rest)
-		}
-		if err := writeAuthority(&b, scheme, rest[:end], true); err != nil {
-			return "", err
-		}
-		rest = rest[end:]
-		pathEnd := strings.IndexAny(rest, "?#")
-		if pathEnd < 0 {
-			pathEnd = len(rest)
-		}
-		writePath(&b, rest[:pathEnd], true)
-		rest = rest[pathEnd:]
-	} else if strings.HasPrefix(rest, "//") {
-		rest = rest[2:]
-		end := strings.IndexAny(rest, "/?#")
-		if end < 0 {
-			end = len(rest)
-		}
-		if err := writeAuthority(&b, scheme, rest[:end], false); err != nil {
-			return "", err
-		}
-		rest = rest[end:]
-		pathEnd := strings.IndexAny(rest, "?#")
-		if pathEnd < 0 {
-			pathEnd = len(rest)
-		}
-		if pathEnd > 0 {
-			writePath(&b, rest[:pathEnd], false)
-		}
-		rest = rest[pathEnd:]
-	} else {
-		// Opaque path (data:, mailto:): only C0 controls and non-ASCII are escaped.
-		pathEnd := strings.IndexAny(rest, "?#")
-		if pathEnd < 0 {
-			pathEnd = len(rest)
-		}
-		p := rest[:pathEnd]
-		if pathEnd == len(rest) {
-			p = strings.TrimRight(p, " ")
-		}
-		appendEscaped(&b, p, encC0)
-		rest = rest[pathEnd:]
+	var err error
+	switch {
+	case scheme == "file":
+		rest, err = writeFileHierarchy(&b, rest)
+	case special:
+		rest, err = writeSpecialHierarchy(&b, scheme, rest)
+	case strings.HasPrefix(rest, "//"):
+		rest, err = writeAuthorityHierarchy(&b, scheme, rest[2:])
+	default:
+		rest = writeOpaquePath(&b, rest)
 	}
-	if strings.HasPrefix(rest, "?") {
-		q := rest[1:]
-		end := strings.IndexByte(q, '#')
-		if end < 0 {
-			end = len(q)
-		}
-		b.WriteByte('?')
-		set := encQuery
-		if special {
-			set = encSpecialQuery
-		}
-		appendEscaped(&b, q[:end], set)
-		rest = q[end:]
+	if err != nil {
+		return "", err
 	}
-	if strings.HasPrefix(rest, "#") {
-		b.WriteByte('#')
-		appendEscaped(&b, rest[1:], encFragment)
-	}
+	writeQueryFragment(&b, rest, special)
 	out := b.String()
 	if out == raw {
 		return raw, nil
 	}
 	return out, nil
+}
+
+// stripURL removes leading and trailing C0 controls and spaces, and every tab and newline inside.
+func stripURL(raw string) string {
+	s := strings.TrimFunc(raw, func(r rune) bool { return r <= 0x20 })
+	if strings.ContainsAny(s, "\t\n\r") {
+		s = strings.Map(func(r rune) rune {
+			if r == '\t' || r == '\n' || r == '\r' {
+				return -1
+			}
+			return r
+		}, s)
+	}
+	return s
+}
+
+// splitAt returns the prefix of s before the first byte of any of chars, and the rest.
+func splitAt(s, chars string) (string, string) {
+	end := strings.IndexAny(s, chars)
+	if end < 0 {
+		end = len(s)
+	}
+	return s[:end], s[end:]
+}
+
+// writeFileHierarchy writes a file: URL's host and path; file: has an optional host ("localhost" is
+// written as none) and no port or userinfo. It returns what follows the path.
+func writeFileHierarchy(b *strings.Builder, rest string) (string, error) {
+	rest = strings.ReplaceAll(rest, "\\", "/")
+	host := ""
+	if strings.HasPrefix(rest, "//") {
+		var h0 string
+		h0, rest = splitAt(rest[2:], "/?#")
+		h, err := serializeHost(h0, true)
+		if err != nil && h0 != "" {
+			return "", err
+		}
+		if h != "localhost" {
+			host = h
+		}
+	}
+	b.WriteString("//")
+	b.WriteString(host)
+	path, rest := splitAt(rest, "?#")
+	writePath(b, path, true)
+	return rest, nil
+}
+
+// writeSpecialHierarchy writes the authority and path of a special scheme (http, https, ws, wss, ftp),
+// where any run of slashes or backslashes starts the authority.
+func writeSpecialHierarchy(b *strings.Builder, scheme, rest string) (string, error) {
+	auth, rest := splitAt(strings.TrimLeft(rest, "/\\"), "/\\?#")
+	if err := writeAuthority(b, scheme, auth, true); err != nil {
+		return "", err
+	}
+	path, rest := splitAt(rest, "?#")
+	writePath(b, path, true)
+	return rest, nil
+}
+
+// writeAuthorityHierarchy writes the authority and path of a non-special scheme written with "//"
+// (rest starts after it).
+func writeAuthorityHierarchy(b *strings.Builder, scheme, rest string) (string, error) {
+	auth, rest := splitAt(rest, "/?#")
+	if err := writeAuthority(b, scheme, auth, false); err != nil {
+		return "", err
+	}
+	path, rest := splitAt(rest, "?#")
+	if path != "" {
+		writePath(b, path, false)
+	}
+	return rest, nil
+}
+
+// writeOpaquePath writes an opaque path (data:, mailto:): only C0 controls and non-ASCII are escaped;
+// trailing spaces go when nothing follows.
+func writeOpaquePath(b *strings.Builder, rest string) string {
+	p, rest := splitAt(rest, "?#")
+	if rest == "" {
+		p = strings.TrimRight(p, " ")
+	}
+	appendEscaped(b, p, encC0)
+	return rest
+}
+
+// writeQueryFragment writes the query ("?...") and fragment ("#...") that rest starts with, if any.
+func writeQueryFragment(b *strings.Builder, rest string, special bool) {
+	if strings.HasPrefix(rest, "?") {
+		var q string
+		q, rest = splitAt(rest[1:], "#")
+		b.WriteByte('?')
+		set := encQuery
+		if special {
+			set = encSpecialQuery
+		}
+		appendEscaped(b, q, set)
+	}
+	if strings.HasPrefix(rest, "#") {
+		b.WriteByte('#')
+		appendEscaped(b, rest[1:], encFragment)
+	}
 }
 
 func validScheme(s string) bool {
