@@ -128,7 +128,8 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 			return nil, fmt.Errorf("--worker id=%d is a prefill worker: the gateway sends a request to one endpoint, so disaggregated prefill/decode needs kvroute frontend", w.ID)
 		}
 	}
-	app, err := startFrontend(f, newRegistry(), log)
+	reg := newRegistry()
+	app, err := startFrontend(f, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +144,10 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 	cfg := epp.DefaultConfig()
 	cfg.Fallbacks, cfg.FailureMode, cfg.MaxBodyBytes = *e.fallbacks, epp.FailureMode(*e.failureMode), *f.maxBody
 	if a.picker, err = epp.NewServer(cfg, app.api, epp.RouterWorkers{R: app.router}); err != nil {
+		a.stop()
+		return nil, err
+	}
+	if err := a.picker.Register(reg); err != nil {
 		a.stop()
 		return nil, err
 	}

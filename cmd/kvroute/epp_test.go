@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -193,6 +194,17 @@ func TestEPPCommand(t *testing.T) {
 	want := map[string]bool{addrOfURL(specs[0].URL): true, addrOfURL(specs[1].URL): true}
 	if len(eps) != 2 || !want[eps[0]] || !want[eps[1]] || eps[0] == eps[1] {
 		t.Fatalf("destination %q, workers %v", dest, want)
+	}
+
+	// The outcome is counted on the HTTP port's /metrics.
+	resp, err := http.Get("http://" + a.ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `kvroute_epp_requests_total{outcome="picked"} 1`) {
+		t.Fatalf("/metrics lacks the picked request:\n%s", page)
 	}
 
 	// No workers, plain text, FailOpen: the request continues without a destination.

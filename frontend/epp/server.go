@@ -15,6 +15,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -496,4 +497,18 @@ func bodyResp(request bool, mut *extproc.HeaderMutation, bm *extproc.BodyMutatio
 func errorBody(code int, typ, msg string) []byte {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
 	return b
+}
+
+// Register exports the counters on reg as kvroute_epp_requests_total{outcome}: picked, failed,
+// continued, moved (served by a fallback), broken (the stream ended before the response).
+func (s *Server) Register(reg prometheus.Registerer) error {
+	for outcome, c := range map[string]*atomic.Uint64{"picked": &s.picked, "failed": &s.failed, "continued": &s.continued,
+		"moved": &s.moved, "broken": &s.broken} {
+		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_epp_requests_total",
+			Help:        "Requests the endpoint picker saw, by outcome.",
+			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 { return float64(c.Load()) })); err != nil {
+			return err
+		}
+	}
+	return nil
 }
