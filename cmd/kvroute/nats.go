@@ -88,51 +88,16 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 	if !n.needsNATS(&rcfg) {
 		return router.New(system, rcfg)
 	}
-	switch {
-	case *n.eventPlane != "zmq" && *n.eventPlane != "nats":
-		return nil, fmt.Errorf("--event-plane %q: want zmq or nats", *n.eventPlane)
-	case *n.discovery != "static" && *n.discovery != "nats":
-		return nil, fmt.Errorf("--discovery %q: want static or nats", *n.discovery)
-	case *n.durable && *n.eventPlane != "nats":
-		return nil, errors.New("--durable-kv-events needs --event-plane nats")
+	if err := n.validate(); err != nil {
+		return nil, err
 	}
 	p := &natsPlane{}
 	n.plane = p
-	url := *n.url
-	if *n.embedded {
-		dir := *n.storeDir
-		if dir == "" {
-			d, err := os.MkdirTemp("", "kvroute-nats-")
-			if err != nil {
-				return nil, err
-			}
-			dir = d
-		}
-		port := *n.embedPort
-		if port == 0 {
-			port = -1
-		}
-		srv, err := natsplane.StartServer(natsplane.ServerConfig{Port: port, StoreDir: dir})
-		if err != nil {
-			return nil, err
-		}
-		p.srv, url = srv, srv.ClientURL()
-		log.Info("embedded NATS server", "url", url, "store", dir)
-	}
-	nc, err := nats.Connect(url, nats.Name("kvroute-frontend"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	url, err := n.connect(p, log)
 	if err != nil {
-		n.stop()
-		return nil, fmt.Errorf("--nats-url %s: %w", url, err)
+		return nil, err
 	}
-	p.nc = nc
-	if n.reset != nil && *n.reset {
-		if !*n.durable {
-			log.Info("--router-reset-states: nothing to reset without --router-durable-kv-events (no stream or snapshot is kept)")
-		} else if err := resetStates(nc, log); err != nil {
-			n.stop()
-			return nil, err
-		}
-	}
+	nc := p.nc
 	if rcfg.Scoring.ReplicaSync {
 		p.replica = natsplane.NewReplicaSync(nc, natsplane.ReplicaConfig{RouterID: *n.routerID})
 		rcfg.OnLoad = p.replica.Observe
@@ -182,21 +147,7 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 		}
 	}
 	if *n.eventPlane == "nats" {
-		scfg := natsplane.DefaultSourceConfig()
-		scfg.Durable, scfg.Replicas = *n.durable, *n.replicas
-		if *n.durable {
-			scfg.SnapshotThreshold = *n.snapshot
-		}
-		if p.src, err = natsplane.NewSource(nc, natsplane.Fleet{Sink: r.Fleet.NewInjector(), Index: r.Index, Barrier: r.Fleet.Sync}, scfg); err != nil {
-			return fail(err)
-		}
-		if w != nil {
-			w.SetOnRemove(p.src.Forget)
-		}
-		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-		err = p.src.Start(sctx)
-		scancel()
-		if err != nil {
+		if err := n.startEventSource(ctx, p, r, w); err != nil {
 			return fail(err)
 		}
 	}
@@ -208,6 +159,81 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 	log.Info("nats planes", "url", url, "event_plane", *n.eventPlane, "durable", *n.durable, "replica_sync", rcfg.Scoring.ReplicaSync,
 		"discovery", *n.discovery)
 	return r, nil
+}
+
+// startEventSource subscribes r's fleet to the workers' KV events on NATS (--event-plane nats), after
+// discovery (w, when on) has added the workers already registered.
+func (n *natsFlags) startEventSource(ctx context.Context, p *natsPlane, r *router.Router, w *natsplane.Watcher) error {
+	scfg := natsplane.DefaultSourceConfig()
+	scfg.Durable, scfg.Replicas = *n.durable, *n.replicas
+	if *n.durable {
+		scfg.SnapshotThreshold = *n.snapshot
+	}
+	var err error
+	// The package sits below the actors: the router's fleet and index are wired into its interfaces here.
+	if p.src, err = natsplane.NewSource(p.nc, natsplane.Fleet{Sink: r.Fleet.NewInjector(), Index: r.Index, Barrier: r.Fleet.Sync}, scfg); err != nil {
+		return err
+	}
+	if w != nil {
+		w.SetOnRemove(p.src.Forget)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	return p.src.Start(sctx)
+}
+
+// validate refuses plane flags that name no plane.
+func (n *natsFlags) validate() error {
+	switch {
+	case *n.eventPlane != "zmq" && *n.eventPlane != "nats":
+		return fmt.Errorf("--event-plane %q: want zmq or nats", *n.eventPlane)
+	case *n.discovery != "static" && *n.discovery != "nats":
+		return fmt.Errorf("--discovery %q: want static or nats", *n.discovery)
+	case *n.durable && *n.eventPlane != "nats":
+		return errors.New("--durable-kv-events needs --event-plane nats")
+	}
+	return nil
+}
+
+// connect starts the embedded NATS server when asked, connects to the server (p.nc) and resets the
+// durable state with --router-reset-states; it returns the URL connected to.
+func (n *natsFlags) connect(p *natsPlane, log *slog.Logger) (string, error) {
+	url := *n.url
+	if *n.embedded {
+		dir := *n.storeDir
+		if dir == "" {
+			d, err := os.MkdirTemp("", "kvroute-nats-")
+			if err != nil {
+				return "", err
+			}
+			dir = d
+		}
+		port := *n.embedPort
+		if port == 0 {
+			port = -1
+		}
+		srv, err := natsplane.StartServer(natsplane.ServerConfig{Port: port, StoreDir: dir})
+		if err != nil {
+			return "", err
+		}
+		p.srv, url = srv, srv.ClientURL()
+		log.Info("embedded NATS server", "url", url, "store", dir)
+	}
+	nc, err := nats.Connect(url, nats.Name("kvroute-frontend"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		n.stop()
+		return "", fmt.Errorf("--nats-url %s: %w", url, err)
+	}
+	p.nc = nc
+	if n.reset != nil && *n.reset {
+		if !*n.durable {
+			log.Info("--router-reset-states: nothing to reset without --router-durable-kv-events (no stream or snapshot is kept)")
+		} else if err := resetStates(nc, log); err != nil {
+			n.stop()
+			return "", err
+		}
+	}
+	return url, nil
 }
 
 // stop stops the planes (before the router stops); safe when nothing was started.
