@@ -73,7 +73,7 @@ func TestFlagMistakesGetOneLine(t *testing.T) {
 	}{
 		{"unknown flag", []string{"frontend", "--routr-mode", "kv"}, []string{"unknown flag --routr-mode", "did you mean --router-mode?"}},
 		{"unknown mode", []string{"frontend", "--router-mode", "kv-aware"}, []string{"want one of round-robin, random", "did you mean kv?"}},
-		{"refused flag", []string{"frontend", "--decode-fallback"}, []string{"--decode-fallback:", "not implemented"}},
+		{"refused flag", []string{"frontend", "--use-remote-indexer"}, []string{"--use-remote-indexer:", "always in-process"}},
 		{"refused value", []string{"serve", "--discovery-backend", "etcd"}, []string{"--discovery-backend etcd: not supported"}},
 		{"half tls pair", []string{"frontend", "--tls-cert-path", "c.pem"}, []string{"--tls-key-path go together"}},
 		{"bad log level", []string{"frontend", "--log-level", "verbose"}, []string{"--log-level \"verbose\": want one of debug, info"}},
