@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -146,5 +147,33 @@ func TestPredictedSearchEnds(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the predicted search did not end")
+	}
+}
+
+// TestPredictedQueryTerminates: random decisions and queries over chains sharing prefixes of every
+// length; every query returns (a search that loops would hang the test), and every score it reports
+// is a live mark: the worker the latest decision sent that prefix to, at that length.
+func TestPredictedQueryTerminates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	p := newPredicted(5 * time.Second)
+	now := time.Unix(0, 0)
+	chains := make([][]uint64, 12)
+	for i := range chains {
+		chains[i] = chainOfLen(uint64(i%3+1), rng.IntN(40), 1+rng.IntN(80))
+	}
+	var dst []prefix.Score
+	for step := range 4000 {
+		now = now.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
+		p.expireDue(now)
+		c := chains[rng.IntN(len(chains))]
+		c = c[:1+rng.IntN(len(c))]
+		floor := uint32(rng.IntN(len(c) + 1))
+		for _, s := range p.scores(c, floor, &dst) {
+			m, ok := p.marks[c[s.Blocks-1]]
+			if !ok || prefix.WorkerKey(m.worker) != s.Worker || s.Blocks <= floor {
+				t.Fatalf("step %d: score %+v (floor %d) is not a live mark", step, s, floor)
+			}
+		}
+		p.record(now, scoring.WorkerKey{WorkerID: uint64(rng.IntN(4))}, c, rng.IntN(len(c)+1))
 	}
 }
