@@ -330,8 +330,10 @@ func (a *requestActor) finish(p *preparation, out prepared) {
 	if p.stopWatch != nil {
 		p.stopWatch()
 	}
-	if p.transfers == 0 {
-		p.imgs.dropData() // no transfer reads the image bytes any more
+	if p.transfers == 0 && !p.imagesPending {
+		// No transfer reads the image bytes any more. While the image stage still runs (the client left,
+		// or tokenization failed first) its goroutine owns them; they go with the request.
+		p.imgs.dropData()
 	}
 	if rs := p.releases; rs != nil {
 		p.j.release = func() {
