@@ -281,15 +281,11 @@ func setValue(p any, s string) error {
 		}
 		*p = time.Duration(v * float64(time.Second))
 	case *OptDuration:
-		if s == "" || strings.EqualFold(s, "none") || strings.EqualFold(s, "unset") {
-			*p = OptDuration{}
-			return nil
-		}
-		v, err := parseFloat(s)
-		if err != nil {
+		var o OptFloat
+		if err := setValue(&o, s); err != nil {
 			return err
 		}
-		*p = SomeDuration(time.Duration(v * float64(time.Second)))
+		*p = OptDuration{V: time.Duration(o.V * float64(time.Second)), Set: o.Set}
 		return nil
 	case *OptFloat:
 		if s == "" || strings.EqualFold(s, "none") || strings.EqualFold(s, "unset") {
