@@ -416,7 +416,7 @@ func (m *Machine) Loads(dst []TargetLoad) []TargetLoad {
 // failed.
 func (m *Machine) Tick(now time.Time) []Released {
 	m.expireApprox(now)
-	m.pred.expire(now)
+	m.pred.expireDue(now)
 	m.sess.expire(now)
 	freed := false
 	for _, t := range m.list {

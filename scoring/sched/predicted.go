@@ -187,9 +187,6 @@ func (p *predicted) expireDue(now time.Time) {
 	}
 }
 
-// expire is expireDue (the periodic tick's entry point).
-func (p *predicted) expire(now time.Time) { p.expireDue(now) }
-
 // removeWorker forgets a worker rank's marks.
 func (p *predicted) removeWorker(k scoring.WorkerKey) {
 	for h, m := range p.marks {
