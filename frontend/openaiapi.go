@@ -392,18 +392,27 @@ type tokenizeRequest struct {
 	ContinueFinalMessage bool              `json:"continue_final_message"`
 }
 
+// tokenizerFor reports whether /tokenize and /detokenize can answer for model (empty: this API's) with
+// this API's tokenizer; if not, it has written the error (404 for another model, 422 without one).
+func (a *OpenAIAPI) tokenizerFor(ctx *fasthttp.RequestCtx, model string) bool {
+	if model != "" && model != a.ModelName {
+		writeError(ctx, errorf(ErrNotFound, "model %q is not served here", model))
+		return false
+	}
+	if a.Model == nil {
+		writeError(ctx, errorf(ErrUnprocessable, "no tokenizer is loaded"))
+		return false
+	}
+	return true
+}
+
 func (a *OpenAIAPI) tokenizeEndpoint(ctx *fasthttp.RequestCtx) {
 	var req tokenizeRequest
 	if err := decodeBody(ctx, &req); err != nil {
 		writeError(ctx, err)
 		return
 	}
-	if req.Model != "" && req.Model != a.ModelName {
-		writeError(ctx, errorf(ErrNotFound, "model %q is not served here", req.Model))
-		return
-	}
-	if a.Model == nil {
-		writeError(ctx, errorf(ErrUnprocessable, "no tokenizer is loaded"))
+	if !a.tokenizerFor(ctx, req.Model) {
 		return
 	}
 	var toks []uint32

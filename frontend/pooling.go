@@ -193,12 +193,7 @@ func (a *OpenAIAPI) detokenizeEndpoint(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	if req.Model != "" && req.Model != a.ModelName {
-		writeError(ctx, errorf(ErrNotFound, "model %q is not served here", req.Model))
-		return
-	}
-	if a.Model == nil {
-		writeError(ctx, errorf(ErrUnprocessable, "no tokenizer is loaded"))
+	if !a.tokenizerFor(ctx, req.Model) {
 		return
 	}
 	if req.Tokens == nil {
