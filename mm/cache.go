@@ -3,23 +3,9 @@ package mm
 import (
 	"sync"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/clock"
 )
-
-// Clock is the time source of the size cache's TTL; tests pass a fake one.
-type Clock interface {
-	Now() time.Time
-}
-
-// ClockFunc adapts a function to Clock.
-type ClockFunc func() time.Time
-
-// Now calls f.
-func (f ClockFunc) Now() time.Time { return f() }
-
-// wallClock is the default Clock.
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // sizeCacheShards splits the cache so concurrent requests rarely meet on a lock; a power of two.
 const sizeCacheShards = 16
@@ -31,7 +17,7 @@ const sizeCacheShards = 16
 type sizeCache struct {
 	shards [sizeCacheShards]cacheShard
 	ttl    time.Duration
-	clock  Clock
+	clock  clock.Clock // the TTL's; tests pass a fake one
 }
 
 type cacheShard struct {
@@ -49,8 +35,8 @@ type cacheEntry struct {
 	prev, next *cacheEntry
 }
 
-func newSizeCache(entries int, ttl time.Duration, clock Clock) *sizeCache {
-	c := &sizeCache{ttl: ttl, clock: clock}
+func newSizeCache(entries int, ttl time.Duration, clk clock.Clock) *sizeCache {
+	c := &sizeCache{ttl: ttl, clock: clk}
 	per := (entries + sizeCacheShards - 1) / sizeCacheShards
 	if per < 1 {
 		per = 1

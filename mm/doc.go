@@ -43,7 +43,7 @@
 //
 //	spec, err := mm.LoadSpec(modelDir, servedModelID)   // or mm.Detect(mm.ModelInfoFrom(m, id))
 //	if !spec.Enabled { log spec.Disabled }               // every request then gets FallbackUnknownModel
-//	prober, err := mm.NewProber(probeCfg, clock, nil)    // one per process; Close at shutdown
+//	prober, err := mm.NewProber(probeCfg, nil, nil)      // one per process (nil: the wall clock); Close at shutdown
 //	resolver, err := mm.NewResolver(spec, prober, resolveCfg)
 //
 // Per request (parts = image_url parts in prompt order across messages):

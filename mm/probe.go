@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/clock"
 )
 
 // ProbeConfig configures the image size probe. The defaults are Dynamo's (spec/multimodal.md §4).
@@ -114,14 +116,11 @@ type flight struct {
 	cancel  context.CancelFunc
 }
 
-// NewProber builds a prober. clock drives the cache TTL (nil means the wall clock). transport, when
+// NewProber builds a prober. clk drives the cache TTL (nil means the wall clock). transport, when
 // non-nil, replaces the guarded HTTP transport (tests only: it bypasses the SSRF guard).
-func NewProber(cfg ProbeConfig, clock Clock, transport http.RoundTripper) (*Prober, error) {
+func NewProber(cfg ProbeConfig, clk clock.Clock, transport http.RoundTripper) (*Prober, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if clock == nil {
-		clock = wallClock{}
 	}
 	guard, _ := NewGuard(cfg.AllowHosts)
 	if transport == nil {
@@ -152,7 +151,7 @@ func NewProber(cfg ProbeConfig, clock Clock, transport http.RoundTripper) (*Prob
 	return &Prober{
 		cfg:      cfg,
 		client:   client,
-		cache:    newSizeCache(cfg.CacheEntries, cfg.CacheTTL, clock),
+		cache:    newSizeCache(cfg.CacheEntries, cfg.CacheTTL, clock.Or(clk)),
 		inflight: make(map[Hash]*flight),
 	}, nil
 }

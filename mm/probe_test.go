@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/internal/testutil"
 )
 
@@ -69,23 +70,11 @@ func (s *imageServer) rangesSeen() []string {
 	return append([]string(nil), s.ranges...)
 }
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func newTestProber(t testing.TB, clock Clock, allow ...string) *Prober {
+func newTestProber(t testing.TB, clk clock.Clock, allow ...string) *Prober {
 	cfg := DefaultProbeConfig()
 	cfg.Timeout = 5 * time.Second
 	cfg.AllowHosts = allow
-	p, err := NewProber(cfg, clock, nil)
+	p, err := NewProber(cfg, clk, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,14 +267,14 @@ func TestProbeWaiterCancel(t *testing.T) {
 
 func TestProbeCacheTTL(t *testing.T) {
 	srv := newImageServer(t, map[string][]byte{"/a.png": encodePNG(t, 7, 8)})
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	p := newTestProber(t, clock, "127.0.0.1")
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	p := newTestProber(t, clk, "127.0.0.1")
 	url := srv.URL + "/a.png"
 	for _, step := range []struct {
 		advance  time.Duration
 		requests int64
 	}{{0, 1}, {time.Hour, 1}, {23*time.Hour - time.Second, 1}, {time.Second, 2}, {time.Minute, 2}} {
-		clock.Advance(step.advance)
+		clk.Advance(step.advance)
 		if _, err := probe(t, p, url); err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +285,7 @@ func TestProbeCacheTTL(t *testing.T) {
 }
 
 func TestSizeCacheLRU(t *testing.T) {
-	c := newSizeCache(sizeCacheShards*2, time.Hour, wallClock{})
+	c := newSizeCache(sizeCacheShards*2, time.Hour, clock.Wall{})
 	// Keys in shard 0: multiples of the shard count.
 	k := func(i int) Hash { return Hash(i * sizeCacheShards) }
 	c.put(k(1), Size{1, 1})

@@ -12,6 +12,8 @@ import (
 	"runtime/pprof"
 	"sync"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/clock"
 )
 
 // AgentConfig configures the network transfer agent.
@@ -40,14 +42,14 @@ type AgentConfig struct {
 	SweepEvery time.Duration
 	// IOTimeout bounds one pull (request read, payload write, ack read). Default 30 s.
 	IOTimeout time.Duration
-	// Now is the clock of the TTL (default time.Now).
-	Now func() time.Time
+	// Clock is the clock of the TTL; nil means the wall clock.
+	Clock clock.Clock
 }
 
 // DefaultAgentConfig returns the defaults above.
 func DefaultAgentConfig() AgentConfig {
 	return AgentConfig{ListenAddr: "127.0.0.1:0", Buffers: 16, BufferSize: 8 << 20, MaxItemBytes: 64 << 20, TTL: 60 * time.Second,
-		IOTimeout: 30 * time.Second, Now: time.Now}
+		IOTimeout: 30 * time.Second}
 }
 
 // Validate reports the first invalid field.
@@ -144,9 +146,7 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.IOTimeout == 0 {
 		cfg.IOTimeout = def.IOTimeout
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -235,7 +235,7 @@ func (a *Agent) Register(n int, fill func(b []byte)) (id uint32, token string, g
 	}
 	s.token = tok
 	s.state = slotReady
-	s.expires = a.cfg.Now().Add(a.cfg.TTL)
+	s.expires = a.cfg.Clock.Now().Add(a.cfg.TTL)
 	a.stats.Registered++
 	return uint32(i), hex.EncodeToString(tok[:]), gen, nil
 }
@@ -268,7 +268,7 @@ func (a *Agent) freeLocked(i int) {
 // Sweep releases every buffer past its TTL and returns how many. The background loop calls it; tests
 // call it after advancing their clock.
 func (a *Agent) Sweep() int {
-	now := a.cfg.Now()
+	now := a.cfg.Clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := 0

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/mm"
 )
 
@@ -33,8 +34,8 @@ type Config struct {
 	Fetch func(ctx context.Context, url string) ([]byte, error)
 	// MaxDataURIBytes bounds a data: URI (0: mm.DefaultMaxDataURIBytes).
 	MaxDataURIBytes int
-	// Now is the janitor's clock (default time.Now).
-	Now func() time.Time
+	// Clock is the janitor's clock; nil means the wall clock.
+	Clock clock.Clock
 }
 
 // Source is one image as the request carries it: its bytes when the frontend already has them
@@ -76,9 +77,7 @@ func NewSender(cfg Config) (*Sender, error) {
 	if cfg.JanitorEvery <= 0 {
 		cfg.JanitorEvery = time.Minute
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	s := &Sender{cfg: cfg, live: map[string]struct{}{}, stop: make(chan struct{})}
 	switch cfg.Mode {
 	case ModeShm:
@@ -203,7 +202,7 @@ func (s *Sender) fetch(ctx context.Context, url string) ([]byte, error) {
 
 // Sweep runs the shm janitor once over the sender's directory.
 func (s *Sender) Sweep() (int, error) {
-	jc := JanitorConfig{Dir: s.cfg.ShmDir, TTL: s.cfg.JanitorTTL, Now: s.cfg.Now}
+	jc := JanitorConfig{Dir: s.cfg.ShmDir, TTL: s.cfg.JanitorTTL, Clock: s.cfg.Clock}
 	if s.cfg.JanitorTTLOnly {
 		jc.Alive = func(int) bool { return true }
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/clock"
 )
 
 // DefaultShmDir is where POSIX shared-memory segments live on Linux (shm_open names map to files here).
@@ -81,8 +83,8 @@ type JanitorConfig struct {
 	// TTL: a segment older than this is removed even if its owner lives (a leak: a release that never
 	// ran). Default 10 min, far above any request's life so a live request never loses its segment.
 	TTL time.Duration
-	// Now is the clock (default time.Now); tests pass a fake one.
-	Now func() time.Time
+	// Clock is the clock of the TTL; nil means the wall clock. Tests pass a fake one.
+	Clock clock.Clock
 	// Alive reports whether a pid is a running process (default: kill(pid, 0) is not ESRCH).
 	Alive func(pid int) bool
 }
@@ -97,9 +99,7 @@ func SweepShm(cfg JanitorConfig) (int, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = 10 * time.Minute
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Alive == nil {
 		cfg.Alive = pidAlive
 	}
@@ -107,7 +107,7 @@ func SweepShm(cfg JanitorConfig) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("transfer: janitor: %w", err)
 	}
-	now := cfg.Now()
+	now := cfg.Clock.Now()
 	removed := 0
 	for _, e := range entries {
 		m := shmNameRE.FindStringSubmatch(e.Name())

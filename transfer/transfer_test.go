@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/internal/testutil"
 )
 
@@ -79,10 +80,8 @@ func TestNetTwoProcesses(t *testing.T) {
 // TestFallbacks: every way a handoff can fail maps to a class the worker turns into the URL fallback.
 func TestFallbacks(t *testing.T) {
 	dir := shmTestDir(t)
-	now := time.Unix(1000, 0)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	a, err := NewAgent(AgentConfig{Buffers: 2, BufferSize: 1 << 20, Now: clock, SweepEvery: time.Hour})
+	clk := clock.NewFake(time.Unix(1000, 0))
+	a, err := NewAgent(AgentConfig{Buffers: 2, BufferSize: 1 << 20, Clock: clk, SweepEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,9 +143,7 @@ func TestFallbacks(t *testing.T) {
 	})
 	t.Run("ttl expiry", func(t *testing.T) {
 		d := register()
-		mu.Lock()
-		now = now.Add(61 * time.Second)
-		mu.Unlock()
+		clk.Advance(61 * time.Second)
 		if n := a.Sweep(); n != 1 {
 			t.Fatalf("swept %d, want 1", n)
 		}
@@ -197,12 +194,13 @@ func TestJanitor(t *testing.T) {
 		}
 	}
 	alive := func(pid int) bool { return pid == 222 }
-	now := time.Now()
-	n, err := SweepShm(JanitorConfig{Dir: dir, TTL: time.Minute, Now: func() time.Time { return now }, Alive: alive})
+	clk := clock.NewFake(time.Now()) // the segments' modification times are the wall clock's
+	n, err := SweepShm(JanitorConfig{Dir: dir, TTL: time.Minute, Clock: clk, Alive: alive})
 	if err != nil || n != 1 {
 		t.Fatalf("first sweep removed %d (%v), want 1", n, err)
 	}
-	n, _ = SweepShm(JanitorConfig{Dir: dir, TTL: time.Minute, Now: func() time.Time { return now.Add(2 * time.Minute) }, Alive: alive})
+	clk.Advance(2 * time.Minute)
+	n, _ = SweepShm(JanitorConfig{Dir: dir, TTL: time.Minute, Clock: clk, Alive: alive})
 	if n != 1 {
 		t.Fatalf("sweep after ttl removed %d, want 1", n)
 	}

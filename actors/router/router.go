@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/worker"
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/scoring/prefix"
@@ -31,8 +32,9 @@ type Config struct {
 	// Scoring is the router configuration: mode, cost weights, load tracking, queue, busy thresholds
 	// (every --router-* flag). Its BlockSize is overwritten with BlockSize.
 	Scoring scoring.Config
-	// Now is the clock of load tracking, queueing and approximate-mode TTLs; nil means time.Now.
-	Now func() time.Time
+	// Clock is the clock of load tracking, queueing, approximate-mode TTLs and the stage timings; nil means
+	// the wall clock. The worker mirrors share it unless Worker.Clock is set.
+	Clock clock.Clock
 	// Seed, when set, makes every random choice (tie-breaks, softmax, random modes) reproducible.
 	Seed *uint64
 	// Registerer receives the router's Prometheus metrics; nil keeps them private.
@@ -90,11 +92,9 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 	}
 	cfg.Worker.BlockSize = cfg.BlockSize
 	cfg.Scoring.BlockSize = cfg.BlockSize
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Worker.Now == nil {
-		cfg.Worker.Now = cfg.Now
+	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.Worker.Clock == nil {
+		cfg.Worker.Clock = cfg.Clock
 	}
 	if cfg.Policy == nil && cfg.Scoring.PolicyConfig != "" {
 		pc, err := policy.Load(cfg.Scoring.PolicyConfig)
@@ -108,7 +108,7 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	sched, err := newScheduler(cfg.Scoring, ix, cfg.Now, cfg.Seed, m, cfg.Selector, cfg.OnLoad, cfg.Policy.Profile(cfg.Model))
+	sched, err := newScheduler(cfg.Scoring, ix, cfg.Clock, cfg.Seed, m, cfg.Selector, cfg.OnLoad, cfg.Policy.Profile(cfg.Model))
 	if err != nil {
 		ix.Stop()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/worker"
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/scoring/prefix"
@@ -95,7 +96,7 @@ type RouteResult struct {
 // it (a first token, a free, a worker joining) hands it its decision.
 type scheduler struct {
 	index   *indexer.Indexer
-	now     func() time.Time
+	clock   clock.Clock
 	metrics *Metrics
 
 	// cfg mirrors the machine's configuration for lock-free reads on the request path.
@@ -122,17 +123,20 @@ func (a indexAdapter) Remove(w scoring.WorkerKey, hashes []uint64) {
 	_ = a.ix.Apply(&indexer.Apply{WorkerID: w.WorkerID, Ops: []indexer.Op{{Kind: indexer.OpRemove, DPRank: w.DPRank, Hashes: hashes}}})
 }
 
-func newScheduler(cfg scoring.Config, index *indexer.Indexer, now func() time.Time, seed *uint64, m *Metrics,
+func newScheduler(cfg scoring.Config, index *indexer.Indexer, clk clock.Clock, seed *uint64, m *Metrics,
 	selector scoring.Selector, observe func(sched.LoadEvent), profile *policy.Profile) (*scheduler, error) {
-	mc, err := sched.New(cfg, indexAdapter{index}, sched.Options{Seed: seed, Selector: selector, Observer: observe, Start: now(),
+	mc, err := sched.New(cfg, indexAdapter{index}, sched.Options{Seed: seed, Selector: selector, Observer: observe, Start: clk.Now(),
 		Policy: profile})
 	if err != nil {
 		return nil, err
 	}
-	s := &scheduler{index: index, now: now, metrics: m, m: mc, waiters: make(map[string]chan sched.Released)}
+	s := &scheduler{index: index, clock: clk, metrics: m, m: mc, waiters: make(map[string]chan sched.Released)}
 	s.cfg.Store(mc.Config())
 	return s, nil
 }
+
+// now reads the router's clock.
+func (s *scheduler) now() time.Time { return s.clock.Now() }
 
 // config returns the current router configuration.
 func (s *scheduler) config() *scoring.Config { return s.cfg.Load() }

@@ -14,7 +14,7 @@ import (
 // on /metrics, and in one log line), and topics no worker claims are remembered for the reason.
 
 // auditEvery is how often the fleet audits its mirrors at most (wall clock; the audit itself reads
-// Config.Now); a shorter grace period audits four times per grace period, so a problem shows within
+// Config.Clock); a shorter grace period audits four times per grace period, so a problem shows within
 // 1.25 × Grace.
 const auditEvery = time.Second
 

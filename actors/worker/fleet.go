@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -67,8 +68,8 @@ type Config struct {
 	Grace time.Duration
 	// Log receives one line per worker when it turns degraded and per unknown topic; nil discards.
 	Log *slog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock stamps batches, additions and audits; nil means the wall clock.
+	Clock clock.Clock
 }
 
 // DefaultConfig returns the defaults for a block size.
@@ -95,12 +96,7 @@ type deps struct {
 	unknown atomic.Uint64
 }
 
-func (d *deps) now() time.Time {
-	if d.cfg.Now != nil {
-		return d.cfg.Now()
-	}
-	return time.Now()
-}
+func (d *deps) now() time.Time { return d.cfg.Clock.Now() }
 
 // Fleet supervises one mirror actor per backend worker. Adding and removing workers are control-plane
 // messages to the fleet actor; reading the current set is a lock-free load of an immutable map.
@@ -127,6 +123,7 @@ func NewFleet(system *actor.ActorSystem, index *indexer.Indexer, cfg Config) (*F
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	f := &Fleet{system: system, deps: &deps{cfg: cfg, index: index}}
 	empty := map[uint64]*Mirror{}
 	f.mirrors.Store(&empty)

@@ -26,8 +26,8 @@
 //     EngineConfig.Timing replaces the polynomial with a fitted model (timing.go: Timing) that also
 //     charges attention over the cached context of each prefill chunk and the KV each decode reads.
 //  5. Runtime (rank.go, stream.go): one goroutine per dp rank steps its engine and sleeps until the
-//     step's simulated end on one reusable timer (not when the end is nearer than the clock's MinSleep,
-//     1 µs on the wall clock); step k+1 starts at the end of step k, so a late wake-up
+//     step's simulated end on one reusable timer (not when the end is nearer than
+//     wallMinSleep, 1 µs, on the wall clock); step k+1 starts at the end of step k, so a late wake-up
 //     is absorbed by later steps rather than stretching simulated time (unless the loop falls more than
 //     maxLag behind, e.g. when the CPU cannot keep up). At the step's end it publishes the batch and
 //     hands tokens to the requests' Streams.

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
@@ -33,10 +34,10 @@ const maxLag = 20 * time.Millisecond
 // it to submit, abort, reset or read ground truth.
 type rank struct {
 	idx   int
-	clock Clock
+	clock clock.Clock
 	pub   EventPublisher // nil: events are dropped (still counted)
-	// minSleep is the clock's MinSleep (0 for a clock without one): a step that ends sooner than this is
-	// not slept on.
+	// minSleep is wallMinSleep on the wall clock, 0 on another (a fake clock's timers cost nothing): a
+	// step that ends sooner than this is not slept on.
 	minSleep time.Duration
 
 	mu      sync.Mutex
@@ -61,15 +62,15 @@ type delivery struct {
 	p Progress
 }
 
-func newRank(idx int, cfg EngineConfig, clock Clock, pub EventPublisher) (*rank, error) {
+func newRank(idx int, cfg EngineConfig, clk clock.Clock, pub EventPublisher) (*rank, error) {
 	cfg.DPRank = idx
 	eng, err := NewEngine(cfg)
 	if err != nil {
 		return nil, err
 	}
-	r := &rank{idx: idx, clock: clock, pub: pub, eng: eng, streams: map[string]*Stream{}, wake: make(chan struct{}, 1)}
-	if m, ok := clock.(interface{ MinSleep() time.Duration }); ok {
-		r.minSleep = m.MinSleep()
+	r := &rank{idx: idx, clock: clk, pub: pub, eng: eng, streams: map[string]*Stream{}, wake: make(chan struct{}, 1)}
+	if _, ok := clk.(clock.Wall); ok {
+		r.minSleep = wallMinSleep
 	}
 	return r, nil
 }
@@ -209,42 +210,8 @@ func (r *rank) failAll() {
 	}
 }
 
-// Clock is the runtime's source of time. The engine itself never reads a clock; the rank loop uses this
-// one to pace steps and to stamp event batches.
-type Clock interface {
-	Now() time.Time
-	// NewTimer returns a stopped timer; Reset arms it.
-	NewTimer() Timer
-}
-
-// Timer is the part of *time.Timer the rank loop uses.
-type Timer interface {
-	C() <-chan time.Time
-	Reset(d time.Duration)
-	Stop()
-}
-
-// RealClock is the wall clock.
-type RealClock struct{}
-
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
-
-// MinSleep is the shortest step end the rank loop sleeps for on the wall clock: 1 µs. A timer that short
+// wallMinSleep is the shortest step end the rank loop sleeps for on the wall clock. A timer that short
 // fires late anyway and costs more than it waits (a park, the timer run, a wake-up: 2–3 µs of CPU), and at
 // high speedup ratios (1e6 in the frontend benchmarks: a 16-token prefill is 17 ns) every step after an
 // idle moment paid it. The step's end still paces the next step, so simulated time is unchanged.
-func (RealClock) MinSleep() time.Duration { return time.Microsecond }
-
-// NewTimer returns a stopped wall-clock timer.
-func (RealClock) NewTimer() Timer {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return realTimer{t}
-}
-
-type realTimer struct{ t *time.Timer }
-
-func (r realTimer) C() <-chan time.Time   { return r.t.C }
-func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
-func (r realTimer) Stop()                 { r.t.Stop() }
+const wallMinSleep = time.Microsecond

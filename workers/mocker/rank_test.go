@@ -2,75 +2,15 @@ package mocker
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/internal/testutil"
 )
 
-// fakeClock is a manual clock: timers fire only when the test advances to them.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	clk   *fakeClock
-	c     chan time.Time
-	at    time.Time
-	armed bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) NewTimer() Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{clk: c, c: make(chan time.Time, 1)}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) C() <-chan time.Time { return t.c }
-func (t *fakeTimer) Reset(d time.Duration) {
-	t.clk.mu.Lock()
-	t.at, t.armed = t.clk.now.Add(d), true
-	t.clk.mu.Unlock()
-}
-func (t *fakeTimer) Stop() {
-	t.clk.mu.Lock()
-	t.armed = false
-	t.clk.mu.Unlock()
-}
-
-// fireNext advances to the earliest armed timer and fires it; false when none is armed.
-func (c *fakeClock) fireNext() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var next *fakeTimer
-	for _, t := range c.timers {
-		if t.armed && (next == nil || t.at.Before(next.at)) {
-			next = t
-		}
-	}
-	if next == nil {
-		return false
-	}
-	c.now, next.armed = next.at, false
-	next.c <- c.now
-	return true
-}
-
 // runVirtual advances the fake clock until s finishes.
-func runVirtual(t *testing.T, clk *fakeClock, s *Stream) StreamState {
+func runVirtual(t *testing.T, clk *clock.Fake, s *Stream) StreamState {
 	t.Helper()
 	testutil.Eventually(t, "request done in virtual time", func() bool {
 		select {
@@ -78,7 +18,7 @@ func runVirtual(t *testing.T, clk *fakeClock, s *Stream) StreamState {
 			return true
 		default:
 		}
-		clk.fireNext()
+		clk.FireNext()
 		return false
 	})
 	return s.Read(0, nil)
@@ -87,7 +27,7 @@ func runVirtual(t *testing.T, clk *fakeClock, s *Stream) StreamState {
 // TestRuntimeVirtualTimeSecondRequestFaster runs the full runtime (rank loop, streams) on a fake clock: the
 // first token of a repeated prompt arrives earlier by exactly the prefill the cache saved.
 func TestRuntimeVirtualTimeSecondRequestFaster(t *testing.T) {
-	clk := newFakeClock()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	cfg := WorkerConfig{Engine: DefaultEngineConfig(), Clock: clk}
 	cfg.Engine.BlockSize, cfg.Engine.NumGPUBlocks, cfg.Engine.SpeedupRatio = 16, 512, 2
 	w, err := StartWorker(cfg)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/mm"
 )
 
@@ -32,8 +33,9 @@ type WorkerConfig struct {
 	KVEvents KVEventsConfig
 	// NewPublisher overrides how a rank's publisher is built (tests); nil uses KVEvents.
 	NewPublisher func(rank int) (EventPublisher, error)
-	// Clock paces the steps. Default RealClock.
-	Clock Clock
+	// Clock paces the steps and stamps event batches (the engine itself never reads a clock). Default the
+	// wall clock; tests pass a clock.Fake and step through virtual time.
+	Clock clock.Clock
 	// DefaultMaxTokens applies when a request sets neither max_tokens nor max_completion_tokens.
 	// vLLM would generate up to the model length; a mocker wants short answers. Default 16.
 	DefaultMaxTokens int
@@ -108,9 +110,7 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = RealClock{}
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.DefaultMaxTokens <= 0 {
 		cfg.DefaultMaxTokens = 16
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
@@ -25,9 +26,9 @@ type DiscoveryConfig struct {
 	Heartbeat time.Duration
 	// Replicas of the bucket. Default 1.
 	Replicas int
-	// Now is the watcher's clock for expiry; nil means time.Now. Entries carry the server's put time, so
-	// frontends and NATS servers must roughly agree on the time (well within TTL).
-	Now func() time.Time
+	// Clock is the watcher's clock for expiry; nil means the wall clock. Entries carry the server's put
+	// time, so frontends and NATS servers must roughly agree on the time (well within TTL).
+	Clock clock.Clock
 }
 
 func (c DiscoveryConfig) withDefaults() DiscoveryConfig {
@@ -40,9 +41,7 @@ func (c DiscoveryConfig) withDefaults() DiscoveryConfig {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -192,7 +191,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			now := w.cfg.Now()
+			now := w.cfg.Clock.Now()
 			for id, k := range cur {
 				if now.Sub(k.seen) > w.cfg.TTL {
 					w.expired.Add(1)
@@ -230,7 +229,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				}
 				remove(id) // the worker came back with another spec
 			}
-			if e.Created().Add(w.cfg.TTL).Before(w.cfg.Now()) {
+			if e.Created().Add(w.cfg.TTL).Before(w.cfg.Clock.Now()) {
 				continue // a stale entry the bucket has not aged out yet
 			}
 			if err := w.set.AddWorker(spec); err != nil {
