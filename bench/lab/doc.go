@@ -40,8 +40,10 @@
 //     SVG plots, so a mid-run speed change reads off as convergence and recovery.
 //   - explain.go: the learning arms route with ReturnCosts (the machine's per-candidate costs, as
 //     nvext return_routing gets them) and read Machine.Loads before each decision; decisions whose
-//     worker is not the best-cached are counted, classed (queued prefill, slowdown, tie, busy) and
-//     sampled whole (q, u, K and cost of the chosen and the best-cached worker).
+//     worker is not the best-cached are counted, classed (queued prefill, slowdown, tie, busy), summed
+//     as the cached tokens they forwent (against the prompt tokens routed: the part of the gap to the
+//     pooled oracle the policy chose) and sampled whole (q, u, K and cost of the chosen and the
+//     best-cached worker).
 //
 // # Engine profiles
 //

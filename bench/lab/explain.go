@@ -67,9 +67,15 @@ type Decisions struct {
 	Routed int `json:"routed"`
 	// WithCache counts those where some worker held part of the prompt; Skipped those whose chosen
 	// worker's overlap was below the largest.
-	WithCache int            `json:"with_cache"`
-	Skipped   int            `json:"skipped"`
-	Reasons   map[string]int `json:"reasons,omitempty"`
+	WithCache int `json:"with_cache"`
+	Skipped   int `json:"skipped"`
+	// PromptTokens sums the routed requests' ISL; Forgone the cached tokens the skips left behind (the
+	// best-cached worker's overlap minus the chosen one's, in tokens, at most the ISL): the share of the
+	// prompt tokens the policy chose to recompute, against the gap to the pooled oracle, which also
+	// holds evictions and prefixes cached nowhere.
+	PromptTokens int64          `json:"prompt_tokens"`
+	Forgone      int64          `json:"forgone_tokens"`
+	Reasons      map[string]int `json:"reasons,omitempty"`
 	// Examples are the 1st, 2nd, 4th, 8th … skip (at most maxExamples): spread over the run, the same
 	// for the same run.
 	Examples []Explained `json:"examples,omitempty"`
@@ -92,6 +98,7 @@ func (x *explainer) before(m *sched.Machine) { x.loads = m.Loads(x.loads[:0]) }
 // after classes decision d of request r (ISL isl as the machine counts it) with γ gamma.
 func (x *explainer) after(at float64, r *Request, isl, bs int, gamma float64, d *sched.Decision) {
 	x.d.Routed++
+	x.d.PromptTokens += int64(isl)
 	best := -1
 	for i, c := range d.Candidates {
 		if best < 0 || c.Overlap > d.Candidates[best].Overlap ||
@@ -111,6 +118,7 @@ func (x *explainer) after(at float64, r *Request, isl, bs int, gamma float64, d 
 		return
 	}
 	x.d.Skipped++
+	x.d.Forgone += int64(min(int(d.Candidates[best].Overlap)*bs, isl) - min(int(d.OverlapBlocks)*bs, isl))
 	e := Explained{Request: r.ID, At: at, ISL: isl, Gamma: gamma, Chosen: x.view(&d.Candidates[chosen], isl, bs),
 		BestCached: x.view(&d.Candidates[best], isl, bs)}
 	c, b := &e.Chosen, &e.BestCached
@@ -147,7 +155,7 @@ func (x *explainer) view(c *scoring.CandidateCost, isl, bs int) Candidate {
 // decisionTables summarizes the explained decisions per arm and speedup, and shows a few examples.
 func (r *Result) decisionTables() []bench.Table {
 	sum := bench.Table{Title: "kvroute decisions that skipped the best-cached worker", Columns: []string{"arm", "arrival ×", "decisions",
-		"some worker cached", "skipped best-cached"}}
+		"some worker cached", "skipped best-cached", "forgone cached tokens (of prompt tokens)"}}
 	sum.Columns = append(sum.Columns, explainReasons...)
 	ex := bench.Table{Title: "Examples: chosen worker vs best-cached worker (overlap blocks, queued prefill q, uncached u, active blocks K before the request, cost in prefill-token units)",
 		Columns: []string{"arm", "request", "at s", "ISL", "γ", "chosen w: overlap / q / u / K / cost", "best-cached w: overlap / q / u / K / cost", "reason"}}
@@ -161,6 +169,11 @@ func (r *Result) decisionTables() []bench.Table {
 		if d.WithCache > 0 {
 			row[4] += " (" + bench.Pct(float64(d.Skipped)/float64(d.WithCache)) + ")"
 		}
+		forgone := fmt.Sprint(d.Forgone)
+		if d.PromptTokens > 0 {
+			forgone += " (" + bench.Pct(float64(d.Forgone)/float64(d.PromptTokens)) + ")"
+		}
+		row = append(row, forgone)
 		for _, reason := range explainReasons {
 			row = append(row, fmt.Sprint(d.Reasons[reason]))
 		}

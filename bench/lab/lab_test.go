@@ -536,6 +536,12 @@ func TestExplainKeepsDecisions(t *testing.T) {
 	if d.Skipped < 10 || d.Reasons[ReasonQueue] != d.Skipped {
 		t.Fatalf("%d of 20 burst requests skipped the worker holding their prefix (%v), want at least 10, all for its queue", d.Skipped, d.Reasons)
 	}
+	// Each skip left the shared 1,024 tokens for a worker holding none of them (the first to take a
+	// copy holds them from then on, as predicted, and is no longer a skip).
+	if d.PromptTokens != int64(len(tr.Requests))*4096 || d.Forgone != int64(d.Skipped)*1024 {
+		t.Fatalf("prompt tokens %d, forgone %d for %d skips; want %d and %d", d.PromptTokens, d.Forgone, d.Skipped,
+			len(tr.Requests)*4096, d.Skipped*1024)
+	}
 	for _, e := range d.Examples {
 		c, bc := e.Chosen, e.BestCached
 		if c.OverlapBlocks >= bc.OverlapBlocks || (!bc.Busy && c.Cost > bc.Cost) {
