@@ -201,11 +201,11 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 	// connection carries, so every stream with a replay endpoint verifies its publisher's identity
 	// (replay from its last seq, compared by digest) before its next live batch, as connect mode does on
 	// each reconnect.
-	mon, err := monitorConnects(sub)
+	mon, stopMonitor, err := monitorConnects(sub)
 	if err != nil {
 		return false, err
 	}
-	defer mon.Close()
+	defer stopMonitor()
 	s.readyOnce.Do(func() { close(s.ready) })
 	defer s.closeDealers()
 	onConnect := func() {

@@ -85,7 +85,11 @@
 //     state replays from its last seq and checks that the publisher still holds the same payload under
 //     it (xxh3 digest): if so the outage is filled in; if not, the engine restarted while we were away
 //     (possibly already past our last seq, which the live sequence alone would take for a gap): OnReset,
-//     then replay from 0.
+//     then replay from 0. The handshake completes before our subscription reaches the PUB socket, so a
+//     batch published just after it can still be dropped; when the worker then goes quiet no later seq
+//     shows the gap. The catch-up therefore runs again one poll interval later, then at doubling
+//     intervals (up to IdentityCheck), until the first live message of the connection proves the
+//     subscription (joinProbe; TestSlowJoinerLastBatchIsCaughtUp).
 //  4. A live seq at or below the last consumed one is first judged by content: the stream remembers
 //     the payload digests of its last 64 seqs; the same payload is a duplicate (dropped, Duplicates),
 //     another payload under a consumed seq is a new incarnation of the engine (OnReset, then replay

@@ -169,30 +169,78 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	}
 	defer s.st.closeDealer()
 	// Every (re)connection of the SUB socket may have lost batches: watch for it and catch up.
-	mon, err := monitorConnects(sub)
+	mon, stopMonitor, err := monitorConnects(sub)
 	if err != nil {
 		return false, err
 	}
-	defer mon.Close()
+	defer stopMonitor()
 	if err := sub.Connect(s.cfg.Endpoint); err != nil {
 		return false, err
 	}
 	s.st.discard = func() uint64 { return discardQueued(sub, s.cfg.RcvHWM) }
 	defer func() { s.st.discard = nil }()
+	var probe joinProbe
 	loop := loopHooks{mon: mon, onConnect: func() {
 		s.c.Connects.Add(1)
 		s.st.catchUp(ctx)
+		probe.start(time.Now(), s.cfg.PollInterval)
 	}}
-	if s.cfg.IdentityCheck > 0 && s.st.replayEndpoint != "" {
-		loop.every, loop.tick = s.cfg.IdentityCheck, func() {
-			if s.st.tr.have {
+	if s.st.replayEndpoint != "" {
+		lastCheck := time.Now()
+		loop.tick = func(now time.Time) {
+			switch {
+			case probe.due(now, s.followUpCap()):
 				s.st.catchUp(ctx)
+			case s.cfg.IdentityCheck > 0 && now.Sub(lastCheck) >= s.cfg.IdentityCheck:
+				if s.st.tr.have {
+					s.st.catchUp(ctx)
+				}
+			default:
+				return
 			}
+			lastCheck = time.Now()
 		}
 	}
 	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(_ []byte, seq uint64, payload []byte) {
+		probe.joined = true
 		s.st.handle(ctx, seq, payload)
 	}, loop)
+}
+
+// followUpCap is the longest wait between the catch-ups of a connection no live message has proven yet:
+// the identity check's period, or its default when the check is off.
+func (s *Subscriber) followUpCap() time.Duration {
+	if s.cfg.IdentityCheck > 0 {
+		return s.cfg.IdentityCheck
+	}
+	return DefaultConfig().IdentityCheck
+}
+
+// joinProbe repeats the catch-up of a connection until a live message proves that the publisher has our
+// subscription. The handshake the monitor reports completes before the SUB's subscription reaches the
+// PUB socket, which attaches it at its next send (ZMQ's slow joiner): a batch published in between is
+// dropped, and when the worker then goes quiet no later seq reveals the gap (a router that starts beside
+// an idle fleet and routes one request per worker loses exactly those requests' blocks). The catch-up
+// right after the handshake cannot close that window, so it runs again after one poll interval, then
+// after twice that, doubling up to the cap, until the first live message arrives. Each run on a quiet
+// publisher is one replay exchange answered by the END marker alone.
+type joinProbe struct {
+	joined bool          // a live message arrived on this connection
+	next   time.Time     // when the next catch-up is due; zero: none scheduled
+	gap    time.Duration // the wait before the one after it
+}
+
+func (p *joinProbe) start(now time.Time, first time.Duration) {
+	p.joined, p.next, p.gap = false, now.Add(first), 2*first
+}
+
+// due reports a catch-up is due now and schedules the next one.
+func (p *joinProbe) due(now time.Time, ceiling time.Duration) bool {
+	if p.joined || p.next.IsZero() || now.Before(p.next) {
+		return false
+	}
+	p.next, p.gap = now.Add(p.gap), min(2*p.gap, ceiling)
+	return true
 }
 
 // loopHooks are readLoop's optional callbacks.
@@ -201,34 +249,46 @@ type loopHooks struct {
 	// any further message is read, so a catch-up replay precedes the live messages of the new connection.
 	mon       *zmq.Socket
 	onConnect func()
-	// tick, when every > 0, runs between reads once every interval.
-	every time.Duration
-	tick  func()
+	// tick, when not nil, runs after every wait (at least once per poll interval) with the time.
+	tick func(now time.Time)
 }
 
 // monitorSeq numbers the inproc monitor endpoints of this process.
 var monitorSeq atomic.Uint64
 
 // monitorConnects opens a PAIR socket that receives sub's handshake-succeeded events (one per
-// established connection, the first included).
-func monitorConnects(sub *zmq.Socket) (*zmq.Socket, error) {
+// established connection, the first included). stop ends the monitoring, then closes the PAIR; it must
+// run before sub is closed.
+//
+// The order matters to the whole process: libzmq emits a handshake event from its I/O thread with a
+// blocking send on the monitor's own PAIR. With our end of the pair closed first, a handshake that
+// completes before the closed SUB's connections are torn down (a reconnect in flight when the router
+// stops a worker) blocks that send, and the I/O thread, forever: every ZMQ socket of the process (all
+// the other workers' streams, the simulated workers' publishers) stops moving, and the router sees no
+// event again. zmq_socket_monitor with no endpoint detaches the monitor under libzmq's monitor lock, so
+// no event can be sent to it afterwards.
+func monitorConnects(sub *zmq.Socket) (mon *zmq.Socket, stop func(), err error) {
 	addr := fmt.Sprintf("inproc://kvevents-monitor-%d", monitorSeq.Add(1))
 	if err := sub.Monitor(addr, zmq.EVENT_HANDSHAKE_SUCCEEDED); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	mon, err := zmq.NewSocket(zmq.PAIR)
+	detach := func() { _ = sub.Monitor("", 0) }
+	mon, err = zmq.NewSocket(zmq.PAIR)
 	if err != nil {
-		return nil, err
+		detach()
+		return nil, nil, err
 	}
 	if err := mon.SetLinger(0); err != nil {
+		detach()
 		mon.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := mon.Connect(addr); err != nil {
+		detach()
 		mon.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return mon, nil
+	return mon, func() { detach(); mon.Close() }, nil
 }
 
 // maxDrain bounds the messages read per poll, so the context is still checked under a flood.
@@ -245,15 +305,13 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 		return false, err
 	}
 	defer closeWait()
-	lastTick := time.Now()
 	for ctx.Err() == nil {
 		readable, monitor, err := wait()
 		if err != nil {
 			return healthy, err
 		}
-		if h.every > 0 && time.Since(lastTick) >= h.every {
-			h.tick()
-			lastTick = time.Now()
+		if h.tick != nil {
+			h.tick(time.Now())
 		}
 		if monitor {
 			for {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,6 +212,35 @@ func TestGapRecoveredByReplay(t *testing.T) {
 	st := s.Stats()
 	if st.Gaps != 1 || st.ReplayedBatches < 1 || st.Lost != 0 || p.Stats().Skipped != 1 {
 		t.Fatalf("stats %+v, publisher %+v", st, p.Stats())
+	}
+}
+
+// TestSlowJoinerLastBatchIsCaughtUp: the only batch a worker publishes right after the router connects
+// is dropped on the way (as ZMQ drops what a PUB sends before our subscription reaches it), and the
+// worker then goes quiet, so no later seq reveals the gap. The subscriber's follow-up catch-ups, which
+// run until a live message proves the subscription, bring it back from the replay ring; the periodic
+// identity check is off, so they alone can.
+func TestSlowJoinerLastBatchIsCaughtUp(t *testing.T) {
+	p, _ := startPublisher(t, PublisherConfig{
+		Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*",
+		SkipSend: func(seq uint64) bool { return seq == 0 },
+	})
+	var col collector
+	cfg := fastConfig(p.Addr(), p.ReplayAddr())
+	cfg.IdentityCheck = -1
+	s, err := NewSubscriber(cfg, col.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	testutil.Within(t, testTimeout, "the connection's first catch-up, answered", func() bool { return p.Stats().ReplayRequests > 0 })
+	if err := p.Publish(context.Background(), testBatch(7)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Within(t, testTimeout, "the dropped batch, replayed", func() bool { return col.count() == 1 })
+	seqs, ids, _ := col.snapshot()
+	if seqs[0] != 0 || ids[0] != 7 || s.Stats().ReplayedBatches != 1 || p.Stats().Skipped != 1 {
+		t.Fatalf("seqs %v ids %v stats %+v publisher %+v", seqs, ids, s.Stats(), p.Stats())
 	}
 }
 
@@ -446,4 +477,69 @@ func TestRestartWhileDisconnected(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	t.Logf("stats %+v", st)
+}
+
+// TestStopMidHandshakeKeepsZMQMoving stops subscribers whose connection's handshake completes while
+// they close: a relay holds the publisher's half of the handshake until the subscriber's Run has
+// returned. libzmq reports a handshake from its I/O thread with a blocking send on the socket monitor's
+// pair; had the subscriber closed its end of the pair before detaching the monitor, one such handshake
+// would freeze that thread, and with it every ZMQ socket of the process. A fresh stream must still
+// deliver afterwards.
+func TestStopMidHandshakeKeepsZMQMoving(t *testing.T) {
+	p, _ := startPublisher(t, PublisherConfig{Endpoint: "tcp://127.0.0.1:*"})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	type held struct {
+		release chan struct{}
+	}
+	accepted := make(chan held)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", strings.TrimPrefix(p.Addr(), "tcp://"))
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			h := held{release: make(chan struct{})}
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { <-h.release; _, _ = io.Copy(c, up); _ = c.Close() }()
+			accepted <- h
+		}
+	}()
+	cfg := fastConfig("tcp://"+ln.Addr().String(), "")
+	for i := 0; i < 50; i++ {
+		s, err := NewSubscriber(cfg, Handler{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		var h held
+		select {
+		case h = <-accepted:
+		case <-time.After(testTimeout):
+			cancel()
+			t.Fatal("the subscriber never connected to the relay")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		close(h.release)
+	}
+	var col collector
+	s, err := NewSubscriber(fastConfig(p.Addr(), ""), col.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	pump(t, p, 0, 0, "delivery after the stopped handshakes", func() bool { return col.count() > 0 })
 }
