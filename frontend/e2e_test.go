@@ -82,6 +82,11 @@ type stackOpts struct {
 	registry prometheus.Registerer
 }
 
+// fixtureLoaded is the fixture model, loaded once per test binary and shared by every stack's frontend
+// and simulated workers (read-only after loading; parsing its tokenizer takes 2-5 s under the race
+// detector, and a stack used to parse it three times).
+var fixtureLoaded = sync.OnceValues(func() (*model.Model, error) { return model.Load(fixtureModel) })
+
 func startStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
 	dir, name := fixtureModel, "Qwen3-VL-2B-Instruct"
@@ -91,14 +96,15 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if o.modelName != "" {
 		name = o.modelName
 	}
-	m, err := model.Load(dir)
+	load := func() (*model.Model, error) { return model.Load(dir) }
+	if dir == fixtureModel {
+		load = fixtureLoaded
+	}
+	m, err := load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	wm, err := mocker.LoadModel(dir, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wm := mocker.ModelOf(m, name)
 	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
 	tmpl.KVEvents.Layout = o.eventLayout
 	tmpl.Engine.BlockSize = 16
@@ -158,10 +164,11 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second, MediaGuard: guard}, NewFrontendMetrics(nil))
 	api.Tracer = o.tracer
 	if o.mm {
-		spec, err := mm.LoadSpec(dir, name)
+		info, err := mm.ModelInfoFrom(m, name)
 		if err != nil {
 			t.Fatal(err)
 		}
+		spec := mm.Detect(info)
 		pc := mm.DefaultProbeConfig()
 		pc.AllowHosts = o.allowHosts
 		prober, err := mm.NewProber(pc, nil, nil)

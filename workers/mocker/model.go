@@ -201,6 +201,13 @@ func LoadModel(dir, name string) (*Model, error) {
 	if name == "" {
 		name = dir
 	}
+	return ModelOf(hf, name), nil
+}
+
+// ModelOf is the simulated model of an already loaded HF model served as name: it shares hf's
+// tokenizer and chat template (both safe for concurrent use), so one loaded model can serve a
+// frontend and its simulated workers in one process without parsing tokenizer.json again.
+func ModelOf(hf *model.Model, name string) *Model {
 	m := NewFallbackModel(name)
 	m.Root = filepath.Clean(hf.Dir)
 	m.Tok = hfTokenizer{hf.Tokenizer}
@@ -243,7 +250,7 @@ func LoadModel(dir, name string) (*Model, error) {
 			return hf.RenderChat(toModelMessages(msgs), opts)
 		}
 	}
-	return m, nil
+	return m
 }
 
 func toModelMessages(msgs []ChatMessage) []model.Message {
