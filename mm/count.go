@@ -25,13 +25,18 @@ const (
 	// FamilyKimiK3 is detected and counted (Dynamo's K3 counter) but not routed: its prompt embeds the
 	// image's "WxH" as text between control tokens.
 	FamilyKimiK3
-	// FamilyPhi4MM (Phi-4-multimodal) and FamilyQwen3Omni are detected so that they fall back with a
-	// reason instead of matching no family; neither has a counter here.
+	// FamilyPhi4MM (Phi-4-multimodal, the crate's unregistered Phi4VisionProcessor), FamilyQwen3Omni,
+	// FamilyInkling and FamilyQwen3ASR (llm-multimodal 1.9) and FamilyNemotronOmni (Nemotron-3-Nano-Omni,
+	// a newer Dynamo adapter) are detected so that they fall back with a reason instead of matching no
+	// family; none has a counter here.
 	FamilyPhi4MM
 	FamilyQwen3Omni
+	FamilyInkling
+	FamilyQwen3ASR
+	FamilyNemotronOmni
 )
 
-var familyNames = [...]string{"none", "qwen2-vl", "qwen3-vl", "llava", "llava-next", "llama4-vision", "kimi-k2.5", "phi3-vision", "pixtral", "kimi-k3", "phi4-multimodal", "qwen3-omni"}
+var familyNames = [...]string{"none", "qwen2-vl", "qwen3-vl", "llava", "llava-next", "llama4-vision", "kimi-k2.5", "phi3-vision", "pixtral", "kimi-k3", "phi4-multimodal", "qwen3-omni", "inkling", "qwen3-asr", "nemotron-omni"}
 
 // String is the crate's model_name() ("qwen2-vl", "llava-next", ...).
 func (f Family) String() string {

@@ -19,8 +19,8 @@
 //     1.7.0 per family (Qwen2/2.5-VL, Qwen3-VL/3.5/3.6, LLaVA-1.5, LLaVA-NeXT, Llama-4, Kimi-K2.5/K2.6,
 //     Phi-3-vision, Pixtral); for Llama-4 and Pixtral the length of vLLM's structured replacement
 //     (layout.go: tiles or rows of embedding tokens between structural tokens), which Spec.AppendImage
-//     writes. Phi-3-vision, Kimi-K3, Phi-4-multimodal and Qwen3-Omni are detected but not routed
-//     (FallbackUnsupportedFamily).
+//     writes. Phi-3-vision, Kimi-K3, Phi-4-multimodal, Qwen3-Omni, Inkling, Qwen3-ASR and
+//     Nemotron-Nano-Omni are detected but not routed (FallbackUnsupportedFamily).
 //
 // then Expand replaces each placeholder token (Spec.ImageTokenID) of the worker-bound tokens with
 // NumTokens copies of the image's pad value (scoring.PadValue), prepends the BOS when the model's rule

@@ -31,6 +31,25 @@ var familyPatterns = []struct {
 	{FamilyKimiK3, []string{"kimi-k3", "kimi_k3"}},
 	{FamilyPhi4MM, []string{"phi-4-multimodal", "phi4mm", "phi4_multimodal"}},
 	{FamilyQwen3Omni, []string{"qwen3-omni", "qwen3_omni"}},
+	{FamilyInkling, []string{"inkling"}},
+	{FamilyQwen3ASR, []string{"qwen3-asr", "qwen3_asr"}},
+	// The spec names no pattern for Nemotron-3-Nano-Omni; both words must appear ("&"), so the text-only
+	// Nemotron models stay unknown.
+	{FamilyNemotronOmni, []string{"nemotron&omni"}},
+}
+
+// containsPattern reports whether s contains p, or every "&"-separated part of p.
+func containsPattern(s, p string) bool {
+	for {
+		part, rest, found := strings.Cut(p, "&")
+		if !strings.Contains(s, part) {
+			return false
+		}
+		if !found {
+			return true
+		}
+		p = rest
+	}
 }
 
 // DetectFamily returns the counting family of a model: the first pattern contained in the lowercased
@@ -43,7 +62,7 @@ func DetectFamily(modelID, modelType string) Family {
 		}
 		for _, fp := range familyPatterns {
 			for _, p := range fp.patterns {
-				if strings.Contains(s, p) {
+				if containsPattern(s, p) {
 					return fp.f
 				}
 			}
@@ -126,7 +145,7 @@ type Spec struct {
 	// Disabled says why Enabled is false, for the startup warning.
 	Disabled string
 	// Unsupported is true for a detected family that kvroute does not route (Phi-3-vision, Kimi-K3,
-	// Phi-4-multimodal, Qwen3-Omni): its requests fall back with FallbackUnsupportedFamily rather than
+	// Phi-4-multimodal, Qwen3-Omni, Inkling, Qwen3-ASR, Nemotron-Nano-Omni): its requests fall back with FallbackUnsupportedFamily rather than
 	// FallbackUnknownModel, so the metric tells "not routable" from "not recognised".
 	Unsupported bool
 
@@ -147,6 +166,14 @@ type Spec struct {
 	// (<|image_end|>, [IMG_END]): normalization moves to the block's next image there rather than after
 	// every run, since one image of several tiles or rows makes several runs.
 	EndTokenID uint32
+}
+
+// Vision reports whether the model is a vision model, routed on images or not: its family or its
+// placeholder spec was recognised. The frontend runs the image stage for such a model even when it is
+// not Enabled, so that its requests with images are counted as fallbacks by reason; a text model has
+// no image stage.
+func (s *Spec) Vision() bool {
+	return s.Enabled || s.Unsupported || s.Family != FamilyNone || s.PlaceholderSpec != ""
 }
 
 // UUIDModality is the key of vLLM's multi_modal_uuids under which the image uuids go: "vision_chunk"
@@ -187,8 +214,8 @@ func (s *Spec) shapeOf(sz Size) shape {
 // Detect resolves a model's Spec (spec/multimodal.md §3, §5.3): the counter from the family patterns
 // and preprocessor_config.json (required), the placeholder from the ordered ModelProcessorSpec list.
 // Llama-4 and Pixtral get vLLM's structured layouts (find token <|image|> / [IMG]). Phi-3-vision,
-// Kimi-K3, Phi-4-multimodal and Qwen3-Omni resolve but stay disabled and Unsupported (see
-// unsupportedFamilies).
+// Kimi-K3, Phi-4-multimodal, Qwen3-Omni, Inkling, Qwen3-ASR and Nemotron-Nano-Omni resolve but stay
+// disabled and Unsupported (see unsupportedFamilies).
 func Detect(info ModelInfo) Spec {
 	s := Spec{Family: DetectFamily(info.ID, info.ModelType), BOS: info.BOS, HasBOS: info.HasBOS}
 	if vc, _ := info.Config["vision_config"].(map[string]any); s.Family == FamilyNone && vc["model_type"] == "pixtral" {
@@ -235,10 +262,13 @@ func Detect(info ModelInfo) Spec {
 
 // unsupportedFamilies are the detected families kvroute does not route, with the reason.
 var unsupportedFamilies = map[Family]string{
-	FamilyPhi3Vision: "Phi-3-vision is not routed on images: its template's numbered <|image_N|> placeholders are not single tokens, so the placeholder count never matches (Dynamo dropped it too)",
-	FamilyKimiK3:     "Kimi-K3 is not routed on images: its prompt embeds each image's WxH as text between control tokens",
-	FamilyPhi4MM:     "Phi-4-multimodal is not routed on images: no token counter matches its dynamic-HD processor",
-	FamilyQwen3Omni:  "Qwen3-Omni is not routed on images: no token counter matches its processor",
+	FamilyPhi3Vision:   "Phi-3-vision is not routed on images: its template's numbered <|image_N|> placeholders are not single tokens, so the placeholder count never matches (Dynamo dropped it too)",
+	FamilyKimiK3:       "Kimi-K3 is not routed on images: its prompt embeds each image's WxH as text between control tokens",
+	FamilyPhi4MM:       "Phi-4-multimodal is not routed on images: no token counter matches its dynamic-HD processor",
+	FamilyQwen3Omni:    "Qwen3-Omni is not routed on images: no token counter matches its processor",
+	FamilyInkling:      "Inkling is not routed on images: no token counter matches its processor (llm-multimodal 1.9 adds one)",
+	FamilyQwen3ASR:     "Qwen3-ASR is not routed on images: it is an audio model",
+	FamilyNemotronOmni: "Nemotron-Nano-Omni is not routed on images: its dynamic resolution shares a token budget across the request's images, so one image's count depends on the others",
 }
 
 // detectLlama4 sets vLLM's Llama-4 layout: the template emits <|image|> once per image (the find

@@ -31,6 +31,14 @@ func TestDetectFamily(t *testing.T) {
 		{"/models/x", "kimi_k3", FamilyKimiK3},
 		{"microsoft/Phi-4-multimodal-instruct", "phi4mm", FamilyPhi4MM},
 		{"Qwen/Qwen3-Omni-30B-A3B-Instruct", "qwen3_omni_moe", FamilyQwen3Omni},
+		{"/models/x", "qwen3_omni_moe", FamilyQwen3Omni},
+		{"/models/x", "phi4mm", FamilyPhi4MM},
+		{"/models/Inkling-8B", "", FamilyInkling},
+		{"/models/Qwen3-ASR", "", FamilyQwen3ASR},
+		{"/models/x", "qwen3_asr", FamilyQwen3ASR},
+		{"/models/Nemotron-3-Nano-Omni", "", FamilyNemotronOmni},
+		{"nvidia/NVIDIA-Nemotron-Nano-9B-v2", "nemotron_h", FamilyNone}, // text-only Nemotron: no "omni"
+		{"Qwen/Qwen3-Omni-30B-A3B-Instruct", "", FamilyQwen3Omni},       // not taken for a Qwen3-VL id
 		// model_type fallback for fine-tunes under an unhelpful path.
 		{"/models/x", "qwen2_vl", FamilyQwen2VL},
 		{"/models/x", "qwen2_5_vl", FamilyQwen2VL},
@@ -40,6 +48,8 @@ func TestDetectFamily(t *testing.T) {
 		{"/models/x", "llava_next", FamilyLlavaNext},
 		{"/models/x", "llama4", FamilyLlama4},
 		{"/models/x", "kimi_k25", FamilyKimiK25},
+		{"/models/x", "kimi_k2_6", FamilyKimiK25}, // K2.6 shares K2.5's processor
+		{"/models/x", "qwen3_6_moe", FamilyQwen3VL},
 		{"/models/x", "phi3_v", FamilyPhi3Vision},
 		{"/models/x", "llava", FamilyNone}, // 1.7.0: plain llava matches nothing
 		{"/models/x", "llama", FamilyNone},

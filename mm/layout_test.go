@@ -2,6 +2,7 @@ package mm
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -182,19 +183,51 @@ func TestExpandStructured(t *testing.T) {
 	}
 }
 
-// TestUnsupportedFamilyFallsBack: a recognised but unrouted family is told apart from an unknown model.
+// TestUnsupportedFamilyFallsBack: every family of the spec that kvroute recognises but does not route
+// is disabled with its reason and falls back with FallbackUnsupportedFamily, in Resolve (before any
+// fetch) and in Route, told apart from an unknown model (FallbackUnknownModel).
 func TestUnsupportedFamilyFallsBack(t *testing.T) {
-	phi3 := Detect(ModelInfo{ID: "microsoft/Phi-3-vision-128k-instruct", ModelType: "phi3_v", Config: map[string]any{},
-		TokenID: vocabOf(map[string]uint32{"<|image|>": 32044}), Processor: &ProcessorConfig{}})
-	if phi3.Enabled || !phi3.Unsupported {
-		t.Fatalf("phi3 %+v", phi3)
+	pc := &ProcessorConfig{}
+	tests := []struct {
+		name string
+		info ModelInfo
+		want Family
+		why  string // in Spec.Disabled
+	}{
+		{"phi3-vision", ModelInfo{ID: "microsoft/Phi-3-vision-128k-instruct", ModelType: "phi3_v", Config: map[string]any{},
+			TokenID: vocabOf(map[string]uint32{"<|image|>": 32044}), Processor: pc}, FamilyPhi3Vision, "<|image_N|>"},
+		{"kimi-k3", ModelInfo{ID: "moonshotai/Kimi-K3", ModelType: "kimi_k3", Config: map[string]any{"media_placeholder_token_id": 163605.0}, Processor: pc}, FamilyKimiK3, "WxH"},
+		{"phi4-multimodal", ModelInfo{ID: "microsoft/Phi-4-multimodal-instruct", ModelType: "phi4mm", Config: map[string]any{}, Processor: pc}, FamilyPhi4MM, "dynamic-HD"},
+		{"qwen3-omni", ModelInfo{ID: "Qwen/Qwen3-Omni-30B-A3B-Instruct", ModelType: "qwen3_omni_moe", Config: map[string]any{"image_token_id": 151655.0}, Processor: pc}, FamilyQwen3Omni, "Qwen3-Omni"},
+		{"inkling", ModelInfo{ID: "/models/inkling", Config: map[string]any{}, Processor: pc}, FamilyInkling, "Inkling"},
+		{"qwen3-asr", ModelInfo{ID: "/models/x", ModelType: "qwen3_asr", Config: map[string]any{}, Processor: pc}, FamilyQwen3ASR, "audio"},
+		{"nemotron-omni", ModelInfo{ID: "/models/Nemotron-3-Nano-Omni", Config: map[string]any{}, Processor: pc}, FamilyNemotronOmni, "budget"},
+		// Without preprocessor_config.json the family is still recognised as unsupported.
+		{"qwen3-omni without preprocessor", ModelInfo{ID: "Qwen/Qwen3-Omni-30B-A3B-Instruct", Config: map[string]any{}}, FamilyQwen3Omni, "Qwen3-Omni"},
 	}
-	r, _ := newTestResolver(t, phi3, DefaultResolveConfig())
-	if _, reason := resolve(t, r, Part{URL: "data:image/png;base64,AAAA"}); reason != FallbackUnsupportedFamily {
-		t.Fatalf("phi3 reason %s", reason)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Detect(tc.info)
+			if s.Family != tc.want || s.Enabled || !s.Unsupported || !s.Vision() || !strings.Contains(s.Disabled, tc.why) {
+				t.Fatalf("family %s enabled %v unsupported %v (%s)", s.Family, s.Enabled, s.Unsupported, s.Disabled)
+			}
+			r, p := newTestResolver(t, s, DefaultResolveConfig())
+			if _, reason := resolve(t, r, Part{URL: "https://example.com/cat.png"}); reason != FallbackUnsupportedFamily {
+				t.Fatalf("resolve reason %s", reason)
+			}
+			if _, reason := r.Route(nil, []uint32{32044}, []Image{{NumTokens: 3}}, 4, DefaultLimits()); reason != FallbackUnsupportedFamily {
+				t.Fatalf("route reason %s", reason)
+			}
+			if n := p.Stats().Requests; n != 0 {
+				t.Fatalf("%d image requests for an unsupported family", n)
+			}
+		})
 	}
-	if _, reason := r.Route(nil, []uint32{32044}, []Image{{NumTokens: 3}}, 4, DefaultLimits()); reason != FallbackUnsupportedFamily {
-		t.Fatalf("phi3 route reason %s", reason)
+	if text := Detect(ModelInfo{ID: "/models/llama3", ModelType: "llama", Config: map[string]any{}}); text.Vision() {
+		t.Fatalf("a text model counts as a vision model: %+v", text)
+	}
+	if llava := Detect(ModelInfo{ID: "/models/ft", ModelType: "llava", Config: map[string]any{"image_token_index": 32000.0}, Processor: pc}); llava.Enabled || !llava.Vision() {
+		t.Fatalf("a LLaVA-1.5 fine-tune by model_type: enabled %v vision %v", llava.Enabled, llava.Vision())
 	}
 	unknown, _ := newTestResolver(t, Spec{}, DefaultResolveConfig())
 	if _, reason := resolve(t, unknown, Part{URL: "data:image/png;base64,AAAA"}); reason != FallbackUnknownModel {
