@@ -423,7 +423,10 @@ func eventImageTokens(m *model.Model, name string) (run, end uint32) {
 	return 0, 0
 }
 
-// enableMM turns on multimodal routing when the model's family is known; otherwise it says why not.
+// enableMM turns on multimodal routing when the model's family is known; otherwise it says why not,
+// and for a vision model it cannot route on images it still installs the image stage, which then
+// counts every request with images as a fallback by reason (unsupported_family, unknown_model)
+// without fetching anything.
 func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg prometheus.Registerer, log *slog.Logger) error {
 	spec, err := mm.LoadSpec(dir, name)
 	if err != nil {
@@ -431,11 +434,9 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg p
 	}
 	if !spec.Enabled {
 		log.Info("multimodal routing off: images route on the text prefix", "reason", spec.Disabled)
-		if !spec.Unsupported {
+		if !spec.Vision() {
 			return nil
 		}
-		// A recognised family kvroute does not route: its requests are counted as unsupported_family
-		// fallbacks (no image is fetched).
 	}
 	pc := mm.DefaultProbeConfig()
 	pc.AllowHosts = mm.ParseAllowHosts(*f.allow)
@@ -451,6 +452,10 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg p
 		return err
 	}
 	mc := &frontend.MMConfig{Resolver: res, Limits: mm.DefaultLimits()}
+	if !spec.Enabled {
+		api.EnableMM(mc, reg) // counts the fallbacks; nothing is fetched or transferred
+		return nil
+	}
 	mode, err := transfer.ResolveMode(*f.xfer, nil)
 	if err != nil {
 		return err

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"image"
+	"image/png"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// kvroute frontend's image stage by model: for a vision model it recognises but does not route (or
+// cannot size), installed anyway, so that each request with an image is counted as a fallback with its
+// reason; absent for a text model. (TestFrontendOpsFlags checks that a supported family is routed.)
+func TestFrontendImageStageByModel(t *testing.T) {
+	fixture, err := filepath.Abs(filepath.Join("..", "..", defaultModelPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	textModel, err := filepath.Abs(filepath.Join("..", "..", "testdata", "tokenizers", "llama3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture without preprocessor_config.json: a Qwen3-VL whose image token counts are unknown.
+	noProcessor := t.TempDir()
+	for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"} {
+		if err := os.Symlink(filepath.Join(fixture, f), filepath.Join(noProcessor, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var img bytes.Buffer
+	if err := png.Encode(&img, image.NewGray(image.Rect(0, 0, 64, 48))); err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	tests := []struct {
+		name, dir, served string
+		logged            string // in the startup log
+		counted           string // the fallback reason one image request is counted under; "" = no image stage
+	}{
+		{"unsupported family", fixture, "microsoft/Phi-4-multimodal-instruct", "Phi-4-multimodal is not routed", "unsupported_family"},
+		{"no preprocessor_config.json", noProcessor, "Qwen/Qwen3-VL-2B-Instruct", "preprocessor_config.json is missing", "unknown_model"},
+		{"text model", textModel, "llama3", "matches no vision processor family", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, herr := captureCLI(t)
+			args := []string{"--model-path", tc.dir, "--model-name", tc.served, "--http-host", "127.0.0.1", "--http-port", "0",
+				"--health-check-interval", "0", "--no-worker-self-test", "--worker", "id=1,url=http://127.0.0.1:9"}
+			f, _, code, ok := parseFrontend("frontend", args, nil)
+			if !ok {
+				t.Fatalf("exit %d: %s", code, herr.String())
+			}
+			var logged bytes.Buffer
+			app, err := startFrontend(f, newRegistry(), slog.New(slog.NewTextHandler(&logged, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(app.stop)
+			if !strings.Contains(logged.String(), tc.logged) {
+				t.Fatalf("startup log lacks %q:\n%s", tc.logged, logged.String())
+			}
+			base := "http://" + app.ln.Addr().String()
+			body := `{"model":"` + tc.served + `","max_tokens":1,"messages":[{"role":"user","content":[` +
+				`{"type":"image_url","image_url":{"url":"data:image/png;base64,` + base64.StdEncoding.EncodeToString(img.Bytes()) + `"}},` +
+				`{"type":"text","text":"What is this?"}]}]}`
+			resp, err := hc.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body) // the worker is unreachable: the answer is an error
+			resp.Body.Close()
+			resp, err = hc.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			metrics := string(b)
+			switch tc.counted {
+			case "":
+				if strings.Contains(metrics, "kvroute_mm_") {
+					t.Fatalf("a text model has an image stage:\n%s", grepMetric(metrics, "kvroute_mm_"))
+				}
+			default:
+				want := `kvroute_mm_routing_fallback_total{reason="` + tc.counted + `"} 1`
+				if !strings.Contains(metrics, want) || !strings.Contains(metrics, "kvroute_mm_routed_requests_total 0") {
+					t.Fatalf("want %s:\n%s", want, grepMetric(metrics, "kvroute_mm_"))
+				}
+			}
+		})
+	}
+}
+
+// grepMetric is the lines of a /metrics page that contain sub.
+func grepMetric(page, sub string) string {
+	var out []string
+	for _, l := range strings.Split(page, "\n") {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
