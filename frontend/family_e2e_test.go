@@ -106,6 +106,20 @@ func TestE2EImageFamilies(t *testing.T) {
 	qwen25 := familyModel(t, nil, "<|vision_start|><|image_pad|><|vision_end|>",
 		map[string]any{"model_type": "qwen2_5_vl", "image_token_id": 151655.0, "vision_token_id": 151654.0, "text_config": textConfig},
 		map[string]any{"patch_size": 14.0, "merge_size": 2.0, "temporal_patch_size": 2.0, "min_pixels": 3136.0, "max_pixels": 12845056.0})
+	qwenPlaceholder := "<|vision_start|><|image_pad|><|vision_end|>"
+	// Qwen2-VL-7B-Instruct's public config and image-processor values (the fixture's vocabulary has the
+	// same <|image_pad|> 151655 and <|vision_pad|> 151654).
+	qwen2 := familyModel(t, nil, qwenPlaceholder,
+		map[string]any{"model_type": "qwen2_vl", "image_token_id": 151655.0, "vision_token_id": 151654.0, "text_config": textConfig},
+		map[string]any{"patch_size": 14.0, "merge_size": 2.0, "temporal_patch_size": 2.0, "min_pixels": 3136.0, "max_pixels": 12845056.0})
+	// A Qwen3.6 MoE fine-tune: found by model_type alone, with Qwen3-VL's image processor.
+	qwen36 := familyModel(t, nil, qwenPlaceholder,
+		map[string]any{"model_type": "qwen3_6_moe", "image_token_id": 151655.0, "text_config": textConfig},
+		map[string]any{"patch_size": 16.0, "merge_size": 2.0, "temporal_patch_size": 2.0,
+			"size": map[string]any{"shortest_edge": 65536.0, "longest_edge": 16777216.0}})
+	omni := familyModel(t, nil, qwenPlaceholder,
+		map[string]any{"model_type": "qwen3_omni_moe", "image_token_id": 151655.0, "text_config": textConfig},
+		map[string]any{"patch_size": 16.0, "merge_size": 2.0, "temporal_patch_size": 2.0})
 	tests := []struct {
 		name, dir, served string
 		w, h              int
@@ -126,8 +140,24 @@ func TestE2EImageFamilies(t *testing.T) {
 		{"qwen2.5-vl", qwen25, "Qwen/Qwen2.5-VL-7B-Instruct", 320, 240, 99, ""},
 		// The fixture served under Qwen3.5's name: the Qwen3-VL counter and placeholder (spec §5.1, §5.2).
 		{"qwen3.5", fixtureModel, "Qwen/Qwen3.5-2B", 320, 240, 80, ""},
+		// Qwen rows at a size of the spec's golden table (§7.1, 337×511: Qwen2/2.5-VL 216, Qwen3-VL/3.5
+		// 176), counted by the simulated worker with its own smart_resize.
+		{"qwen2-vl", qwen2, "Qwen/Qwen2-VL-7B-Instruct", 337, 511, 216, ""},
+		{"qwen2-vl by model_type", qwen2, "/models/ft", 337, 511, 216, ""},
+		{"qwen3-vl", fixtureModel, "Qwen/Qwen3-VL-2B-Instruct", 337, 511, 176, ""},
+		{"qwen3.6 by model_type", qwen36, "/models/ft", 337, 511, 176, ""},
+		// Recognised families kvroute does not route: counted as unsupported_family, nothing fetched.
 		{"phi3-vision", fixtureModel, "microsoft/Phi-3-vision-128k-instruct", 320, 240, 0, "unsupported_family"},
 		{"kimi-k3", fixtureModel, "moonshotai/Kimi-K3", 320, 240, 0, "unsupported_family"},
+		{"phi4-multimodal", fixtureModel, "microsoft/Phi-4-multimodal-instruct", 320, 240, 0, "unsupported_family"},
+		{"qwen3-omni", fixtureModel, "Qwen/Qwen3-Omni-30B-A3B-Instruct", 320, 240, 0, "unsupported_family"},
+		{"qwen3-omni by model_type", omni, "/models/ft", 320, 240, 0, "unsupported_family"},
+		{"inkling", fixtureModel, "/models/Inkling", 320, 240, 0, "unsupported_family"},
+		{"qwen3-asr", fixtureModel, "/models/Qwen3-ASR", 320, 240, 0, "unsupported_family"},
+		{"nemotron-nano-omni", fixtureModel, "/models/Nemotron-3-Nano-Omni", 320, 240, 0, "unsupported_family"},
+		// A LLaVA-1.5 fine-tune under a path that does not say so: model_type "llava" matches no counter
+		// in llm-multimodal 1.7.0 (spec §5.3), so it is unknown_model, not unsupported_family.
+		{"llava by model_type", llava, "/models/ft", 320, 240, 0, "unknown_model"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
