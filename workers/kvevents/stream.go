@@ -48,6 +48,8 @@ type stream struct {
 	// sharing the socket for a replay timeout) until a replay of this stream is answered again.
 	verify     bool
 	replayDead bool
+	// join repeats the catch-up until a live message proves that the publisher has our subscription.
+	join joinProbe
 }
 
 // recentDigests is how many consumed seqs keep their payload digest (16 bytes each).

@@ -53,7 +53,7 @@ func DefaultConfig() Config {
 		PollInterval:  100 * time.Millisecond,
 		ReplayTimeout: 2 * time.Second,
 		RcvHWM:        100_000,
-		IdentityCheck: 30 * time.Second,
+		IdentityCheck: defaultFollowUpCap,
 	}
 }
 
@@ -179,17 +179,16 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	}
 	s.st.discard = func() uint64 { return discardQueued(sub, s.cfg.RcvHWM) }
 	defer func() { s.st.discard = nil }()
-	var probe joinProbe
 	loop := loopHooks{mon: mon, onConnect: func() {
 		s.c.Connects.Add(1)
 		s.st.catchUp(ctx)
-		probe.start(time.Now(), s.cfg.PollInterval)
+		s.st.join.start(time.Now(), s.cfg.PollInterval)
 	}}
 	if s.st.replayEndpoint != "" {
 		lastCheck := time.Now()
 		loop.tick = func(now time.Time) {
 			switch {
-			case probe.due(now, s.followUpCap()):
+			case s.st.join.due(now, s.followUpCap()):
 				s.st.catchUp(ctx)
 			case s.cfg.IdentityCheck > 0 && now.Sub(lastCheck) >= s.cfg.IdentityCheck:
 				if s.st.tr.have {
@@ -202,7 +201,7 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 		}
 	}
 	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(_ []byte, seq uint64, payload []byte) {
-		probe.joined = true
+		s.st.join.joined = true
 		s.st.handle(ctx, seq, payload)
 	}, loop)
 }
@@ -213,8 +212,12 @@ func (s *Subscriber) followUpCap() time.Duration {
 	if s.cfg.IdentityCheck > 0 {
 		return s.cfg.IdentityCheck
 	}
-	return DefaultConfig().IdentityCheck
+	return defaultFollowUpCap
 }
+
+// defaultFollowUpCap is the follow-up cap where no identity check period applies (bind mode, or the
+// check turned off): the identity check's default.
+const defaultFollowUpCap = 30 * time.Second
 
 // joinProbe repeats the catch-up of a connection until a live message proves that the publisher has our
 // subscription. The handshake the monitor reports completes before the SUB's subscription reaches the
