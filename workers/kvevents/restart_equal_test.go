@@ -67,15 +67,7 @@ func (p *rawPub) warmUp(s *BindSubscriber) {
 // worker is reset and the new batch delivered. The same batch sent twice stays a duplicate, counted.
 func TestEqualSequenceRestart(t *testing.T) {
 	var col collector
-	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*", PollInterval: 10 * time.Millisecond}, BindHandler{
-		OnBatch: func(_ string, seq uint64, b *Batch) { col.onBatch(seq, b) },
-		OnReset: func(string) { col.onReset() },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, s.Run)
-	<-s.Ready()
+	s := startBindSubscriber(t, 0, col.bindHandler())
 	const topic = "kv@w1"
 	s.AddTopic(topic, "")
 
@@ -112,15 +104,7 @@ func TestEqualSequenceRestart(t *testing.T) {
 // reset, and the new engine replayed from 0.
 func TestBindReconnectVerifiesIdentity(t *testing.T) {
 	var col collector
-	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*", PollInterval: 10 * time.Millisecond, ReplayTimeout: time.Second}, BindHandler{
-		OnBatch: func(_ string, seq uint64, b *Batch) { col.onBatch(seq, b) },
-		OnReset: func(string) { col.onReset() },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, s.Run)
-	<-s.Ready()
+	s := startBindSubscriber(t, time.Second, col.bindHandler())
 	const topic = "kv@w1"
 	p1, stop1 := startPublisher(t, PublisherConfig{Endpoint: s.Addr(), ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic})
 	replay := p1.ReplayAddr()

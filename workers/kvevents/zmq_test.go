@@ -139,6 +139,31 @@ func runUntilCleanup(t *testing.T, fn func(context.Context) error) {
 	})
 }
 
+// startBindSubscriber runs a bind subscriber on an ephemeral loopback port (10 ms polls; replayTimeout 0
+// keeps the default) until the test ends, and returns once it is bound.
+func startBindSubscriber(t *testing.T, replayTimeout time.Duration, h BindHandler) *BindSubscriber {
+	t.Helper()
+	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*", PollInterval: 10 * time.Millisecond, ReplayTimeout: replayTimeout}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, s.Run)
+	select {
+	case <-s.Ready():
+	case <-time.After(testTimeout):
+		t.Fatal("bind subscriber not ready")
+	}
+	return s
+}
+
+// bindHandler collects the batches and resets of every topic into c.
+func (c *collector) bindHandler() BindHandler {
+	return BindHandler{
+		OnBatch: func(_ string, seq uint64, b *Batch) { c.onBatch(seq, b) },
+		OnReset: func(string) { c.onReset() },
+	}
+}
+
 func fastConfig(endpoint, replay string) Config {
 	return Config{
 		Endpoint: endpoint, ReplayEndpoint: replay, PollInterval: 10 * time.Millisecond,
@@ -342,19 +367,10 @@ func TestBindSubscriberTopics(t *testing.T) {
 		}
 		return cols[topic]
 	}
-	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*", PollInterval: 10 * time.Millisecond}, BindHandler{
+	s := startBindSubscriber(t, 0, BindHandler{
 		OnBatch: func(topic string, seq uint64, b *Batch) { get(topic).onBatch(seq, b) },
 		OnReset: func(topic string) { get(topic).onReset() },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, s.Run)
-	select {
-	case <-s.Ready():
-	case <-time.After(testTimeout):
-		t.Fatal("bind subscriber not ready")
-	}
 	topics := []string{VLLMTopic("10.0.0.1:8000", "Qwen/Qwen3-VL-2B-Instruct"), VLLMTopic("10.0.0.2:8000", "Qwen/Qwen3-VL-2B-Instruct")}
 	var pubs []*Publisher
 	for i, topic := range topics {
@@ -413,18 +429,7 @@ func TestBindSubscriberTopics(t *testing.T) {
 // subscription reaches it). The topic's join probe replays it from the worker's ring.
 func TestBindSlowJoinerFirstBatchIsCaughtUp(t *testing.T) {
 	var col collector
-	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*", PollInterval: 10 * time.Millisecond}, BindHandler{
-		OnBatch: func(_ string, seq uint64, b *Batch) { col.onBatch(seq, b) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, s.Run)
-	select {
-	case <-s.Ready():
-	case <-time.After(testTimeout):
-		t.Fatal("bind subscriber not ready")
-	}
+	s := startBindSubscriber(t, 0, col.bindHandler())
 	const topic = "kv@10.0.0.1:8000@m"
 	p, _ := startPublisher(t, PublisherConfig{
 		Endpoint: s.Addr(), ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic,
