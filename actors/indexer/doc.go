@@ -18,7 +18,8 @@
 //
 //  1. waits until no reader is left in the index's view (readers have been on the copy since the last
 //     write; those still in the index's view entered before that publication, a query ago),
-//  2. applies the batch to the index, under shard.mu,
+//  2. applies the batch to the index and seals it (prefix.Index.Seal: the chunk sums of the runs it
+//     wrote), under shard.mu,
 //  3. publishes the index's view (live = 0),
 //  4. waits for the copy's last readers, and syncs the copy (prefix.Index.Sync: the nodes written, only
 //     the changed tail of each run),
@@ -79,6 +80,7 @@
 // op's Medium: device, host, or disk for disk and external; unknown media counted in
 // WorkerStats.OtherTierOps and skipped) or ClearRank → publication of the shard's views; engine restart
 // of a rank → ClearRank; resync → ClearWorker;
-// request path → FindMatches → every shard's live view → scores (device overlap in Blocks, its
-// continuation on host and disk in Host and Disk).
+// request path → FindMatches → one prefix.Query (the request's chunk sums, computed as the first shard's
+// walk needs them and reused by the others) → every shard's live view → scores (device overlap in
+// Blocks, its continuation on host and disk in Host and Disk).
 package indexer

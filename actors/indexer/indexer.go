@@ -191,9 +191,11 @@ func (x *Indexer) Flush() {
 // of local (on its device or a lower tier), reading each shard's published view without waiting for its
 // writer. Workers are disjoint across shards, so the merge is a concatenation.
 func (x *Indexer) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
+	var q prefix.Query // the query's chunk sums, computed once for every shard
+	q.Reset(local)
 	for _, s := range x.shards {
 		ix, k := s.enter()
-		out = ix.FindMatches(local, out)
+		out = ix.FindMatchesQuery(&q, out)
 		s.leave(k)
 	}
 	return out

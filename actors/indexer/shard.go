@@ -89,8 +89,8 @@ func (s *shard) waitReaders(k uint32) {
 }
 
 // write applies batch to the index and publishes it (shard actor only), advancing *next before each
-// message: readers are moved to the copy, the index is written, readers are moved back to the index's
-// view, and the copy is synced for the next write.
+// message: readers are moved to the copy, the index is written and sealed (its chunk sums brought up to
+// date), readers are moved back to the index's view, and the copy is synced for the next write.
 func (s *shard) write(batch []shardMessage, next *int) {
 	s.waitReaders(0) // readers are on the copy since the last write
 	s.mu.Lock()
@@ -100,6 +100,7 @@ func (s *shard) write(batch []shardMessage, next *int) {
 			*next++
 			s.applyTo(m)
 		}
+		s.idx.Seal()
 	}()
 	s.live.Store(0)
 	s.waitReaders(1)

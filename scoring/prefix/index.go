@@ -370,6 +370,7 @@ func (ix *Index) truncate(n uint32, off int) {
 		return
 	}
 	nd.hashes, nd.ids = nd.hashes[:off], nd.ids[:off]
+	nd.sums = nd.sums[:min(len(nd.sums), wholeChunks(nd.start, off))]
 	nd.synced = min(nd.synced, uint32(off))
 	ix.touch(n)
 }

@@ -296,6 +296,12 @@ type node struct {
 	// Index.kidLog).
 	kidsFull bool
 	synced   uint32 // leading hashes of the run that the synced View holds unchanged: Sync copies the rest
+	// start is the depth of the run's first position (blocks above it on the path from the root); it
+	// never changes for a position, so chunk sums survive splits and merges.
+	start uint32
+	// sums holds the chunk sums (chunks.go) of the chunks that lie whole inside the run, in order; a
+	// prefix of them when the run changed since the last Seal (FindMatches compares the rest hash by hash).
+	sums []uint64
 }
 
 func (n *node) child(h uint64) (uint32, bool) { return n.kids.get(h) }
@@ -361,7 +367,9 @@ func (ix *Index) newNode(parent uint32) uint32 {
 		ix.nodes = append(ix.nodes, node{})
 	}
 	nd := &ix.nodes[n]
+	pd := &ix.nodes[parent]
 	nd.parent = parent
+	nd.start = pd.start + uint32(len(pd.hashes))
 	nd.live = true
 	nd.kidsFull = true
 	ix.touch(n)
@@ -383,7 +391,7 @@ func (ix *Index) freeNode(n uint32) {
 	nd := &ix.nodes[n]
 	keep := node{dirty: nd.dirty}
 	if cap(nd.hashes) <= maxPooledRun {
-		keep.hashes, keep.ids = nd.hashes[:0], nd.ids[:0]
+		keep.hashes, keep.ids, keep.sums = nd.hashes[:0], nd.ids[:0], nd.sums[:0]
 	}
 	*nd = keep
 	ix.freeNodes = append(ix.freeNodes, n)
@@ -421,13 +429,18 @@ func (ix *Index) appendPos(n uint32, h uint64) uint32 {
 }
 
 // split cuts node n before offset at (0 < at < run length). n keeps the head and its index, so its parent
-// is untouched; the tail becomes n's only child and takes over n's children. Cost: the tail's length plus
-// its number of children.
+// is untouched; the tail becomes n's only child and takes over n's children (and the sums of its whole
+// chunks). Cost: the tail's length plus its number of children.
 func (ix *Index) split(n uint32, at int) uint32 {
 	t := ix.newNode(n)
 	nd, td := &ix.nodes[n], &ix.nodes[t]
+	td.start = nd.start + uint32(at)
 	td.hashes = append(td.hashes[:0], nd.hashes[at:]...)
 	td.ids = append(td.ids[:0], nd.ids[at:]...)
+	if skip := int(firstChunk(td.start) - firstChunk(nd.start)); skip < len(nd.sums) {
+		td.sums = append(td.sums[:0], nd.sums[skip:]...)
+	}
+	nd.sums = nd.sums[:min(len(nd.sums), wholeChunks(nd.start, at))]
 	td.workers = nd.workers.clone()
 	td.kids = nd.kids
 	nd.kids = children{}
@@ -449,6 +462,9 @@ func (ix *Index) split(n uint32, at int) uint32 {
 func (ix *Index) reserve(n uint32, k int) {
 	if nd := &ix.nodes[n]; cap(nd.hashes) < k {
 		nd.hashes, nd.ids = make([]uint64, 0, k), make([]uint32, 0, k)
+		if c := wholeChunks(nd.start, k); cap(nd.sums) < c {
+			nd.sums = make([]uint64, 0, c)
+		}
 	}
 }
 
@@ -476,6 +492,7 @@ func (ix *Index) tryMerge(n uint32) bool {
 	base := len(nd.hashes)
 	nd.hashes = append(nd.hashes, cd.hashes...)
 	nd.ids = append(nd.ids, cd.ids...)
+	mergeSums(nd, base, cd)
 	for j, id := range cd.ids {
 		ix.locs[id] = loc{node: n, off: uint32(base + j)}
 	}

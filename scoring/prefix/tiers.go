@@ -197,7 +197,8 @@ func (ix *Index) TierBlocks(w WorkerKey, t Tier) int {
 
 // findTiered is FindMatches once some worker holds lower-tier blocks: the same walk, recording each
 // slot's prefix length, then one Score per worker with its device, host and disk overlap.
-func (v *View) findTiered(q []uint64, out []Score) []Score {
+func (v *View) findTiered(qr *Query, out []Score) []Score {
+	q := qr.hashes
 	c, ok := v.nodes[rootNode].child(q[0])
 	if !ok {
 		return out
@@ -223,11 +224,8 @@ func (v *View) findTiered(q []uint64, out []Score) []Score {
 	copy(first, active)
 	depth := 0
 	for {
-		run := nd.hashes
-		rest := q[depth:]
-		k := min(len(run), len(rest))
-		m := 1 + commonPrefix(run[1:k], rest[1:k])
-		depth += m
+		m := matchRun(nd, qr)
+		depth = int(nd.start) + m
 		if m < len(nd.hashes) || depth == len(q) {
 			break
 		}

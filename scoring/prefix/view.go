@@ -32,6 +32,7 @@ func (ix *Index) NewView() *View {
 // No query may read v meanwhile. Cost: the changed parts of the runs, and the child and worker sets, of
 // the nodes written; not the index.
 func (ix *Index) Sync(v *View) {
+	ix.Seal()
 	if len(v.nodes) < len(ix.nodes) {
 		v.nodes = append(v.nodes, make([]node, len(ix.nodes)-len(v.nodes))...)
 	}
@@ -48,7 +49,6 @@ func (ix *Index) Sync(v *View) {
 		} else {
 			d.hashes = append(d.hashes[:src.synced], src.hashes[src.synced:]...)
 		}
-		src.synced = uint32(len(src.hashes))
 		d.workers.inl = src.workers.inl
 		d.workers.ext = append(d.workers.ext[:0], src.workers.ext...)
 		d.kids.first, d.kids.n = src.kids.first, src.kids.n
@@ -59,7 +59,11 @@ func (ix *Index) Sync(v *View) {
 		case src.kidsFull || d.kids.m == nil:
 			d.kids.m = maps.Clone(src.kids.m)
 		}
-		d.parent, d.live = src.parent, src.live
+		// Whole chunks inside the part of the run the view already had are unchanged too.
+		keep := min(len(d.sums), len(src.sums), wholeChunks(src.start, int(src.synced)))
+		d.sums = append(d.sums[:keep], src.sums[keep:]...)
+		d.parent, d.live, d.start = src.parent, src.live, src.start
+		src.synced = uint32(len(src.hashes))
 	}
 	// Child maps copied whole above already hold their logged changes.
 	for _, op := range ix.kidLog {
@@ -89,14 +93,22 @@ func (ix *Index) Sync(v *View) {
 // block hashes. It does not modify the view and allocates nothing when out has room (for up to 2,048
 // worker slots), so concurrent calls are safe while no writer runs.
 func (v *View) FindMatches(localHashes []uint64, out []Score) []Score {
-	q := localHashes
-	if len(q) == 0 {
+	var q Query
+	q.Reset(localHashes)
+	return v.FindMatchesQuery(&q, out)
+}
+
+// FindMatchesQuery is FindMatches of a prepared query; the chunk sums it computes stay in q for the next
+// view (the other shards of a sharded index).
+func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
+	qh := q.hashes
+	if len(qh) == 0 {
 		return out
 	}
 	if v.lower > 0 {
 		return v.findTiered(q, out)
 	}
-	c, ok := v.nodes[rootNode].child(q[0])
+	c, ok := v.nodes[rootNode].child(qh[0])
 	if !ok {
 		return out
 	}
@@ -114,16 +126,12 @@ func (v *View) FindMatches(localHashes []uint64, out []Score) []Score {
 	}
 	depth := 0
 	for {
-		run := nd.hashes
-		rest := q[depth:]
-		k := min(len(run), len(rest))
-		run, rest = run[:k], rest[:k]
-		m := 1 + commonPrefix(run[1:], rest[1:]) // run[0] matched through the child lookup
-		depth += m
-		if m < len(nd.hashes) || depth == len(q) {
+		m := matchRun(nd, q)
+		depth = int(nd.start) + m
+		if m < len(nd.hashes) || depth == len(qh) {
 			break
 		}
-		if c, ok = nd.child(q[depth]); !ok {
+		if c, ok = nd.child(qh[depth]); !ok {
 			break
 		}
 		nd = &v.nodes[c]

@@ -1,0 +1,191 @@
+package prefix
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestChunkSumsAgainstReference drives an index with a view (the configuration of actors/indexer's shards)
+// through random long stores (up to 700 blocks, so runs span many chunks and split and merge across
+// chunk boundaries), removals and clears, sealing after some operations only. After every operation it
+// checks every node's depth and chunk sums against a recomputation (a prefix of them before Seal, all of
+// them after), and compares the matches of long queries, which are compared by chunk, on the index's own
+// view and on the synced copy, with the reference model.
+func TestChunkSumsAgainstReference(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			alpha := 2 + int(seed%3) // few hashes per level: long shared runs that split inside chunks
+			keys := []WorkerKey{{WorkerID: 1}, {WorkerID: 2}, {WorkerID: 3}, {WorkerID: 3, DPRank: 1}, {WorkerID: 4}}
+			ix, ref := New(), newRef()
+			view := ix.NewView()
+			for op := range 250 {
+				w := keys[rng.IntN(len(keys))]
+				var desc string
+				var got, want error
+				held := func() []uint64 {
+					var out []uint64
+					for eh := range ref.handles[w] {
+						out = append(out, eh)
+					}
+					slices.Sort(out)
+					return out
+				}()
+				switch r := rng.IntN(100); {
+				case r < 70:
+					var parent uint64
+					hasParent := false
+					cur := ref.root
+					if len(held) > 0 && rng.IntN(10) < 7 {
+						parent, hasParent = held[rng.IntN(len(held))], true
+						cur = ref.handles[w][parent].node
+					}
+					path := cur.path
+					var bl []Block
+					for range 1 + rng.IntN(700) {
+						local := uint64(1 + rng.IntN(alpha))
+						if cur != nil && len(cur.kids) > 0 && rng.IntN(10) < 8 {
+							var ks []uint64
+							for k := range cur.kids {
+								ks = append(ks, k)
+							}
+							slices.Sort(ks)
+							local = ks[rng.IntN(len(ks))]
+						}
+						if cur != nil {
+							cur = cur.kids[local]
+						}
+						path = mix(path ^ local)
+						bl = append(bl, Block{EngineHash: mix(path ^ w.WorkerID ^ uint64(w.DPRank)<<32), LocalHash: local})
+					}
+					desc = fmt.Sprintf("store %v %d blocks", w, len(bl))
+					got, want = ix.Store(w, parent, hasParent, bl), ref.store(w, parent, hasParent, bl)
+				case r < 97 && len(held) > 0:
+					var ehs []uint64
+					for range 1 + rng.IntN(6) {
+						ehs = append(ehs, held[rng.IntN(len(held))])
+					}
+					desc = fmt.Sprintf("remove %v %d hashes", w, len(ehs))
+					got, want = ix.Remove(w, ehs), ref.remove(w, ehs)
+				default:
+					desc = fmt.Sprintf("clear %d", w.WorkerID)
+					ix.ClearWorker(w.WorkerID)
+					ref.clear(w.WorkerID, false)
+				}
+				if !sameClass(got, want) {
+					t.Fatalf("op %d %s: error %v, want class %v", op, desc, got, want)
+				}
+				sealed := rng.IntN(3) > 0
+				if sealed {
+					ix.Seal()
+				}
+				if err := checkChunks(ix, sealed); err != nil {
+					t.Fatalf("op %d %s: %v", op, desc, err)
+				}
+				ix.Sync(view)
+				for range 4 {
+					q := longQuery(ref, rng, alpha)
+					want := ref.findMatches(q)
+					for name, v := range map[string]*View{"index": &ix.View, "view": view} {
+						got := v.FindMatches(q, nil)
+						sortScores(got)
+						if !slices.Equal(got, want) {
+							t.Fatalf("op %d %s: %s query of %d blocks: %v, want %v", op, desc, name, len(q), got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// longQuery follows the reference tree from the root to a leaf (a random child at each branch), changes
+// one hash somewhere in half of the queries, and sometimes cuts the query short or extends it.
+func longQuery(ref *refIndex, rng *rand.Rand, alpha int) []uint64 {
+	var q []uint64
+	for x := ref.root; len(x.kids) > 0; {
+		var ks []uint64
+		for k := range x.kids {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		k := ks[rng.IntN(len(ks))]
+		q = append(q, k)
+		x = x.kids[k]
+	}
+	if len(q) > 0 && rng.IntN(2) == 0 {
+		q[rng.IntN(len(q))] = uint64(1 + alpha + rng.IntN(3)) // a hash no store uses
+	}
+	switch rng.IntN(3) {
+	case 0:
+		q = q[:rng.IntN(len(q)+1)]
+	case 1:
+		for range rng.IntN(40) {
+			q = append(q, uint64(1+rng.IntN(alpha)))
+		}
+	}
+	return q
+}
+
+// checkChunks checks that every live node's start is its depth and that its sums are a prefix of the
+// sums of its whole chunks (all of them when sealed).
+func checkChunks(ix *Index, sealed bool) error {
+	var walk func(n uint32, depth int) error
+	walk = func(n uint32, depth int) error {
+		nd := &ix.nodes[n]
+		if int(nd.start) != depth {
+			return fmt.Errorf("node %d: start %d, depth %d", n, nd.start, depth)
+		}
+		var want []uint64
+		for c := firstChunk(nd.start); (c+1)<<chunkBits <= nd.start+uint32(len(nd.hashes)); c++ {
+			want = append(want, chunkSum(nd.hashes[c<<chunkBits-nd.start:]))
+		}
+		if len(nd.sums) > len(want) || !slices.Equal(nd.sums, want[:len(nd.sums)]) {
+			return fmt.Errorf("node %d (depth %d, run %d): sums %x, want a prefix of %x", n, depth, len(nd.hashes), nd.sums, want)
+		}
+		if sealed && len(nd.sums) != len(want) {
+			return fmt.Errorf("node %d sealed with %d of %d sums", n, len(nd.sums), len(want))
+		}
+		var err error
+		nd.eachKid(func(c uint32) {
+			if err == nil {
+				err = walk(c, depth+len(nd.hashes))
+			}
+		})
+		return err
+	}
+	return walk(rootNode, 0)
+}
+
+// TestChunkSumsDetectEveryMismatch: a run of 700 blocks and a query equal to it but for one hash, at
+// every position: the match stops exactly there (the chunk whose sum differs is compared hash by hash).
+func TestChunkSumsDetectEveryMismatch(t *testing.T) {
+	for _, start := range []int{0, 1, 5, 63, 64, 65} {
+		ix := New()
+		view := ix.NewView()
+		run := seq(1000, start+700)
+		if err := ix.Store(wk(1), 0, false, blocks(1000, 1, start+700)); err != nil {
+			t.Fatal(err)
+		}
+		if start > 0 { // a second worker ends at start: the first node is [0, start), the run below it starts at start
+			if err := ix.Store(wk(2), 0, false, blocks(1000, 1<<40, start)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ix.Sync(view)
+		var q Query
+		for at := start + 1; at < start+700; at++ {
+			bad := slices.Clone(run)
+			bad[at] ^= 1 << 50
+			q.Reset(bad)
+			got := view.FindMatchesQuery(&q, nil)
+			for _, s := range got {
+				if s.Worker == wk(1) && s.Blocks != uint32(at) {
+					t.Fatalf("start %d, mismatch at %d: matched %d", start, at, s.Blocks)
+				}
+			}
+		}
+	}
+}
