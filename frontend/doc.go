@@ -64,7 +64,10 @@
 //
 // cmd/ builds the Server and owns its listener; each model's router core (and the first model's prefill
 // core) is owned by actors/router; cmd/ stops the prefill core with the others.
-// Models is built once before serving and only read afterwards.
+// Models is built once before serving and only read afterwards. Image bytes downloaded with
+// --frontend-decoding belong to the image stage's goroutine until it reports, then to the request actor
+// (read concurrently by the transfers until each reports); the actor inlines them into the
+// worker-bound body (forwardImages) and then drops them.
 //
 // # Data flow
 //

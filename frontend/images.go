@@ -2,6 +2,9 @@ package frontend
 
 import (
 	"context"
+	"encoding/base64"
+	"net/http"
+	"strings"
 
 	json "github.com/goccy/go-json"
 
@@ -170,8 +173,15 @@ func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error
 	return imageView{tokens: rt.Tokens[:rt.ExpandedLen], isl: rt.ExpandedLen, uuids: rt.VLLMUUIDs(), blockMM: blockMM}, nil
 }
 
+// maxInlineBytes bounds the data: URIs one worker-bound body carries (base64 text, all images of the
+// request): an image downloaded with --frontend-decoding goes to the worker inline while the total stays
+// within it; the rest keep their URL and the worker fetches them.
+const maxInlineBytes = 32 << 20
+
 // forwardImages writes the images' uuids (and mm_kwargs descriptors) into the worker-bound body, only
-// when the request is routed on its images.
+// when the request is routed on its images. An image the frontend downloaded (--frontend-decoding) is
+// sent as a data: URI of the downloaded bytes in place of its URL, so the image server sees one
+// download and the worker needs no access to it; any engine that takes data: URIs reads it.
 func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][]byte) {
 	if v.tokens == nil {
 		return
@@ -179,7 +189,7 @@ func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][
 	if members == nil {
 		members = make([][]byte, len(w.media))
 	}
-	body, err := openai.RewriteMedia(j.body, w.media, v.uuids, "mm_kwargs", members)
+	body, err := openai.RewriteMedia(j.body, w.media, v.uuids, inlineURLs(w.images), "mm_kwargs", members)
 	if err != nil {
 		a.countFallback("rewrite_failed")
 		return
@@ -188,6 +198,34 @@ func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][
 	if a.mmMetrics != nil {
 		a.mmMetrics.routed.Inc()
 	}
+}
+
+// inlineURLs is the data: URI of each downloaded image ("" for the others, or once the request's
+// total would pass maxInlineBytes); nil when no image was downloaded.
+func inlineURLs(images []mm.Image) []string {
+	var urls []string
+	total := 0
+	for i, im := range images {
+		if im.Data == nil {
+			continue
+		}
+		mime := http.DetectContentType(im.Data)
+		if !strings.HasPrefix(mime, "image/") {
+			mime = "application/octet-stream"
+		}
+		n := len("data:;base64,") + len(mime) + base64.StdEncoding.EncodedLen(len(im.Data))
+		if total+n > maxInlineBytes {
+			continue
+		}
+		if urls == nil {
+			urls = make([]string, len(images))
+		}
+		total += n
+		b := make([]byte, 0, n)
+		b = append(append(append(b, "data:"...), mime...), ";base64,"...)
+		urls[i] = string(base64.StdEncoding.AppendEncode(b, im.Data))
+	}
+	return urls
 }
 
 // dropData lets the downloaded image bytes go once nothing needs them (the request lives on while it
@@ -208,7 +246,9 @@ func (w *imageWork) dropData() {
 // routing on images; the image bytes are then dropped at once, else by the actor after the last report).
 func (a *OpenAIAPI) startTransfers(ctx context.Context, w *imageWork, v imageView, ready func(i int, member []byte, release func())) int {
 	if a.MM == nil || a.MM.Transfer == nil || v.tokens == nil {
-		w.dropData()
+		if v.tokens == nil {
+			w.dropData() // not routed on images: nothing is forwarded (else forwardImages inlines them)
+		}
 		return 0
 	}
 	for i := range w.media {

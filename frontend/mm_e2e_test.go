@@ -273,24 +273,35 @@ func TestE2EDataURISameBytesOneImage(t *testing.T) {
 }
 
 // With --frontend-decoding the frontend downloads each new image once: the same bytes give its identity
-// and size and feed the mm_kwargs transfer, and the worker, handed the preprocessed item, fetches
-// nothing. The image server counts whole-file downloads from every client.
+// and size, feed the mm_kwargs transfer when there is one, and go to the worker inline as a data: URI,
+// so the worker fetches nothing, with or without --mm-transfer. The image server counts whole-file
+// downloads from every client.
 func TestE2EFrontendDecodingOneDownload(t *testing.T) {
-	imgs := startImageServer(t)
-	s := startStack(t, stackOpts{workers: 2, speedup: 100, mm: true, allowHosts: []string{"127.0.0.1"}, decode: true, transfer: "shm"})
-	for i, name := range []string{"cat.png", "dog.png"} {
-		r := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/" + name}, "What is in this picture?"))
-		if r.status != 200 {
-			t.Fatalf("%s: %d %s", name, r.status, r.raw)
-		}
-		if n := imgs.fullGets(name); n != 1 {
-			t.Fatalf("%s: %d whole downloads, want 1", name, n)
-		}
-		if n := counterValue(s.api.mmMetrics.transfers.WithLabelValues("shm")); n != float64(i+1) {
-			t.Fatalf("%s: %v shm transfers", name, n)
-		}
-	}
-	if p := s.api.MM.Resolver.Prober().Stats(); p.Requests != 2 {
-		t.Fatalf("the frontend sent %d image requests for two images", p.Requests)
+	for _, mode := range []string{"", "shm"} {
+		t.Run("transfer="+mode, func(t *testing.T) {
+			imgs := startImageServer(t)
+			s := startStack(t, stackOpts{workers: 2, speedup: 100, mm: true, allowHosts: []string{"127.0.0.1"}, decode: true, transfer: mode})
+			for i, name := range []string{"cat.png", "dog.png"} {
+				r := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/" + name}, "What is in this picture?"))
+				if r.status != 200 {
+					t.Fatalf("%s: %d %s", name, r.status, r.raw)
+				}
+				if n := imgs.fullGets(name); n != 1 {
+					t.Fatalf("%s: %d whole downloads, want 1", name, n)
+				}
+				if mode == "" {
+					continue
+				}
+				if n := counterValue(s.api.mmMetrics.transfers.WithLabelValues(mode)); n != float64(i+1) {
+					t.Fatalf("%s: %v %s transfers", name, n, mode)
+				}
+			}
+			if p := s.api.MM.Resolver.Prober().Stats(); p.Requests != 2 {
+				t.Fatalf("the frontend sent %d image requests for two images", p.Requests)
+			}
+			if n := counterValue(s.api.mmMetrics.routed); n != 2 {
+				t.Fatalf("routed on images: %v, want 2", n)
+			}
+		})
 	}
 }

@@ -330,11 +330,6 @@ func (a *requestActor) finish(p *preparation, out prepared) {
 	if p.stopWatch != nil {
 		p.stopWatch()
 	}
-	if p.transfers == 0 && !p.imagesPending {
-		// No transfer reads the image bytes any more. While the image stage still runs (the client left,
-		// or tokenization failed first) its goroutine owns them; they go with the request.
-		p.imgs.dropData()
-	}
 	if rs := p.releases; rs != nil {
 		p.j.release = func() {
 			for _, r := range rs {
@@ -345,7 +340,13 @@ func (a *requestActor) finish(p *preparation, out prepared) {
 		}
 	}
 	if out.err == nil {
-		a.api.forwardImages(p.j, p.imgs, p.view, p.members)
+		a.api.forwardImages(p.j, p.imgs, p.view, p.members) // may inline the downloaded image bytes
+	}
+	if p.transfers == 0 && !p.imagesPending {
+		// No transfer and no forwarding reads the image bytes any more. While the image stage still runs
+		// (the client left, or tokenization failed first) its goroutine owns them; they go with the
+		// request.
+		p.imgs.dropData()
 	}
 	p.reply <- out
 }

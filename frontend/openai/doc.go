@@ -22,7 +22,8 @@
 //  4. Raw-body edits (media.go, wire.go): a non-allocating JSON scanner (workers/oaiwire, below the
 //     worker client that reads usage with it) gives positions the decoder does
 //     not; SetMediaUUIDs adds or replaces the "uuid" of media parts (the mm identity the worker's KV
-//     events will carry), SetField / DeleteField change one top-level member (e.g. "nvext" on a worker
+//     events will carry), RewriteMedia does that and also replaces a part's URL (an image inlined as
+//     a data: URI) and adds a member (the mm_kwargs descriptor) in the same pass, SetField / DeleteField change one top-level member (e.g. "nvext" on a worker
 //     response), TopLevelField reads one. Every byte not being changed is copied as it came.
 //  5. Responses (response.go): ChatCompletion, ChatChunk, Completion, Usage with
 //     prompt_tokens_details.cached_tokens, the nvext routing explanation, SSE framing (AppendSSE,
@@ -43,7 +44,7 @@
 //
 //	ctx.PostBody() ─copy─▶ DecodeChat(body, limits, served) ─▶ *ChatRequest
 //	  Messages, ChatOptions() ─▶ model.EncodeChat (template + tokenize)
-//	  Media (url, uuid) ─▶ images stage ─▶ mm hashes ─▶ SetMediaUUIDs(Body, Media, uuids) ─▶ forwarded body
+//	  Media (url, uuid) ─▶ images stage ─▶ mm hashes ─▶ RewriteMedia(Body, Media, uuids, urls, …) ─▶ forwarded body
 //	  CacheNamespace(), PriorityJump(), NVExt.BackendInstanceID ─▶ hashing / queue / routing
 //	worker response or chunk ─▶ ParseUsage (cached_tokens) · AddNVExt when return_routing
 //

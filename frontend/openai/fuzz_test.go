@@ -58,6 +58,31 @@ func FuzzParseChat(f *testing.F) {
 					t.Fatalf("media %d uuid %q, want %q\n%s", i, p.UUID, uuids[i], out)
 				}
 			}
+			// Inline every URL as the frontend does with a downloaded image, with the uuids set in the
+			// same pass.
+			urls := make([]string, len(r.Media))
+			for i, p := range r.Media {
+				if p.URL != "" {
+					urls[i] = "data:image/png;base64,QQ==#" + strconv.Itoa(i)
+				}
+			}
+			out, err = RewriteMedia(body, r.Media, uuids, urls, "k", make([][]byte, len(r.Media)))
+			if err != nil {
+				t.Fatalf("RewriteMedia: %v", err)
+			}
+			r3, err := ParseChat(out)
+			if err != nil || len(r3.Media) != len(r.Media) {
+				t.Fatalf("inlined body: %v\n%s", err, out)
+			}
+			for i, p := range r3.Media {
+				want := urls[i]
+				if want == "" {
+					want = r.Media[i].URL
+				}
+				if p.URL != want || p.UUID != uuids[i] {
+					t.Fatalf("media %d: url %q uuid %q, want %q %q\n%s", i, p.URL, p.UUID, want, uuids[i], out)
+				}
+			}
 		}
 		out, err := SetField(body, "nvext", []byte(`{"return_routing":true}`))
 		if err != nil || !json.Valid(out) {

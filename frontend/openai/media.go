@@ -42,7 +42,7 @@ func scanMedia(b []byte) ([]MediaPart, error) {
 			if b[ps] != '{' {
 				return nil
 			}
-			p := MediaPart{Message: mi, Part: pi, uuidStart: -1}
+			p := MediaPart{Message: mi, Part: pi, uuidStart: -1, urlStart: -1}
 			var typ, media oaiwire.Field
 			var hasType, hasMedia bool
 			end, err := oaiwire.EachField(b, ps, func(f oaiwire.Field) bool {
@@ -70,12 +70,17 @@ func scanMedia(b []byte) ([]MediaPart, error) {
 				raw := b[media.ValStart:media.ValEnd]
 				if raw[0] == '"' {
 					_ = json.Unmarshal(raw, &p.URL)
+					p.urlStart, p.urlEnd = media.ValStart, media.ValEnd
 				} else if raw[0] == '{' {
 					var u struct {
 						URL string `json:"url"`
 					}
 					_ = model.UnmarshalExact(raw, &u)
 					p.URL = u.URL
+					p.urlStart, p.urlEnd = urlString(b, media.ValStart, p.URL)
+				}
+				if p.URL == "" {
+					p.urlStart = -1
 				}
 			}
 			out = append(out, p)
@@ -86,6 +91,20 @@ func scanMedia(b []byte) ([]MediaPart, error) {
 		return nil, errors.New("malformed messages")
 	}
 	return out, nil
+}
+
+// urlString bounds the string value of the "url" member of the object at obj whose text decodes to
+// url (the one the decoder read); -1 when there is none.
+func urlString(b []byte, obj int, url string) (start, end int) {
+	start, end = -1, -1
+	_, _ = oaiwire.EachField(b, obj, func(f oaiwire.Field) bool {
+		var s string
+		if oaiwire.KeyIs(b, f, "url") && b[f.ValStart] == '"' && json.Unmarshal(b[f.ValStart:f.ValEnd], &s) == nil && s == url {
+			start, end = f.ValStart, f.ValEnd
+		}
+		return true
+	})
+	return start, end
 }
 
 // SetMediaUUIDs returns a copy of a chat body with uuids[i] as the "uuid" of media part i (in the order
@@ -124,31 +143,62 @@ func SetMediaUUIDs(body []byte, media []MediaPart, uuids []string) ([]byte, erro
 	return append(out, body[prev:]...), nil
 }
 
-// RewriteMedia is SetMediaUUIDs plus one more member per part: members[i], when non-nil, is inserted as
-// `,"<key>":<members[i]>` (raw JSON) before part i's closing brace, in the same single pass. The frontend
-// uses it to attach the mm_kwargs transfer descriptor next to the uuid.
-func RewriteMedia(body []byte, media []MediaPart, uuids []string, key string, members [][]byte) ([]byte, error) {
-	if len(uuids) != len(media) || len(members) != len(media) {
-		return nil, errorf(ErrBadRequest, "messages", "%d uuids and %d members for %d media parts", len(uuids), len(members), len(media))
+// RewriteMedia is SetMediaUUIDs plus two more edits per part, in the same single pass: urls[i], when
+// not "", replaces the string value of part i's URL (the frontend inlines an image it downloaded as a
+// data: URI, so the worker need not fetch it again); members[i], when non-nil, is inserted as
+// `,"<key>":<members[i]>` (raw JSON) before part i's closing brace (the mm_kwargs transfer descriptor).
+// urls may be nil (no URL changes).
+func RewriteMedia(body []byte, media []MediaPart, uuids, urls []string, key string, members [][]byte) ([]byte, error) {
+	if len(uuids) != len(media) || len(members) != len(media) || (urls != nil && len(urls) != len(media)) {
+		return nil, errorf(ErrBadRequest, "messages", "%d uuids, %d urls and %d members for %d media parts", len(uuids), len(urls), len(members), len(media))
 	}
 	extra := 0
 	for i := range media {
 		extra += len(uuids[i]) + 12 + len(key) + len(members[i]) + 4
+		if urls != nil {
+			extra += len(urls[i]) + 2
+		}
 	}
 	out := make([]byte, 0, len(body)+extra)
 	prev := 0
+	type replace struct {
+		start, end int
+		val        string
+	}
 	for i, p := range media {
 		u := uuids[i]
 		if p.end < prev || p.end >= len(body) || body[p.end] != '}' {
 			return nil, errorf(ErrBadRequest, "messages", "media parts do not belong to this body")
 		}
+		// The replaced values in body order (the url and an existing uuid may come in either order), then
+		// the inserted members before the closing brace.
+		var reps [2]replace
+		n := 0
+		if urls != nil && urls[i] != "" && p.urlStart >= 0 {
+			reps[n] = replace{p.urlStart, p.urlEnd, urls[i]}
+			n++
+		}
+		insertUUID := false
 		switch {
 		case u == "" || (p.HasUUID && p.UUID == u):
 		case p.HasUUID:
-			out = append(out, body[prev:p.uuidStart]...)
-			out = oaiwire.AppendString(out, u)
-			prev = p.uuidEnd
+			reps[n] = replace{p.uuidStart, p.uuidEnd, u}
+			n++
 		default:
+			insertUUID = true
+		}
+		if n == 2 && reps[1].start < reps[0].start {
+			reps[0], reps[1] = reps[1], reps[0]
+		}
+		for _, r := range reps[:n] {
+			if r.start < prev || r.end > p.end {
+				return nil, errorf(ErrBadRequest, "messages", "media parts do not belong to this body")
+			}
+			out = append(out, body[prev:r.start]...)
+			out = oaiwire.AppendString(out, r.val)
+			prev = r.end
+		}
+		if insertUUID {
 			out = append(out, body[prev:p.end]...)
 			out = append(out, `,"uuid":`...)
 			out = oaiwire.AppendString(out, u)

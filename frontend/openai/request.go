@@ -130,8 +130,10 @@ type MediaPart struct {
 	UUID    string
 	HasUUID bool
 	// end is the offset of the part object's closing brace; uuidStart/uuidEnd bound an existing uuid
-	// value (quotes included).
+	// value (quotes included); urlStart/urlEnd bound the JSON string URL was read from (-1 when URL is
+	// empty).
 	end, uuidStart, uuidEnd int
+	urlStart, urlEnd        int
 }
 
 // Prompt is a completion prompt: a string, a list of strings, a list of token ids or a list of token-id

@@ -340,7 +340,7 @@ func TestRewriteMedia(t *testing.T) {
 	if err != nil || len(req.Media) != 2 {
 		t.Fatalf("parse: %v %d", err, len(req.Media))
 	}
-	out, err := RewriteMedia(body, req.Media, []string{"u1", "u2"}, "mm_kwargs", [][]byte{[]byte(`{"kind":"shm"}`), nil})
+	out, err := RewriteMedia(body, req.Media, []string{"u1", "u2"}, nil, "mm_kwargs", [][]byte{[]byte(`{"kind":"shm"}`), nil})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,41 @@ func TestRewriteMedia(t *testing.T) {
 	if string(out) != want {
 		t.Fatalf("got  %s\nwant %s", out, want)
 	}
-	if _, err := RewriteMedia(body, req.Media, []string{"u1"}, "k", [][]byte{nil}); err == nil {
+	if _, err := RewriteMedia(body, req.Media, []string{"u1"}, nil, "k", [][]byte{nil}); err == nil {
 		t.Fatal("length mismatch accepted")
+	}
+	if _, err := RewriteMedia(body, req.Media, []string{"u1", "u2"}, []string{"x"}, "k", [][]byte{nil, nil}); err == nil {
+		t.Fatal("urls length mismatch accepted")
+	}
+}
+
+// TestRewriteMediaURLs: a URL is replaced in place, before or after an existing uuid, other members of
+// the part and of image_url kept; "" keeps a URL.
+func TestRewriteMediaURLs(t *testing.T) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":[` +
+		`{"type":"image_url","uuid":"old","image_url":{"detail":"low","url":"http://a/x.png"}},` +
+		`{"type":"image_url","image_url":{"url":"http://a/y.png"},"uuid":"keep"},` +
+		`{"type":"image_url","image_url":{"url":"http://a/z.png"}},` +
+		`{"type":"text","text":"hi"}]}]}`)
+	req, err := ParseChat(body)
+	if err != nil || len(req.Media) != 3 {
+		t.Fatalf("parse: %v %+v", err, req)
+	}
+	out, err := RewriteMedia(body, req.Media, []string{"u1", "keep", "u3"}, []string{"data:image/png;base64,QQ==", "data:a\"b", ""},
+		"mm_kwargs", [][]byte{nil, []byte(`{"kind":"net"}`), nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","messages":[{"role":"user","content":[` +
+		`{"type":"image_url","uuid":"u1","image_url":{"detail":"low","url":"data:image/png;base64,QQ=="}},` +
+		`{"type":"image_url","image_url":{"url":"data:a\"b"},"uuid":"keep","mm_kwargs":{"kind":"net"}},` +
+		`{"type":"image_url","image_url":{"url":"http://a/z.png"},"uuid":"u3"},` +
+		`{"type":"text","text":"hi"}]}]}`
+	if string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+	again, err := ParseChat(out)
+	if err != nil || again.Media[0].URL != "data:image/png;base64,QQ==" || again.Media[1].URL != `data:a"b` || again.Media[2].URL != "http://a/z.png" {
+		t.Fatalf("reparsed: %v %+v", err, again.Media)
 	}
 }
