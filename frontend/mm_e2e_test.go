@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 func counterValue(c prometheus.Counter) float64 {
@@ -105,6 +107,31 @@ func imageChat(model string, urls []string, text string) string {
 	return fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":[%s]}],"nvext":{"return_routing":true}}`, model, strings.Join(parts, ","))
 }
 
+// noHeaders is a request without headers (for Pick).
+type noHeaders struct{}
+
+func (noHeaders) Peek(string) []byte { return nil }
+
+// waitPickOverlap waits until the router would give body at least blocks of overlap: the request path
+// runs up to the routing decision (Pick), is not dispatched, and is freed. It waits for the KV events of
+// an earlier request to be indexed when the worker already held blocks (waitOverlap cannot tell).
+func (s *stack) waitPickOverlap(t *testing.T, body string, blocks uint32) {
+	t.Helper()
+	var last uint32
+	testutil.Until(t, testutil.DefaultWait, fmt.Sprintf("an overlap of %d blocks", blocks), func() string {
+		p, err := s.api.Pick("/v1/chat/completions", noHeaders{}, []byte(body), PickOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		last = p.Route.OverlapBlocks
+		p.End(200)
+		if last < blocks {
+			return fmt.Sprintf("overlap %d", last)
+		}
+		return ""
+	})
+}
+
 func overlapOf(r reply) int {
 	n, _ := strconv.Atoi(r.overlap)
 	return n
@@ -142,8 +169,10 @@ func TestE2EImageRouting(t *testing.T) {
 	// Swapping two images' order changes the hashes: the swapped prompt shares only the text before them.
 	dog := imgs.base + "/img/dog.png"
 	ab := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{cat, dog}, "Compare them."))
-	s.waitOverlap(t, "", ab.worker)
-	time.Sleep(50 * time.Millisecond)
+	if ab.status != 200 {
+		t.Fatalf("two images: %d %s", ab.status, ab.raw)
+	}
+	s.waitPickOverlap(t, imageChat(s.name, []string{cat, dog}, "Compare them again."), 10) // both images' blocks indexed
 	ab2 := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{cat, dog}, "Compare them again."))
 	ba := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{dog, cat}, "Compare them."))
 	if overlapOf(ab2) < 10 || overlapOf(ba) >= overlapOf(ab2) {
