@@ -210,25 +210,8 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 	defer s.closeDealers()
 	onConnect := func() {
 		s.c.Connects.Add(1)
-		now := time.Now()
 		for _, st := range s.streams {
 			st.verify = st.replayEndpoint != "" && !st.replayDead
-			if !st.join.joined {
-				st.join.start(now, s.cfg.PollInterval) // its publisher may be the one that connected
-			}
-		}
-	}
-	// A registered topic whose first batches ZMQ dropped (published before our subscription reached the
-	// publisher) and whose worker then went quiet would never be seen: it gets a stream at registration,
-	// and its catch-up runs on the join probe's doubling schedule until a live message of the topic
-	// proves the subscription. A replay endpoint that timed out is left alone until one answers, as for
-	// the identity checks: each silent replay stalls every worker's stream for ReplayTimeout.
-	tick := func(now time.Time) {
-		s.syncRegistry()
-		for _, st := range s.streams {
-			if st.replayEndpoint != "" && !st.replayDead && st.join.due(now, defaultFollowUpCap) {
-				st.catchUp(ctx)
-			}
 		}
 	}
 	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(topic []byte, seq uint64, payload []byte) {
@@ -240,53 +223,35 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 			}
 			return
 		}
-		st.join.joined = true
 		st.handle(ctx, seq, payload)
-	}, loopHooks{mon: mon, onConnect: onConnect, tick: tick}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
+	}, loopHooks{mon: mon, onConnect: onConnect}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
 }
 
-// syncRegistry brings the streams in line with the registry when it changed: the state of unregistered
-// topics is dropped, a changed replay endpoint closes the old DEALER, and each newly registered topic
-// gets a stream whose join probe starts now.
-func (s *BindSubscriber) syncRegistry() {
+// stream returns the state of a registered topic, creating it on first sight, or nil for an unknown
+// topic. It prunes the state of unregistered topics whenever the registry changes.
+func (s *BindSubscriber) stream(topic []byte) *stream {
 	reg := s.reg.Load()
-	if reg == s.seenReg {
-		return
-	}
-	s.seenReg = reg
-	now := time.Now()
-	for name, st := range s.streams {
-		if ep, ok := (*reg)[name]; !ok || ep != st.replayEndpoint {
-			st.closeDealer()
-			if !ok {
-				delete(s.streams, name)
-			} else {
-				st.replayEndpoint = ep
+	if reg != s.seenReg {
+		s.seenReg = reg
+		for name, st := range s.streams {
+			if ep, ok := (*reg)[name]; !ok || ep != st.replayEndpoint {
+				st.closeDealer()
+				if !ok {
+					delete(s.streams, name)
+				} else {
+					st.replayEndpoint = ep
+				}
 			}
 		}
 	}
-	for name, replay := range *reg {
-		if s.streams[name] == nil {
-			s.newStream(name, replay).join.start(now, s.cfg.PollInterval)
-		}
-	}
-}
-
-// stream returns the state of a registered topic, creating it if needed, or nil for an unknown topic.
-func (s *BindSubscriber) stream(topic []byte) *stream {
-	s.syncRegistry()
-	if st := s.streams[string(topic)]; st != nil {
-		return st
-	}
-	replay, ok := (*s.seenReg)[string(topic)]
+	replay, ok := (*reg)[string(topic)]
 	if !ok {
 		return nil
 	}
-	return s.newStream(string(topic), replay)
-}
-
-// newStream creates the state of a registered topic.
-func (s *BindSubscriber) newStream(name, replay string) *stream {
+	if st := s.streams[string(topic)]; st != nil {
+		return st
+	}
+	name := string(topic)
 	c := (*s.topicC.Load())[name]
 	if c == nil {
 		c = &s.c // unregistered since reg was loaded; counted session-wide

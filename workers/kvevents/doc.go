@@ -78,9 +78,11 @@
 //  2. BindSubscriber only: the topic picks the worker's stream; unregistered topics are counted
 //     (UnknownTopics), shown to OnUnknownTopic and dropped. A publisher connection (a socket-monitor
 //     PAIR reports each handshake on the bound socket) cannot be tied to a topic, so every stream with
-//     replay verifies its publisher's identity, as in step 3, before its next live batch. Each
-//     registered topic gets its stream at registration and catches up on the join probe's schedule of
-//     step 3 until its first live message (TestBindSlowJoinerFirstBatchIsCaughtUp).
+//     replay verifies its publisher's identity, as in step 3, before its next live batch. Bind mode has
+//     no join probe (step 3): it would replay topics whose engine may not be up yet, and each silent
+//     replay stalls every worker's stream for ReplayTimeout. A batch dropped before our subscription
+//     reached a newly connected publisher is recovered at that worker's next batch (its seq shows the
+//     gap), not before.
 //  3. Subscriber only: each time the SUB socket (re)connects (a socket-monitor PAIR reports the
 //     handshake), the stream catches up before reading on. A fresh stream replays everything buffered
 //     from 0 (ZMQ's slow-joiner window and the router starting after the worker). A stream that has
