@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
 )
@@ -86,6 +87,9 @@ type Spec struct {
 	// frontend routes requests with images in the legacy scheme when every worker of the model uses it.
 	MMScheme string `json:"mm_scheme,omitempty"`
 }
+
+// z85 is the alphabet of Z85, the encoding of CURVE keys.
+const z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 
 // MMSchemeBlockMMInfos is the legacy multimodal hashing scheme (Spec.MMScheme).
 const MMSchemeBlockMMInfos = "block_mm_infos"
@@ -208,8 +212,15 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("%w: worker %d: %q is not a ZMQ endpoint (tcp://host:port, ipc://, inproc://)", ErrBadSpec, s.ID, ep)
 		}
 	}
-	if s.CurveKey != "" && len(s.CurveKey) != 40 {
+	if s.CurveKey != "" && (len(s.CurveKey) != 40 || strings.Trim(s.CurveKey, z85) != "") {
 		return fmt.Errorf("%w: worker %d: curve_key must be 40 Z85 characters", ErrBadSpec, s.ID)
+	}
+	// The JSON form (admin API, NATS discovery records) would replace invalid UTF-8 with U+FFFD, so
+	// another process would read a different topic or model than this one.
+	for _, v := range []string{s.Topic, s.Model, s.APIKeyEnv, s.Events, s.Replay} {
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("%w: worker %d: %q is not valid UTF-8", ErrBadSpec, s.ID, v)
+		}
 	}
 	if s.APIKey != "" && s.APIKeyEnv != "" {
 		return fmt.Errorf("%w: worker %d: give api_key or api_key_env, not both", ErrBadSpec, s.ID)
@@ -228,9 +239,13 @@ func (s *Spec) Validate() error {
 	if s.Replay != "" && s.Events == "" && s.Topic == "" {
 		return fmt.Errorf("%w: worker %d: replay given without events or topic", ErrBadSpec, s.ID)
 	}
-	if s.Replay != "" && s.DPRanks() > 1 {
-		if _, err := RankEndpoint(s.Replay, s.DPRanks()-1); err != nil {
-			return fmt.Errorf("%w: worker %d: replay %q cannot be offset for %d dp ranks", ErrBadSpec, s.ID, s.Replay, s.DPRanks())
+	// Rank r connects to the endpoints offset by r (the fleet does not check them again), so the last
+	// rank's must exist: a port past 65535 or an ipc:// endpoint with several ranks is refused here.
+	for _, ep := range []struct{ name, ep string }{{"events", s.Events}, {"replay", s.Replay}} {
+		if ep.ep != "" && s.DPRanks() > 1 {
+			if _, err := RankEndpoint(ep.ep, s.DPRanks()-1); err != nil {
+				return fmt.Errorf("%w: worker %d: %s %q cannot be offset for %d dp ranks", ErrBadSpec, s.ID, ep.name, ep.ep, s.DPRanks())
+			}
 		}
 	}
 	return nil
@@ -257,6 +272,9 @@ func RankEndpoint(ep string, rank int) (string, error) {
 		port, err := strconv.Atoi(ep[i+1:])
 		if i < len("tcp://") || err != nil {
 			return "", fmt.Errorf("%w: %q has no port", ErrBadSpec, ep)
+		}
+		if rank < 0 || port+rank > 65535 {
+			return "", fmt.Errorf("%w: %q offset by dp rank %d is past port 65535", ErrBadSpec, ep, rank)
 		}
 		return ep[:i+1] + strconv.Itoa(port+rank), nil
 	case strings.HasPrefix(ep, "inproc://"):
