@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // ReuseDispatcher runs actor mailboxes on goroutines that are kept and reused, instead of protoactor's
@@ -31,13 +33,16 @@ func NewReuseDispatcher(throughput int, idle time.Duration) *ReuseDispatcher {
 	return &ReuseDispatcher{work: make(chan func()), throughput: throughput, idle: idle}
 }
 
+// dispatcherLoop is a pooled mailbox goroutine; it ends after IdleTimeout without work.
+var dispatcherLoop = routine.Named("actors.dispatcher")
+
 // Schedule runs fn on an idle pooled goroutine, or a new one.
 func (d *ReuseDispatcher) Schedule(fn func()) {
 	select {
 	case d.work <- fn:
 	default:
 		d.live.Add(1)
-		go d.loop(fn)
+		dispatcherLoop.Go(func() { d.loop(fn) })
 	}
 }
 

@@ -21,10 +21,19 @@ import (
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
+)
+
+// The e2e bench's long-lived goroutines: the in-process stack's HTTP server (ended by its Close) and an
+// arm's load sampler (joined through samplerDone). The per-request goroutines of a replay are a fan-out
+// joined by a WaitGroup before the arm returns, and stay bare.
+var (
+	e2eServe    = routine.Named("bench.e2e-serve")
+	loadSampler = routine.Named("bench.load-sampler")
 )
 
 // The end-to-end bench: per arm, a fresh fleet of simulated vLLM workers (real HTTP and
@@ -317,7 +326,7 @@ func startE2EStack(cfg *E2EConfig, arm string) (_ *e2eStack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	go func() { _ = s.srv.Serve(ln) }()
+	e2eServe.Go(func() { _ = s.srv.Serve(ln) })
 	s.base = "http://" + ln.Addr().String()
 	if events {
 		// Wait until every worker's event stream is connected (its catch-up replay answered), so the
@@ -520,7 +529,7 @@ func RunArm(ctx context.Context, cfg *E2EConfig, tr *Trace, arm string, x float6
 	every := max(20*time.Millisecond, time.Duration(float64(tr.Span())/x)/time.Duration(cfg.LoadSamples))
 	samplerDone := make(chan struct{})
 	stopSampler := make(chan struct{})
-	go func() {
+	loadSampler.Go(func() {
 		defer close(samplerDone)
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -535,7 +544,7 @@ func RunArm(ctx context.Context, cfg *E2EConfig, tr *Trace, arm string, x float6
 				}
 			}
 		}
-	}()
+	})
 
 	var wg sync.WaitGroup
 	blocks := cfg.Blocks

@@ -5,9 +5,10 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // Progress is a progress bar on stderr: a redrawn line on a terminal, a line every 5 s otherwise (logs of
@@ -20,8 +21,11 @@ type Progress struct {
 	w     io.Writer
 	tty   bool
 	stop  chan struct{}
-	wg    sync.WaitGroup
+	group routine.Group
 }
+
+// progressDraw redraws a bar on a ticker until Done joins it.
+var progressDraw = routine.Named("bench.progress")
 
 // NewProgress starts a bar writing to w (os.Stderr when nil); total may be 0 (unknown) and set later.
 func NewProgress(w io.Writer, label string, total int64) *Progress {
@@ -39,9 +43,7 @@ func NewProgress(w io.Writer, label string, total int64) *Progress {
 	if p.tty {
 		every = 200 * time.Millisecond
 	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.group.Go(progressDraw, func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -52,7 +54,7 @@ func NewProgress(w io.Writer, label string, total int64) *Progress {
 				p.draw(false)
 			}
 		}
-	}()
+	})
 	return p
 }
 
@@ -87,6 +89,6 @@ func (p *Progress) draw(final bool) {
 // Done stops the bar and prints its final state.
 func (p *Progress) Done() {
 	close(p.stop)
-	p.wg.Wait()
+	p.group.Wait()
 	p.draw(true)
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // watchClient calls gone (from another goroutine) when the peer of conn closes the connection while a
@@ -19,6 +21,9 @@ import (
 // consuming: zero bytes is the peer's FIN; bytes are a pipelined next request (the client is still there:
 // the watch ends, as nothing can be learned until the request is read). Connections that expose no
 // socket (TLS) are not watched.
+// clientWatcher waits for a request's client to hang up; the stop function watchClient returns joins it.
+var clientWatcher = routine.Named("frontend.client-watch")
+
 func watchClient(conn net.Conn, gone func()) (stop func()) {
 	sc, ok := socketOf(conn).(syscall.Conn)
 	if !ok {
@@ -29,7 +34,7 @@ func watchClient(conn net.Conn, gone func()) (stop func()) {
 		return func() {}
 	}
 	done := make(chan struct{})
-	go func() {
+	clientWatcher.Go(func() {
 		defer close(done)
 		var buf [1]byte
 		closed := false
@@ -44,7 +49,7 @@ func watchClient(conn net.Conn, gone func()) (stop func()) {
 		if err == nil && closed {
 			gone()
 		}
-	}()
+	})
 	return func() {
 		_ = conn.SetReadDeadline(time.Unix(1, 0)) // wakes the waiting Read
 		<-done

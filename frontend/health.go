@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -48,9 +49,16 @@ type Monitor struct {
 	fails map[uint64]int
 	seen  map[uint64]bool
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel    context.CancelFunc
+	done      chan struct{}
+	selfTests routine.Group // refuses new self-tests after Stop; each ends with its window
 }
+
+// The monitor's goroutines: the check loop (joined by Stop) and the registration self-tests.
+var (
+	healthLoop = routine.Named("frontend.health-monitor")
+	selfTest   = routine.Named("frontend.self-test")
+)
 
 // NewMonitor returns a stopped monitor; Start runs it.
 func NewMonitor(r *router.Router, pool *WorkerPool, cfg HealthConfig, log *slog.Logger) *Monitor {
@@ -76,7 +84,7 @@ func (m *Monitor) Start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
-	go func() {
+	healthLoop.Go(func() {
 		defer close(m.done)
 		t := time.NewTicker(m.cfg.Interval)
 		defer t.Stop()
@@ -88,7 +96,7 @@ func (m *Monitor) Start() {
 			case <-t.C:
 			}
 		}
-	}()
+	})
 }
 
 // Checked reports whether a worker has passed a health check since it registered (true for every
@@ -104,6 +112,7 @@ func (m *Monitor) Checked(id uint64) bool {
 
 // Stop ends the checks and waits for the current round.
 func (m *Monitor) Stop() {
+	m.selfTests.Stop()
 	if m.cancel != nil {
 		m.cancel()
 		<-m.done
@@ -202,7 +211,7 @@ func (m *Monitor) checkCompat(spec registry.Spec, met client.Metrics) {
 		return
 	}
 	if m.cfg.SelfTest && (spec.Events != "" || spec.Topic != "") {
-		go m.SelfTest(context.Background(), spec)
+		m.selfTests.Go(selfTest, func() { m.SelfTest(context.Background(), spec) })
 	}
 }
 

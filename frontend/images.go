@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/transfer"
 )
@@ -114,12 +115,19 @@ func (a *OpenAIAPI) startImages(ctx context.Context, j *job, resolved func()) (w
 	if w.other || len(parts) == 0 {
 		return w, false
 	}
-	go func() {
+	imageStage.Go(func() {
 		w.images, w.reason = a.MM.Resolver.Resolve(ctx, parts, nil)
 		resolved()
-	}()
+	})
 	return w, true
 }
+
+// A request's concurrent stages: each reports to the request actor (imagesResolved, transferReady), which
+// waits for every report it expects, and each ends with the request's context.
+var (
+	imageStage    = routine.Named("frontend.image-stage")
+	transferStage = routine.Named("frontend.transfer-stage")
+)
 
 // imageView is the routing view of a request with images: the tokens to hash (nil: route on the text
 // tokens) and what to forward when routing on images.
@@ -252,7 +260,7 @@ func (a *OpenAIAPI) startTransfers(ctx context.Context, w *imageWork, v imageVie
 		return 0
 	}
 	for i := range w.media {
-		go func() {
+		transferStage.Go(func() {
 			// With --frontend-decoding the image was downloaded once already, for its identity: preprocess
 			// those bytes rather than fetching the URL a second time.
 			src := transfer.Source{URL: w.media[i].URL, Data: w.images[i].Data}
@@ -270,7 +278,7 @@ func (a *OpenAIAPI) startTransfers(ctx context.Context, w *imageWork, v imageVie
 			}
 			a.countTransfer(string(d.Kind))
 			ready(i, b, release)
-		}()
+		})
 	}
 	return len(w.media)
 }

@@ -212,6 +212,7 @@ func TestClosedAdminPlane(t *testing.T) {
 		{"DELETE", "/v1/workers/7", "", planeAdmin},
 		{"POST", "/busy_threshold", `{"active_prefill_tokens_threshold":5}`, planeAdmin},
 		{"GET", "/debug/pprof/", "", planeAdmin},
+		{"GET", "/debug/goroutines", "", planeAdmin},
 		{"POST", "/v1/route", `{"request_id":"r1","block_hashes":[1],"isl":4}`, planeRouter},
 		{"POST", "/v1/route/r1/free", "", planeRouter},
 		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, planeRouter},

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // Handler serves part of the URL space and reports whether it handled the request.
@@ -204,6 +207,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case "/metrics":
 		s.metrics(ctx)
 		return
+	case "/debug/goroutines":
+		if !ctx.IsGet() {
+			writeError(ctx, errorf(ErrMethod, "use GET for /debug/goroutines"))
+			return
+		}
+		writeJSON(ctx, goroutinesView{Total: runtime.NumGoroutine(), Kinds: routine.Snapshot()})
+		return
 	}
 	for _, h := range s.handlers {
 		if h.Handle(ctx) {
@@ -304,6 +314,13 @@ func (c ServerConfig) AccessSummary() (admin, routerAPI string) {
 		routerAPI = "bearer token (--admin-token)"
 	}
 	return admin, routerAPI
+}
+
+// goroutinesView is the answer of GET /debug/goroutines (admin plane): every goroutine of the process,
+// and those started through the tracked helper by kind (routine.Snapshot).
+type goroutinesView struct {
+	Total int             `json:"total"`
+	Kinds []routine.Count `json:"kinds"`
 }
 
 // registerMetrics registers the edge's own metrics with reg.

@@ -7,13 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/clock"
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // ProbeConfig configures the image size probe. The defaults are Dynamo's (spec/multimodal.md §4).
@@ -101,7 +101,7 @@ type Prober struct {
 	mu       sync.Mutex
 	inflight map[Hash]*flight // fetches in flight, by mm_hash; guarded by mu
 	closed   bool             // guarded by mu
-	wg       sync.WaitGroup   // fetch goroutines
+	flights  routine.Group    // fetch goroutines
 
 	hits, misses, shared, requests, errs, noRange, blocked, headerKO atomic.Uint64
 }
@@ -190,11 +190,8 @@ func (p *Prober) Size(ctx context.Context, rawURL string, h Hash) (Size, error) 
 		fctx, cancel := context.WithCancel(context.Background())
 		f = &flight{done: make(chan struct{}), cancel: cancel}
 		p.inflight[h] = f
-		p.wg.Add(1)
 		p.misses.Add(1)
-		go pprof.Do(fctx, pprof.Labels("mm", "size-probe"), func(fctx context.Context) {
-			p.runFlight(fctx, h, rawURL, f)
-		})
+		p.flights.Go(sizeProbe, func() { p.runFlight(fctx, h, rawURL, f) })
 	}
 	f.waiters++
 	p.mu.Unlock()
@@ -214,8 +211,10 @@ func (p *Prober) Size(ctx context.Context, rawURL string, h Hash) (Size, error) 
 	}
 }
 
+// sizeProbe is one fetch of an image's header, shared by every waiter of its mm_hash; Close joins it.
+var sizeProbe = routine.Named("mm.size-probe")
+
 func (p *Prober) runFlight(ctx context.Context, h Hash, rawURL string, f *flight) {
-	defer p.wg.Done()
 	defer f.cancel()
 	f.size, f.err = p.sizeUncached(ctx, rawURL)
 	switch {
@@ -245,8 +244,9 @@ func (p *Prober) cached(h Hash) (Size, bool) {
 func (p *Prober) Close() {
 	p.mu.Lock()
 	p.closed = true
+	p.flights.Stop()
 	p.mu.Unlock()
-	p.wg.Wait()
+	p.flights.Wait()
 }
 
 func (p *Prober) countError(err error) {

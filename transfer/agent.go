@@ -1,7 +1,6 @@
 package transfer
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
@@ -9,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime/pprof"
 	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/clock"
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // AgentConfig configures the network transfer agent.
@@ -118,8 +117,8 @@ type Agent struct {
 	stats  AgentStats
 	conns  map[net.Conn]struct{}
 
-	wg   sync.WaitGroup
-	stop chan struct{}
+	group routine.Group
+	stop  chan struct{}
 }
 
 // NewAgent validates cfg (zero fields take defaults), listens and starts serving.
@@ -163,19 +162,18 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 		// are reused for the agent's life (the "registered" pool).
 		a.free = append(a.free, cfg.Buffers-1-i)
 	}
-	a.goroutine("transfer=agent-accept", a.acceptLoop)
-	a.goroutine("transfer=agent-sweep", a.sweepLoop)
+	a.group.Go(agentAccept, a.acceptLoop)
+	a.group.Go(agentSweep, a.sweepLoop)
 	return a, nil
 }
 
-// goroutine starts a tracked, pprof-labelled goroutine.
-func (a *Agent) goroutine(label string, fn func()) {
-	a.wg.Add(1)
-	go pprof.Do(context.Background(), pprof.Labels("goroutine", label), func(context.Context) {
-		defer a.wg.Done()
-		fn()
-	})
-}
+// The agent's goroutines, all in its group (Close stops it and joins them): the accept and sweep loops,
+// and one per pull being served.
+var (
+	agentAccept = routine.Named("transfer.agent-accept")
+	agentSweep  = routine.Named("transfer.agent-sweep")
+	agentPull   = routine.Named("transfer.agent-pull")
+)
 
 // Addr is the advertised address.
 func (a *Agent) Addr() string { return a.cfg.AdvertiseAddr }
@@ -300,13 +298,14 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	a.closed = true
+	a.group.Stop()
 	close(a.stop)
 	for c := range a.conns {
 		_ = c.Close()
 	}
 	a.mu.Unlock()
 	err := a.ln.Close()
-	a.wg.Wait()
+	a.group.Wait()
 	a.mu.Lock()
 	for i := range a.slots {
 		a.slots[i].release = false
@@ -342,16 +341,14 @@ func (a *Agent) acceptLoop() {
 			return
 		}
 		a.conns[c] = struct{}{}
-		a.wg.Add(1)
-		a.mu.Unlock()
-		go func() {
-			defer a.wg.Done()
+		a.group.Go(agentPull, func() { // closed is false under mu, so the group is not stopped
 			a.serve(c)
 			a.mu.Lock()
 			delete(a.conns, c)
 			a.mu.Unlock()
 			_ = c.Close()
-		}()
+		})
+		a.mu.Unlock()
 	}
 }
 

@@ -3,12 +3,12 @@ package transfer
 import (
 	"context"
 	"fmt"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/clock"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/mm"
 )
 
@@ -55,8 +55,8 @@ type Sender struct {
 	live   map[string]struct{} // shm segments not yet released, for Close
 	closed bool
 
-	wg   sync.WaitGroup
-	stop chan struct{}
+	group routine.Group
+	stop  chan struct{}
 }
 
 // NewSender builds a sender. For shm it sweeps orphans of dead processes once at start and then every
@@ -84,7 +84,7 @@ func NewSender(cfg Config) (*Sender, error) {
 		if _, err := s.Sweep(); err != nil {
 			return nil, err
 		}
-		s.goroutine("transfer=shm-janitor", s.janitorLoop)
+		s.group.Go(shmJanitor, s.janitorLoop)
 	case ModeNet:
 		a, err := NewAgent(cfg.Agent)
 		if err != nil {
@@ -95,13 +95,8 @@ func NewSender(cfg Config) (*Sender, error) {
 	return s, nil
 }
 
-func (s *Sender) goroutine(label string, fn func()) {
-	s.wg.Add(1)
-	go pprof.Do(context.Background(), pprof.Labels("goroutine", label), func(context.Context) {
-		defer s.wg.Done()
-		fn()
-	})
-}
+// shmJanitor sweeps stale shared-memory segments; Close joins it.
+var shmJanitor = routine.Named("transfer.shm-janitor")
 
 // Mode is the sender's mode.
 func (s *Sender) Mode() Mode { return s.cfg.Mode }
@@ -250,7 +245,7 @@ func (s *Sender) Close() error {
 	for _, n := range names {
 		unlinkShm(s.cfg.ShmDir, n)
 	}
-	s.wg.Wait()
+	s.group.Wait()
 	if s.agent != nil {
 		return s.agent.Close()
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/worker"
 	"github.com/kvroute/kvroute/internal/clock"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/policy"
 	"github.com/kvroute/kvroute/scoring/prefix"
@@ -136,10 +137,13 @@ func New(system *actor.ActorSystem, cfg Config) (*Router, error) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		r.stopTick, r.tickDone = cancel, make(chan struct{})
-		go r.tickLoop(ctx, iv)
+		tickLoop.Go(func() { r.tickLoop(ctx, iv) })
 	}
 	return r, nil
 }
+
+// tickLoop is the router's expiry ticker, joined by Stop through tickDone.
+var tickLoop = routine.Named("router.tick")
 
 // tickLoop runs the expiries on a wall-clock ticker; the expiries themselves read the injected clock.
 func (r *Router) tickLoop(ctx context.Context, iv time.Duration) {

@@ -25,7 +25,7 @@ func (f *Fleet) startAudit() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.auditStop, f.auditDone = cancel, make(chan struct{})
-	go func() {
+	auditLoop.Go(func() {
 		defer close(f.auditDone)
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -37,7 +37,7 @@ func (f *Fleet) startAudit() {
 				f.Audit(f.deps.now())
 			}
 		}
-	}()
+	})
 }
 
 // Audit marks each worker whose event stream has shown a problem for longer than Config.Grace as

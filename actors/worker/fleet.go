@@ -155,10 +155,10 @@ func (f *Fleet) startBind() error {
 		}
 		done := make(chan struct{})
 		f.binds, f.bindDone = append(f.binds, bs), append(f.bindDone, done)
-		go func() {
+		bindSubscriber.Go(func() {
 			defer close(done)
 			_ = bs.Run(ctx)
-		}()
+		})
 		select {
 		case <-bs.Ready():
 		case <-done:

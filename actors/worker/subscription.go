@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvroute/kvroute/actors/indexer"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/kvevents"
@@ -240,6 +241,13 @@ func (a *subscriberActor) Receive(ctx actor.Context) {
 	}
 }
 
+// The goroutines of the event path, joined by their owners' done channels (stop, Fleet.Stop).
+var (
+	subscriberRun  = routine.Named("worker.subscriber")
+	bindSubscriber = routine.Named("worker.bind-subscriber")
+	auditLoop      = routine.Named("worker.audit")
+)
+
 func (a *subscriberActor) start(ctx actor.Context) {
 	s, err := a.sub.open(a.system, a.mirror)
 	if err != nil {
@@ -249,12 +257,12 @@ func (a *subscriberActor) start(ctx actor.Context) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	a.cancel, a.done = cancel, make(chan struct{})
 	self := ctx.Self()
-	go func() {
+	subscriberRun.Go(func() {
 		defer close(a.done)
 		if err := s.Run(runCtx); err != nil && runCtx.Err() == nil {
 			a.system.Root.Send(self, &subscriberExited{Err: err})
 		}
-	}()
+	})
 }
 
 func (a *subscriberActor) stop() {

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kvroute/kvroute/frontend/epp"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/workers/k8spool"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -174,7 +175,7 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 			a.stop()
 			return nil, err
 		}
-		go func() { defer close(a.done); a.watcher.Run(ctx) }()
+		eppWatcher.Go(func() { defer close(a.done); a.watcher.Run(ctx) })
 	} else {
 		close(a.done)
 	}
@@ -202,7 +203,7 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 		a.stop()
 		return nil, fmt.Errorf("--grpc-port: %w", err)
 	}
-	go func() { _ = a.grpc.Serve(a.grpcLn) }()
+	grpcServe.Go(func() { _ = a.grpc.Serve(a.grpcLn) })
 	if *e.healthPort > 0 {
 		a.health = grpc.NewServer()
 		healthpb.RegisterHealthServer(a.health, health)
@@ -210,7 +211,7 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 			a.stop()
 			return nil, fmt.Errorf("--grpc-health-port: %w", err)
 		}
-		go func() { _ = a.health.Serve(a.healthLn) }()
+		grpcServe.Go(func() { _ = a.health.Serve(a.healthLn) })
 	}
 	log.Info("kvroute epp listening", "grpc", a.grpcLn.Addr().String(), "tls", *e.secure, "pool", *e.poolName,
 		"failure_mode", *e.failureMode, "fallbacks", *e.fallbacks)
@@ -218,13 +219,21 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 }
 
 // stop ends the gRPC streams (bounded), the watcher, then the frontend's core.
+// The picker's goroutines: the pool watcher (joined through done), the gRPC servers (ended by stop) and
+// the graceful stop that stop waits up to 5 s for before forcing it.
+var (
+	eppWatcher   = routine.Named("epp.watcher")
+	grpcServe    = routine.Named("epp.grpc-serve")
+	gracefulStop = routine.Named("epp.graceful-stop")
+)
+
 func (a *eppApp) stop() {
 	for _, s := range []*grpc.Server{a.grpc, a.health} {
 		if s == nil {
 			continue
 		}
 		stopped := make(chan struct{})
-		go func() { s.GracefulStop(); close(stopped) }()
+		gracefulStop.Go(func() { s.GracefulStop(); close(stopped) })
 		select {
 		case <-stopped:
 		case <-time.After(5 * time.Second):

@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
@@ -398,7 +399,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		app.stop()
 		return nil, err
 	}
-	go func() { _ = app.server.Serve(app.ln) }()
+	httpServe.Go(func() { _ = app.server.Serve(app.ln) })
 	workers := 0
 	for _, r := range app.routers {
 		workers += len(r.Workers())
@@ -531,7 +532,7 @@ func modelNameOf(dir string) string {
 
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), routine.Collector())
 	return reg
 }
 

@@ -8,9 +8,9 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/nats-io/nats.go"
 
@@ -263,25 +263,23 @@ func registerWorkersNATS(ctx context.Context, url string, fleet *mocker.Fleet) (
 		return nil, fmt.Errorf("--nats-url %s: %w", url, err)
 	}
 	done := make(chan struct{})
-	var wg sync.WaitGroup
+	var g routine.Group
 	for _, w := range fleet.Workers {
 		spec, err := registry.Parse(w.Spec())
 		if err != nil {
 			nc.Close()
 			return nil, err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(registrar, func() {
 			if err := natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{}, true); err != nil && ctx.Err() == nil {
 				fmt.Fprintf(os.Stderr, "mocker: worker %d: discovery: %v\n", spec.ID, err)
 			}
-		}()
+		})
 	}
-	go func() {
-		wg.Wait()
+	registrarsDone.Go(func() {
+		g.Wait()
 		nc.Close()
 		close(done)
-	}()
+	})
 	return done, nil
 }

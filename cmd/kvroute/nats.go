@@ -130,7 +130,7 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 	if *n.discovery == "nats" {
 		w = natsplane.NewWatcher(nc, set, natsplane.DiscoveryConfig{TTL: *n.discoveryTT, Replicas: *n.replicas})
 	}
-	go func() {
+	discoveryWatch.Go(func() {
 		defer close(p.done)
 		if w == nil {
 			return
@@ -138,7 +138,7 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 		if err := w.Run(ctx); err != nil {
 			log.Error("nats discovery stopped", "err", err)
 		}
-	}()
+	})
 	if w != nil {
 		select {
 		case <-w.Ready():

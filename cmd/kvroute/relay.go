@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/workers/natsplane"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -89,18 +89,16 @@ func runRelay(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var wg sync.WaitGroup
+	var g routine.Group
 	if *discovery == "nats" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(registrar, func() {
 			_ = natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{TTL: *ttl, Replicas: *replicas}, true)
-		}()
+		})
 	}
 	fmt.Fprintf(os.Stderr, "relay: worker %d, %d rank(s) from %s to %s%s (durable %v)\n", *id, len(cfg.Events), *zmqEP, *url,
 		natsplane.EventSubject(*id), *durable)
 	err = rl.Run(ctx)
-	wg.Wait()
+	g.Wait()
 	st := rl.Stats()
 	fmt.Fprintf(os.Stderr, "relay: %d batches, %d events, %d resets, %d publish errors\n", st.Batches, st.Events, st.Resets, st.PublishErrors)
 	if err != nil {

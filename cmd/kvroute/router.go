@@ -17,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -146,6 +147,7 @@ func runRouter(args []string) int {
 	rcfg := router.DefaultConfig(cfg.BlockSize)
 	rcfg.Scoring = cfg
 	rcfg.Registerer = prometheus.DefaultRegisterer
+	_ = prometheus.Register(routine.Collector()) // registered already when a test runs the command twice in one process
 	rcfg.Worker.BindEndpoints = *bind
 	rcfg.Worker.Log = log
 	rcfg.Worker.IdentityCheck = *identity
@@ -173,10 +175,10 @@ func runRouter(args []string) int {
 	logAccess(log, scfg)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go func() {
+	shutdownOnSignal.Go(func() {
 		<-ctx.Done()
 		_ = srv.Shutdown()
-	}()
+	})
 	log.Info("kvroute router listening", "addr", ln.Addr().String(), "block_size", cfg.BlockSize,
 		"shards", cfg.EventThreads, "workers", len(workers), "bind", *bind,
 		"tokenizer", "none: no model directory is read; requests carry token ids or block hashes")

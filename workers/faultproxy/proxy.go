@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // ErrConfig is the class of invalid proxy configurations.
@@ -98,7 +100,7 @@ type Proxy struct {
 	addr, replayAddr string
 
 	stop     chan struct{}
-	wg       sync.WaitGroup
+	loops    routine.Group
 	stopOnce sync.Once
 }
 
@@ -148,14 +150,11 @@ func Start(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
+// proxyLoop is one of the proxy's two socket loops (events, replay); Close joins them.
+var proxyLoop = routine.Named("faultproxy.loop")
+
 // goRun is the one place the proxy starts goroutines, so Close can wait for all of them.
-func (p *Proxy) goRun(f func()) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		f()
-	}()
-}
+func (p *Proxy) goRun(f func()) { p.loops.Go(proxyLoop, f) }
 
 // Addr is the proxy's PUB endpoint: point the subscriber's Endpoint here.
 func (p *Proxy) Addr() string { return p.addr }
@@ -209,7 +208,7 @@ func (p *Proxy) Stats() Stats {
 // Close stops both goroutines, which close their sockets; it is idempotent.
 func (p *Proxy) Close() {
 	p.stopOnce.Do(func() { close(p.stop) })
-	p.wg.Wait()
+	p.loops.Wait()
 }
 
 func (p *Proxy) stopped() bool {

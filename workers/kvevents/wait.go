@@ -1,16 +1,15 @@
 package kvevents
 
 import (
-	"context"
 	"errors"
 	"os"
-	"runtime/pprof"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // readWaiter parks a reader goroutine on Go's netpoller until its ZMQ socket may have a message, through
@@ -36,8 +35,11 @@ type readWaiter struct {
 	// deadline into the past. The reader, the only user of both sockets, then reads the monitor.
 	mon        *os.File
 	monPending atomic.Bool
-	monDone    sync.WaitGroup
+	monitor    routine.Group // the helper waiting on mon; close joins it
 }
+
+// monitorWait is a subscriber's helper waiting on its monitor socket's fd.
+var monitorWait = routine.Named("kvevents.monitor-wait")
 
 // errNotPollable reports a ZMQ_FD the netpoller would not take; the caller falls back to zmq_poll.
 var errNotPollable = errors.New("kvevents: ZMQ_FD is not pollable")
@@ -86,10 +88,7 @@ func newReadWaiter(sub, mon *zmq.Socket) (*readWaiter, error) {
 		return nil, err
 	}
 	w.mon = mf
-	w.monDone.Add(1)
-	// Tracked by monDone (close joins it) and labelled for pprof.
-	go pprof.Do(context.Background(), pprof.Labels("goroutine", "kvevents-monitor-wait"), func(context.Context) {
-		defer w.monDone.Done()
+	w.monitor.Go(monitorWait, func() {
 		// One RawRead for the helper's whole life: its callback runs once at the start and after every
 		// signal, and a signal that comes while it runs is kept for the next wait (a new RawRead would
 		// forget it).
@@ -123,7 +122,7 @@ func (w *readWaiter) wait(readable func() bool, d time.Duration) (ready, monitor
 func (w *readWaiter) close() {
 	if w.mon != nil {
 		w.mon.Close()
-		w.monDone.Wait()
+		w.monitor.Wait()
 	}
 	w.f.Close()
 }

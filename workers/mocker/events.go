@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goccy/go-json"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
@@ -196,6 +197,9 @@ type zmqPublisher struct {
 	runErr chan error
 }
 
+// zmqPublish runs a rank's ZMQ publisher until its context ends; Close reads its result from runErr.
+var zmqPublish = routine.Named("mocker.zmq-publish")
+
 // newZMQPublisher opens rank's publisher: endpoints offset by rank as vLLM does, sockets ready on return.
 func newZMQPublisher(c KVEventsConfig, rank int) (EventPublisher, error) {
 	p, err := kvevents.NewPublisher(kvevents.PublisherConfig{
@@ -215,7 +219,7 @@ func newZMQPublisher(c KVEventsConfig, rank int) (EventPublisher, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	z := &zmqPublisher{p: p, cancel: cancel, ctx: ctx, runErr: make(chan error, 1)}
-	go func() { z.runErr <- p.Run(ctx) }()
+	zmqPublish.Go(func() { z.runErr <- p.Run(ctx) })
 	select {
 	case <-p.Ready():
 		return z, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/internal/clock"
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/mm"
 )
 
@@ -89,7 +90,7 @@ type Worker struct {
 	images *imageResolver
 
 	stop    chan struct{}
-	wg      sync.WaitGroup
+	group   routine.Group
 	closeMu sync.Once
 	nextReq atomic.Uint64
 	metrics serverMetrics
@@ -183,20 +184,17 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 		CloseOnShutdown:               true,
 	}
 	for _, r := range w.ranks {
-		w.goRun(func() { r.run(w.stop) })
+		w.group.Go(rankLoop, func() { r.run(w.stop) })
 	}
-	w.goRun(func() { _ = w.srv.Serve(ln) })
+	w.group.Go(mockerServe, func() { _ = w.srv.Serve(ln) })
 	return w, nil
 }
 
-// goRun is the one place a worker starts goroutines, so Close can wait for all of them.
-func (w *Worker) goRun(f func()) {
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		f()
-	}()
-}
+// The simulated worker's goroutines: one step loop per dp rank and the HTTP server; Close joins them.
+var (
+	rankLoop    = routine.Named("mocker.rank")
+	mockerServe = routine.Named("mocker.serve")
+)
 
 func sameFiller(f []uint32) bool {
 	d := DefaultEngineConfig().FillerTokens
@@ -341,7 +339,7 @@ func (w *Worker) Close() error {
 		// Shutdown before Serve has registered the listener leaves Serve running: closing the listener
 		// ends it either way.
 		_ = w.ln.Close()
-		w.wg.Wait()
+		w.group.Wait()
 		for _, p := range w.pubs {
 			if e := p.Close(); e != nil && err == nil {
 				err = e

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
@@ -90,6 +90,9 @@ func (r *Relay) Stats() RelayStats {
 	return RelayStats{Batches: r.batches.Load(), Events: r.events.Load(), Resets: r.resets.Load(), PublishErrors: r.pubErrs.Load()}
 }
 
+// relaySubscriber is one dp rank's ZMQ subscriber inside Relay.Run, which joins it.
+var relaySubscriber = routine.Named("natsplane.relay-subscriber")
+
 // Run relays until ctx is done. It fails only when a subscriber cannot be built.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.js != nil {
@@ -126,15 +129,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		subs = append(subs, sub)
 	}
-	var wg sync.WaitGroup
+	var g routine.Group
 	for _, s := range subs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = s.Run(ctx)
-		}()
+		g.Go(relaySubscriber, func() { _ = s.Run(ctx) })
 	}
-	wg.Wait()
+	g.Wait()
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring/sched"
 )
 
@@ -66,9 +67,12 @@ func NewReplicaSync(nc *nats.Conn, cfg ReplicaConfig) *ReplicaSync {
 		cfg.QueueSize = 100_000
 	}
 	rs := &ReplicaSync{cfg: cfg, nc: nc, q: make(chan sched.LoadEvent, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{})}
-	go rs.publishLoop()
+	replicaPublish.Go(rs.publishLoop)
 	return rs
 }
+
+// replicaPublish drains the load-event queue onto NATS; Stop joins it through done.
+var replicaPublish = routine.Named("natsplane.replica-publish")
 
 // RouterID is this router's id on the subject.
 func (rs *ReplicaSync) RouterID() string { return rs.cfg.RouterID }
