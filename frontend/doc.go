@@ -4,7 +4,8 @@
 // # Overview
 //
 // Server answers /health, /live, /ready (Probes, probes.go: Dynamo's JSON shapes; /ready is 503 until
-// enough workers of every model are checked and once the drain starts) and /metrics itself, then offers each request to
+// enough workers of every model are checked and once the drain starts), /metrics and /debug/goroutines (the
+// tracked goroutines by kind, internal/routine; admin plane) itself, then offers each request to
 // its mounted Handlers in order (Models, RouterAPI: /v1/workers, /v1/workers/{id},
 // /v1/overlap_scores, PprofHandler: /debug/pprof/ behind the admin token).
 //

@@ -61,8 +61,8 @@
 // cached (the common case: no goroutine, no channel) and otherwise starts one goroutine per missing
 // image, bounded by ResolveConfig.MaxImages, and joins them before returning. Prober owns two pieces
 // of shared state: the size cache (16 shards, each a map and an LRU list under its own mutex) and the
-// in-flight map (one mutex). A miss starts one fetch goroutine per mm_hash, tracked by the Prober's
-// WaitGroup and labelled "mm=size-probe" for pprof; every caller for that hash waits on the flight's
+// in-flight map (one mutex). A miss starts one fetch goroutine per mm_hash in the Prober's
+// routine.Group (kind mm.size-probe: counted, pprof-labelled); every caller for that hash waits on the flight's
 // done channel or on its own ctx. The fetch is bounded by ProbeConfig.Timeout, not by a caller's
 // ctx, so one cancelled request does not fail the others sharing it. Close refuses new fetches and
 // waits for those in flight.

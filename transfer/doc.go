@@ -78,9 +78,10 @@
 // Sender is shared by all request actors; Prepare preprocesses without any lock (the costly part) and
 // takes Sender.mu only to record a live segment. The Agent's slots, free list, counters and open
 // connections are under Agent.mu; a buffer is filled outside the lock while its slot is reserved
-// (invisible to pulls). Each accepted pull runs in its own goroutine; the accept loop, the agent's TTL
-// sweep and the shm janitor are goroutines started through tracked helpers (WaitGroup, pprof label
-// "goroutine=transfer=..."), stopped by Close.
+// (invisible to pulls). Each accepted pull runs in its own goroutine; it, the accept loop, the agent's
+// TTL sweep and the shm janitor are started in the Agent's or the Sender's routine.Group (kinds
+// transfer.agent-pull, transfer.agent-accept, transfer.agent-sweep, transfer.shm-janitor: counted on
+// /metrics, pprof-labelled), which Close stops and joins.
 //
 // # Ownership
 //
