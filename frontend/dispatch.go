@@ -242,64 +242,68 @@ func (a *OpenAIAPI) dispatchStream(ctx *fasthttp.RequestCtx, j *job, route route
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		status := fasthttp.StatusOK // what the access log and metrics say the client got
-		defer func() {
-			_ = s.Close()
-			a.finish(j)
-			a.end(j, status)
-		}()
-		last := time.Now()
-		routed := false
-		for {
-			ev, err := s.Next()
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					status = fasthttp.StatusBadGateway
-					// Bytes already reached the client, so the request cannot move: end the stream with an
-					// error event, as vLLM does.
-					_, _ = w.Write(openai.AppendSSEError(nil, fasthttp.StatusBadGateway, "server_error", "worker stream failed: "+err.Error()))
-					_, _ = w.Write(openai.SSEDone)
-					_ = w.Flush()
-				}
-				return
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) { a.relayStream(w, j, route, s) })
+	return nil, true
+}
+
+// relayStream copies the worker's SSE events to the client as they come, each flushed: the route goes
+// into the first chunk's nvext when asked for, usage is observed, output tokens are counted and the
+// inter-token latency timed. A worker that fails mid-stream gets an SSE error event (bytes already reached
+// the client, so the request cannot move, as vLLM does); a client that leaves closes the worker's stream.
+func (a *OpenAIAPI) relayStream(w *bufio.Writer, j *job, route router.RouteResult, s *client.Stream) {
+	status := fasthttp.StatusOK // what the access log and metrics say the client got
+	defer func() {
+		_ = s.Close()
+		a.finish(j)
+		a.end(j, status)
+	}()
+	last := time.Now()
+	routed := false
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				status = fasthttp.StatusBadGateway
+				_, _ = w.Write(openai.AppendSSEError(nil, fasthttp.StatusBadGateway, "server_error", "worker stream failed: "+err.Error()))
+				_, _ = w.Write(openai.SSEDone)
+				_ = w.Flush()
 			}
-			raw := ev.Raw
-			if j.returnRoute && !routed && !ev.Done && len(ev.Data) > 0 && ev.Data[0] == '{' {
-				if b, err := openai.AddNVExt(ev.Data, nvextOf(j, route)); err == nil {
-					raw = openai.AppendSSE(nil, b)
-					routed = true
-				}
-			}
-			if ev.HasUsage {
-				if u, ok := s.Usage(); ok {
-					a.observeUsage(route, u)
-					j.promptTokens = u.PromptTokens
-				}
-			}
-			j.chunks++
-			if !ev.Done {
-				// --router-track-output-blocks: the worker streams one token per chunk (vLLM, SGLang and the
-				// mocker do without speculative decoding), so the chunks so far count the generated tokens.
-				// A no-op when the flag is off.
-				a.R.RecordOutput(j.id, j.chunks)
-			}
-			if _, err := w.Write(raw); err != nil {
-				return // client gone: the deferred Close aborts the worker's request
-			}
-			if err := w.Flush(); err != nil {
-				return
-			}
-			if a.Metrics != nil {
-				now := time.Now()
-				a.Metrics.itl.Observe(now.Sub(last).Seconds())
-				a.Metrics.rITL.Observe(now.Sub(last).Seconds())
-				last = now
-			}
-			if ev.Done {
-				return
+			return
+		}
+		raw := ev.Raw
+		if j.returnRoute && !routed && !ev.Done && len(ev.Data) > 0 && ev.Data[0] == '{' {
+			if b, err := openai.AddNVExt(ev.Data, nvextOf(j, route)); err == nil {
+				raw = openai.AppendSSE(nil, b)
+				routed = true
 			}
 		}
-	})
-	return nil, true
+		if ev.HasUsage {
+			if u, ok := s.Usage(); ok {
+				a.observeUsage(route, u)
+				j.promptTokens = u.PromptTokens
+			}
+		}
+		j.chunks++
+		if !ev.Done {
+			// --router-track-output-blocks: the worker streams one token per chunk (vLLM, SGLang and the
+			// mocker do without speculative decoding), so the chunks so far count the generated tokens.
+			// A no-op when the flag is off.
+			a.R.RecordOutput(j.id, j.chunks)
+		}
+		if _, err := w.Write(raw); err != nil {
+			return // client gone: the deferred Close aborts the worker's request
+		}
+		if err := w.Flush(); err != nil {
+			return
+		}
+		if a.Metrics != nil {
+			now := time.Now()
+			a.Metrics.itl.Observe(now.Sub(last).Seconds())
+			a.Metrics.rITL.Observe(now.Sub(last).Seconds())
+			last = now
+		}
+		if ev.Done {
+			return
+		}
+	}
 }

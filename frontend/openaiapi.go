@@ -203,36 +203,8 @@ func (a *OpenAIAPI) parse(h headerSource, postBody []byte, ep endpoint, reqID st
 		return nil, errorf(ErrBadRequest, "mm_kwargs is set by the router, not by clients")
 	}
 	j := &job{ep: ep, body: body, started: time.Now()}
-	switch ep {
-	case epChat:
-		req, err := openai.DecodeChat(body, a.Cfg.Limits, a.served)
-		if err != nil {
-			return nil, err
-		}
-		j.chat, j.common, j.stream = req, &req.Common, req.Stream
-	case epResponses:
-		// Routed as the chat body it renders (same template, same hashes); the worker gets the original.
-		cb, err := oaiwire.ResponsesChat(body)
-		if err != nil {
-			return nil, errorf(ErrBadRequest, "%v", err)
-		}
-		req, err := openai.DecodeChat(cb, a.Cfg.Limits, a.served)
-		if err != nil {
-			return nil, err
-		}
-		j.chat, j.common, j.stream = req, &req.Common, req.Stream
-	case epEmbeddings, epScore, epRerank:
-		in, err := decodePooling(ep, body, a.served)
-		if err != nil {
-			return nil, err
-		}
-		j.pool, j.common = in, &openai.Common{Model: in.model}
-	default:
-		req, err := openai.DecodeCompletion(body, a.Cfg.Limits, a.served)
-		if err != nil {
-			return nil, err
-		}
-		j.comp, j.common, j.stream = req, &req.Common, req.Stream
+	if err := a.decode(j); err != nil {
+		return nil, err
 	}
 	if err := a.readHeaders(h, j); err != nil {
 		return nil, err
@@ -254,11 +226,60 @@ func (a *OpenAIAPI) parse(h headerSource, postBody []byte, ep endpoint, reqID st
 	}
 	j.namespace = ns
 	j.returnRoute = j.common.ReturnRouting()
+	if err := a.assignID(j); err != nil {
+		return nil, err
+	}
+	j.reqID = reqID
+	if j.reqID == "" {
+		j.reqID = j.id
+	}
+	j.ctx, j.cancel = context.WithTimeout(a.drainCtx, a.Cfg.RequestTimeout)
+	return j, nil
+}
+
+// decode decodes and validates j's body as its endpoint's request; a Responses request is routed as the
+// chat body it renders (same template, same hashes) while the worker gets the original.
+func (a *OpenAIAPI) decode(j *job) error {
+	switch j.ep {
+	case epChat:
+		req, err := openai.DecodeChat(j.body, a.Cfg.Limits, a.served)
+		if err != nil {
+			return err
+		}
+		j.chat, j.common, j.stream = req, &req.Common, req.Stream
+	case epResponses:
+		cb, err := oaiwire.ResponsesChat(j.body)
+		if err != nil {
+			return errorf(ErrBadRequest, "%v", err)
+		}
+		req, err := openai.DecodeChat(cb, a.Cfg.Limits, a.served)
+		if err != nil {
+			return err
+		}
+		j.chat, j.common, j.stream = req, &req.Common, req.Stream
+	case epEmbeddings, epScore, epRerank:
+		in, err := decodePooling(j.ep, j.body, a.served)
+		if err != nil {
+			return err
+		}
+		j.pool, j.common = in, &openai.Common{Model: in.model}
+	default:
+		req, err := openai.DecodeCompletion(j.body, a.Cfg.Limits, a.served)
+		if err != nil {
+			return err
+		}
+		j.comp, j.common, j.stream = req, &req.Common, req.Stream
+	}
+	return nil
+}
+
+// assignID takes the client's request_id, or makes one (kvr-<counter>-<start time>, base 36).
+func (a *OpenAIAPI) assignID(j *job) error {
 	j.id = j.common.RequestID
 	if j.id != "" && !usableRequestID(j.id) {
 		// It is echoed and forwarded as the X-Request-Id header: a NUL or a newline there breaks (or
 		// forges) the headers of the worker's request and of the client's answer.
-		return nil, errorf(ErrBadRequest, "request_id must be 1 to %d printable ASCII characters", maxRequestIDLen)
+		return errorf(ErrBadRequest, "request_id must be 1 to %d printable ASCII characters", maxRequestIDLen)
 	}
 	if j.id == "" {
 		var b [48]byte
@@ -268,12 +289,7 @@ func (a *OpenAIAPI) parse(h headerSource, postBody []byte, ep endpoint, reqID st
 		id = strconv.AppendInt(id, j.started.UnixNano(), 36)
 		j.id = string(id)
 	}
-	j.reqID = reqID
-	if j.reqID == "" {
-		j.reqID = j.id
-	}
-	j.ctx, j.cancel = context.WithTimeout(a.drainCtx, a.Cfg.RequestTimeout)
-	return j, nil
+	return nil
 }
 
 // readHeaders takes Dynamo's routing headers: priority, strict priority, policy class and direct-mode

@@ -130,65 +130,15 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	if err := checkQuery(req.Tokens, req.BlockHashes); err != nil {
-		writeError(ctx, err)
-		return
-	}
-	switch {
-	case req.RequestID == "":
-		writeError(ctx, errorf(ErrBadRequest, "missing field: request_id"))
-		return
-	case req.ISL < 0 || req.ISL > maxQueryTokens:
-		writeError(ctx, errorf(ErrBadRequest, "isl must be in [0, %d], got %d", maxQueryTokens, req.ISL))
-		return
-	case req.Priority != nil && !(*req.Priority >= 0 && *req.Priority <= maxPriorityJump):
-		writeError(ctx, errorf(ErrBadRequest, "priority must be in [0, %g] seconds", maxPriorityJump))
-		return
-	}
 	// Everything is validated before the router books the request on a worker.
-	if err := a.checkOverride(req.Override); err != nil {
+	if err := a.checkRoute(&req); err != nil {
 		writeError(ctx, err)
 		return
 	}
-	if req.WorkerID != nil {
-		if err := a.checkPin(*req.WorkerID, req.DPRank); err != nil {
-			writeError(ctx, err)
-			return
-		}
-	}
-	local, err := a.legacyMMHashes(req.Tokens, req.BlockMMInfos, req.LoraName, req.CacheSalt)
+	rr, err := routeRequestOf(ctx, &req)
 	if err != nil {
 		writeError(ctx, err)
 		return
-	}
-	if local != nil {
-		req.BlockHashes = local
-		if req.ISL == 0 {
-			req.ISL = len(req.Tokens)
-		}
-	}
-	rr := &router.RouteRequest{ID: req.RequestID, Tokens: req.Tokens, Local: req.BlockHashes, ISL: req.ISL,
-		Strict: req.Strict, LoraName: req.LoraName, CacheNamespace: req.CacheSalt, Override: req.Override, ReturnCosts: true}
-	if req.Priority != nil {
-		rr.Priority = *req.Priority
-	}
-	if v := ctx.Request.Header.Peek("x-dynamo-session-id"); len(v) > 0 { // --router-session-affinity-ttl-secs
-		if len(v) > sched.MaxSessionIDBytes {
-			writeError(ctx, errorf(ErrBadRequest, "header x-dynamo-session-id: longer than %d bytes", sched.MaxSessionIDBytes))
-			return
-		}
-		rr.Session = string(v)
-	}
-	rr.PolicyClass = req.PolicyClass
-	if rr.PolicyClass == "" {
-		rr.PolicyClass = string(ctx.Request.Header.Peek(PolicyClassHeader))
-	}
-	if req.WorkerID != nil {
-		pin := scoring.WorkerKey{WorkerID: *req.WorkerID}
-		if req.DPRank != nil {
-			pin.DPRank, rr.PinRank = *req.DPRank, true
-		}
-		rr.Pin = &pin
 	}
 	// fasthttp's RequestCtx is a context that ends when the server shuts down; bound the queue wait too.
 	cctx, cancel := context.WithTimeout(context.Background(), maxRouteWait)
@@ -212,6 +162,69 @@ func (a *RouterAPI) route(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetBody(body)
+}
+
+// checkRoute validates a route request (the query, request_id, isl, priority, the override and the pin)
+// and turns a legacy block_mm_infos query into local block hashes.
+func (a *RouterAPI) checkRoute(req *routeRequest) error {
+	if err := checkQuery(req.Tokens, req.BlockHashes); err != nil {
+		return err
+	}
+	switch {
+	case req.RequestID == "":
+		return errorf(ErrBadRequest, "missing field: request_id")
+	case req.ISL < 0 || req.ISL > maxQueryTokens:
+		return errorf(ErrBadRequest, "isl must be in [0, %d], got %d", maxQueryTokens, req.ISL)
+	case req.Priority != nil && !(*req.Priority >= 0 && *req.Priority <= maxPriorityJump):
+		return errorf(ErrBadRequest, "priority must be in [0, %g] seconds", maxPriorityJump)
+	}
+	if err := a.checkOverride(req.Override); err != nil {
+		return err
+	}
+	if req.WorkerID != nil {
+		if err := a.checkPin(*req.WorkerID, req.DPRank); err != nil {
+			return err
+		}
+	}
+	local, err := a.legacyMMHashes(req.Tokens, req.BlockMMInfos, req.LoraName, req.CacheSalt)
+	if err != nil {
+		return err
+	}
+	if local != nil {
+		req.BlockHashes = local
+		if req.ISL == 0 {
+			req.ISL = len(req.Tokens)
+		}
+	}
+	return nil
+}
+
+// routeRequestOf is the router's request for a checked route request, with the session and policy class
+// from the headers when the body does not name them.
+func routeRequestOf(ctx *fasthttp.RequestCtx, req *routeRequest) (*router.RouteRequest, error) {
+	rr := &router.RouteRequest{ID: req.RequestID, Tokens: req.Tokens, Local: req.BlockHashes, ISL: req.ISL,
+		Strict: req.Strict, LoraName: req.LoraName, CacheNamespace: req.CacheSalt, Override: req.Override, ReturnCosts: true}
+	if req.Priority != nil {
+		rr.Priority = *req.Priority
+	}
+	if v := ctx.Request.Header.Peek("x-dynamo-session-id"); len(v) > 0 { // --router-session-affinity-ttl-secs
+		if len(v) > sched.MaxSessionIDBytes {
+			return nil, errorf(ErrBadRequest, "header x-dynamo-session-id: longer than %d bytes", sched.MaxSessionIDBytes)
+		}
+		rr.Session = string(v)
+	}
+	rr.PolicyClass = req.PolicyClass
+	if rr.PolicyClass == "" {
+		rr.PolicyClass = string(ctx.Request.Header.Peek(PolicyClassHeader))
+	}
+	if req.WorkerID != nil {
+		pin := scoring.WorkerKey{WorkerID: *req.WorkerID}
+		if req.DPRank != nil {
+			pin.DPRank, rr.PinRank = *req.DPRank, true
+		}
+		rr.Pin = &pin
+	}
+	return rr, nil
 }
 
 // mapRouteErr maps router and selection errors to their HTTP classes.

@@ -83,31 +83,7 @@ type Server struct {
 
 // NewServer returns a server over handlers.
 func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 32 << 20
-	}
-	if cfg.ReadTimeout <= 0 {
-		cfg.ReadTimeout = 30 * time.Second
-	}
-	if cfg.HeaderTimeout <= 0 {
-		cfg.HeaderTimeout = 10 * time.Second
-	}
-	if cfg.MaxBodyBytesInFlight <= 0 {
-		cfg.MaxBodyBytesInFlight = 256 << 20
-	}
-	cfg.MaxBodyBytesInFlight = max(cfg.MaxBodyBytesInFlight, cfg.MaxBodyBytes+bodyChunk)
-	switch {
-	case cfg.MaxConnsPerIP == 0:
-		cfg.MaxConnsPerIP = 1024
-	case cfg.MaxConnsPerIP < 0:
-		cfg.MaxConnsPerIP = 0
-	}
-	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = 64 << 10
-	}
-	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = 16384
-	}
+	cfg = cfg.withDefaults()
 	g := cfg.Gatherer
 	if g == nil {
 		g = prometheus.DefaultGatherer
@@ -152,29 +128,64 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		Logger:                quietLogger{},
-		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			if err == fasthttp.ErrBodyTooLarge {
-				writeError(ctx, errorf(ErrTooLarge, "request body larger than %d bytes", cfg.MaxBodyBytes))
-				return
-			}
-			var small *fasthttp.ErrSmallBuffer
-			if errors.As(err, &small) {
-				writeError(ctx, errorf(ErrHeaderTooLarge, "request headers larger than %d bytes", cfg.MaxHeaderBytes))
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				writeError(ctx, errorf(ErrRequestTimeout, "request not received within its deadline"))
-				return
-			}
-			msg := err.Error()
-			if i := strings.Index(msg, ": buffer size="); i >= 0 {
-				msg = msg[:i] // fasthttp appends the raw request bytes, headers (tokens) included
-			}
-			writeError(ctx, errorf(ErrBadRequest, "cannot parse request: %s", msg))
-		},
+		ErrorHandler:          s.readFailed,
 	}
 	return s
+}
+
+// withDefaults fills the unset fields of c with their documented defaults.
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = 10 * time.Second
+	}
+	if c.MaxBodyBytesInFlight <= 0 {
+		c.MaxBodyBytesInFlight = 256 << 20
+	}
+	c.MaxBodyBytesInFlight = max(c.MaxBodyBytesInFlight, c.MaxBodyBytes+bodyChunk)
+	switch {
+	case c.MaxConnsPerIP == 0:
+		c.MaxConnsPerIP = 1024
+	case c.MaxConnsPerIP < 0:
+		c.MaxConnsPerIP = 0
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = 16384
+	}
+	return c
+}
+
+// readFailed answers a request fasthttp could not read, as an OpenAI error: too large a body or header,
+// a deadline passed, or a malformed request (without the raw bytes fasthttp appends to its message,
+// headers and tokens included).
+func (s *Server) readFailed(ctx *fasthttp.RequestCtx, err error) {
+	if err == fasthttp.ErrBodyTooLarge {
+		writeError(ctx, errorf(ErrTooLarge, "request body larger than %d bytes", s.cfg.MaxBodyBytes))
+		return
+	}
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		writeError(ctx, errorf(ErrHeaderTooLarge, "request headers larger than %d bytes", s.cfg.MaxHeaderBytes))
+		return
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		writeError(ctx, errorf(ErrRequestTimeout, "request not received within its deadline"))
+		return
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, ": buffer size="); i >= 0 {
+		msg = msg[:i]
+	}
+	writeError(ctx, errorf(ErrBadRequest, "cannot parse request: %s", msg))
 }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {

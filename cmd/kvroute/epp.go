@@ -152,32 +152,12 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 		a.stop()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
-	if *e.poolName != "" {
-		kc, dc, err := kube(*e.kubeconfig)
-		if err != nil {
-			close(a.done)
-			a.stop()
-			return nil, err
-		}
-		pc := k8spool.DefaultConfig()
-		pc.Namespace, pc.Name = *e.poolNS, *e.poolName
-		pc.Resource = schema.GroupVersionResource{Group: *e.poolGroup, Version: "v1", Resource: "inferencepools"}
-		if strings.HasSuffix(*e.poolGroup, ".x-k8s.io") {
-			pc.Resource.Version = "v1alpha2"
-		}
-		pc.EventsPort, pc.ReplayPort = *e.eventsPort, *e.replayPort
-		if a.watcher, err = k8spool.NewWatcher(kc, dc, app.router, pc, func(m string) {
-			a.picker.SetFailureMode(epp.FailureMode(m))
-		}); err != nil {
-			close(a.done)
-			a.stop()
-			return nil, err
-		}
-		eppWatcher.Go(func() { defer close(a.done); a.watcher.Run(ctx) })
-	} else {
+	if *e.poolName == "" {
 		close(a.done)
+	} else if err := a.watchPool(e, kube); err != nil {
+		close(a.done)
+		a.stop()
+		return nil, err
 	}
 	minReady := max(1, f.cfg.MinInitialWorkers)
 	health := &epp.Health{Ready: func() bool {
@@ -186,36 +166,69 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 		}
 		return !app.probes.Draining() && app.probes.ReadyWorkers() >= minReady
 	}}
+	if err := a.serveGRPC(*f.host, e, health); err != nil {
+		a.stop()
+		return nil, err
+	}
+	log.Info("kvroute epp listening", "grpc", a.grpcLn.Addr().String(), "tls", *e.secure, "pool", *e.poolName,
+		"failure_mode", *e.failureMode, "fallbacks", *e.fallbacks)
+	return a, nil
+}
+
+// watchPool starts the InferencePool watcher (--pool-name): it adds and removes the pool's endpoints as
+// workers and sets the picker's failure mode from the pool. Stop ends it through cancel and joins it
+// through done.
+func (a *eppApp) watchPool(e *eppFlags, kube kubeClients) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	kc, dc, err := kube(*e.kubeconfig)
+	if err != nil {
+		return err
+	}
+	pc := k8spool.DefaultConfig()
+	pc.Namespace, pc.Name = *e.poolNS, *e.poolName
+	pc.Resource = schema.GroupVersionResource{Group: *e.poolGroup, Version: "v1", Resource: "inferencepools"}
+	if strings.HasSuffix(*e.poolGroup, ".x-k8s.io") {
+		pc.Resource.Version = "v1alpha2"
+	}
+	pc.EventsPort, pc.ReplayPort = *e.eventsPort, *e.replayPort
+	if a.watcher, err = k8spool.NewWatcher(kc, dc, a.router, pc, func(m string) {
+		a.picker.SetFailureMode(epp.FailureMode(m))
+	}); err != nil {
+		return err
+	}
+	eppWatcher.Go(func() { defer close(a.done); a.watcher.Run(ctx) })
+	return nil
+}
+
+// serveGRPC serves the ext-proc picker and gRPC health on --grpc-port (TLS with --secure-serving), and
+// health alone on --grpc-health-port when set.
+func (a *eppApp) serveGRPC(host string, e *eppFlags, health *epp.Health) error {
 	var opts []grpc.ServerOption
 	if *e.secure {
 		cert, err := servingCert(*e.certPath)
 		if err != nil {
-			a.stop()
-			return nil, err
+			return err
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
 	}
 	a.grpc = grpc.NewServer(opts...)
 	extproc.RegisterExternalProcessorServer(a.grpc, a.picker)
 	healthpb.RegisterHealthServer(a.grpc, health)
-	host := *f.host
+	var err error
 	if a.grpcLn, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(*e.grpcPort))); err != nil {
-		a.stop()
-		return nil, fmt.Errorf("--grpc-port: %w", err)
+		return fmt.Errorf("--grpc-port: %w", err)
 	}
 	grpcServe.Go(func() { _ = a.grpc.Serve(a.grpcLn) })
 	if *e.healthPort > 0 {
 		a.health = grpc.NewServer()
 		healthpb.RegisterHealthServer(a.health, health)
 		if a.healthLn, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(*e.healthPort))); err != nil {
-			a.stop()
-			return nil, fmt.Errorf("--grpc-health-port: %w", err)
+			return fmt.Errorf("--grpc-health-port: %w", err)
 		}
 		grpcServe.Go(func() { _ = a.health.Serve(a.healthLn) })
 	}
-	log.Info("kvroute epp listening", "grpc", a.grpcLn.Addr().String(), "tls", *e.secure, "pool", *e.poolName,
-		"failure_mode", *e.failureMode, "fallbacks", *e.fallbacks)
-	return a, nil
+	return nil
 }
 
 // stop ends the gRPC streams (bounded), the watcher, then the frontend's core.

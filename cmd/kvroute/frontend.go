@@ -205,50 +205,17 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	withTokenizer := *f.ops.tokenizer != "none"
-	if !withTokenizer {
-		if *f.modelName == "" {
-			return nil, fmt.Errorf("--tokenizer none: give --model-name, the model the workers serve")
-		}
-		log.Info("no tokenizer (--tokenizer none): prompts must be token ids; text prompts and chat are answered 422, images route on their token ids")
-	}
-	sms, err := loadModels(f.modelArgs(), withTokenizer)
+	sms, perModel, err := loadServedModels(f, log)
 	if err != nil {
-		if len(f.models) == 0 {
-			err = fmt.Errorf("--model-path: %w", err)
-		}
 		return nil, err
 	}
-	multi := len(sms) > 1
-	names := make([]string, len(sms))
-	for i, sm := range sms {
-		names[i] = sm.name
-	}
-	// Each flag worker joins its model's router; ids stay unique over the frontend (/v1/workers/{id}).
-	perModel := make([]workerFlags, len(sms))
-	ids := map[uint64]bool{}
-	for _, w := range f.workers {
-		if w.URL == "" {
-			return nil, fmt.Errorf("--worker id=%d: url is required (the frontend sends it requests)", w.ID)
-		}
-		if multi && ids[w.ID] {
-			return nil, fmt.Errorf("--worker id=%d: given twice (worker ids are unique over all models)", w.ID)
-		}
-		ids[w.ID] = true
-		i, err := assignModel(w, names, log)
-		if err != nil {
-			return nil, fmt.Errorf("--worker: %w", err)
-		}
-		perModel[i] = append(perModel[i], w)
-	}
-	f.workers = nil
 	name := sms[0].name
 	app := &frontendApp{system: actors.NewSystem(nil), model: sms[0].m, name: name, log: log,
 		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
 	app.pool = frontend.NewWorkerPool(client.DefaultConfig())
-	fm := frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})
-	guard, err := mm.NewGuard(mm.ParseAllowHosts(*f.allow))
-	if err != nil {
+	ms := modelSetup{f: f, cfg: cfg, reg: reg, log: log, multi: len(sms) > 1,
+		fm: frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})}
+	if ms.guard, err = mm.NewGuard(mm.ParseAllowHosts(*f.allow)); err != nil {
 		app.stop()
 		return nil, fmt.Errorf("--media-allow-hosts: %w", err)
 	}
@@ -261,152 +228,243 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		app.tracer, app.traceStop = tracer, shutdown
 		log.Info("tracing on", "otlp_endpoint", *f.ops.otlp, "service", *f.ops.service)
 	}
-	hc := frontend.DefaultHealthConfig()
-	hc.Interval, hc.SelfTest = *f.health, *f.selfTest
+	ms.hc = frontend.DefaultHealthConfig()
+	ms.hc.Interval, ms.hc.SelfTest = *f.health, *f.selfTest
 	var collector *frontend.ModelCollector
 	apis := make([]*frontend.OpenAIAPI, len(sms))
 	for i, sm := range sms {
-		bs := cfg.BlockSize
-		if sm.blockSize > 0 {
-			bs = sm.blockSize
-		}
-		var mreg prometheus.Registerer = reg
-		if multi {
-			// Every model's router core exports the same series: the model label tells them apart.
-			mreg = prometheus.WrapRegistererWith(prometheus.Labels{"model": sm.name}, reg)
-		}
-		rcfg := router.DefaultConfig(bs)
-		rcfg.Scoring = cfg
-		rcfg.Scoring.BlockSize = bs
-		rcfg.Model = sm.name // picks its profile from --router-policy-config's models
-		rcfg.Registerer = mreg
-		rcfg.Worker.BindEndpoints = *f.bind
-		rcfg.Worker.Log = log
-		rcfg.Worker.IdentityCheck = *f.identity
-		if sm.m != nil {
-			rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = eventImageTokens(sm.m, sm.name)
-		}
-		rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
-		var r *router.Router
-		if i == 0 {
-			if multi && f.nats.needsNATS(&rcfg) {
-				app.stop()
-				return nil, fmt.Errorf("several --model values need --discovery static and --event-plane zmq (the NATS planes serve one model)")
-			}
-			r, err = f.nats.newRouter(app.system, rcfg, &perModel[0], log)
-			app.nats = f.nats
-		} else {
-			r, err = router.New(app.system, rcfg)
-		}
-		if err != nil {
+		if apis[i], err = app.startModel(ms, i, sm, perModel[i]); err != nil {
 			app.stop()
 			return nil, err
 		}
-		app.routers = append(app.routers, r)
-		if i == 0 {
-			app.router = r
-			// The prefill core: same mode and cost, no active-block tracking; private metrics.
-			pcfg := rcfg
-			pcfg.Scoring = frontend.PrefillConfig(rcfg.Scoring)
-			pcfg.Registerer, pcfg.RouterID = nil, "kvroute-prefill"
-			prefill, err := router.New(app.system, pcfg)
-			if err != nil {
-				app.stop()
-				return nil, err
-			}
-			if app.pd, err = frontend.NewDisagg(prefill, f.pd); err != nil {
-				prefill.Stop()
-				app.stop()
-				return nil, err
-			}
-			mhc := hc
-			mhc.ModelName = sm.name
-			app.pmon = frontend.NewMonitor(prefill, app.pool, mhc, log)
-			reg.MustRegister(app.pd)
-		}
-		for _, w := range perModel[i] {
-			var err error
-			switch {
-			case i == 0:
-				err = frontend.RegisterWorker(r, app.pd, w)
-			case w.RoleOf() == registry.RolePrefill:
-				err = fmt.Errorf("--worker id=%d: disaggregated prefill/decode serves the first model only", w.ID)
-			default:
-				err = r.AddWorker(w)
-			}
-			if err != nil {
-				app.stop()
-				return nil, err
-			}
-		}
-		mfm := fm
-		if i > 0 {
-			mfm = fm.ForModel(sm.name)
-		}
-		api := frontend.NewOpenAIAPI(r, sm.m, sm.name, app.system, app.pool,
-			frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout, MediaGuard: guard,
-				PassiveHealth: *f.health > 0}, mfm)
-		if *f.ops.log.access {
-			api.AccessLog = log
-		}
-		if i == 0 {
-			api.PD = app.pd
-		}
-		api.Tracer = app.tracer
-		apis[i] = api
-		if *f.mmOn && sm.m != nil {
-			if err := enableMM(api, f, sm.dir, sm.name, mreg, log); err != nil {
-				app.stop()
-				return nil, err
-			}
-		}
 		if collector == nil {
-			collector = frontend.NewModelCollector(r, sm.name, cfg.MigrationLimit)
+			collector = frontend.NewModelCollector(app.routers[i], sm.name, cfg.MigrationLimit)
 		} else {
-			collector.AddModel(r, sm.name)
+			collector.AddModel(app.routers[i], sm.name)
 		}
-		mhc := hc
-		mhc.ModelName = sm.name
-		app.mons = append(app.mons, frontend.NewMonitor(r, app.pool, mhc, log))
 	}
 	reg.MustRegister(collector)
 	app.api = apis[0]
 	app.models = frontend.NewModels(apis...)
 	app.mon = app.mons[0]
-	pc := frontend.ProbeConfig{Namespace: *f.ops.namespace, MinReadyWorkers: max(1, cfg.MinInitialWorkers),
-		Checked: app.mon.Checked, Version: version(), Model: name}
-	for i, r := range app.routers[1:] {
-		pc.Models = append(pc.Models, frontend.ProbedModel{Name: sms[i+1].name, R: r, Checked: app.mons[i+1].Checked})
-	}
-	app.probes = frontend.NewProbes(app.router, pc)
-	scfg := f.srv.config(*f.maxBody, reg)
-	scfg.Probes = app.probes
-	others := map[string]*router.Router{}
-	for i, r := range app.routers[1:] {
-		others[sms[i+1].name] = r
-	}
-	handlers := []frontend.Handler{app.models, &frontend.RouterAPI{R: app.router, RequireURL: true, Models: others, Model: name, PD: app.pd}}
-	if *f.ops.pprof {
-		handlers = append(handlers, frontend.NewPprofHandler())
-	}
-	app.server = frontend.NewServer(scfg, handlers...)
-	logAccess(log, scfg)
-	for _, m := range app.mons {
-		m.Start()
-	}
-	app.pmon.Start()
-	if app.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
+	if err := app.serve(f, cfg, sms, reg); err != nil {
 		app.stop()
 		return nil, err
 	}
-	httpServe.Go(func() { _ = app.server.Serve(app.ln) })
 	workers := 0
 	for _, r := range app.routers {
 		workers += len(r.Workers())
 	}
+	names := make([]string, len(sms))
+	for i, sm := range sms {
+		names[i] = sm.name
+	}
 	log.Info("kvroute frontend listening", "addr", app.ln.Addr().String(), "models", strings.Join(names, ","), "router_mode", cfg.Mode,
 		"block_size", cfg.BlockSize, "workers", workers)
 	return app, nil
+}
+
+// loadServedModels loads the served models (--model, or --model-path and --model-name) and assigns each
+// --worker to its model's list; worker ids stay unique over the frontend (/v1/workers/{id}).
+func loadServedModels(f *frontendFlags, log *slog.Logger) ([]servedModel, []workerFlags, error) {
+	withTokenizer := *f.ops.tokenizer != "none"
+	if !withTokenizer {
+		if *f.modelName == "" {
+			return nil, nil, fmt.Errorf("--tokenizer none: give --model-name, the model the workers serve")
+		}
+		log.Info("no tokenizer (--tokenizer none): prompts must be token ids; text prompts and chat are answered 422, images route on their token ids")
+	}
+	sms, err := loadModels(f.modelArgs(), withTokenizer)
+	if err != nil {
+		if len(f.models) == 0 {
+			err = fmt.Errorf("--model-path: %w", err)
+		}
+		return nil, nil, err
+	}
+	multi := len(sms) > 1
+	names := make([]string, len(sms))
+	for i, sm := range sms {
+		names[i] = sm.name
+	}
+	perModel := make([]workerFlags, len(sms))
+	ids := map[uint64]bool{}
+	for _, w := range f.workers {
+		if w.URL == "" {
+			return nil, nil, fmt.Errorf("--worker id=%d: url is required (the frontend sends it requests)", w.ID)
+		}
+		if multi && ids[w.ID] {
+			return nil, nil, fmt.Errorf("--worker id=%d: given twice (worker ids are unique over all models)", w.ID)
+		}
+		ids[w.ID] = true
+		i, err := assignModel(w, names, log)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--worker: %w", err)
+		}
+		perModel[i] = append(perModel[i], w)
+	}
+	f.workers = nil
+	return sms, perModel, nil
+}
+
+// modelSetup is what every served model's router core and API share.
+type modelSetup struct {
+	f     *frontendFlags
+	cfg   scoring.Config
+	reg   *prometheus.Registry
+	log   *slog.Logger
+	multi bool
+	fm    *frontend.FrontendMetrics
+	guard *mm.Guard
+	hc    frontend.HealthConfig
+}
+
+// startModel starts served model i: its router core (the first model's through the NATS planes when
+// configured, with the prefill core of disaggregated serving beside it), its workers, its OpenAI API
+// (images when --mm is on) and its health monitor.
+func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers workerFlags) (*frontend.OpenAIAPI, error) {
+	f, cfg, log := ms.f, ms.cfg, ms.log
+	bs := cfg.BlockSize
+	if sm.blockSize > 0 {
+		bs = sm.blockSize
+	}
+	var mreg prometheus.Registerer = ms.reg
+	if ms.multi {
+		// Every model's router core exports the same series: the model label tells them apart.
+		mreg = prometheus.WrapRegistererWith(prometheus.Labels{"model": sm.name}, ms.reg)
+	}
+	rcfg := router.DefaultConfig(bs)
+	rcfg.Scoring = cfg
+	rcfg.Scoring.BlockSize = bs
+	rcfg.Model = sm.name // picks its profile from --router-policy-config's models
+	rcfg.Registerer = mreg
+	rcfg.Worker.BindEndpoints = *f.bind
+	rcfg.Worker.Log = log
+	rcfg.Worker.IdentityCheck = *f.identity
+	if sm.m != nil {
+		rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = eventImageTokens(sm.m, sm.name)
+	}
+	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
+	var r *router.Router
+	var err error
+	if i == 0 {
+		if ms.multi && f.nats.needsNATS(&rcfg) {
+			return nil, fmt.Errorf("several --model values need --discovery static and --event-plane zmq (the NATS planes serve one model)")
+		}
+		r, err = f.nats.newRouter(a.system, rcfg, &workers, log)
+		a.nats = f.nats
+	} else {
+		r, err = router.New(a.system, rcfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	a.routers = append(a.routers, r)
+	if i == 0 {
+		a.router = r
+		if err := a.startPrefill(ms, rcfg, sm.name); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.addWorkers(r, i, workers); err != nil {
+		return nil, err
+	}
+	mfm := ms.fm
+	if i > 0 {
+		mfm = ms.fm.ForModel(sm.name)
+	}
+	api := frontend.NewOpenAIAPI(r, sm.m, sm.name, a.system, a.pool,
+		frontend.OpenAIConfig{MigrationLimit: cfg.MigrationLimit, RequestTimeout: *f.timeout, MediaGuard: ms.guard,
+			PassiveHealth: *f.health > 0}, mfm)
+	if *f.ops.log.access {
+		api.AccessLog = log
+	}
+	if i == 0 {
+		api.PD = a.pd
+	}
+	api.Tracer = a.tracer
+	if *f.mmOn && sm.m != nil {
+		if err := enableMM(api, f, sm.dir, sm.name, mreg, log); err != nil {
+			return nil, err
+		}
+	}
+	mhc := ms.hc
+	mhc.ModelName = sm.name
+	a.mons = append(a.mons, frontend.NewMonitor(r, a.pool, mhc, log))
+	return api, nil
+}
+
+// startPrefill starts the first model's prefill core for disaggregated serving: the same mode and cost
+// as rcfg, no active-block tracking, private metrics; and its health monitor.
+func (a *frontendApp) startPrefill(ms modelSetup, rcfg router.Config, name string) error {
+	pcfg := rcfg
+	pcfg.Scoring = frontend.PrefillConfig(rcfg.Scoring)
+	pcfg.Registerer, pcfg.RouterID = nil, "kvroute-prefill"
+	prefill, err := router.New(a.system, pcfg)
+	if err != nil {
+		return err
+	}
+	if a.pd, err = frontend.NewDisagg(prefill, ms.f.pd); err != nil {
+		prefill.Stop()
+		return err
+	}
+	mhc := ms.hc
+	mhc.ModelName = name
+	a.pmon = frontend.NewMonitor(prefill, a.pool, mhc, ms.log)
+	ms.reg.MustRegister(a.pd)
+	return nil
+}
+
+// addWorkers registers model i's --worker flags: the first model's by role (prefill workers to the
+// prefill core), the others' as decode workers only.
+func (a *frontendApp) addWorkers(r *router.Router, i int, workers workerFlags) error {
+	for _, w := range workers {
+		var err error
+		switch {
+		case i == 0:
+			err = frontend.RegisterWorker(r, a.pd, w)
+		case w.RoleOf() == registry.RolePrefill:
+			err = fmt.Errorf("--worker id=%d: disaggregated prefill/decode serves the first model only", w.ID)
+		default:
+			err = r.AddWorker(w)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serve builds the HTTP edge (probes, the OpenAI and router APIs, pprof when on), starts the health
+// monitors and listens.
+func (a *frontendApp) serve(f *frontendFlags, cfg scoring.Config, sms []servedModel, reg *prometheus.Registry) error {
+	pc := frontend.ProbeConfig{Namespace: *f.ops.namespace, MinReadyWorkers: max(1, cfg.MinInitialWorkers),
+		Checked: a.mon.Checked, Version: version(), Model: a.name}
+	for i, r := range a.routers[1:] {
+		pc.Models = append(pc.Models, frontend.ProbedModel{Name: sms[i+1].name, R: r, Checked: a.mons[i+1].Checked})
+	}
+	a.probes = frontend.NewProbes(a.router, pc)
+	scfg := f.srv.config(*f.maxBody, reg)
+	scfg.Probes = a.probes
+	others := map[string]*router.Router{}
+	for i, r := range a.routers[1:] {
+		others[sms[i+1].name] = r
+	}
+	handlers := []frontend.Handler{a.models, &frontend.RouterAPI{R: a.router, RequireURL: true, Models: others, Model: a.name, PD: a.pd}}
+	if *f.ops.pprof {
+		handlers = append(handlers, frontend.NewPprofHandler())
+	}
+	a.server = frontend.NewServer(scfg, handlers...)
+	logAccess(a.log, scfg)
+	for _, m := range a.mons {
+		m.Start()
+	}
+	a.pmon.Start()
+	var err error
+	if a.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
+		return err
+	}
+	httpServe.Go(func() { _ = a.server.Serve(a.ln) })
+	return nil
 }
 
 // eventImageTokens are the tokens the event path normalizes in stored blocks: the run token holding

@@ -50,18 +50,10 @@ func runRelay(args []string) int {
 		return 2
 	}
 	cfg := natsplane.RelayConfig{WorkerID: *id, Topic: *topic, Durable: *durable, Replicas: *replicas}
-	for r := 0; r < max(1, *dp); r++ {
-		ep, err := registry.RankEndpoint(*zmqEP, r)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "kvroute relay: --kv-events-endpoint:", err)
-			return 2
-		}
-		rep, err := registry.RankEndpoint(*replay, r)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "kvroute relay: --kv-events-replay-endpoint:", err)
-			return 2
-		}
-		cfg.Events, cfg.Replay = append(cfg.Events, ep), append(cfg.Replay, rep)
+	var err error
+	if cfg.Events, cfg.Replay, err = rankEndpoints(*zmqEP, *replay, *dp); err != nil {
+		fmt.Fprintln(os.Stderr, "kvroute relay:", err)
+		return 2
 	}
 	var spec registry.Spec
 	switch *discovery {
@@ -106,4 +98,21 @@ func runRelay(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// rankEndpoints derives every dp rank's event and replay endpoints from rank 0's (rank r adds r to the
+// port, as vLLM does).
+func rankEndpoints(events, replay string, dp int) (eps, reps []string, err error) {
+	for r := 0; r < max(1, dp); r++ {
+		ep, err := registry.RankEndpoint(events, r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--kv-events-endpoint: %w", err)
+		}
+		rep, err := registry.RankEndpoint(replay, r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--kv-events-replay-endpoint: %w", err)
+		}
+		eps, reps = append(eps, ep), append(reps, rep)
+	}
+	return eps, reps, nil
 }

@@ -207,55 +207,7 @@ func AppendTRTLLM(dst []byte, b *Batch) []byte {
 		dst = append(dst, `,"data":{"type":`...)
 		switch e.Kind {
 		case Stored:
-			dst = append(dst, `"stored","parent_hash":`...)
-			if e.HasParent {
-				dst = strconv.AppendUint(dst, e.ParentHash, 10)
-			} else {
-				dst = append(dst, "null"...)
-			}
-			dst = append(dst, `,"blocks":[`...)
-			bs := e.BlockSize
-			if bs <= 0 && len(e.BlockHashes) > 0 {
-				bs = len(e.TokenIDs) / len(e.BlockHashes)
-			}
-			for j, h := range e.BlockHashes {
-				if j > 0 {
-					dst = append(dst, ',')
-				}
-				dst = append(dst, `{"type":"stored_block","block_hash":`...)
-				dst = strconv.AppendUint(dst, h, 10)
-				dst = append(dst, `,"tokens":[`...)
-				lo, hi := min(j*bs, len(e.TokenIDs)), min((j+1)*bs, len(e.TokenIDs))
-				for k, t := range e.TokenIDs[lo:hi] {
-					if k > 0 {
-						dst = append(dst, ',')
-					}
-					dst = append(dst, `{"type":"unique_token","token_id":`...)
-					dst = strconv.AppendUint(dst, uint64(t), 10)
-					dst = append(dst, `,"token_extra_id":0}`...)
-				}
-				dst = append(dst, `],"lora_id":null,"cache_level":0,"priority":35,"mm_keys":[`...)
-				if j < len(e.ExtraKeys) {
-					m := 0
-					for _, k := range e.ExtraKeys[j] {
-						id, ok := ParseMMIdentifier(k.Str)
-						if k.Kind != ExtraMM || !ok {
-							continue
-						}
-						if m > 0 {
-							dst = append(dst, ',')
-						}
-						m++
-						dst = append(dst, `{"type":"mm_key","hash":"`...)
-						dst = appendHex16(dst, id)
-						dst = append(dst, `","start_offset":`...)
-						dst = strconv.AppendInt(dst, k.Int, 10)
-						dst = append(dst, '}')
-					}
-				}
-				dst = append(dst, "]}"...)
-			}
-			dst = append(dst, ']')
+			dst = appendTRTLLMStored(dst, e)
 		case Removed:
 			dst = append(dst, `"removed","block_hashes":[`...)
 			for j, h := range e.BlockHashes {
@@ -271,6 +223,67 @@ func AppendTRTLLM(dst []byte, b *Batch) []byte {
 		dst = append(dst, "}}"...)
 	}
 	return append(dst, ']')
+}
+
+// appendTRTLLMStored appends the data of a stored event after its "type": the parent and each block with
+// its tokens (split by the event's block size, else evenly) and its image keys.
+func appendTRTLLMStored(dst []byte, e *Event) []byte {
+	dst = append(dst, `"stored","parent_hash":`...)
+	if e.HasParent {
+		dst = strconv.AppendUint(dst, e.ParentHash, 10)
+	} else {
+		dst = append(dst, "null"...)
+	}
+	dst = append(dst, `,"blocks":[`...)
+	bs := e.BlockSize
+	if bs <= 0 && len(e.BlockHashes) > 0 {
+		bs = len(e.TokenIDs) / len(e.BlockHashes)
+	}
+	for j, h := range e.BlockHashes {
+		if j > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"type":"stored_block","block_hash":`...)
+		dst = strconv.AppendUint(dst, h, 10)
+		dst = append(dst, `,"tokens":[`...)
+		lo, hi := min(j*bs, len(e.TokenIDs)), min((j+1)*bs, len(e.TokenIDs))
+		for k, t := range e.TokenIDs[lo:hi] {
+			if k > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"type":"unique_token","token_id":`...)
+			dst = strconv.AppendUint(dst, uint64(t), 10)
+			dst = append(dst, `,"token_extra_id":0}`...)
+		}
+		dst = append(dst, `],"lora_id":null,"cache_level":0,"priority":35,"mm_keys":[`...)
+		if j < len(e.ExtraKeys) {
+			dst = appendTRTLLMKeys(dst, e.ExtraKeys[j])
+		}
+		dst = append(dst, "]}"...)
+	}
+	return append(dst, ']')
+}
+
+// appendTRTLLMKeys appends a block's image keys as TRT-LLM mm_key objects (other extra keys have no
+// TRT-LLM form and are left out).
+func appendTRTLLMKeys(dst []byte, keys []ExtraKey) []byte {
+	m := 0
+	for _, k := range keys {
+		id, ok := ParseMMIdentifier(k.Str)
+		if k.Kind != ExtraMM || !ok {
+			continue
+		}
+		if m > 0 {
+			dst = append(dst, ',')
+		}
+		m++
+		dst = append(dst, `{"type":"mm_key","hash":"`...)
+		dst = appendHex16(dst, id)
+		dst = append(dst, `","start_offset":`...)
+		dst = strconv.AppendInt(dst, k.Int, 10)
+		dst = append(dst, '}')
+	}
+	return dst
 }
 
 func appendHex16(dst []byte, v uint64) []byte {

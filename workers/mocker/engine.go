@@ -340,10 +340,26 @@ func (e *Engine) Step() *StepResult {
 	res := &e.res
 	*res = StepResult{Events: res.Events[:0], Progress: res.Progress[:0]}
 	e.sched = e.sched[:0]
-	bs := e.cfg.BlockSize
-	budget := e.cfg.MaxNumBatchedTokens
+	budget := e.scheduleRunning(e.cfg.MaxNumBatchedTokens)
+	e.admitWaiting(budget)
+	e.timeStep(res)
+	e.sampleOutputs(res)
+	res.Events = append(res.Events, e.pool.events...)
+	e.pool.events = e.pool.events[:0]
+	if len(e.sched) == 0 && len(res.Events) == 0 {
+		res.Idle = true
+		res.Duration = 0
+	} else {
+		e.stats.Steps++
+		e.stats.BusyTime += res.Duration
+	}
+	return res
+}
 
-	// 1. Running requests, in admission order.
+// scheduleRunning is the step's first phase: each running request, in admission order, is scheduled for
+// the tokens it still has to compute within budget; when blocks run out the newest running request is
+// preempted (possibly the one being scheduled, which ends the phase). It returns the budget left.
+func (e *Engine) scheduleRunning(budget int) int {
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
 		n := min(r.numTokens()-r.computed, budget)
@@ -364,58 +380,76 @@ func (e *Engine) Step() *StepResult {
 		e.sched = append(e.sched, scheduled{r: r, n: n, decode: r.prefilled})
 		budget -= n
 	}
+	return budget
+}
 
-	// 2. Waiting requests, unless this step had to preempt.
-	for res.Preempted == 0 && len(e.waiting) > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
-		r := e.waiting[0]
-		// Longest cached prefix of full blocks, at most len-1 tokens so that one token is computed.
-		maxBlocks := (r.numTokens() - 1) / bs
-		e.ensureHashes(r, maxBlocks)
-		e.hits = e.hits[:0]
-		evictable := 0
-		for len(e.hits) < maxBlocks {
-			id := e.pool.lookup(r.hashes[len(e.hits)])
-			if id < 0 {
-				break
-			}
-			if e.pool.blocks[id].ref == 0 {
-				evictable++
-			}
-			e.hits = append(e.hits, id)
+// admitWaiting is the second phase: waiting requests are admitted in order while the budget, max_num_seqs
+// and the free blocks allow, unless this step had to preempt.
+func (e *Engine) admitWaiting(budget int) {
+	for e.res.Preempted == 0 && len(e.waiting) > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
+		n, ok := e.admit(e.waiting[0], budget)
+		if !ok {
+			return
 		}
-		hitTokens := len(e.hits) * bs
-		if remote := min(r.RemoteBlocks, maxBlocks); remote > len(e.hits) {
-			// Pulled from the prefill engine: computed, not yet cached here (cacheFull stores them).
-			hitTokens = remote * bs
-		}
-		n := min(r.numTokens()-hitTokens, budget)
-		need := (hitTokens+n+bs-1)/bs - len(e.hits)
-		if need > e.pool.numFree-evictable {
-			break
-		}
-		for _, id := range e.hits {
-			e.pool.touch(id)
-		}
-		r.blocks = append(r.blocks[:0], e.hits...)
-		r.numCached, r.computed = len(e.hits), hitTokens
-		r.RemoteBlocks = 0 // a preempted request recomputes what it pulled
-		e.growBlocks(r, hitTokens+n)
-		if !r.admitted {
-			r.admitted = true
-			r.cachedTokens = len(e.hits) * bs
-			e.stats.PrefixQueries += uint64(r.numTokens())
-			e.stats.PrefixHits += uint64(r.cachedTokens)
-			e.stats.PromptTokens += uint64(len(r.Prompt))
-		}
-		e.waiting = e.waiting[1:]
-		r.running = true
-		e.running = append(e.running, r)
-		e.cacheFull(r, hitTokens+n)
-		e.sched = append(e.sched, scheduled{r: r, n: n})
 		budget -= n
 	}
+}
 
-	// 3. Timing.
+// admit moves r from waiting to running: it reuses r's longest cached prefix of full blocks (at most
+// len-1 tokens, so that one token is computed; blocks pulled from a prefill engine count as computed),
+// takes blocks for up to budget more tokens and schedules them. It returns the tokens scheduled, or false
+// when the free and evictable blocks cannot hold them.
+func (e *Engine) admit(r *reqState, budget int) (int, bool) {
+	bs := e.cfg.BlockSize
+	maxBlocks := (r.numTokens() - 1) / bs
+	e.ensureHashes(r, maxBlocks)
+	e.hits = e.hits[:0]
+	evictable := 0
+	for len(e.hits) < maxBlocks {
+		id := e.pool.lookup(r.hashes[len(e.hits)])
+		if id < 0 {
+			break
+		}
+		if e.pool.blocks[id].ref == 0 {
+			evictable++
+		}
+		e.hits = append(e.hits, id)
+	}
+	hitTokens := len(e.hits) * bs
+	if remote := min(r.RemoteBlocks, maxBlocks); remote > len(e.hits) {
+		// Pulled from the prefill engine: computed, not yet cached here (cacheFull stores them).
+		hitTokens = remote * bs
+	}
+	n := min(r.numTokens()-hitTokens, budget)
+	need := (hitTokens+n+bs-1)/bs - len(e.hits)
+	if need > e.pool.numFree-evictable {
+		return 0, false
+	}
+	for _, id := range e.hits {
+		e.pool.touch(id)
+	}
+	r.blocks = append(r.blocks[:0], e.hits...)
+	r.numCached, r.computed = len(e.hits), hitTokens
+	r.RemoteBlocks = 0 // a preempted request recomputes what it pulled
+	e.growBlocks(r, hitTokens+n)
+	if !r.admitted {
+		r.admitted = true
+		r.cachedTokens = len(e.hits) * bs
+		e.stats.PrefixQueries += uint64(r.numTokens())
+		e.stats.PrefixHits += uint64(r.cachedTokens)
+		e.stats.PromptTokens += uint64(len(r.Prompt))
+	}
+	e.waiting = e.waiting[1:]
+	r.running = true
+	e.running = append(e.running, r)
+	e.cacheFull(r, hitTokens+n)
+	e.sched = append(e.sched, scheduled{r: r, n: n})
+	return n, true
+}
+
+// timeStep is the third phase: the scheduled work (prefill tokens and their attention pairs, decodes and
+// their context) and the step's simulated duration from it.
+func (e *Engine) timeStep(res *StepResult) {
 	for _, s := range e.sched {
 		if s.decode {
 			res.Decodes++
@@ -432,8 +466,12 @@ func (e *Engine) Step() *StepResult {
 		occupancy := float64(e.pool.usedBlocks()) / float64(len(e.pool.blocks))
 		res.Duration = StepDuration(res.PrefillTokens, res.Decodes, occupancy, e.cfg.SpeedupRatio, e.cfg.DecodeSpeedupRatio)
 	}
+}
 
-	// 4. Outcome: a request that caught up with its tokens samples one.
+// sampleOutputs is the outcome: a request that caught up with its tokens samples one; one that reached
+// its max_tokens releases its blocks and leaves the running list.
+func (e *Engine) sampleOutputs(res *StepResult) {
+	bs := e.cfg.BlockSize
 	finished := false
 	for _, s := range e.sched {
 		r := s.r
@@ -464,14 +502,4 @@ func (e *Engine) Step() *StepResult {
 	if finished {
 		e.running = slices.DeleteFunc(e.running, func(r *reqState) bool { return !r.running })
 	}
-	res.Events = append(res.Events, e.pool.events...)
-	e.pool.events = e.pool.events[:0]
-	if len(e.sched) == 0 && len(res.Events) == 0 {
-		res.Idle = true
-		res.Duration = 0
-	} else {
-		e.stats.Steps++
-		e.stats.BusyTime += res.Duration
-	}
-	return res
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -426,14 +425,7 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	s, err := w.Submit(p.rank, p.req)
 	if err != nil {
-		status := fasthttp.StatusBadRequest
-		switch {
-		case errors.Is(err, ErrStopped):
-			status = fasthttp.StatusServiceUnavailable
-		case !errors.Is(err, ErrBadRequest):
-			status = fasthttp.StatusInternalServerError
-		}
-		writeError(ctx, status, err)
+		writeError(ctx, submitStatus(err), err)
 		return
 	}
 	created := time.Now().Unix()
@@ -442,76 +434,86 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 		object, chunkObject = "chat.completion", "chat.completion.chunk"
 	}
 	if !p.stream {
-		<-s.Finished()
-		st := s.Read(0, nil)
-		w.metrics.observe(s.rankIdx, st)
-		if st.Err != nil {
-			writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
-			return
-		}
-		c := respChoice{chat: chat, text: w.model.Tok.Decode(st.Tokens), finish: true}
-		if chat {
-			c.role = "assistant"
-		}
-		ctx.SetStatusCode(fasthttp.StatusOK)
-		ctx.SetContentType("application/json")
-		buf := bodyPool.Get().(*[]byte)
-		*buf = appendBody((*buf)[:0], p.req.ID, object, created, w.model.Name, &c, makeUsage(st, len(st.Tokens)))
-		if p.req.RemoteDecode {
-			*buf = w.appendKVTransfer(*buf, s.rankIdx, st.BlockIDs)
-		}
-		ctx.SetBody(*buf) // copies
-		bodyPool.Put(buf)
+		w.writeUnary(ctx, s, p.req.ID, p.req.RemoteDecode, object, created, chat)
 		return
 	}
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	id, withUsage := p.req.ID, p.usage // the writer keeps these, not p (which then stays on the stack)
-	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		var toks []uint32
-		sent := 0
-		var buf []byte
-		emitRaw := func(b []byte) bool {
-			bw.WriteString("data: ")
-			bw.Write(b)
-			bw.WriteString("\n\n")
-			return bw.Flush() == nil
-		}
-		emit := func(c *respChoice, u *usage) bool {
-			buf = appendBody(buf[:0], id, chunkObject, created, w.model.Name, c, u)
-			return emitRaw(buf)
-		}
-		if chat && !emit(&respChoice{chat: true, delta: true, role: "assistant"}, nil) {
-			w.Abort(s)
-			return
-		}
-		for {
-			<-s.Notify()
-			st := s.Read(sent, toks[:0])
-			toks = st.Tokens
-			for i, tok := range toks {
-				c := respChoice{chat: chat, delta: true, text: w.model.Tok.Decode([]uint32{tok}),
-					finish: st.Done && st.Err == nil && i == len(toks)-1}
-				if !emit(&c, nil) {
-					w.Abort(s)
-					return
-				}
-			}
-			sent += len(toks)
-			if st.Done {
-				w.metrics.observe(s.rankIdx, st)
-				if st.Err != nil {
-					b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.Err.Error(), "type": "ServiceUnavailableError", "code": 503}})
-					emitRaw(b)
-				} else if withUsage {
-					emit(nil, makeUsage(st, sent))
-				}
-				bw.WriteString("data: [DONE]\n\n")
-				bw.Flush()
+	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) { w.streamGenerate(bw, s, id, chunkObject, created, chat, withUsage) })
+}
+
+// writeUnary waits for s and answers the whole completion in one body (with the KV transfer parameters
+// of a prefill for a remote decoder).
+func (w *Worker) writeUnary(ctx *fasthttp.RequestCtx, s *Stream, id string, remoteDecode bool, object string, created int64, chat bool) {
+	<-s.Finished()
+	st := s.Read(0, nil)
+	w.metrics.observe(s.rankIdx, st)
+	if st.Err != nil {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
+		return
+	}
+	c := respChoice{chat: chat, text: w.model.Tok.Decode(st.Tokens), finish: true}
+	if chat {
+		c.role = "assistant"
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType("application/json")
+	buf := bodyPool.Get().(*[]byte)
+	*buf = appendBody((*buf)[:0], id, object, created, w.model.Name, &c, makeUsage(st, len(st.Tokens)))
+	if remoteDecode {
+		*buf = w.appendKVTransfer(*buf, s.rankIdx, st.BlockIDs)
+	}
+	ctx.SetBody(*buf) // copies
+	bodyPool.Put(buf)
+}
+
+// streamGenerate writes s as SSE chunks, one per token as they come, then the usage chunk when asked for
+// (or an error chunk) and [DONE]. A client that leaves aborts the request.
+func (w *Worker) streamGenerate(bw *bufio.Writer, s *Stream, id, chunkObject string, created int64, chat, withUsage bool) {
+	var toks []uint32
+	sent := 0
+	var buf []byte
+	emitRaw := func(b []byte) bool {
+		bw.WriteString("data: ")
+		bw.Write(b)
+		bw.WriteString("\n\n")
+		return bw.Flush() == nil
+	}
+	emit := func(c *respChoice, u *usage) bool {
+		buf = appendBody(buf[:0], id, chunkObject, created, w.model.Name, c, u)
+		return emitRaw(buf)
+	}
+	if chat && !emit(&respChoice{chat: true, delta: true, role: "assistant"}, nil) {
+		w.Abort(s)
+		return
+	}
+	for {
+		<-s.Notify()
+		st := s.Read(sent, toks[:0])
+		toks = st.Tokens
+		for i, tok := range toks {
+			c := respChoice{chat: chat, delta: true, text: w.model.Tok.Decode([]uint32{tok}),
+				finish: st.Done && st.Err == nil && i == len(toks)-1}
+			if !emit(&c, nil) {
+				w.Abort(s)
 				return
 			}
 		}
-	})
+		sent += len(toks)
+		if st.Done {
+			w.metrics.observe(s.rankIdx, st)
+			if st.Err != nil {
+				b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.Err.Error(), "type": "ServiceUnavailableError", "code": 503}})
+				emitRaw(b)
+			} else if withUsage {
+				emit(nil, makeUsage(st, sent))
+			}
+			bw.WriteString("data: [DONE]\n\n")
+			bw.Flush()
+			return
+		}
+	}
 }
 
 func (w *Worker) serveModels(ctx *fasthttp.RequestCtx) {

@@ -172,103 +172,122 @@ func (w *Worker) servePooling(ctx *fasthttp.RequestCtx, kind poolKind) {
 		id = strconv.Itoa(w.cfg.ID) + "-" + strconv.FormatUint(w.nextReq.Add(1), 10)
 	}
 	created := time.Now().Unix()
-	fail := func(err error) { writeError(ctx, submitStatus(err), err) }
 	switch kind {
 	case poolEmbed:
-		inputs, err := w.embedInputs(body.Input)
-		if err != nil {
-			fail(err)
-			return
-		}
-		dim := embedDim
-		if body.Dimensions != nil {
-			if *body.Dimensions < 1 || *body.Dimensions > embedDim {
-				fail(fmt.Errorf("%w: dimensions: want 1..%d", ErrBadRequest, embedDim))
-				return
-			}
-			dim = *body.Dimensions
-		}
-		if body.EncodingFormat != "" && body.EncodingFormat != "float" && body.EncodingFormat != "base64" {
-			fail(fmt.Errorf("%w: encoding_format: want float or base64", ErrBadRequest))
-			return
-		}
-		prompt, err := w.runPrefill("embd-"+id, inputs)
-		if err != nil {
-			fail(err)
-			return
-		}
-		data := make([]map[string]any, len(inputs))
-		for i, ids := range inputs {
-			v := embed(ids, embedDim)[:dim]
-			var e any = v
-			if body.EncodingFormat == "base64" {
-				b := make([]byte, 4*len(v))
-				for k, x := range v {
-					binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(x))
-				}
-				e = base64.StdEncoding.EncodeToString(b)
-			}
-			data[i] = map[string]any{"index": i, "object": "embedding", "embedding": e}
-		}
-		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": "embd-" + id, "object": "list", "created": created,
-			"model": w.model.Name, "data": data, "usage": map[string]any{"prompt_tokens": prompt, "total_tokens": prompt,
-				"completion_tokens": 0, "prompt_tokens_details": nil}})
+		w.serveEmbed(ctx, &body, id, created)
 	case poolScore:
-		a, err1 := texts(body.Text1)
-		b, err2 := texts(body.Text2)
-		if len(a) == 0 {
-			a, err1 = texts(body.Queries)
-			if len(a) == 0 {
-				a, err1 = texts(body.Data1)
-			}
-		}
-		if len(b) == 0 {
-			b, err2 = texts(body.Documents)
-			if len(b) == 0 {
-				b, err2 = texts(body.Data2)
-			}
-		}
-		if err1 != nil || err2 != nil || len(a) == 0 || len(b) == 0 || (len(a) != 1 && len(a) != len(b)) {
-			fail(fmt.Errorf("%w: score needs text_1 (one text, or one per text_2) and text_2", ErrBadRequest))
-			return
-		}
-		scores, prompt, err := w.scorePairs(id, a, b)
-		if err != nil {
-			fail(err)
-			return
-		}
-		data := make([]map[string]any, len(scores))
-		for i, s := range scores {
-			data[i] = map[string]any{"index": i, "object": "score", "score": s}
-		}
-		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": "score-" + id, "object": "list", "created": created,
-			"model": w.model.Name, "data": data, "usage": map[string]any{"prompt_tokens": prompt, "total_tokens": prompt}})
+		w.serveScore(ctx, &body, id, created)
 	case poolRerank:
-		docs, err := texts(body.Documents)
-		if err != nil || body.Query == nil || len(docs) == 0 {
-			fail(fmt.Errorf("%w: rerank needs query and documents", ErrBadRequest))
-			return
-		}
-		scores, prompt, err := w.scorePairs(id, []string{*body.Query}, docs)
-		if err != nil {
-			fail(err)
-			return
-		}
-		order := make([]int, len(docs))
-		for i := range order {
-			order[i] = i
-		}
-		sort.SliceStable(order, func(x, y int) bool { return scores[order[x]] > scores[order[y]] })
-		if body.TopN != nil && *body.TopN > 0 && *body.TopN < len(order) {
-			order = order[:*body.TopN]
-		}
-		results := make([]map[string]any, len(order))
-		for i, d := range order {
-			results[i] = map[string]any{"index": d, "document": map[string]any{"text": docs[d]}, "relevance_score": scores[d]}
-		}
-		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": "rerank-" + id, "model": w.model.Name,
-			"usage": map[string]any{"total_tokens": prompt}, "results": results})
+		w.serveRerank(ctx, &body, id)
 	}
+}
+
+// failBad answers a request the pooling endpoints refuse (err wraps ErrBadRequest).
+func failBad(ctx *fasthttp.RequestCtx, err error) { writeError(ctx, submitStatus(err), err) }
+
+// serveEmbed answers /v1/embeddings: one prefill of every input, a deterministic vector per input
+// (truncated to dimensions, float or base64).
+func (w *Worker) serveEmbed(ctx *fasthttp.RequestCtx, body *poolingRequest, id string, created int64) {
+	inputs, err := w.embedInputs(body.Input)
+	if err != nil {
+		writeError(ctx, submitStatus(err), err)
+		return
+	}
+	dim := embedDim
+	if body.Dimensions != nil {
+		if *body.Dimensions < 1 || *body.Dimensions > embedDim {
+			failBad(ctx, fmt.Errorf("%w: dimensions: want 1..%d", ErrBadRequest, embedDim))
+			return
+		}
+		dim = *body.Dimensions
+	}
+	if body.EncodingFormat != "" && body.EncodingFormat != "float" && body.EncodingFormat != "base64" {
+		failBad(ctx, fmt.Errorf("%w: encoding_format: want float or base64", ErrBadRequest))
+		return
+	}
+	prompt, err := w.runPrefill("embd-"+id, inputs)
+	if err != nil {
+		writeError(ctx, submitStatus(err), err)
+		return
+	}
+	data := make([]map[string]any, len(inputs))
+	for i, ids := range inputs {
+		v := embed(ids, embedDim)[:dim]
+		var e any = v
+		if body.EncodingFormat == "base64" {
+			b := make([]byte, 4*len(v))
+			for k, x := range v {
+				binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(x))
+			}
+			e = base64.StdEncoding.EncodeToString(b)
+		}
+		data[i] = map[string]any{"index": i, "object": "embedding", "embedding": e}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": "embd-" + id, "object": "list", "created": created,
+		"model": w.model.Name, "data": data, "usage": map[string]any{"prompt_tokens": prompt, "total_tokens": prompt,
+			"completion_tokens": 0, "prompt_tokens_details": nil}})
+}
+
+// serveScore answers /score: text_1 (one text, or one per text_2; queries or data_1 as aliases) against
+// text_2 (documents or data_2), a score per pair.
+func (w *Worker) serveScore(ctx *fasthttp.RequestCtx, body *poolingRequest, id string, created int64) {
+	a, err1 := texts(body.Text1)
+	b, err2 := texts(body.Text2)
+	if len(a) == 0 {
+		a, err1 = texts(body.Queries)
+		if len(a) == 0 {
+			a, err1 = texts(body.Data1)
+		}
+	}
+	if len(b) == 0 {
+		b, err2 = texts(body.Documents)
+		if len(b) == 0 {
+			b, err2 = texts(body.Data2)
+		}
+	}
+	if err1 != nil || err2 != nil || len(a) == 0 || len(b) == 0 || (len(a) != 1 && len(a) != len(b)) {
+		failBad(ctx, fmt.Errorf("%w: score needs text_1 (one text, or one per text_2) and text_2", ErrBadRequest))
+		return
+	}
+	scores, prompt, err := w.scorePairs(id, a, b)
+	if err != nil {
+		writeError(ctx, submitStatus(err), err)
+		return
+	}
+	data := make([]map[string]any, len(scores))
+	for i, s := range scores {
+		data[i] = map[string]any{"index": i, "object": "score", "score": s}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": "score-" + id, "object": "list", "created": created,
+		"model": w.model.Name, "data": data, "usage": map[string]any{"prompt_tokens": prompt, "total_tokens": prompt}})
+}
+
+// serveRerank answers /rerank: the documents scored against the query, best first, top_n of them.
+func (w *Worker) serveRerank(ctx *fasthttp.RequestCtx, body *poolingRequest, id string) {
+	docs, err := texts(body.Documents)
+	if err != nil || body.Query == nil || len(docs) == 0 {
+		failBad(ctx, fmt.Errorf("%w: rerank needs query and documents", ErrBadRequest))
+		return
+	}
+	scores, prompt, err := w.scorePairs(id, []string{*body.Query}, docs)
+	if err != nil {
+		writeError(ctx, submitStatus(err), err)
+		return
+	}
+	order := make([]int, len(docs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(x, y int) bool { return scores[order[x]] > scores[order[y]] })
+	if body.TopN != nil && *body.TopN > 0 && *body.TopN < len(order) {
+		order = order[:*body.TopN]
+	}
+	results := make([]map[string]any, len(order))
+	for i, d := range order {
+		results[i] = map[string]any{"index": d, "document": map[string]any{"text": docs[d]}, "relevance_score": scores[d]}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": "rerank-" + id, "model": w.model.Name,
+		"usage": map[string]any{"total_tokens": prompt}, "results": results})
 }
 
 // scorePairs scores each b against a[0] (or a[i] when a has one text per b) in (0, 1): the engine
@@ -309,22 +328,8 @@ func (w *Worker) serveResponses(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, submitStatus(err), err)
 		return
 	}
-	created := time.Now().Unix()
-	respID, msgID := p.req.ID, "msg_"+strconv.FormatUint(w.nextReq.Add(1), 10)
-	object := func(status, text string, st *StreamState, out int) map[string]any {
-		r := map[string]any{"id": respID, "object": "response", "created_at": created, "model": w.model.Name,
-			"status": status, "output": []any{}, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{},
-			"error": nil, "incomplete_details": nil, "instructions": nil, "metadata": nil, "temperature": 1.0, "top_p": 1.0,
-			"max_output_tokens": p.req.MaxTokens, "previous_response_id": nil, "reasoning": nil, "text": map[string]any{"format": map[string]any{"type": "text"}},
-			"truncation": "disabled", "usage": nil, "user": nil, "background": false, "service_tier": "auto"}
-		if st != nil {
-			r["output"] = []any{map[string]any{"id": msgID, "type": "message", "role": "assistant", "status": "completed",
-				"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": nil}}}}
-			r["usage"] = map[string]any{"input_tokens": st.PromptTokens, "output_tokens": out, "total_tokens": st.PromptTokens + out,
-				"input_tokens_details": map[string]any{"cached_tokens": st.CachedTokens}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
-		}
-		return r
-	}
+	v := responseView{id: p.req.ID, msgID: "msg_" + strconv.FormatUint(w.nextReq.Add(1), 10), model: w.model.Name,
+		created: time.Now().Unix(), maxTokens: p.req.MaxTokens}
 	if !p.stream {
 		<-s.Finished()
 		st := s.Read(0, nil)
@@ -333,71 +338,104 @@ func (w *Worker) serveResponses(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
 			return
 		}
-		writeJSON(ctx, fasthttp.StatusOK, object("completed", w.model.Tok.Decode(st.Tokens), &st, len(st.Tokens)))
+		writeJSON(ctx, fasthttp.StatusOK, v.object("completed", w.model.Tok.Decode(st.Tokens), &st, len(st.Tokens)))
 		return
 	}
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		seq := 0
-		emit := func(typ string, m map[string]any) bool {
-			m["type"], m["sequence_number"] = typ, seq
-			seq++
-			b, _ := json.Marshal(m)
-			bw.WriteString("event: ")
-			bw.WriteString(typ)
-			bw.WriteString("\ndata: ")
-			bw.Write(b)
-			bw.WriteString("\n\n")
-			return bw.Flush() == nil
-		}
-		item := func(status string, text any) map[string]any {
-			content := []any{}
-			if text != nil {
-				content = []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": nil}}
-			}
-			return map[string]any{"id": msgID, "type": "message", "role": "assistant", "status": status, "content": content}
-		}
-		part := func(text string) map[string]any {
-			return map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": nil}
-		}
-		if !emit("response.created", map[string]any{"response": object("in_progress", "", nil, 0)}) ||
-			!emit("response.in_progress", map[string]any{"response": object("in_progress", "", nil, 0)}) ||
-			!emit("response.output_item.added", map[string]any{"output_index": 0, "item": item("in_progress", nil)}) ||
-			!emit("response.content_part.added", map[string]any{"output_index": 0, "content_index": 0, "item_id": msgID, "part": part("")}) {
-			w.Abort(s)
-			return
-		}
-		var toks []uint32
-		text := ""
-		sent := 0
-		for {
-			<-s.Notify()
-			st := s.Read(sent, toks[:0])
-			toks = st.Tokens
-			for _, tok := range toks {
-				d := w.model.Tok.Decode([]uint32{tok})
-				text += d
-				if !emit("response.output_text.delta", map[string]any{"output_index": 0, "content_index": 0, "item_id": msgID,
-					"delta": d, "logprobs": []any{}}) {
-					w.Abort(s)
-					return
-				}
-			}
-			sent += len(toks)
-			if !st.Done {
-				continue
-			}
-			w.metrics.observe(s.rankIdx, st)
-			if st.Err != nil {
-				emit("error", map[string]any{"code": "server_error", "message": st.Err.Error(), "param": nil})
+	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) { w.streamResponse(bw, s, v) })
+}
+
+// responseView builds the Responses API objects of one response: the response, its one message item and
+// the item's text part.
+type responseView struct {
+	id, msgID, model string
+	created          int64
+	maxTokens        int
+}
+
+// object is the response in status; with st (done) it carries the message and the usage.
+func (v responseView) object(status, text string, st *StreamState, out int) map[string]any {
+	r := map[string]any{"id": v.id, "object": "response", "created_at": v.created, "model": v.model,
+		"status": status, "output": []any{}, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{},
+		"error": nil, "incomplete_details": nil, "instructions": nil, "metadata": nil, "temperature": 1.0, "top_p": 1.0,
+		"max_output_tokens": v.maxTokens, "previous_response_id": nil, "reasoning": nil, "text": map[string]any{"format": map[string]any{"type": "text"}},
+		"truncation": "disabled", "usage": nil, "user": nil, "background": false, "service_tier": "auto"}
+	if st != nil {
+		r["output"] = []any{map[string]any{"id": v.msgID, "type": "message", "role": "assistant", "status": "completed",
+			"content": []any{responsePart(text)}}}
+		r["usage"] = map[string]any{"input_tokens": st.PromptTokens, "output_tokens": out, "total_tokens": st.PromptTokens + out,
+			"input_tokens_details": map[string]any{"cached_tokens": st.CachedTokens}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
+	}
+	return r
+}
+
+// item is the message item in status, with its text part when text is set.
+func (v responseView) item(status string, text any) map[string]any {
+	content := []any{}
+	if text != nil {
+		content = []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": nil}}
+	}
+	return map[string]any{"id": v.msgID, "type": "message", "role": "assistant", "status": status, "content": content}
+}
+
+func responsePart(text string) map[string]any {
+	return map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": nil}
+}
+
+// streamResponse writes the Responses API event stream of s: created, in_progress, the item and part
+// added, a text delta per token, then the done events and completed (or an error event). A client that
+// leaves aborts the request.
+func (w *Worker) streamResponse(bw *bufio.Writer, s *Stream, v responseView) {
+	seq := 0
+	emit := func(typ string, m map[string]any) bool {
+		m["type"], m["sequence_number"] = typ, seq
+		seq++
+		b, _ := json.Marshal(m)
+		bw.WriteString("event: ")
+		bw.WriteString(typ)
+		bw.WriteString("\ndata: ")
+		bw.Write(b)
+		bw.WriteString("\n\n")
+		return bw.Flush() == nil
+	}
+	msgID := v.msgID
+	if !emit("response.created", map[string]any{"response": v.object("in_progress", "", nil, 0)}) ||
+		!emit("response.in_progress", map[string]any{"response": v.object("in_progress", "", nil, 0)}) ||
+		!emit("response.output_item.added", map[string]any{"output_index": 0, "item": v.item("in_progress", nil)}) ||
+		!emit("response.content_part.added", map[string]any{"output_index": 0, "content_index": 0, "item_id": msgID, "part": responsePart("")}) {
+		w.Abort(s)
+		return
+	}
+	var toks []uint32
+	text := ""
+	sent := 0
+	for {
+		<-s.Notify()
+		st := s.Read(sent, toks[:0])
+		toks = st.Tokens
+		for _, tok := range toks {
+			d := w.model.Tok.Decode([]uint32{tok})
+			text += d
+			if !emit("response.output_text.delta", map[string]any{"output_index": 0, "content_index": 0, "item_id": msgID,
+				"delta": d, "logprobs": []any{}}) {
+				w.Abort(s)
 				return
 			}
-			emit("response.output_text.done", map[string]any{"output_index": 0, "content_index": 0, "item_id": msgID, "text": text, "logprobs": []any{}})
-			emit("response.content_part.done", map[string]any{"output_index": 0, "content_index": 0, "item_id": msgID, "part": part(text)})
-			emit("response.output_item.done", map[string]any{"output_index": 0, "item": item("completed", text)})
-			emit("response.completed", map[string]any{"response": object("completed", text, &st, sent)})
+		}
+		sent += len(toks)
+		if !st.Done {
+			continue
+		}
+		w.metrics.observe(s.rankIdx, st)
+		if st.Err != nil {
+			emit("error", map[string]any{"code": "server_error", "message": st.Err.Error(), "param": nil})
 			return
 		}
-	})
+		emit("response.output_text.done", map[string]any{"output_index": 0, "content_index": 0, "item_id": msgID, "text": text, "logprobs": []any{}})
+		emit("response.content_part.done", map[string]any{"output_index": 0, "content_index": 0, "item_id": msgID, "part": responsePart(text)})
+		emit("response.output_item.done", map[string]any{"output_index": 0, "item": v.item("completed", text)})
+		emit("response.completed", map[string]any{"response": v.object("completed", text, &st, sent)})
+		return
+	}
 }

@@ -247,7 +247,24 @@ func bytesOf(s string) []int {
 // request over the same prompt: the prefix cache shares the prompt's blocks), stop strings, logprobs,
 // a forced tool call.
 func (w *Worker) serveRich(ctx *fasthttp.RequestCtx, p prepared, o richOpts) {
-	streams := make([]*Stream, o.n)
+	streams, ok := w.submitN(ctx, p, o.n)
+	if !ok {
+		return
+	}
+	created := time.Now().Unix()
+	if !p.stream {
+		w.writeRichUnary(ctx, p, o, streams, created)
+		return
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) { w.streamRich(bw, p, o, streams, created) })
+}
+
+// submitN submits the request's n sequences (ids suffixed -1, -2, ... after the first); on a refusal it
+// aborts those already submitted, answers the error and returns false.
+func (w *Worker) submitN(ctx *fasthttp.RequestCtx, p prepared, n int) ([]*Stream, bool) {
+	streams := make([]*Stream, n)
 	for i := range streams {
 		req := p.req
 		if i > 0 {
@@ -259,131 +276,144 @@ func (w *Worker) serveRich(ctx *fasthttp.RequestCtx, p prepared, o richOpts) {
 				w.Abort(prev)
 			}
 			writeError(ctx, submitStatus(err), err)
-			return
+			return nil, false
 		}
 		streams[i] = s
 	}
-	created := time.Now().Unix()
+	return streams, true
+}
+
+// writeRichUnary waits for every sequence and answers one JSON body with a choice per sequence.
+func (w *Worker) writeRichUnary(ctx *fasthttp.RequestCtx, p prepared, o richOpts, streams []*Stream, created int64) {
 	object := "text_completion"
 	if p.chat {
 		object = "chat.completion"
 	}
-	if !p.stream {
-		choices := make([]map[string]any, o.n)
-		var prompt, cached, completion int
-		for i, s := range streams {
-			<-s.Finished()
-			st := s.Read(0, nil)
-			w.metrics.observe(s.rankIdx, st)
-			if st.Err != nil {
-				writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
-				return
-			}
-			prompt, cached = st.PromptTokens, st.CachedTokens
-			completion += len(st.Tokens)
-			choices[i] = w.richChoice(i, w.finishSeq(st.Tokens, o), o, p.chat, false)
+	choices := make([]map[string]any, len(streams))
+	var prompt, cached, completion int
+	for i, s := range streams {
+		<-s.Finished()
+		st := s.Read(0, nil)
+		w.metrics.observe(s.rankIdx, st)
+		if st.Err != nil {
+			writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
+			return
 		}
-		u := makeUsage(StreamState{PromptTokens: prompt, CachedTokens: cached}, completion)
-		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": p.req.ID, "object": object, "created": created,
-			"model": w.model.Name, "choices": choices, "usage": u})
-		return
+		prompt, cached = st.PromptTokens, st.CachedTokens
+		completion += len(st.Tokens)
+		choices[i] = w.richChoice(i, w.finishSeq(st.Tokens, o), o, p.chat, false)
 	}
-	ctx.SetContentType("text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	id, withUsage := p.req.ID, p.usage
+	u := makeUsage(StreamState{PromptTokens: prompt, CachedTokens: cached}, completion)
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": p.req.ID, "object": object, "created": created,
+		"model": w.model.Name, "choices": choices, "usage": u})
+}
+
+// richTotals is what the usage chunk of a streamed rich request reports.
+type richTotals struct{ prompt, cached, completion int }
+
+// streamRich writes the SSE stream of a rich request: one sequence after the other, each streamed as its
+// tokens come (a client assembles the choices by index, as it does from vLLM's interleaved chunks), then
+// the usage chunk when asked for and [DONE]. A client that leaves or an engine failure aborts every
+// sequence.
+func (w *Worker) streamRich(bw *bufio.Writer, p prepared, o richOpts, streams []*Stream, created int64) {
 	chunkObject := "text_completion"
 	if p.chat {
 		chunkObject = "chat.completion.chunk"
 	}
-	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		emit := func(choices []map[string]any, u *usage) bool {
-			m := map[string]any{"id": id, "object": chunkObject, "created": created, "model": w.model.Name, "choices": choices}
-			if u != nil {
-				m["usage"] = u
-			}
-			b, _ := json.Marshal(m)
-			bw.WriteString("data: ")
-			bw.Write(b)
-			bw.WriteString("\n\n")
-			return bw.Flush() == nil
+	emit := func(choices []map[string]any, u *usage) bool {
+		m := map[string]any{"id": p.req.ID, "object": chunkObject, "created": created, "model": w.model.Name, "choices": choices}
+		if u != nil {
+			m["usage"] = u
 		}
-		abortAll := func() {
-			for _, s := range streams {
-				w.Abort(s)
-			}
+		b, _ := json.Marshal(m)
+		bw.WriteString("data: ")
+		bw.Write(b)
+		bw.WriteString("\n\n")
+		return bw.Flush() == nil
+	}
+	abortAll := func() {
+		for _, s := range streams {
+			w.Abort(s)
 		}
-		var prompt, cached, completion int
-		for i, s := range streams {
-			if p.chat && !emit([]map[string]any{{"index": i, "delta": map[string]any{"role": "assistant", "content": ""},
-				"logprobs": nil, "finish_reason": nil}}, nil) {
+	}
+	var t richTotals
+	for i, s := range streams {
+		if p.chat && !emit([]map[string]any{{"index": i, "delta": map[string]any{"role": "assistant", "content": ""},
+			"logprobs": nil, "finish_reason": nil}}, nil) {
+			abortAll()
+			return
+		}
+		if !w.streamRichSeq(bw, emit, s, i, p, o, &t) {
+			abortAll()
+			return
+		}
+		if o.tool != "" {
+			// The call arrives whole in one delta, then the finish chunk.
+			call := w.richChoice(i, seqResult{finish: "tool_calls"}, o, true, true)
+			finish := call["finish_reason"]
+			call["finish_reason"] = nil
+			if !emit([]map[string]any{call}, nil) || !emit([]map[string]any{{"index": i, "delta": map[string]any{},
+				"logprobs": nil, "finish_reason": finish}}, nil) {
 				abortAll()
 				return
 			}
-			// One sequence after the other, each streamed as its tokens come: a client assembles the
-			// choices by index, as it does from vLLM's interleaved chunks.
-			var toks []uint32
-			text := ""
-			sent := 0
-			for done := false; !done; {
-				<-s.Notify()
-				st := s.Read(sent, toks[:0])
-				toks = st.Tokens
-				if st.Done && st.Err != nil {
-					b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.Err.Error(), "type": "ServiceUnavailableError", "code": 503}})
-					bw.WriteString("data: ")
-					bw.Write(b)
-					bw.WriteString("\n\ndata: [DONE]\n\n")
-					bw.Flush()
-					abortAll()
-					return
-				}
-				for j, tok := range toks {
-					piece := w.model.Tok.Decode([]uint32{tok})
-					seq := seqResult{tokens: []uint32{tok}, text: piece}
-					if o.tool == "" {
-						if cut, which, hit := cutStop(text+piece, o.stop); hit {
-							seq.text, seq.finish, seq.stop = cut[len(text):], "stop", which
-							done = true
-							w.Abort(s)
-						} else if st.Done && j == len(toks)-1 {
-							seq.finish = "length"
-						}
-					}
-					text += seq.text
-					if o.tool == "" && !emit([]map[string]any{w.richChoice(i, seq, o, p.chat, true)}, nil) {
-						abortAll()
-						return
-					}
-					if done {
-						break
-					}
-				}
-				sent += len(toks)
-				completion += len(toks)
-				if st.Done {
-					prompt, cached = st.PromptTokens, st.CachedTokens
-					w.metrics.observe(s.rankIdx, st)
+		}
+	}
+	if p.usage {
+		emit([]map[string]any{}, makeUsage(StreamState{PromptTokens: t.prompt, CachedTokens: t.cached}, t.completion))
+	}
+	bw.WriteString("data: [DONE]\n\n")
+	bw.Flush()
+}
+
+// streamRichSeq streams sequence i as its tokens come, a chunk per token, cutting it at the first stop
+// string (without a tool call to answer); its counts go into t. False when the client left or the engine
+// failed (an error chunk and [DONE] are written then): the caller aborts the request.
+func (w *Worker) streamRichSeq(bw *bufio.Writer, emit func([]map[string]any, *usage) bool, s *Stream, i int, p prepared, o richOpts, t *richTotals) bool {
+	var toks []uint32
+	text := ""
+	sent := 0
+	for done := false; !done; {
+		<-s.Notify()
+		st := s.Read(sent, toks[:0])
+		toks = st.Tokens
+		if st.Done && st.Err != nil {
+			b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.Err.Error(), "type": "ServiceUnavailableError", "code": 503}})
+			bw.WriteString("data: ")
+			bw.Write(b)
+			bw.WriteString("\n\ndata: [DONE]\n\n")
+			bw.Flush()
+			return false
+		}
+		for j, tok := range toks {
+			piece := w.model.Tok.Decode([]uint32{tok})
+			seq := seqResult{tokens: []uint32{tok}, text: piece}
+			if o.tool == "" {
+				if cut, which, hit := cutStop(text+piece, o.stop); hit {
+					seq.text, seq.finish, seq.stop = cut[len(text):], "stop", which
 					done = true
+					w.Abort(s)
+				} else if st.Done && j == len(toks)-1 {
+					seq.finish = "length"
 				}
 			}
-			if o.tool != "" {
-				// The call arrives whole in one delta, then the finish chunk.
-				call := w.richChoice(i, seqResult{finish: "tool_calls"}, o, true, true)
-				finish := call["finish_reason"]
-				call["finish_reason"] = nil
-				if !emit([]map[string]any{call}, nil) || !emit([]map[string]any{{"index": i, "delta": map[string]any{},
-					"logprobs": nil, "finish_reason": finish}}, nil) {
-					abortAll()
-					return
-				}
+			text += seq.text
+			if o.tool == "" && !emit([]map[string]any{w.richChoice(i, seq, o, p.chat, true)}, nil) {
+				return false
+			}
+			if done {
+				break
 			}
 		}
-		if withUsage {
-			emit([]map[string]any{}, makeUsage(StreamState{PromptTokens: prompt, CachedTokens: cached}, completion))
+		sent += len(toks)
+		t.completion += len(toks)
+		if st.Done {
+			t.prompt, t.cached = st.PromptTokens, st.CachedTokens
+			w.metrics.observe(s.rankIdx, st)
+			done = true
 		}
-		bw.WriteString("data: [DONE]\n\n")
-		bw.Flush()
-	})
+	}
+	return true
 }
 
 // finishSeq applies stop strings to a finished sequence.

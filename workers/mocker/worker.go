@@ -99,38 +99,8 @@ type Worker struct {
 
 // StartWorker validates cfg, opens the publishers and the HTTP listener, and starts the rank loops.
 func StartWorker(cfg WorkerConfig) (*Worker, error) {
-	if cfg.DPSize == 0 {
-		cfg.DPSize = 1
-	}
-	if len(cfg.Engine.FillerTokens) == 0 {
-		cfg.Engine.FillerTokens = DefaultEngineConfig().FillerTokens
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = "127.0.0.1:0"
-	}
-	cfg.Clock = clock.Or(cfg.Clock)
-	if cfg.DefaultMaxTokens <= 0 {
-		cfg.DefaultMaxTokens = 16
-	}
-	model := cfg.Model
-	if model == nil {
-		name := cfg.ServedModelName
-		if name == "" {
-			name = "kvroute-mocker"
-		}
-		model = NewFallbackModel(name)
-	} else if cfg.ServedModelName != "" {
-		m := *model
-		m.Name = cfg.ServedModelName
-		model = &m
-	}
-	if len(cfg.Engine.FillerTokens) == 0 || sameFiller(cfg.Engine.FillerTokens) {
-		cfg.Engine.FillerTokens = model.fillerTokens()
-	}
-	if err := cfg.Engine.Validate(); err != nil {
+	model, err := cfg.withDefaults()
+	if err != nil {
 		return nil, err
 	}
 	guard, err := mm.NewGuard(cfg.MediaAllowHosts)
@@ -144,26 +114,8 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		return nil, err
 	}
-	for i := range cfg.DPSize {
-		var pub EventPublisher
-		var err error
-		switch {
-		case cfg.NewPublisher != nil:
-			pub, err = cfg.NewPublisher(i)
-		case cfg.KVEvents.Enable:
-			pub, err = newZMQPublisher(cfg.KVEvents, i)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("mocker: worker %d rank %d publisher: %w", cfg.ID, i, err))
-		}
-		if pub != nil {
-			w.pubs = append(w.pubs, pub)
-		}
-		r, err := newRank(i, cfg.Engine, cfg.Clock, pub)
-		if err != nil {
-			return fail(err)
-		}
-		w.ranks = append(w.ranks, r)
+	if err := w.startRanks(); err != nil {
+		return fail(err)
 	}
 	w.metrics.init(len(w.ranks))
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -188,6 +140,75 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.group.Go(mockerServe, func() { _ = w.srv.Serve(ln) })
 	return w, nil
+}
+
+// withDefaults fills c's unset fields, validates it and returns the served model (the fallback model
+// when none is set, renamed to ServedModelName when that is set), whose filler tokens the engine samples
+// unless others were configured.
+func (c *WorkerConfig) withDefaults() (*Model, error) {
+	if c.DPSize == 0 {
+		c.DPSize = 1
+	}
+	if len(c.Engine.FillerTokens) == 0 {
+		c.Engine.FillerTokens = DefaultEngineConfig().FillerTokens
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = "127.0.0.1:0"
+	}
+	c.Clock = clock.Or(c.Clock)
+	if c.DefaultMaxTokens <= 0 {
+		c.DefaultMaxTokens = 16
+	}
+	model := c.Model
+	if model == nil {
+		name := c.ServedModelName
+		if name == "" {
+			name = "kvroute-mocker"
+		}
+		model = NewFallbackModel(name)
+	} else if c.ServedModelName != "" {
+		m := *model
+		m.Name = c.ServedModelName
+		model = &m
+	}
+	if len(c.Engine.FillerTokens) == 0 || sameFiller(c.Engine.FillerTokens) {
+		c.Engine.FillerTokens = model.fillerTokens()
+	}
+	if err := c.Engine.Validate(); err != nil {
+		return nil, err
+	}
+	return model, nil
+}
+
+// startRanks builds each dp rank's engine with its KV event publisher (cfg.NewPublisher, else ZMQ when
+// KV events are on, else none); the publishers opened are in w.pubs for the caller to close on failure.
+func (w *Worker) startRanks() error {
+	cfg := &w.cfg
+	for i := range cfg.DPSize {
+		var pub EventPublisher
+		var err error
+		switch {
+		case cfg.NewPublisher != nil:
+			pub, err = cfg.NewPublisher(i)
+		case cfg.KVEvents.Enable:
+			pub, err = newZMQPublisher(cfg.KVEvents, i)
+		}
+		if err != nil {
+			return fmt.Errorf("mocker: worker %d rank %d publisher: %w", cfg.ID, i, err)
+		}
+		if pub != nil {
+			w.pubs = append(w.pubs, pub)
+		}
+		r, err := newRank(i, cfg.Engine, cfg.Clock, pub)
+		if err != nil {
+			return err
+		}
+		w.ranks = append(w.ranks, r)
+	}
+	return nil
 }
 
 // The simulated worker's goroutines: one step loop per dp rank and the HTTP server; Close joins them.

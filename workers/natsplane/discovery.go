@@ -173,17 +173,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	defer watch.Stop()
 	cur := map[uint64]*known{}
-	remove := func(id uint64) {
-		delete(cur, id)
-		if err := w.set.RemoveWorker(id); err != nil {
-			w.errs.Add(1)
-			return
-		}
-		w.removed.Add(1)
-		if fn := w.onRemove.Load(); fn != nil {
-			(*fn)(id)
-		}
-	}
 	tick := time.NewTicker(w.cfg.TTL / 4)
 	defer tick.Stop()
 	for {
@@ -195,7 +184,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			for id, k := range cur {
 				if now.Sub(k.seen) > w.cfg.TTL {
 					w.expired.Add(1)
-					remove(id)
+					w.remove(cur, id)
 				}
 			}
 		case e, ok := <-watch.Updates():
@@ -206,38 +195,57 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.markReady() // initial values delivered
 				continue
 			}
-			id, err := strconv.ParseUint(e.Key(), 10, 64)
-			if err != nil {
-				w.bad.Add(1)
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				if _, ok := cur[id]; ok {
-					remove(id)
-				}
-				continue
-			}
-			var spec registry.Spec
-			if err := json.Unmarshal(e.Value(), &spec); err != nil || spec.ID != id || spec.Validate() != nil {
-				w.bad.Add(1)
-				continue
-			}
-			if k, ok := cur[id]; ok {
-				if k.spec == spec {
-					k.seen = e.Created()
-					continue
-				}
-				remove(id) // the worker came back with another spec
-			}
-			if e.Created().Add(w.cfg.TTL).Before(w.cfg.Clock.Now()) {
-				continue // a stale entry the bucket has not aged out yet
-			}
-			if err := w.set.AddWorker(spec); err != nil {
-				w.errs.Add(1)
-				continue
-			}
-			w.added.Add(1)
-			cur[id] = &known{spec: spec, seen: e.Created()}
+			w.apply(cur, e)
 		}
+	}
+}
+
+// apply applies one bucket entry to the workers known (cur): a put adds its worker (or refreshes it,
+// or replaces it when its spec changed), a delete or purge removes it; a malformed entry is counted.
+func (w *Watcher) apply(cur map[uint64]*known, e jetstream.KeyValueEntry) {
+	id, err := strconv.ParseUint(e.Key(), 10, 64)
+	if err != nil {
+		w.bad.Add(1)
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		if _, ok := cur[id]; ok {
+			w.remove(cur, id)
+		}
+		return
+	}
+	var spec registry.Spec
+	if err := json.Unmarshal(e.Value(), &spec); err != nil || spec.ID != id || spec.Validate() != nil {
+		w.bad.Add(1)
+		return
+	}
+	if k, ok := cur[id]; ok {
+		if k.spec == spec {
+			k.seen = e.Created()
+			return
+		}
+		w.remove(cur, id) // the worker came back with another spec
+	}
+	if e.Created().Add(w.cfg.TTL).Before(w.cfg.Clock.Now()) {
+		return // a stale entry the bucket has not aged out yet
+	}
+	if err := w.set.AddWorker(spec); err != nil {
+		w.errs.Add(1)
+		return
+	}
+	w.added.Add(1)
+	cur[id] = &known{spec: spec, seen: e.Created()}
+}
+
+// remove forgets worker id and removes it from the set, telling OnRemove.
+func (w *Watcher) remove(cur map[uint64]*known, id uint64) {
+	delete(cur, id)
+	if err := w.set.RemoveWorker(id); err != nil {
+		w.errs.Add(1)
+		return
+	}
+	w.removed.Add(1)
+	if fn := w.onRemove.Load(); fn != nil {
+		(*fn)(id)
 	}
 }

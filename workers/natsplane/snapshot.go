@@ -88,40 +88,68 @@ func b2u(b bool) uint8 {
 // restore loads the latest snapshot into the index and the sequence state, and returns its stream
 // sequence (0 when there is none: read the stream from the start).
 func (s *Source) restore(ctx context.Context) (uint64, error) {
+	data, err := s.getSnapshot(ctx)
+	if err != nil || data == nil {
+		return 0, err
+	}
+	rd := bytes.NewReader(data)
+	streamSeq, states, err := readSnapshotHeader(rd)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.restoreEntries(rd)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.states = states
+	s.mu.Unlock()
+	s.restored.Store(n)
+	s.streamSeq.Store(streamSeq)
+	return streamSeq, nil
+}
+
+// getSnapshot reads the snapshot object; nil without error when there is none yet. JetStream answers
+// "no responders" or times out while a cluster elects the object store's leader (a replica starting next
+// to a NATS restart): it retries for a bounded while before giving up.
+func (s *Source) getSnapshot(ctx context.Context) ([]byte, error) {
 	data, err := s.objs.GetBytes(ctx, SnapshotObject)
-	// JetStream answers "no responders" or times out while a cluster elects the object store's leader
-	// (a replica starting next to a NATS restart): retry for a bounded while before giving up.
 	for wait := 50 * time.Millisecond; err != nil && (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout)) && wait <= 2*time.Second; wait *= 2 {
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(wait):
 		}
 		data, err = s.objs.GetBytes(ctx, SnapshotObject)
 	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("natsplane: snapshot get: %w", err)
+		return nil, fmt.Errorf("natsplane: snapshot get: %w", err)
 	}
-	rd := bytes.NewReader(data)
+	return data, nil
+}
+
+// readSnapshotHeader reads the magic, the version, the stream sequence the snapshot covers and every
+// rank's sequence state.
+func readSnapshotHeader(rd *bytes.Reader) (uint64, map[prefix.WorkerKey]*rankState, error) {
 	r := func(v any) error { return binary.Read(rd, binary.LittleEndian, v) }
 	var magic [4]byte
 	var version uint32
 	var streamSeq uint64
 	if _, err := io.ReadFull(rd, magic[:]); err != nil || magic != snapshotMagic {
-		return 0, fmt.Errorf("%w: magic", ErrBadSnapshot)
+		return 0, nil, fmt.Errorf("%w: magic", ErrBadSnapshot)
 	}
 	if err := r(&version); err != nil || version != snapshotVersion {
-		return 0, fmt.Errorf("%w: version %d", ErrBadSnapshot, version)
+		return 0, nil, fmt.Errorf("%w: version %d", ErrBadSnapshot, version)
 	}
 	if err := r(&streamSeq); err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		return 0, nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 	}
 	var nStates uint32
 	if err := r(&nStates); err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		return 0, nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 	}
 	states := map[prefix.WorkerKey]*rankState{}
 	for i := uint32(0); i < nStates; i++ {
@@ -130,20 +158,26 @@ func (s *Source) restore(ctx context.Context) (uint64, error) {
 		var has uint8
 		var el uint16
 		if err := errors.Join(r(&k.WorkerID), r(&k.DPRank), r(&st.Last), r(&has), r(&el)); err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+			return 0, nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 		}
 		ep := make([]byte, el)
 		if _, err := io.ReadFull(rd, ep); err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+			return 0, nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 		}
 		st.Epoch, st.Has = string(ep), has == 1
 		states[k] = &st
 	}
+	return streamSeq, states, nil
+}
+
+// restoreEntries reads the index entries and restores them into the index in chunks, so that a large
+// snapshot does not sit in memory twice; it returns how many there were.
+func (s *Source) restoreEntries(rd *bytes.Reader) (uint64, error) {
+	r := func(v any) error { return binary.Read(rd, binary.LittleEndian, v) }
 	var n uint64
 	if err := r(&n); err != nil || n > uint64(rd.Len())/37 {
 		return 0, fmt.Errorf("%w: entry count", ErrBadSnapshot)
 	}
-	// Restore in chunks, so a large snapshot does not sit in memory twice.
 	chunk := make([]prefix.DumpEntry, 0, 4096)
 	for i := uint64(0); i < n; i++ {
 		var e struct {
@@ -164,10 +198,5 @@ func (s *Source) restore(ctx context.Context) (uint64, error) {
 	}
 	s.fleet.Index.Restore(chunk)
 	s.fleet.Index.Flush()
-	s.mu.Lock()
-	s.states = states
-	s.mu.Unlock()
-	s.restored.Store(n)
-	s.streamSeq.Store(streamSeq)
-	return streamSeq, nil
+	return n, nil
 }

@@ -57,6 +57,53 @@ func ResponsesChat(body []byte) ([]byte, error) {
 	if r.PreviousResponseID != nil && *r.PreviousResponseID != "" {
 		return nil, fmt.Errorf("%w: previous_response_id needs stored responses; send the whole conversation as input", ErrResponses)
 	}
+	msgs, err := responsesMessages(&r)
+	if err != nil {
+		return nil, err
+	}
+	chat := map[string]any{"model": r.Model, "messages": msgs, "stream": r.Stream}
+	if r.MaxOutputTokens != nil {
+		chat["max_tokens"] = *r.MaxOutputTokens
+	}
+	if r.Temperature != nil {
+		chat["temperature"] = *r.Temperature
+	}
+	if r.TopP != nil {
+		chat["top_p"] = *r.TopP
+	}
+	if r.CacheSalt != nil {
+		chat["cache_salt"] = *r.CacheSalt
+	}
+	if r.RequestID != nil {
+		chat["request_id"] = *r.RequestID
+	}
+	if len(r.Tools) > 0 {
+		tools, err := responsesTools(r.Tools)
+		if err != nil {
+			return nil, err
+		}
+		chat["tools"] = tools
+	}
+	if tc := trimSpace(r.ToolChoice); len(tc) > 0 && string(tc) != "null" {
+		if tc[0] == '"' {
+			chat["tool_choice"] = json.RawMessage(tc)
+		} else {
+			var named struct {
+				Type string `json:"type"`
+				Name string `json:"name"`
+			}
+			if err := json.Unmarshal(tc, &named); err != nil || named.Name == "" {
+				return nil, fmt.Errorf("%w: tool_choice: want a string or {\"type\":\"function\",\"name\":...}", ErrResponses)
+			}
+			chat["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": named.Name}}
+		}
+	}
+	return json.Marshal(chat)
+}
+
+// responsesMessages is the chat conversation of a Responses request: the instructions as a system
+// message, then the input (one string: a user message; else a list of items, each a message).
+func responsesMessages(r *responsesBody) ([]map[string]any, error) {
 	var msgs []map[string]any
 	if r.Instructions != nil && *r.Instructions != "" {
 		msgs = append(msgs, map[string]any{"role": "system", "content": *r.Instructions})
@@ -84,57 +131,30 @@ func ResponsesChat(body []byte) ([]byte, error) {
 			msgs = append(msgs, m)
 		}
 	}
-	chat := map[string]any{"model": r.Model, "messages": msgs, "stream": r.Stream}
-	if r.MaxOutputTokens != nil {
-		chat["max_tokens"] = *r.MaxOutputTokens
-	}
-	if r.Temperature != nil {
-		chat["temperature"] = *r.Temperature
-	}
-	if r.TopP != nil {
-		chat["top_p"] = *r.TopP
-	}
-	if r.CacheSalt != nil {
-		chat["cache_salt"] = *r.CacheSalt
-	}
-	if r.RequestID != nil {
-		chat["request_id"] = *r.RequestID
-	}
-	if len(r.Tools) > 0 {
-		tools := make([]any, len(r.Tools))
-		for i, t := range r.Tools {
-			var flat struct {
-				Type        string          `json:"type"`
-				Name        string          `json:"name"`
-				Description string          `json:"description"`
-				Parameters  json.RawMessage `json:"parameters"`
-			}
-			if err := json.Unmarshal(t, &flat); err != nil || flat.Type != "function" || flat.Name == "" {
-				return nil, fmt.Errorf("%w: tools[%d]: want {\"type\":\"function\",\"name\":...}", ErrResponses, i)
-			}
-			fn := map[string]any{"name": flat.Name, "description": flat.Description}
-			if len(flat.Parameters) > 0 {
-				fn["parameters"] = flat.Parameters
-			}
-			tools[i] = map[string]any{"type": "function", "function": fn}
+	return msgs, nil
+}
+
+// responsesTools turns the Responses API's flat function tools ({"type":"function","name":...}) into
+// Chat Completions' nested ones ({"type":"function","function":{"name":...}}).
+func responsesTools(raw []json.RawMessage) ([]any, error) {
+	tools := make([]any, len(raw))
+	for i, t := range raw {
+		var flat struct {
+			Type        string          `json:"type"`
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
 		}
-		chat["tools"] = tools
-	}
-	if tc := trimSpace(r.ToolChoice); len(tc) > 0 && string(tc) != "null" {
-		if tc[0] == '"' {
-			chat["tool_choice"] = json.RawMessage(tc)
-		} else {
-			var named struct {
-				Type string `json:"type"`
-				Name string `json:"name"`
-			}
-			if err := json.Unmarshal(tc, &named); err != nil || named.Name == "" {
-				return nil, fmt.Errorf("%w: tool_choice: want a string or {\"type\":\"function\",\"name\":...}", ErrResponses)
-			}
-			chat["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": named.Name}}
+		if err := json.Unmarshal(t, &flat); err != nil || flat.Type != "function" || flat.Name == "" {
+			return nil, fmt.Errorf("%w: tools[%d]: want {\"type\":\"function\",\"name\":...}", ErrResponses, i)
 		}
+		fn := map[string]any{"name": flat.Name, "description": flat.Description}
+		if len(flat.Parameters) > 0 {
+			fn["parameters"] = flat.Parameters
+		}
+		tools[i] = map[string]any{"type": "function", "function": fn}
 	}
-	return json.Marshal(chat)
+	return tools, nil
 }
 
 // itemMessage is one input item as a chat message.
