@@ -37,9 +37,10 @@
 //     to an actor that does no work costs 3.9–6.9 µs through a reply channel and 7.9–8.1 µs with 10
 //     allocations (727 B) through protoactor's RequestFuture ("Reply paths", BenchmarkReplyPath), so no
 //     request-path read pays a future.
-//   - The scheduler is a mutex, not an actor: one machine step (select and charge) takes ~2 µs at 256
-//     workers under it, and a decision must see the charge of the one before it ("Whole routing decision",
-//     BenchmarkRouteDecision's select-us). A mailbox round trip would cost more than the step.
+//   - The scheduler is a mutex, not an actor: one machine step (select and charge) takes 2.1–3.9 µs at
+//     256 workers under it, and a decision must see the charge of the one before it ("Whole routing
+//     decision", BenchmarkRouteDecision's select-us). A mailbox round trip (3.9–8.1 µs, "Reply paths")
+//     would cost more than the step.
 //   - The request actor costs two allocations (48 B) per request against the same stages run inline with a
 //     recover; its time cannot be told apart from inline work on the shared 2-core machine (7–15 µs against
 //     13–32 µs per op at load average 20), and the frontend's throughput and added latency did not move
