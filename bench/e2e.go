@@ -286,19 +286,7 @@ func startE2EStack(cfg *E2EConfig, arm string) (_ *e2eStack, err error) {
 	}
 	nPrefill := prefillWorkers(arm, cfg.Workers)
 	if nPrefill > 0 {
-		pcfg := rcfg
-		pcfg.Scoring = frontend.PrefillConfig(rcfg.Scoring)
-		pcfg.RouterID = "kvroute-prefill"
-		pr, err := router.New(s.system, pcfg)
-		if err != nil {
-			return nil, err
-		}
-		dc := frontend.DefaultDisaggConfig()
-		if arm == ArmDisaggAll {
-			dc.BypassPolicy = frontend.BypassNever
-		}
-		if s.pd, err = frontend.NewDisagg(pr, dc); err != nil {
-			pr.Stop()
+		if err := s.startPrefill(arm, rcfg); err != nil {
 			return nil, err
 		}
 	}
@@ -329,23 +317,48 @@ func startE2EStack(cfg *E2EConfig, arm string) (_ *e2eStack, err error) {
 	e2eServe.Go(func() { _ = s.srv.Serve(ln) })
 	s.base = "http://" + ln.Addr().String()
 	if events {
-		// Wait until every worker's event stream is connected (its catch-up replay answered), so the
-		// first requests are not routed on an index that misses events.
-		deadline := time.Now().Add(10 * time.Second)
-		cores := []*router.Router{s.r}
-		if s.pd != nil {
-			cores = append(cores, s.pd.Prefill)
-		}
-		for _, core := range cores {
-			for _, w := range core.Workers() {
-				for w.Replays == 0 && time.Now().Before(deadline) {
-					time.Sleep(5 * time.Millisecond)
-					w, _ = core.Fleet.StatusOf(w.ID)
-				}
+		s.waitConnected(10 * time.Second)
+	}
+	return s, nil
+}
+
+// startPrefill starts the prefill core of a disaggregated arm (the same mode and cost as rcfg, no
+// active-block tracking); disagg-all sends every request through it.
+func (s *e2eStack) startPrefill(arm string, rcfg router.Config) error {
+	pcfg := rcfg
+	pcfg.Scoring = frontend.PrefillConfig(rcfg.Scoring)
+	pcfg.RouterID = "kvroute-prefill"
+	pr, err := router.New(s.system, pcfg)
+	if err != nil {
+		return err
+	}
+	dc := frontend.DefaultDisaggConfig()
+	if arm == ArmDisaggAll {
+		dc.BypassPolicy = frontend.BypassNever
+	}
+	if s.pd, err = frontend.NewDisagg(pr, dc); err != nil {
+		pr.Stop()
+		return err
+	}
+	return nil
+}
+
+// waitConnected waits, up to d, until every worker's event stream is connected (its catch-up replay
+// answered), so that the first requests are not routed on an index that misses events.
+func (s *e2eStack) waitConnected(d time.Duration) {
+	deadline := time.Now().Add(d)
+	cores := []*router.Router{s.r}
+	if s.pd != nil {
+		cores = append(cores, s.pd.Prefill)
+	}
+	for _, core := range cores {
+		for _, w := range core.Workers() {
+			for w.Replays == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+				w, _ = core.Fleet.StatusOf(w.ID)
 			}
 		}
 	}
-	return s, nil
 }
 
 // Close stops everything the stack started.
@@ -445,9 +458,23 @@ func e2eRequest(ctx context.Context, hc *http.Client, st *e2eStack, body []byte,
 		s.Err = fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 		return
 	}
-	br := bufio.NewReaderSize(resp.Body, 16<<10)
-	var first, last time.Time
-	tokens := 0
+	first, last, tokens := readE2EStream(bufio.NewReaderSize(resp.Body, 16<<10), start, s)
+	s.E2E = time.Since(start).Seconds()
+	if tokens > 1 {
+		s.ITL = last.Sub(first).Seconds() / float64(tokens-1)
+	}
+	if s.OutputTokens == 0 {
+		s.OutputTokens = tokens
+	}
+	if tokens == 0 && s.Err == "" {
+		s.Err = "no tokens"
+	}
+}
+
+// readE2EStream reads a completion's SSE stream to its end: the time of the first and last token chunk
+// and how many there were (TTFT is set at the first), the usage chunk's counts, and an error event or a
+// read error into s.Err.
+func readE2EStream(br *bufio.Reader, start time.Time, s *E2ESample) (first, last time.Time, tokens int) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -482,18 +509,8 @@ func e2eRequest(ctx context.Context, hc *http.Client, st *e2eStack, body []byte,
 			if !errors.Is(err, io.EOF) && s.Err == "" {
 				s.Err = err.Error()
 			}
-			break
+			return first, last, tokens
 		}
-	}
-	s.E2E = time.Since(start).Seconds()
-	if tokens > 1 {
-		s.ITL = last.Sub(first).Seconds() / float64(tokens-1)
-	}
-	if s.OutputTokens == 0 {
-		s.OutputTokens = tokens
-	}
-	if tokens == 0 && s.Err == "" {
-		s.Err = "no tokens"
 	}
 }
 
@@ -525,26 +542,8 @@ func RunArm(ctx context.Context, cfg *E2EConfig, tr *Trace, arm string, x float6
 	defer cancel()
 	start := time.Now()
 
-	// Load sampler: per-worker in-flight requests at a fixed period, bounded to ~LoadSamples points.
 	every := max(20*time.Millisecond, time.Duration(float64(tr.Span())/x)/time.Duration(cfg.LoadSamples))
-	samplerDone := make(chan struct{})
-	stopSampler := make(chan struct{})
-	loadSampler.Go(func() {
-		defer close(samplerDone)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopSampler:
-				return
-			case <-t.C:
-				run.LoadT = append(run.LoadT, time.Since(start).Seconds())
-				for w := range inflight {
-					run.Load[w] = append(run.Load[w], float64(inflight[w].Load()))
-				}
-			}
-		}
-	})
+	stopSampler := sampleLoad(run, inflight, start, every)
 
 	var wg sync.WaitGroup
 	blocks := cfg.Blocks
@@ -575,8 +574,7 @@ func RunArm(ctx context.Context, cfg *E2EConfig, tr *Trace, arm string, x float6
 		<-done
 	}
 	run.Wall = time.Since(start)
-	close(stopSampler)
-	<-samplerDone
+	stopSampler()
 	for _, w := range st.fleet.Workers {
 		run.Engine = append(run.Engine, w.Stats(0))
 	}
@@ -588,6 +586,33 @@ func RunArm(ctx context.Context, cfg *E2EConfig, tr *Trace, arm string, x float6
 		return run, ctx.Err()
 	}
 	return run, nil
+}
+
+// sampleLoad records each worker's in-flight requests into run.Load every period (so a run has about
+// LoadSamples points) until the returned stop, which joins the sampler.
+func sampleLoad(run *ArmRun, inflight []atomic.Int64, start time.Time, every time.Duration) (stop func()) {
+	samplerDone := make(chan struct{})
+	stopSampler := make(chan struct{})
+	loadSampler.Go(func() {
+		defer close(samplerDone)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSampler:
+				return
+			case <-t.C:
+				run.LoadT = append(run.LoadT, time.Since(start).Seconds())
+				for w := range inflight {
+					run.Load[w] = append(run.Load[w], float64(inflight[w].Load()))
+				}
+			}
+		}
+	})
+	return func() {
+		close(stopSampler)
+		<-samplerDone
+	}
 }
 
 // RunE2E runs every arm at every arrival speedup of cfg on tr, sweep point by sweep point, and

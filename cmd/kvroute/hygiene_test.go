@@ -96,8 +96,8 @@ var bareGo = map[string]string{
 	"workers/mocker/fleet.go Fleet.Close":         "closes the workers concurrently, joined before Close returns",
 	"cmd/kvroute/models.go loadModels":            "loads the served models' directories concurrently, joined before returning",
 	"bench/indexer.go IndexerWorkload.RunIndexer": "one replay goroutine per timeline, joined before the run is measured",
-	"bench/lab/run.go runJobs":                    "a bounded pool of arm simulations, joined before the report",
 	"bench/e2e.go RunArm":                         "the load generator's request per arrival, joined (and its joiner) before the arm returns",
+	"bench/lab/run.go runJobs":                    "a bounded pool of arm simulations, joined before the report",
 }
 
 // TestGoStatementsAreTracked fails on a `go` statement outside internal/routine and the fan-outs listed
@@ -138,9 +138,6 @@ var longFunctions = map[string]int{
 	"cmd/kvroute/benchlab.go benchLab":            107,
 	"bench/simroute.go Oracle.SimulateRouting":    90,
 	"bench/lab/sim.go runArmWith":                 89,
-	"bench/e2e.go RunArm":                         88,
-	"bench/e2e.go e2eRequest":                     87,
-	"bench/e2e.go startE2EStack":                  87,
 	"bench/e2e_report.go SummarizeArm":            84,
 	// Model-family template code: one function per template's control flow.
 	"model/template.go writePyJSON":        116,
