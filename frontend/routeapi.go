@@ -84,6 +84,13 @@ func checkPin(r *router.Router, id uint64, rank *uint32) error {
 	return nil
 }
 
+// routeID reports whether id can be booked: an id that /v1/route/{id}/free cannot name (a '/', which
+// the path splits on even percent-encoded, or a . or .. segment, which the path normalizes away) would
+// stay booked on its worker for good.
+func routeID(id string) bool {
+	return usableRequestID(id) && !strings.Contains(id, "/") && id != "." && id != ".."
+}
+
 // maxRouteWait bounds how long a /v1/route call may wait in the router queue.
 const maxRouteWait = 5 * time.Minute
 
@@ -173,6 +180,8 @@ func (a *RouterAPI) checkRoute(req *routeRequest) error {
 	switch {
 	case req.RequestID == "":
 		return errorf(ErrBadRequest, "missing field: request_id")
+	case !routeID(req.RequestID):
+		return errorf(ErrBadRequest, "request_id must be 1 to %d printable ASCII characters without '/' and not . or .. (it is a path segment of /v1/route/{id}/free)", maxRequestIDLen)
 	case req.ISL < 0 || req.ISL > maxQueryTokens:
 		return errorf(ErrBadRequest, "isl must be in [0, %d], got %d", maxQueryTokens, req.ISL)
 	case req.Priority != nil && !(*req.Priority >= 0 && *req.Priority <= maxPriorityJump):
