@@ -1,0 +1,100 @@
+package k8spool
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// FuzzParsePool reads InferencePool objects as the dynamic informer does (JSON through client-go's
+// unstructured codec) and asserts what the watcher relies on: an accepted pool has a port in 1..65535
+// and a selector that names at least one label, so that it never selects every pod of the namespace.
+func FuzzParsePool(f *testing.F) {
+	for _, s := range []string{
+		`{"apiVersion":"inference.networking.k8s.io/v1","kind":"InferencePool","metadata":{"name":"qwen","namespace":"llm"},"spec":{"selector":{"matchLabels":{"app":"vllm"}},"targetPorts":[{"number":8000}],"endpointPickerRef":{"name":"kvroute-epp","failureMode":"FailOpen"}}}`,
+		`{"apiVersion":"inference.networking.x-k8s.io/v1alpha2","kind":"InferencePool","metadata":{"name":"p"},"spec":{"selector":{"app":"x"},"targetPortNumber":8001,"extensionRef":{"name":"e","failureMode":"FailOpen"}}}`,
+		`{"apiVersion":"v1","kind":"InferencePool","spec":{"targetPortNumber":8001}}`,
+		`{"apiVersion":"v1","kind":"InferencePool","spec":{"selector":{"app":"x"}}}`,
+		`{"apiVersion":"v1","kind":"InferencePool","spec":{"selector":{"matchLabels":{}},"targetPortNumber":1}}`,
+		`{"apiVersion":"v1","kind":"InferencePool","spec":{"selector":{"matchLabels":{"a":"b"}},"targetPorts":[{"number":70000}]}}`,
+		`{"apiVersion":"v1","kind":"InferencePool","spec":{"selector":{"matchLabels":{"a":1}},"targetPorts":[{"number":"80"}],"targetPortNumber":-1}}`,
+		`{"apiVersion":"v1","kind":"InferencePool","spec":{"selector":{"":""},"targetPorts":[8000],"targetPortNumber":8.5}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, b)
+		if err != nil {
+			return
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		p, ok := ParsePool(u.Object)
+		if !ok {
+			return
+		}
+		if p.TargetPort < 1 || p.TargetPort > 65535 {
+			t.Fatalf("accepted pool with port %d", p.TargetPort)
+		}
+		if p.Selector == nil || p.Selector.Empty() || p.Selector.Matches(labels.Set{}) {
+			t.Fatalf("accepted pool %s selects every pod (%v)", b, p.Selector)
+		}
+		if p.FailureMode == "" {
+			t.Fatalf("accepted pool with no failure mode")
+		}
+	})
+}
+
+// FuzzSpecOf describes a ready pod with arbitrary IP and annotations: a pod is either left out or
+// becomes a spec that validates, whose URL and event endpoints are on the pod's IP.
+func FuzzSpecOf(f *testing.F) {
+	f.Add("10.0.0.7", "kvroute.io/worker-id=42\nkvroute.io/model-server-port=8001\nkvroute.io/kv-events-port=5560\nkvroute.io/kv-replay-port=5561\nkvroute.io/dp-size=2", 8000)
+	f.Add("fd00::7", "kvroute.io/kv-events-port=0", 8000)
+	f.Add("10.0.0.7", "kvroute.io/worker-id=x", 8000)
+	f.Add("10.0.0.7", "kvroute.io/dp-size=1025\nkvroute.io/kv-events-port=65535", 8000)
+	f.Add("10.0.0.7", "kvroute.io/kv-events-port=65535\nkvroute.io/dp-size=2", 8000)
+	f.Add("1.2.3.4%eth0", "", 8000)
+	f.Add("", "", 8000)
+	f.Fuzz(func(t *testing.T, ip, ann string, port int) {
+		w := &Watcher{cfg: DefaultConfig()}
+		w.cfg.ReplayPort = 5558
+		annotations := map[string]string{}
+		for _, line := range strings.Split(ann, "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				annotations[k] = v
+			}
+		}
+		p := pod("w", ip, map[string]string{"app": "vllm"}, true, annotations)
+		sp, ok := w.specOf(p, Pool{TargetPort: port})
+		if !ok {
+			return
+		}
+		if err := sp.Validate(); err != nil {
+			t.Fatalf("pod %q %v: spec %+v does not validate: %v", ip, annotations, sp, err)
+		}
+		u, err := url.Parse(sp.URL)
+		if err != nil || u.Hostname() != ip {
+			t.Fatalf("pod %q: url %q is not on the pod's IP", ip, sp.URL)
+		}
+		for _, ep := range []string{sp.Events, sp.Replay} {
+			if ep == "" {
+				continue
+			}
+			host, p, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://"))
+			if n, _ := strconv.Atoi(p); err != nil || host != ip || n < 1 || n > 65535 {
+				t.Fatalf("pod %q: endpoint %q", ip, ep)
+			}
+		}
+		if v, ok := annotations[AnnotationWorkerID]; ok && strconv.FormatUint(sp.ID, 10) != v {
+			t.Fatalf("worker id annotation %q, spec id %d", v, sp.ID)
+		}
+	})
+}
