@@ -61,10 +61,15 @@ func RedactDataURI(uri string) string {
 	return "data:" + mime + ",<redacted>"
 }
 
-// DataImage reads a data: URI image in memory: its identity (HashData of the payload) and its size
-// from the payload's header. One decode serves both; nothing is fetched or cached.
-func DataImage(uri string, maxLen int) (Hash, Size, error) {
-	h, d, err := HashDataURI(uri, maxLen)
+// DataImage reads a data: URI image in memory: its identity (HashData of the payload, or with asString
+// HashDataURIString, Dynamo's) and its size from the payload's header. One decode serves both; nothing
+// is fetched or cached.
+func DataImage(uri string, maxLen int, asString bool) (Hash, Size, error) {
+	hash := HashDataURI
+	if asString {
+		hash = HashDataURIString
+	}
+	h, d, err := hash(uri, maxLen)
 	if err != nil {
 		return 0, Size{}, err
 	}

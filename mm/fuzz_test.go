@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 // FuzzDataURI: ParseDataURI never panics, honours its bound and classifies every failure.
@@ -32,9 +34,21 @@ func FuzzDataURI(f *testing.F) {
 		if _, _, err := HashURL(s); err != nil && !errors.Is(err, ErrBadURL) && !errors.Is(err, ErrBadDataURI) {
 			t.Fatalf("HashURL: %v", err)
 		}
-		if h, _, err := DataImage(s, 1<<16); err == nil {
+		if h, _, err := DataImage(s, 1<<16, false); err == nil {
 			if hu, _, err := HashURL(s); err != nil || hu != h {
 				t.Fatalf("DataImage identity %#x, HashURL %#x %v", uint64(h), uint64(hu), err)
+			}
+		}
+		// Dynamo's identity refuses exactly what the payload identity refuses, and is the URL hash of
+		// the whole string.
+		hs, _, errS := DataImage(s, 1<<16, true)
+		_, _, errP := DataImage(s, 1<<16, false)
+		if (errS == nil) != (errP == nil) && !errors.Is(errS, ErrBadDataURI) {
+			t.Fatalf("string identity %v, payload identity %v", errS, errP)
+		}
+		if errS == nil {
+			if norm, err := NormalizeURL(s); err != nil || Hash(xxh3.HashString(norm)) != hs {
+				t.Fatalf("string identity %#x of %q: %v", uint64(hs), norm, err)
 			}
 		}
 	})

@@ -64,6 +64,22 @@ func IsDataURI(url string) bool {
 	return len(s) >= 5 && strings.EqualFold(s[:5], "data:")
 }
 
+// HashDataURIString is Dynamo's default identity of a data: URI: XXH3-64 (seed 0) of the whole URI's
+// WHATWG serialization, like any other URL. The same bytes under another MIME label are another image;
+// ResolveConfig.DataURIAsString selects it for fleets shared with Dynamo frontends. The payload is still
+// decoded (ParseDataURI, maxLen as there) to refuse a malformed URI and to read the size from it.
+func HashDataURIString(uri string, maxLen int) (Hash, DataURI, error) {
+	d, err := ParseDataURI(strings.TrimSpace(uri), maxLen)
+	if err != nil {
+		return 0, DataURI{}, err
+	}
+	norm, err := NormalizeURL(uri)
+	if err != nil {
+		return 0, DataURI{}, fmt.Errorf("%w: %v", ErrBadDataURI, err)
+	}
+	return Hash(xxh3.HashString(norm)), d, nil
+}
+
 // HashData is the identity of an image's encoded bytes: XXH3-64 with seed 0, the hash Dynamo's
 // frontend-decoding mode calls "decoded bytes" for a data: URI.
 func HashData(b []byte) Hash { return Hash(xxh3.Hash(b)) }

@@ -46,6 +46,11 @@ type ResolveConfig struct {
 	FrontendDecoding bool
 	// MaxDecodeBytes bounds one image download in FrontendDecoding mode. Default 64 MiB.
 	MaxDecodeBytes int
+	// DataURIAsString identifies a data: URI by its whole string, as Dynamo's default path does
+	// (HashDataURIString; --mm-data-uri-identity uri), instead of by its decoded payload (the default:
+	// the same bytes under any MIME label are one image). Not used with FrontendDecoding, whose identity
+	// is the decoded pixels.
+	DataURIAsString bool
 }
 
 // DefaultResolveConfig returns the defaults documented on the fields.
@@ -129,7 +134,10 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 		if IsDataURI(p.URL) {
 			// One decode gives identity and size; the payload is in hand, so there is nothing to cache.
 			im.Source = SourceDataURI
-			im.Hash, im.Size, im.Err = DataImage(p.URL, r.prober.cfg.MaxDataURIBytes)
+			if r.cfg.DataURIAsString {
+				im.Source = SourceURL
+			}
+			im.Hash, im.Size, im.Err = DataImage(p.URL, r.prober.cfg.MaxDataURIBytes, r.cfg.DataURIAsString)
 			continue
 		}
 		im.Hash, im.Source, im.Err = HashURL(p.URL)

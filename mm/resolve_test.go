@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -126,6 +128,33 @@ func TestResolveFallbacks(t *testing.T) {
 				t.Fatal("size discovery ran although routing was off")
 			}
 		})
+	}
+}
+
+// TestResolveDataURIIdentity: by default a data: URI is its decoded payload, so the same PNG bytes
+// labelled image/png and image/jpeg are one image; with DataURIAsString (Dynamo's default path) the
+// whole URI string is the identity, so they are two, each the XXH3 of the string. The size is read from
+// the payload either way.
+func TestResolveDataURIIdentity(t *testing.T) {
+	b64 := base64.StdEncoding.EncodeToString(encodePNG(t, 64, 32))
+	parts := []Part{{URL: "data:image/png;base64," + b64}, {URL: "data:image/jpeg;base64," + b64}}
+
+	byPayload, _ := newTestResolver(t, qwen3Spec(), DefaultResolveConfig())
+	images, reason := resolve(t, byPayload, parts...)
+	if reason != FallbackNone || images[0].Hash != images[1].Hash || images[0].Source != SourceDataURI {
+		t.Fatalf("payload identity: %s %+v", reason, images)
+	}
+	cfg := DefaultResolveConfig()
+	cfg.DataURIAsString = true
+	byString, _ := newTestResolver(t, qwen3Spec(), cfg)
+	images, reason = resolve(t, byString, parts...)
+	if reason != FallbackNone || images[0].Hash == images[1].Hash {
+		t.Fatalf("string identity: %s %+v", reason, images)
+	}
+	for i, im := range images {
+		if im.Hash != Hash(xxh3.HashString(parts[i].URL)) || im.Source != SourceURL || im.Size != (Size{W: 64, H: 32}) {
+			t.Errorf("image %d: %+v, want the hash of its string", i, im)
+		}
 	}
 }
 

@@ -117,6 +117,7 @@ var flagEvidence = map[string][]string{
 	// Multimodal.
 	"frontend-decoding":     {"frontend: TestE2EImageFrontendDecoding"},
 	"media-allow-hosts":     {"frontend: TestE2EImageRouting", "mm: TestGuardAllowList"},
+	"mm-data-uri-identity":  {"cmd/kvroute: TestDataURIIdentityFlag", "mm: TestResolveDataURIIdentity"},
 	"mm-max-images":         {"mm: TestResolveFallbacks"},
 	"mm-max-total-pixels":   {"mm: TestResolveFallbacks"},
 	"mm-routing":            {"cmd/kvroute: TestFrontendOpsFlags"},

@@ -55,6 +55,7 @@ type frontendFlags struct {
 	decode    *bool
 	maxImages *int
 	maxPixels *uint64
+	dataURIID *string
 	srv       serverFlags
 	nats      *natsFlags
 	xfer      *string
@@ -100,6 +101,7 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.decode = fs.Bool("frontend-decoding", false, "download and decode images in the frontend; identity = hash of the decoded pixels")
 	f.maxImages = fs.Int("mm-max-images", 32, "most images per request routed on their identity")
 	f.maxPixels = fs.Uint64("mm-max-total-pixels", 1<<28, "bound on the sum of W×H over a request's images")
+	f.dataURIID = fs.String("mm-data-uri-identity", "payload", "identity of a data: URI image: payload (its decoded bytes, whatever the MIME label) or uri (the whole URI string, as Dynamo's default path)")
 	f.srv.register(fs)
 	f.pd = frontend.DefaultDisaggConfig()
 	if v := os.Getenv("DYN_DECODE_FALLBACK"); v != "" {
@@ -130,6 +132,9 @@ func (f *frontendFlags) check(fs *flag.FlagSet) error {
 		modes[i] = string(m)
 	}
 	if err := oneOf("router-mode", string(f.cfg.Mode), modes); err != nil {
+		return err
+	}
+	if err := oneOf("mm-data-uri-identity", *f.dataURIID, []string{"payload", "uri"}); err != nil {
 		return err
 	}
 	if err := f.srv.check(); err != nil {
@@ -503,9 +508,7 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg p
 	if err != nil {
 		return err
 	}
-	rc := mm.DefaultResolveConfig()
-	rc.FrontendDecoding, rc.MaxImages, rc.MaxTotalPixels = *f.decode, *f.maxImages, *f.maxPixels
-	res, err := mm.NewResolver(spec, prober, rc)
+	res, err := mm.NewResolver(spec, prober, f.resolveConfig())
 	if err != nil {
 		prober.Close()
 		return err
@@ -598,6 +601,14 @@ func waitForSignal() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
+}
+
+// resolveConfig is the image stage's configuration from the multimodal flags.
+func (f *frontendFlags) resolveConfig() mm.ResolveConfig {
+	rc := mm.DefaultResolveConfig()
+	rc.FrontendDecoding, rc.MaxImages, rc.MaxTotalPixels = *f.decode, *f.maxImages, *f.maxPixels
+	rc.DataURIAsString = *f.dataURIID == "uri"
+	return rc
 }
 
 // parseFrontend registers the frontend flags on a new flag set named name, parses args, checks them

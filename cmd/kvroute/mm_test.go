@@ -108,3 +108,25 @@ func grepMetric(page, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestDataURIIdentityFlag: --mm-data-uri-identity picks the resolver's data: URI identity (payload by
+// default, the whole string with uri, as Dynamo's default path); other values are refused.
+func TestDataURIIdentityFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		asString bool
+	}{{nil, false}, {[]string{"--mm-data-uri-identity", "payload"}, false}, {[]string{"--mm-data-uri-identity", "uri"}, true}} {
+		_, herr := captureCLI(t)
+		f, _, code, ok := parseFrontend("frontend", append([]string{"--worker", "id=1,url=http://127.0.0.1:9"}, tc.args...), nil)
+		if !ok {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, herr.String())
+		}
+		if got := f.resolveConfig().DataURIAsString; got != tc.asString {
+			t.Errorf("%v: DataURIAsString %v", tc.args, got)
+		}
+	}
+	_, herr := captureCLI(t)
+	if _, _, code, ok := parseFrontend("frontend", []string{"--mm-data-uri-identity", "bytes"}, nil); ok || code != 2 || !strings.Contains(herr.String(), "mm-data-uri-identity") {
+		t.Fatalf("bad value: ok=%v code %d: %s", ok, code, herr.String())
+	}
+}
