@@ -1,6 +1,10 @@
 package prefix
 
-import "maps"
+import (
+	"maps"
+	"math/bits"
+	"slices"
+)
 
 // View is the part of an index that queries read: the tree's nodes and, per worker slot, its key and
 // tier. An Index embeds its own View; NewView makes a second one that Sync brings up to date, so that an
@@ -121,9 +125,12 @@ func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
 	}
 	nd := &v.nodes[c]
 	keys := v.keys
+	total := 0
 	for i := range active {
 		active[i] = nd.workers.word(i)
+		total += bits.OnesCount64(active[i])
 	}
+	out = slices.Grow(out, total) // every worker of the first node gets one Score: emit needs the room
 	depth := 0
 	for {
 		m := matchRun(nd, q)
@@ -141,8 +148,8 @@ func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
 		alive := uint64(0)
 		for i, a := range active {
 			x := cw.word(i)
-			for d := a &^ x; d != 0; d &= d - 1 {
-				out = append(out, Score{Worker: keys[i<<6+trailingZeros(d)], Blocks: uint32(depth)})
+			if d := a &^ x; d != 0 {
+				out = emit(out, keys[i<<6:], d, uint32(depth))
 			}
 			active[i] = a & x
 			alive |= a & x
@@ -152,9 +159,26 @@ func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
 		}
 	}
 	for i, a := range active {
-		for ; a != 0; a &= a - 1 {
-			out = append(out, Score{Worker: keys[i<<6+trailingZeros(a)], Blocks: uint32(depth)})
+		if a != 0 {
+			out = emit(out, keys[i<<6:], a, uint32(depth))
 		}
+	}
+	return out
+}
+
+// emit appends a Score of depth blocks for every slot in the word set, whose keys start at keys[0]; out
+// has room for them. Not inlined, and without a call inside, so that its loop keeps everything in
+// registers: compiled inside the walk, the loop reloaded the walk's variables on every Score, and BSF
+// (which on AMD also reads its result register) was given the register of the key loaded the Score
+// before, chaining the loads.
+//
+//go:noinline
+func emit(out []Score, keys []WorkerKey, set uint64, depth uint32) []Score {
+	n := len(out)
+	out = out[:n+bits.OnesCount64(set)]
+	for j := n; j < len(out); j++ {
+		out[j] = Score{Worker: keys[bits.TrailingZeros64(set)&63], Blocks: depth}
+		set &= set - 1
 	}
 	return out
 }
