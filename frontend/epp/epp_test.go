@@ -26,6 +26,7 @@ import (
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/workers/client"
@@ -135,24 +136,12 @@ func startRig(t testing.TB, workers int, cfg Config) *rig {
 	// Every worker's event stream is connected (its catch-up replay answered) before the first request.
 	for _, w := range r.Workers() {
 		id := w.ID
-		waitFor(t, fmt.Sprintf("worker %d's events connected", id), func() bool {
+		testutil.Eventually(t, fmt.Sprintf("worker %d's events connected", id), func() bool {
 			st, _ := r.Fleet.StatusOf(id)
 			return st.Replays > 0
 		})
 	}
 	return &rig{router: r, reg: reg, srv: srv, conn: conn, images: imgs}
-}
-
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // load reads a worker's gauge from the router's metrics: active requests or active prefill tokens.
@@ -373,13 +362,13 @@ func TestPickerDrivesTheLoadLifecycle(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("worker answered %d: %s", resp.StatusCode, body)
 	}
-	waitFor(t, "the chat request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
+	testutil.Eventually(t, "the chat request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
 	if err := g.stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
 
 	// The same prompt again: the worker that cached it, once its KV events are indexed.
-	waitFor(t, "the first prompt's blocks indexed", func() bool {
+	testutil.Eventually(t, "the first prompt's blocks indexed", func() bool {
 		for _, s := range r.router.Workers() {
 			if fmt.Sprint(s.ID) == w && s.IndexedBlocks >= 8 {
 				return true
@@ -394,7 +383,7 @@ func TestPickerDrivesTheLoadLifecycle(t *testing.T) {
 			t.Fatalf("repeat %d: picked %s, the prompt is cached on %s", i, d2.header, d.header)
 		}
 		g2.cancel() // a broken stream frees it
-		waitFor(t, "the cancelled repeat freed", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
+		testutil.Eventually(t, "the cancelled repeat freed", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
 	}
 
 	// Streaming chat, FULL_DUPLEX_STREAMED: body in chunks, the response streamed chunk by chunk.
@@ -433,7 +422,7 @@ func TestPickerDrivesTheLoadLifecycle(t *testing.T) {
 		t.Fatal("stream: no response bytes")
 	}
 	g.responseChunk(nil, true)
-	waitFor(t, "the stream freed at its end", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
+	testutil.Eventually(t, "the stream freed at its end", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
 
 	// A stream that dies mid-response frees its request.
 	g = r.open(t, true)
@@ -447,8 +436,8 @@ func TestPickerDrivesTheLoadLifecycle(t *testing.T) {
 		t.Fatalf("broken: %v active requests before the break", a)
 	}
 	g.cancel()
-	waitFor(t, "the broken stream's request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
-	waitFor(t, "the broken streams counted", func() bool { return r.srv.Stats().Broken >= 4 })
+	testutil.Eventually(t, "the broken stream's request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
+	testutil.Eventually(t, "the broken streams counted", func() bool { return r.srv.Stats().Broken >= 4 })
 
 	// An image request: routed on the image (its uuid added to the body the gateway forwards), and the
 	// same image again goes where its blocks are.
@@ -467,8 +456,8 @@ func TestPickerDrivesTheLoadLifecycle(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("image: worker answered %d: %s", resp.StatusCode, body)
 	}
-	waitFor(t, "the image request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
-	waitFor(t, "the image's blocks indexed", func() bool { return indexed(r, w) > 0 })
+	testutil.Eventually(t, "the image request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", w) == 0 })
+	testutil.Eventually(t, "the image's blocks indexed", func() bool { return indexed(r, w) > 0 })
 	img2 := strings.Replace(img, "What is this?", "Describe the colours.", 1)
 	g = r.open(t, false)
 	d2 := g.request(path, []byte(img2), 1, nil)
@@ -520,7 +509,7 @@ func TestPickerConformance(t *testing.T) {
 	}
 
 	// Fallbacks: primary, then the other worker.
-	waitFor(t, "the cancelled subset requests freed", func() bool { return r.router.ActiveRequests() == 0 })
+	testutil.Eventually(t, "the cancelled subset requests freed", func() bool { return r.router.ActiveRequests() == 0 })
 	g = r.open(t, false)
 	d := g.request(path, chat(longText("fallback", 20), false), 1, nil)
 	eps := strings.Split(d.header, ",")
@@ -544,7 +533,7 @@ func TestPickerConformance(t *testing.T) {
 			r.load(t, "kvroute_worker_active_requests", fallback), r.srv.Stats().Moved)
 	}
 	g.responseChunk([]byte("{}"), true)
-	waitFor(t, "the moved request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", fallback) == 0 })
+	testutil.Eventually(t, "the moved request freed", func() bool { return r.load(t, "kvroute_worker_active_requests", fallback) == 0 })
 
 	// A bad body is the client's error, whatever the failure mode.
 	g = r.open(t, true)

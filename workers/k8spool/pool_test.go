@@ -6,7 +6,6 @@ import (
 	"sort"
 	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +15,7 @@ import (
 	dynfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
@@ -89,17 +89,6 @@ func inferencePool(port int64, mode string) *unstructured.Unstructured {
 	}}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func eq(a []string, b ...string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 
 // TestWatcherFollowsThePool drives client-go's fake clientset: pods of the pool's selector join the
@@ -128,7 +117,7 @@ func TestWatcherFollowsThePool(t *testing.T) {
 	go func() { w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	waitFor(t, "the ready pod of the pool", func() bool { return w.Synced() && eq(set.urls(), "http://10.0.0.1:8000") })
+	testutil.Eventually(t, "the ready pod of the pool", func() bool { return w.Synced() && eq(set.urls(), "http://10.0.0.1:8000") })
 	sp, _ := set.get(w.Workers()[0].ID)
 	if sp.Events != "tcp://10.0.0.1:5557" || sp.Replay != "tcp://10.0.0.1:5558" {
 		t.Fatalf("conventions: %+v", sp)
@@ -146,7 +135,7 @@ func TestWatcherFollowsThePool(t *testing.T) {
 		AnnotationWorkerID: "42", AnnotationEventsPort: "6000", AnnotationPort: "8080", AnnotationDPSize: "2"}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the annotated pod", func() bool { _, ok := set.get(42); return ok })
+	testutil.Eventually(t, "the annotated pod", func() bool { _, ok := set.get(42); return ok })
 	if d, _ := set.get(42); d.URL != "http://10.0.0.4:8080" || d.Events != "tcp://10.0.0.4:6000" || d.DPSize != 2 {
 		t.Fatalf("annotated: %+v", d)
 	}
@@ -154,24 +143,24 @@ func TestWatcherFollowsThePool(t *testing.T) {
 	if _, err := pods.UpdateStatus(bg, pod("c", "10.0.0.3", vllm, true, nil), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "c ready", func() bool {
+	testutil.Eventually(t, "c ready", func() bool {
 		return eq(set.urls(), "http://10.0.0.1:8000", "http://10.0.0.3:8000", "http://10.0.0.4:8080")
 	})
 	if err := pods.Delete(bg, "a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a gone", func() bool { return eq(set.urls(), "http://10.0.0.3:8000", "http://10.0.0.4:8080") })
+	testutil.Eventually(t, "a gone", func() bool { return eq(set.urls(), "http://10.0.0.3:8000", "http://10.0.0.4:8080") })
 	if _, err := pods.Update(bg, pod("d", "10.0.0.4", map[string]string{"app": "other"}, true, map[string]string{AnnotationWorkerID: "42"}), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "d relabelled out", func() bool { return eq(set.urls(), "http://10.0.0.3:8000") })
+	testutil.Eventually(t, "d relabelled out", func() bool { return eq(set.urls(), "http://10.0.0.3:8000") })
 
 	// The pool's port and failure mode change: the workers follow.
 	pools := dc.Resource(DefaultResource).Namespace("llm")
 	if _, err := pools.Update(bg, inferencePool(9000, "FailClose"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new target port", func() bool { return eq(set.urls(), "http://10.0.0.3:9000") })
+	testutil.Eventually(t, "the new target port", func() bool { return eq(set.urls(), "http://10.0.0.3:9000") })
 	modeMu.Lock()
 	if mode != "FailClose" {
 		t.Fatalf("failure mode after the update %q", mode)
@@ -181,7 +170,7 @@ func TestWatcherFollowsThePool(t *testing.T) {
 	if err := pools.Delete(bg, "qwen", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pool gone", func() bool { return len(set.urls()) == 0 })
+	testutil.Eventually(t, "the pool gone", func() bool { return len(set.urls()) == 0 })
 	if st := w.Stats(); st.Errors != 0 {
 		t.Fatalf("errors: %+v", st)
 	}
