@@ -26,27 +26,44 @@ import "math"
 // reach 93–99 % (docs/benchmarks.md, fleet lab). In time units a hit is worth what it saves, and a busy
 // worker costs what its queue and its decode batch cost, at the rate the engines actually run.
 
-// WorkWeight prices the fleet compute a request's uncached tokens take, against its own wait: the
-// requests queued behind recomputed work wait for it too, wherever it runs. Chosen by the fleet lab
-// (docs/benchmarks.md): on the conversation trace 1 leaves a tenth of the reuse on the table at high load
-// (90 % of the pooled oracle), 4 reaches 97–100 %, 8 reaches 99–100 % with the same TTFT p90 on the
-// mocker profile and 91–99 % below the knee on the 8B profile, where it still holds TTFT p90 under 2 s at
-// twice the rate the llm-d and SGLang policies do.
+// WorkWeight prices the recomputation of a prefix another worker holds idle (a dead copy: a conversation
+// that moves leaves its old context to be evicted there): the requests queued behind recomputed work
+// wait for it too, wherever it runs. Chosen by the fleet lab (docs/benchmarks.md): on the conversation
+// trace 1 leaves a tenth of the reuse on the table at high load (90 % of the pooled oracle), 4 reaches
+// 97–100 %, 8 reaches 99–100 % with the same TTFT p90 on the mocker profile and 91–99 % below the knee
+// on the 8B profile, where it still holds TTFT p90 under 2 s at twice the rate the llm-d and SGLang
+// policies do.
 const WorkWeight = 8
 
 // CalibratedCost is the cost of sending a request to a worker, in prefill-token units: its expected TTFT
 // there plus WorkWeight × its uncached tokens. Queued prefill tokens q, the request's uncached tokens u, the worker's active blocks with the request's own added
 // (k), the KV capacity in blocks (0: unknown) and the block size.
 func CalibratedCost(q, u, k float64, capacity uint64, blockSize int, gamma float64) float64 {
-	// The request's own wait, plus the compute its uncached tokens take from the fleet: a recomputed
-	// prefix delays the requests behind it wherever it runs, a cached one delays nobody.
-	c := (q+u)*(1+gamma*k) + WorkWeight*u
+	return ExpectedTTFT(q, u, k, capacity, blockSize, gamma) + WorkWeight*u
+}
+
+// ExpectedTTFT is the request's own wait on a worker in prefill-token units: the queued prefill and its
+// uncached tokens at the worker's speed, plus KV overflow charged as recomputation.
+func ExpectedTTFT(q, u, k float64, capacity uint64, blockSize int, gamma float64) float64 {
+	c := (q + u) * (1 + gamma*k)
 	if capacity > 0 {
 		if over := k - float64(int64(capacity)); over > 0 { // int64: one instruction; capacities fit
 			c += over * float64(blockSize) * (1 + gamma*k)
 		}
 	}
 	return c
+}
+
+// SharedCost is CalibratedCost when part of the request's prefix is live on its holder (the worker with
+// the longest cached prefix has active requests sharing it). Copying a live prefix makes a replica, not
+// a dead copy: the holder keeps serving it and the copy serves the sharers to come. Such a copy is priced
+// at the fleet's load (load, at most WorkWeight: the mean requests in prefill per worker, the number an
+// added unit of work delays in an M/M/1 queue), only the dead tokens (cached idle on the holder or still
+// in its first prefill, this candidate lacking them) at WorkWeight, and saved (the wait the copy spares
+// the holder's next sharers) is credited; it can make the cost negative. With nothing live (dead = the whole duplicate, saved = 0) it ranks candidates exactly as
+// CalibratedCost: the fresh tokens every candidate computes cost them all alike.
+func SharedCost(q, u, dead, k float64, capacity uint64, blockSize int, gamma, load, saved float64) float64 {
+	return ExpectedTTFT(q, u, k, capacity, blockSize, gamma) + load*u + (WorkWeight-load)*dead - saved
 }
 
 // Calibrator learns t(K) = α + β·K (seconds per prefill token against a worker's active blocks) from

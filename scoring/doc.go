@@ -9,6 +9,9 @@
 //     overlap_score_weight migration and the --load-aware preset), per-request Override.
 //   - flags.go: Flags, the flag/env table as data, and RegisterFlags for cmd/.
 //   - cost.go: the linear logit of spec §3.1, term by term, and the lmetric policy.
+//   - calibrated.go: the kvroute preset's cost in prefill-token units (ExpectedTTFT, CalibratedCost,
+//     SharedCost: a copy of a prefix in use on its holder is a replica, one cached idle a dead copy) and
+//     the Calibrator that learns its slowdown per active block.
 //   - select.go: Select: pin and busy filters, then the mode's pick; argmin with a uniform tie-break or a
 //     softmax over min-max normalized costs; error classes; ShouldQueue and BestCachedTokens for the queue.
 //   - modes.go: round-robin, random, power-of-two, least-loaded, device-aware-weighted, direct.

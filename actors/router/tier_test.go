@@ -68,9 +68,11 @@ func hostTierCredited(t *testing.T, preset scoring.Preset) {
 		}
 	}
 	if preset == scoring.PresetKVRoute {
-		// In prompt tokens: worker 1 recomputes a quarter of the 16 tokens (its TTFT plus WorkWeight × the
-		// recomputed tokens), worker 2 all of them.
-		if u := (1 - w) * 16; c1 >= c2 || c1 < u*(1+scoring.WorkWeight) || c1 > u*(1+scoring.WorkWeight)*1.01 {
+		// In prompt tokens: worker 1 recomputes a quarter of the 16 tokens (its TTFT on an idle fleet, where
+		// fresh work costs nobody else a wait), worker 2 all of them, three quarters a dead copy of worker 1's
+		// host tier (WorkWeight each).
+		u := (1 - w) * 16
+		if c1 >= c2 || c1 < u || c1 > u*1.01 || c2 < 16+scoring.WorkWeight*w*16 || c2 > (16+scoring.WorkWeight*w*16)*1.01 {
 			t.Fatalf("kvroute costs: worker 1 %v, worker 2 %v", c1, c2)
 		}
 		return

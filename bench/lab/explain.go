@@ -24,8 +24,9 @@ const (
 	// ReasonQueue: its queued prefill exceeds what its cache saves (q_b + u_b > q_c + u_c).
 	ReasonQueue = "queued prefill"
 	// ReasonSlowdown: the wait is shorter there, but its decode batch (γ per active block) or KV
-	// overflow makes it dearer.
-	ReasonSlowdown = "slowdown γ·K or KV overflow"
+	// overflow makes it dearer, or the chosen worker's copy of a prefix in use there is credited as a
+	// replica.
+	ReasonSlowdown = "slowdown γ·K, KV overflow or replica"
 )
 
 // explainReasons lists the reasons in report order.
@@ -44,7 +45,7 @@ type Candidate struct {
 	Queued       uint64  `json:"queued_prefill_tokens"`
 	Uncached     int     `json:"uncached_tokens"`
 	ActiveBlocks float64 `json:"active_blocks"`
-	// Cost is the machine's cost (scoring.CalibratedCost, prefill-token units); 0 when Busy.
+	// Cost is the machine's cost (scoring.SharedCost, prefill-token units); 0 when Busy.
 	Cost float64 `json:"cost"`
 	Busy bool    `json:"busy,omitempty"`
 }

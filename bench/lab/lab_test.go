@@ -480,7 +480,7 @@ func TestWindows(t *testing.T) {
 // TestExplainKeepsDecisions: the kv arm routes with ReturnCosts to explain itself; every request goes
 // where it goes without (the same samples), skips of the best-cached worker are counted and classed,
 // and each example's costs are the machine's: the chosen worker's is the lower, and with the example's
-// γ, q, u and K they match scoring.CalibratedCost within the request's own new blocks' slowdown. The
+// γ, q, u and K they lie within the bounds of scoring.SharedCost. The
 // workload: one 4,096-token prompt, then at once 20 prompts sharing its first 1,024 tokens; the worker
 // holding them takes a few, until its queued prefill outweighs the 1,024 cached tokens.
 func TestExplainKeepsDecisions(t *testing.T) {
@@ -547,10 +547,15 @@ func TestExplainKeepsDecisions(t *testing.T) {
 		if c.OverlapBlocks >= bc.OverlapBlocks || (!bc.Busy && c.Cost > bc.Cost) {
 			t.Errorf("%s: chosen %+v, best cached %+v", e.Request, c, bc)
 		}
-		// K before the request is a lower bound of the cost's k (the request's new blocks add to it).
+		// K before the request is a lower bound of the cost's k (the request's new blocks add to it). Every
+		// cost is at most CalibratedCost (WorkWeight on every uncached token, no credit); the best-cached
+		// worker holds the prefix (no copy, no credit), so its cost is at least its expected TTFT.
 		for _, v := range []Candidate{c, bc} {
-			lo := scoring.CalibratedCost(float64(v.Queued), float64(v.Uncached), v.ActiveBlocks, 0, cfg.BlockSize, e.Gamma)
 			hi := scoring.CalibratedCost(float64(v.Queued), float64(v.Uncached), v.ActiveBlocks+float64(e.ISL/cfg.BlockSize), 0, cfg.BlockSize, e.Gamma)
+			lo := math.Inf(-1)
+			if v == bc {
+				lo = scoring.ExpectedTTFT(float64(v.Queued), float64(v.Uncached), v.ActiveBlocks, 0, cfg.BlockSize, e.Gamma)
+			}
 			if !v.Busy && (v.Cost < lo-1e-6 || v.Cost > hi+1e-6) {
 				t.Errorf("%s worker %d: cost %.1f outside [%.1f, %.1f] from q, u, K", e.Request, v.Worker, v.Cost, lo, hi)
 			}

@@ -17,7 +17,10 @@
 // the worker. Because every request adds its whole sequence-hash chain, the active part of any chain is
 // a prefix of it, so Projection walks the trie (binary search inside an edge) instead of probing every
 // block, and AddRequest and Free walk one root path: their cost grows with the branch points on the
-// path, not with the prompt's blocks.
+// path, not with the prompt's blocks. Sharing walks the same way and also reports how many active
+// requests hold the whole active prefix (the trie's count on the edge where the walk stops): the kvroute
+// cost asks it of the worker holding a request's prefix, to tell a prefix in use there (a replica when
+// copied) from one cached idle (a dead copy).
 //
 // # Concurrency model
 //

@@ -329,6 +329,16 @@ func (t *Tracker) Projection(seqHashes []uint64, assumeReuse bool) uint64 {
 	return uint64((len(q) - t.blocks.activePrefix(q)) * t.cfg.Stride)
 }
 
+// Sharing returns how many of a request's leading blocks (sequence hashes, unstrided) are active here
+// and how many active requests hold every one of them: the live part of its prefix and its sharers.
+func (t *Tracker) Sharing(seqHashes []uint64) (blocks uint64, requests int) {
+	if !t.cfg.TrackActiveBlocks || t.blocks.unique == 0 {
+		return 0, 0
+	}
+	pos, n := t.blocks.sharedPrefix(t.tracked(seqHashes))
+	return uint64(pos * t.cfg.Stride), int(n)
+}
+
 // Load returns the scoring view of this worker for a request: the snapshot plus the request's projection.
 func (t *Tracker) Load(seqHashes []uint64, assumeReuse bool) scoring.Load {
 	s := t.Snapshot()

@@ -169,3 +169,36 @@ func check(t *testing.T, what string, got, want Snapshot) {
 		t.Errorf("%s: snapshot %+v, want %+v", what, got, want)
 	}
 }
+
+// TestSharing: how many of a request's leading blocks are active and how many active requests hold all
+// of them, over a worker whose chains branch (a holds 1-2-3-4, b 1-2-5, c 1-2-3-6).
+func TestSharing(t *testing.T) {
+	tr := newTracker(nil)
+	must(t, tr.AddRequest(Request{ID: "a", SeqHashes: chain(1, 1, 2, 2, 3, 3, 4, 4), ISL: 8, Now: t0}))
+	must(t, tr.AddRequest(Request{ID: "b", SeqHashes: chain(1, 1, 2, 2, 5, 5), ISL: 6, Now: t0}))
+	must(t, tr.AddRequest(Request{ID: "c", SeqHashes: chain(1, 1, 2, 2, 3, 3, 6, 6), ISL: 8, Now: t0}))
+	tests := []struct {
+		name             string
+		q                []uint64
+		blocks, requests int
+	}{
+		{"a and c hold three blocks", chain(1, 1, 2, 2, 3, 3, 7, 7), 3, 2},
+		{"everyone holds two", chain(1, 1, 2, 2, 9, 9), 2, 3},
+		{"a alone holds all four", chain(1, 1, 2, 2, 3, 3, 4, 4), 4, 1},
+		{"inside a shared edge", chain(1, 1), 1, 3},
+		{"nothing", chain(8, 8), 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if b, n := tr.Sharing(tc.q); int(b) != tc.blocks || n != tc.requests {
+				t.Errorf("Sharing = %d blocks, %d requests; want %d, %d", b, n, tc.blocks, tc.requests)
+			}
+		})
+	}
+	tr.Free("a")
+	tr.Free("b")
+	tr.Free("c")
+	if b, n := tr.Sharing(chain(1, 1, 2, 2)); b != 0 || n != 0 {
+		t.Errorf("idle worker: Sharing = %d, %d", b, n)
+	}
+}

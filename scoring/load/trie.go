@@ -176,6 +176,25 @@ func (t *chainTrie) mergeDown(n *chainNode) {
 	n.kids, n.parent = nil, nil
 }
 
+// sharedPrefix returns how many leading hashes of q are active and how many chains hold all of them.
+func (t *chainTrie) sharedPrefix(q []uint64) (int, int32) {
+	n, pos := &t.root, 0
+	var count int32
+	for pos < len(q) {
+		c := n.child(q[pos])
+		if c == nil {
+			break
+		}
+		m := common(c.edge, q[pos:])
+		pos, count = pos+m, c.count
+		if m < len(c.edge) {
+			break
+		}
+		n = c
+	}
+	return pos, count
+}
+
 // activePrefix returns how many leading hashes of q are active (on some chain of the trie).
 func (t *chainTrie) activePrefix(q []uint64) int {
 	n, pos := &t.root, 0

@@ -22,19 +22,105 @@ func (m *Machine) useCalibrated(req *Request) bool {
 		req.Override == nil && m.selector == nil
 }
 
-// calibrated picks the target with the least expected time to first token (scoring.CalibratedCost),
-// ties to the one with fewer active blocks, then at random. Pins, exclusions, health and busy thresholds
-// filter as in Select, with its errors.
-func (m *Machine) calibrated(sreq *scoring.Request, scores []prefix.Score, chain []uint64, isl int, reuse bool,
+// holding is what a decision knows of the request's prefix on its holder, the worker with the longest
+// overlap: cached tokens there, how many of them active requests there share (live) and how many of
+// those the engines have reported (settled: not only predicted), the sharers still in prefill (an
+// estimate) and the holder's queued prefill.
+type holding struct {
+	cached, live, settled, sharers, queued float64
+}
+
+// hold finds the request's holder among scores (primary: the engines' report alone) and what its active
+// requests share of the prompt. The sharers in prefill are the sharers times the holder's share of
+// active requests in prefill (the load tracker counts requests per chain, not per state).
+func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint64, isl int, reuse bool) holding {
+	var h holding
+	var best float64
+	var who prefix.WorkerKey
+	if tiered {
+		// Lower tiers count at their weights, as in the cost.
+		hw, dw := m.cfg.HostCacheHitWeight, m.cfg.DiskCacheHitWeight
+		for _, sc := range scores {
+			if b := float64(sc.Blocks) + hw*float64(sc.Host) + dw*float64(sc.Disk); b > best {
+				best, who = b, sc.Worker
+			}
+		}
+	} else {
+		var most uint32
+		for _, sc := range scores {
+			if sc.Blocks > most {
+				most, who = sc.Blocks, sc.Worker
+			}
+		}
+		best = float64(most)
+	}
+	if best == 0 {
+		return h
+	}
+	i, ok := m.pos.find(scoring.WorkerKey(who))
+	if !ok {
+		return h
+	}
+	bs := float64(m.cfg.BlockSize)
+	h.cached = min(best*bs, float64(isl))
+	l := &m.lines[i]
+	if l.active == 0 || !reuse || len(chain) == 0 {
+		return h
+	}
+	blocks, n := m.list[i].t.Sharing(chain)
+	h.live = min(float64(blocks)*bs, h.cached)
+	if h.live == 0 {
+		return h
+	}
+	for _, sc := range primary {
+		if sc.Worker == who {
+			h.settled = min(float64(sc.Blocks)*bs, h.live)
+			break
+		}
+	}
+	h.sharers = float64(n) * float64(l.prefilling) / float64(l.active)
+	h.queued = float64(int64(l.prefill))
+	return h
+}
+
+// calibrated picks the target with the least expected time to first token plus what its recomputation
+// costs the fleet (scoring.SharedCost), ties to the one with fewer active blocks, then at random. Pins,
+// exclusions, health and busy thresholds filter as in Select, with its errors.
+//
+// What a copy of the prefix costs depends on its holder. A prefix the holder's active requests share
+// and the engines have reported (a system prompt, a popular document) copied elsewhere is a replica:
+// priced at the fleet's load, and credited with the wait it spares the holder's next sharers — by
+// Little's law as many arrive while the holder's queue drains as wait in it now, and each saves on
+// average half the difference between the queue at the best copy that exists and this worker's. The rest of the holder's prefix copied elsewhere is a dead copy,
+// WorkWeight per token: cached idle there (a conversation's last turn, which moves), or still in its
+// first prefill (best-of-N copies, which ride on that prefill and spare nobody a wait).
+func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Score, chain []uint64, isl int, reuse bool,
 	exclude []uint64) (*target, scoring.Decision, error) {
 	cfg := m.cfg
 	bs := cfg.BlockSize
 	ov := m.overlaps(scores)
 	var host, disk []uint32
-	if tieredScores(scores) {
+	tiered := tieredScores(scores)
+	if tiered {
 		host, disk = m.tierOverlaps(scores)
 	}
 	gamma := m.cal.Gamma()
+	h := m.hold(scores, primary, tiered, chain, isl, reuse)
+	if !cfg.TrackPrefillTokens {
+		h.sharers = 0 // no queued prefill to spare anyone
+	}
+	if h.sharers > 0 {
+		// The copy saves the sharers the wait at the best copy that exists, not only at the holder.
+		for i := range m.lines {
+			if float64(ov[i])*float64(bs) >= h.settled {
+				h.queued = min(h.queued, float64(int64(m.lines[i].prefill)))
+			}
+		}
+	}
+	load := 0.0
+	if n := len(m.lines); n > 0 {
+		load = min(float64(m.prefilling)/float64(n), scoring.WorkWeight)
+	}
 	busyCheck := cfg.ActiveDecodeBlocksThreshold.Set || cfg.ActivePrefillTokensThreshold.Set || cfg.ActivePrefillTokensThresholdFrac.Set
 	filter := m.filtering(exclude)
 	fisl := float64(isl)
@@ -87,7 +173,15 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores []prefix.Score, chain
 			add = float64(int64(m.list[i].t.Projection(chain, true)))
 		}
 		k := l.decode + add
-		cost := scoring.CalibratedCost(q0*float64(int64(l.prefill)), u, k, tm.totalKV, bs, gamma)
+		q := q0 * float64(int64(l.prefill))
+		dead, saved := 0.0, 0.0
+		if h.cached > cached {
+			dead = h.cached - max(h.settled, cached)
+			if h.sharers > 0 && cached < h.settled && h.queued > q {
+				saved = h.sharers * (h.queued - q) / 2
+			}
+		}
+		cost := scoring.SharedCost(q, u, dead, k, tm.totalKV, bs, gamma, load, saved)
 		if sreq.ReturnCosts {
 			costs = append(costs, scoring.CandidateCost{Worker: tm.worker, Overlap: ov[i], Cost: cost})
 		}

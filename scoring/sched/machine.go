@@ -111,6 +111,9 @@ type Machine struct {
 	// routed requests it waits on.
 	cal *scoring.Calibrator
 	obs map[string]calObs
+	// prefilling is Σ lines[i].prefilling, the fleet's requests routed and not yet at their first token
+	// (kept by publish): the kvroute cost's load.
+	prefilling int64
 
 	sc scratch
 }
@@ -271,6 +274,7 @@ func (m *Machine) RemoveWorker(now time.Time, id uint64) []Released {
 // reindex rebuilds the dense views of the target list after a fleet change.
 func (m *Machine) reindex() {
 	m.lines = make([]line, len(m.list))
+	m.prefilling = 0
 	m.tmpl = make([]candTmpl, len(m.list))
 	m.pos = newPosTable(len(m.list))
 	m.sc.memo = m.sc.memo[:0]
@@ -286,6 +290,7 @@ func (m *Machine) reindex() {
 func (m *Machine) publish(t *target) {
 	s := t.t.Snapshot()
 	l := &m.lines[t.i]
+	m.prefilling += int64(s.PrefillingRequests) - int64(l.prefilling)
 	l.prefill, l.decode, l.unique = s.ActivePrefillTokens, s.ActiveDecodeBlocks, uint32(s.UniqueBlocks)
 	l.active, l.prefilling = uint32(s.ActiveRequests), uint32(s.PrefillingRequests)
 }

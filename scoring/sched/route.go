@@ -213,6 +213,7 @@ func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
 func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.Score, pin *scoring.WorkerKey,
 	pinRank bool) (t *target, sel scoring.Decision, reuse bool, err error) {
 	cfg := m.cfg
+	primary := scores // the engines' own report, before predictions merge in
 	if m.pred.on() {
 		if side := m.pred.scores(chain, bestOverlap(scores), &m.sc.side); len(side) > 0 {
 			scores = maxScores(scores, side, &m.sc.merged)
@@ -229,7 +230,7 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	m.sc.calibrated = m.useCalibrated(req)
 	if m.sc.calibrated {
 		m.rr++
-		t, sel, err = m.calibrated(&sreq, scores, chain, isl, reuse, req.Exclude)
+		t, sel, err = m.calibrated(&sreq, scores, primary, chain, isl, reuse, req.Exclude)
 		return t, sel, reuse, err
 	}
 	tiered := tieredScores(scores)
