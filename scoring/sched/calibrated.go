@@ -36,31 +36,27 @@ type holding struct {
 func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint64, isl int, reuse bool) holding {
 	var h holding
 	var best float64
-	var who prefix.WorkerKey
+	i := m.sc.most // overlaps' pick: the largest device overlap
 	if tiered {
 		// Lower tiers count at their weights, as in the cost.
 		hw, dw := m.cfg.HostCacheHitWeight, m.cfg.DiskCacheHitWeight
+		var who prefix.WorkerKey
 		for _, sc := range scores {
 			if b := float64(sc.Blocks) + hw*float64(sc.Host) + dw*float64(sc.Disk); b > best {
 				best, who = b, sc.Worker
 			}
 		}
-	} else {
-		var most uint32
-		for _, sc := range scores {
-			if sc.Blocks > most {
-				most, who = sc.Blocks, sc.Worker
-			}
+		var ok bool
+		if i, ok = m.pos.find(scoring.WorkerKey(who)); !ok {
+			return h
 		}
-		best = float64(most)
+	} else if i >= 0 {
+		best = float64(m.sc.ov[i])
 	}
 	if best == 0 {
 		return h
 	}
-	i, ok := m.pos.find(scoring.WorkerKey(who))
-	if !ok {
-		return h
-	}
+	who := prefix.WorkerKey(m.list[i].key)
 	bs := float64(m.cfg.BlockSize)
 	h.cached = min(best*bs, float64(isl))
 	l := &m.lines[i]
@@ -91,9 +87,10 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 // and the engines have reported (a system prompt, a popular document) copied elsewhere is a replica:
 // priced at the fleet's load, and credited with the wait it spares the holder's next sharers — by
 // Little's law as many arrive while the holder's queue drains as wait in it now, and each saves on
-// average half the difference between the queue at the best copy that exists and this worker's. The rest of the holder's prefix copied elsewhere is a dead copy,
-// WorkWeight per token: cached idle there (a conversation's last turn, which moves), or still in its
-// first prefill (best-of-N copies, which ride on that prefill and spare nobody a wait).
+// average half the difference between the queue at the best copy that exists and this worker's. The
+// rest of the holder's prefix copied elsewhere is a dead copy, WorkWeight per token: cached idle there
+// (a conversation's last turn, which moves), or still in its first prefill (best-of-N copies, which
+// ride on that prefill and spare nobody a wait).
 func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Score, chain []uint64, isl int, reuse bool,
 	exclude []uint64) (*target, scoring.Decision, error) {
 	cfg := m.cfg
@@ -111,11 +108,13 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	}
 	if h.sharers > 0 {
 		// The copy saves the sharers the wait at the best copy that exists, not only at the holder.
+		need, least := uint32((h.settled+float64(bs)-1)/float64(bs)), ^uint64(0)
 		for i := range m.lines {
-			if float64(ov[i])*float64(bs) >= h.settled {
-				h.queued = min(h.queued, float64(int64(m.lines[i].prefill)))
+			if ov[i] >= need && m.lines[i].prefill < least {
+				least = m.lines[i].prefill
 			}
 		}
+		h.queued = min(h.queued, float64(int64(least)))
 	}
 	load := 0.0
 	if n := len(m.lines); n > 0 {
@@ -174,12 +173,18 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 		}
 		k := l.decode + add
 		q := q0 * float64(int64(l.prefill))
-		dead, saved := 0.0, 0.0
-		if h.cached > cached {
-			dead = h.cached - max(h.settled, cached)
-			if h.sharers > 0 && cached < h.settled && h.queued > q {
-				saved = h.sharers * (h.queued - q) / 2
-			}
+		// The holder's prefix this worker lacks, beyond what is settled and live (plain comparisons, as
+		// above: no NaN can reach them).
+		held := h.settled
+		if cached > held {
+			held = cached
+		}
+		dead, saved := h.cached-held, 0.0
+		if dead < 0 {
+			dead = 0
+		}
+		if h.sharers > 0 && cached < h.settled && h.queued > q {
+			saved = h.sharers * (h.queued - q) / 2
 		}
 		cost := scoring.SharedCost(q, u, dead, k, tm.totalKV, bs, gamma, load, saved)
 		if sreq.ReturnCosts {

@@ -89,6 +89,7 @@ type scratch struct {
 	cands      []scoring.Candidate
 	tgts       []*target
 	ov         []uint32
+	most       int // overlaps: the target with the largest overlap, -1 when none
 	rows       []scoring.LoadRow
 	caps       []scoring.Capacity
 	targetOf   []int32
@@ -474,7 +475,8 @@ func (m *Machine) offer(am *scoring.Argmin, scores []prefix.Score, chain []uint6
 	}
 }
 
-// overlaps scatters the overlap scores into a slice by target index.
+// overlaps scatters the overlap scores into a slice by target index; m.sc.most is the target with the
+// largest (the first listed among equals), -1 when none.
 func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 	n := len(m.list)
 	ov := slices.Grow(m.sc.ov[:0], n)[:n]
@@ -482,11 +484,16 @@ func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 	// The index lists workers in an order that rarely changes between decisions, so the position found
 	// for the j-th score last time is checked first (one key compare) before the table is probed.
 	memo := m.sc.memo
+	var most uint32
+	at := -1
 	for j := range scores {
 		k := scoring.WorkerKey(scores[j].Worker)
 		if j < len(memo) && memo[j].key == k {
 			if i := memo[j].pos; i >= 0 {
 				ov[i] = scores[j].Blocks
+				if scores[j].Blocks > most {
+					most, at = scores[j].Blocks, int(i)
+				}
 			}
 			continue
 		}
@@ -495,6 +502,9 @@ func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 			i = -1
 		} else {
 			ov[i] = scores[j].Blocks
+			if scores[j].Blocks > most {
+				most, at = scores[j].Blocks, i
+			}
 		}
 		if j < len(memo) {
 			memo[j] = posMemo{key: k, pos: int32(i)}
@@ -504,6 +514,7 @@ func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 	}
 	m.sc.memo = memo
 	m.sc.ov = ov
+	m.sc.most = at
 	return ov
 }
 
