@@ -163,6 +163,9 @@ type exchange struct {
 	status int    // the worker's response status
 	events int    // SSE events seen (tokens generated, one per event)
 	ended  bool
+	// sawHeaders and bodyDone: the request's headers and its whole body have arrived. Envoy sends each
+	// once per stream; a repeat is refused (InvalidArgument) rather than picked again.
+	sawHeaders, bodyDone bool
 }
 
 func (x *exchange) send(r *extproc.ProcessingResponse) error { return x.stream.Send(r) }
@@ -183,6 +186,10 @@ func (x *exchange) handle(req *extproc.ProcessingRequest) (bool, error) {
 	}
 	switch v := req.Request.(type) {
 	case *extproc.ProcessingRequest_RequestHeaders:
+		if x.sawHeaders {
+			return false, status.Errorf(codes.InvalidArgument, "epp: request headers sent twice on one stream")
+		}
+		x.sawHeaders = true
 		x.headers.load(v.RequestHeaders.GetHeaders())
 		path := x.headers[":path"]
 		if v.RequestHeaders.GetEndOfStream() || !generatePath(path) {
@@ -199,6 +206,10 @@ func (x *exchange) handle(req *extproc.ProcessingRequest) (bool, error) {
 		if x.skip {
 			return false, x.send(x.passBody(true, b.GetBody(), b.GetEndOfStream(), x.reqMode))
 		}
+		if x.bodyDone {
+			// A second pick would replace the first, whose booking nobody would free.
+			return false, status.Errorf(codes.InvalidArgument, "epp: request body after its end of stream")
+		}
 		if len(x.body)+len(b.GetBody()) > x.s.cfg.MaxBodyBytes {
 			return true, x.immediate(413, errorBody(413, "request_too_large", "the request body exceeds "+strconv.Itoa(x.s.cfg.MaxBodyBytes)+" bytes"))
 		}
@@ -210,6 +221,7 @@ func (x *exchange) handle(req *extproc.ProcessingRequest) (bool, error) {
 			// STREAMED or BUFFERED_PARTIAL: the gateway wants an answer per chunk; the chunk goes on.
 			return false, x.send(bodyResp(true, nil, nil))
 		}
+		x.bodyDone = true
 		return x.pick(req.GetMetadataContext())
 	case *extproc.ProcessingRequest_RequestTrailers:
 		return false, x.send(&extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestTrailers{RequestTrailers: &extproc.TrailersResponse{}}})
