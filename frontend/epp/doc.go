@@ -25,9 +25,9 @@
 // ImmediateResponse with the frontend's status and OpenAI error body. When no worker can take the
 // request (503, or 429/529 from a queue limit) FailClose answers with that error and FailOpen lets the
 // request continue without a destination (the gateway picks). Requests that are not OpenAI generate
-// requests (GET, /v1/models, ...) continue untouched. Request headers sent twice, or a request body
-// after its end of stream, end the stream with InvalidArgument (a second pick would leave the first
-// booked). Health answers grpc.health.v1 for "liveness", "readiness" and the ext_proc service name.
+// requests (GET, /v1/models, ...) continue untouched. Request headers sent twice, a request body
+// before the headers or after its end of stream end the stream with InvalidArgument (a second pick
+// would leave the first booked). Health answers grpc.health.v1 for "liveness", "readiness" and the ext_proc service name.
 //
 // # Concurrency model
 //

@@ -206,6 +206,10 @@ func (x *exchange) handle(req *extproc.ProcessingRequest) (bool, error) {
 		if x.skip {
 			return false, x.send(x.passBody(true, b.GetBody(), b.GetEndOfStream(), x.reqMode))
 		}
+		if !x.sawHeaders {
+			// No path to route on (Pick would answer 500 for the empty path).
+			return false, status.Errorf(codes.InvalidArgument, "epp: request body before the request headers")
+		}
 		if x.bodyDone {
 			// A second pick would replace the first, whose booking nobody would free.
 			return false, status.Errorf(codes.InvalidArgument, "epp: request body after its end of stream")
