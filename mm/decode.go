@@ -31,13 +31,31 @@ const MaxDecodePixels = 1 << 26
 // through Go's IDCT and YCbCr→RGB conversion, which can differ from zune-jpeg by one level, so such
 // hashes agree across kvroute instances but not necessarily with a Dynamo frontend.
 func DecodeImage(data []byte) (Hash, Size, error) {
-	hdr, _, err := HeaderSize(data)
+	hdr, err := decodableSize(data)
 	if err != nil {
 		return 0, Size{}, err
 	}
-	if hdr.Pixels() > MaxDecodePixels {
-		return 0, Size{}, fmt.Errorf("%w: %dx%d image exceeds %d pixels for decoding", ErrLimit, hdr.W, hdr.H, MaxDecodePixels)
+	return decodeChecked(data, hdr)
+}
+
+// decodableSize reads the header and checks it against the pixel bound and the file's size, before
+// anything is decoded.
+func decodableSize(data []byte) (Size, error) {
+	hdr, f, err := HeaderSize(data)
+	if err != nil {
+		return Size{}, err
 	}
+	if hdr.Pixels() > MaxDecodePixels {
+		return Size{}, fmt.Errorf("%w: %dx%d image exceeds %d pixels for decoding", ErrLimit, hdr.W, hdr.H, MaxDecodePixels)
+	}
+	if err := plausibleSize(data, f, hdr); err != nil {
+		return Size{}, err
+	}
+	return hdr, nil
+}
+
+// decodeChecked decodes data whose header decodableSize accepted as hdr.
+func decodeChecked(data []byte, hdr Size) (Hash, Size, error) {
 	img, err := decodeAny(data)
 	if err != nil {
 		return 0, Size{}, err
@@ -46,6 +64,10 @@ func DecodeImage(data []byte) (Hash, Size, error) {
 	w, h := b.Dx(), b.Dy()
 	if w <= 0 || h <= 0 {
 		return 0, Size{}, fmt.Errorf("%w: empty image", ErrHeader)
+	}
+	if uint64(w)*uint64(h) > hdr.Pixels() {
+		// The budgets were taken for the header's size.
+		return 0, Size{}, fmt.Errorf("%w: decoded %dx%d, header %dx%d", ErrHeader, w, h, hdr.W, hdr.H)
 	}
 	c, pix := nativePixels(img)
 	hash, err := ContentHash(h, w, c, pix)
@@ -140,12 +162,28 @@ func nativePixels(img image.Image) (int, []byte) {
 // and returns its content hash and size, the --frontend-decoding identity, with the encoded bytes so
 // that later stages (the mm_kwargs transfer) use them instead of downloading the image again. Nothing
 // is cached: the URL does not identify the content in this mode.
-func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int) (Hash, Size, []byte, error) {
+//
+// Before decoding, admit (when set) is given the header's size and may refuse it (the request's total
+// pixel bound), then the decode waits for room in the process's MaxDecodePixelsInFlight.
+func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int, admit func(Size) error) (Hash, Size, []byte, error) {
 	data, err := p.Fetch(ctx, rawURL, maxBytes)
 	if err != nil {
 		return 0, Size{}, nil, err
 	}
-	h, sz, err := DecodeImage(data)
+	hdr, err := decodableSize(data)
+	if err != nil {
+		return 0, Size{}, nil, err
+	}
+	if admit != nil {
+		if err := admit(hdr); err != nil {
+			return 0, Size{}, nil, err
+		}
+	}
+	if err := p.decoding.take(ctx, hdr.Pixels()); err != nil {
+		return 0, Size{}, nil, err
+	}
+	h, sz, err := decodeChecked(data, hdr)
+	p.decoding.give(hdr.Pixels())
 	if err != nil {
 		return 0, Size{}, nil, err
 	}

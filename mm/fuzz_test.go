@@ -179,3 +179,44 @@ func FuzzCheckURL(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeImage: the --frontend-decoding decoder classifies every failure, decodes exactly the size
+// the header declared (the pixel budgets are taken for it), and allocates in proportion to that size;
+// for PNG, whose DEFLATE data expands at most 1032 times, in proportion to the file too, so a small file
+// declaring a large image is refused before the decoder allocates it.
+func FuzzDecodeImage(f *testing.F) {
+	f.Add(encodePNG(f, 3, 2))
+	f.Add(encodePNG(f, 64, 48))
+	f.Add(encodeJPEG(f, 9, 7))
+	f.Add(pngBomb(f, 8192, 8192, 1<<10))
+	f.Add(pngBomb(f, 300, 200, 200*(1+300*4)))
+	f.Add(webpVP8L(17, 5))
+	f.Add([]byte("GIF89a\x01\x00\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"))
+	f.Add([]byte("BM\x00\x00\x00\x00\x00\x00\x00\x00\x36\x00\x00\x00\x28\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hdr, f, herr := HeaderSize(b)
+		var (
+			sz  Size
+			err error
+		)
+		n := allocated(func() { _, sz, err = DecodeImage(b) })
+		if err != nil {
+			if !errors.Is(err, ErrHeader) && !errors.Is(err, ErrLimit) {
+				t.Fatalf("unclassified error %v", err)
+			}
+		} else if herr != nil || sz != hdr {
+			t.Fatalf("decoded %v, header %v %v", sz, hdr, herr)
+		}
+		if herr != nil {
+			hdr = Size{}
+		}
+		// Decoder buffers (up to 8 bytes a pixel for 16-bit RGBA) and the HWC copy, plus the file.
+		limit := 1<<20 + 64*uint64(len(b)) + 16*min(hdr.Pixels(), MaxDecodePixels)
+		if f == FormatPNG {
+			limit = min(limit, 1<<20+64*deflateMaxRatio*uint64(len(b))) // 1-bit palette: 5 bytes a pixel from 1/8
+		}
+		if n > limit {
+			t.Fatalf("%s of %d bytes declaring %v: %d bytes allocated, bound %d", f, len(b), hdr, n, limit)
+		}
+	})
+}

@@ -104,6 +104,9 @@ type Prober struct {
 	flights  routine.Group    // fetch goroutines
 
 	hits, misses, shared, requests, errs, noRange, blocked, headerKO atomic.Uint64
+
+	// decoding is the pixels of --frontend-decoding decodes in flight (MaxDecodePixelsInFlight).
+	decoding *pixelBudget
 }
 
 type flight struct {
@@ -153,6 +156,7 @@ func NewProber(cfg ProbeConfig, clk clock.Clock, transport http.RoundTripper) (*
 		client:   client,
 		cache:    newSizeCache(cfg.CacheEntries, cfg.CacheTTL, clock.Or(clk)),
 		inflight: make(map[Hash]*flight),
+		decoding: newPixelBudget(MaxDecodePixelsInFlight),
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Part is one image_url content part of a request, in prompt order across messages.
@@ -150,12 +151,16 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 		}
 		todo = append(todo, i)
 	}
+	var admit func(Size) error
+	if r.cfg.FrontendDecoding && len(todo) > 0 {
+		admit = r.admitter()
+	}
 	switch len(todo) {
 	case 0:
 	case 1:
-		r.resolveOne(ctx, parts[todo[0]].URL, &images[todo[0]])
+		r.resolveOne(ctx, parts[todo[0]].URL, &images[todo[0]], admit)
 	default:
-		r.fanOut(ctx, parts, images, todo)
+		r.fanOut(ctx, parts, images, todo, admit)
 	}
 	var pixels uint64
 	for i := range images {
@@ -175,7 +180,7 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 // fanOut resolves images[i] for every i in todo, one goroutine each, and waits for all of them. The
 // indices are copied so that the caller's stack scratch does not escape (the warm path stays
 // allocation-free).
-func (r *Resolver) fanOut(ctx context.Context, parts []Part, images []Image, todo []int) {
+func (r *Resolver) fanOut(ctx context.Context, parts []Part, images []Image, todo []int, admit func(Size) error) {
 	idx := slices.Clone(todo)
 	var wg sync.WaitGroup
 	labels := pprof.Labels("mm", "resolve-image")
@@ -183,15 +188,28 @@ func (r *Resolver) fanOut(ctx context.Context, parts []Part, images []Image, tod
 		wg.Add(1)
 		go pprof.Do(ctx, labels, func(ctx context.Context) {
 			defer wg.Done()
-			r.resolveOne(ctx, parts[i].URL, &images[i])
+			r.resolveOne(ctx, parts[i].URL, &images[i], admit)
 		})
 	}
 	wg.Wait()
 }
 
-func (r *Resolver) resolveOne(ctx context.Context, url string, im *Image) {
+// admitter returns the request's pre-decode check for --frontend-decoding: the images' header pixels
+// summed as their downloads complete, so that a request past MaxTotalPixels decodes nothing more
+// (the sum after decoding came too late to bound memory).
+func (r *Resolver) admitter() func(Size) error {
+	var total atomic.Uint64
+	return func(sz Size) error {
+		if t := total.Add(sz.Pixels()); t > r.cfg.MaxTotalPixels {
+			return fmt.Errorf("%w: the request's images declare %d pixels, more than %d", ErrLimit, t, r.cfg.MaxTotalPixels)
+		}
+		return nil
+	}
+}
+
+func (r *Resolver) resolveOne(ctx context.Context, url string, im *Image, admit func(Size) error) {
 	if r.cfg.FrontendDecoding {
-		im.Hash, im.Size, im.Data, im.Err = r.prober.Decode(ctx, url, r.cfg.MaxDecodeBytes)
+		im.Hash, im.Size, im.Data, im.Err = r.prober.Decode(ctx, url, r.cfg.MaxDecodeBytes, admit)
 		im.Source = SourceDecodedBytes
 		return
 	}
