@@ -4,7 +4,7 @@
 //
 // # Overview
 //
-//   - trace.go: Mooncake JSONL (spec/mocker.md §8.1), first-N-minutes filtering, the arrival schedule
+//   - trace.go: Mooncake JSONL, first-N-minutes filtering, the arrival schedule
 //     (trace time divided by --arrival-speedup, optional seeded jitter).
 //   - replay.go: Replay fires arrivals on schedule through an injected Sleeper (wall clock or a test fake).
 //   - simroute.go: cache-and-backlog routing simulation over per-worker LRUs (round-robin … cost).

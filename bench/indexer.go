@@ -15,7 +15,7 @@ import (
 	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
-// IndexerConfig configures the indexer benchmark: Dynamo's mooncake_bench method (spec/mocker.md §9.3)
+// IndexerConfig configures the indexer benchmark: Dynamo's mooncake_bench method
 // against kvroute's sharded indexer (actors/indexer).
 //
 // One op is one overlap query (FindMatches of a request's local block hashes, timed on the caller) or one

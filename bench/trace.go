@@ -18,7 +18,7 @@ var ErrBadTrace = errors.New("bench: bad trace")
 // TraceBlockSize is the number of tokens one Mooncake hash_id stands for (--trace-block-size default).
 const TraceBlockSize = 512
 
-// Request is one line of a Mooncake trace (spec/mocker.md §8.1).
+// Request is one line of a Mooncake trace.
 type Request struct {
 	// Timestamp is the arrival time in milliseconds from the start of the trace.
 	Timestamp int64 `json:"timestamp"`

@@ -6,7 +6,7 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// busyThresholds is the body of GET|POST /busy_threshold (spec/router.md §9.5). A field left out of a
+// busyThresholds is the body of GET|POST /busy_threshold. A field left out of a
 // POST keeps its value; a negative value clears the threshold.
 type busyThresholds struct {
 	Model                            string   `json:"model,omitempty"`

@@ -5,7 +5,7 @@ import (
 )
 
 // Family is a vision processor family: it fixes how an image's (W, H) becomes a number of placeholder
-// tokens (llm-multimodal 1.7.0, spec/multimodal.md §6).
+// tokens (llm-multimodal 1.7.0).
 type Family uint8
 
 // Families. The zero value means "no counter".

@@ -2,7 +2,7 @@ package mm
 
 import "testing"
 
-// Configs of spec/multimodal.md §7.1 (the Dynamo fixture llm_multimodal_1_7_0_counts.json).
+// Configs of Dynamo's fixture llm_multimodal_1_7_0_counts.json.
 var (
 	cfgQwen2  = ProcessorConfig{PatchSize: 14, MergeSize: 2, MinPixels: 3136, MaxPixels: 12845056, TemporalPatchSize: 2}
 	cfgQwen3  = ProcessorConfig{PatchSize: 16, MergeSize: 2, TemporalPatchSize: 2, HasSize: true, ShortestEdge: 65536, LongestEdge: 16777216}

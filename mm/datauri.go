@@ -16,7 +16,7 @@ type DataURI struct {
 	// Base64 is true when the metadata contains ";base64".
 	Base64 bool
 	// Data is the payload: base64-decoded (standard alphabet, padding required) when Base64, else the
-	// raw bytes after the comma, not percent-decoded (as Dynamo does, spec/multimodal.md §4).
+	// raw bytes after the comma, not percent-decoded (as Dynamo does).
 	Data []byte
 }
 

@@ -110,7 +110,7 @@ func ModelInfoFrom(m *model.Model, id string) (ModelInfo, error) {
 	return info, nil
 }
 
-// BOSFromModel is the routing-side BOS rule (spec/hashing.md §6.4): when tokenizer_config.json has
+// BOSFromModel is the routing-side BOS rule: when tokenizer_config.json has
 // add_bos_token true and bos_token re-encodes to exactly one id, that id is prepended to the routing
 // tokens (LLaVA-1.5 / LlamaTokenizer family: the HF processor adds it, the chat template does not).
 func BOSFromModel(m *model.Model) (uint32, bool) {
@@ -177,7 +177,7 @@ func (s *Spec) Vision() bool {
 }
 
 // UUIDModality is the key of vLLM's multi_modal_uuids under which the image uuids go: "vision_chunk"
-// for Kimi (unified vision chunks), "image" otherwise (spec/multimodal.md §2.3).
+// for Kimi (unified vision chunks), "image" otherwise.
 func (s *Spec) UUIDModality() string {
 	if s.Family == FamilyKimiK25 {
 		return "vision_chunk"
@@ -211,7 +211,7 @@ func (s *Spec) shapeOf(sz Size) shape {
 	return sh
 }
 
-// Detect resolves a model's Spec (spec/multimodal.md §3, §5.3): the counter from the family patterns
+// Detect resolves a model's Spec: the counter from the family patterns
 // and preprocessor_config.json (required), the placeholder from the ordered ModelProcessorSpec list.
 // Llama-4 and Pixtral get vLLM's structured layouts (find token <|image|> / [IMG]). Phi-3-vision,
 // Kimi-K3, Phi-4-multimodal, Qwen3-Omni, Inkling, Qwen3-ASR and Nemotron-Nano-Omni resolve but stay

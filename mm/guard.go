@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// blockedPrefixes are the destinations the size probe refuses unless allowed (spec/multimodal.md §4,
-// Dynamo's MediaFetcher list, plus the NAT64 prefix whose low 32 bits embed an IPv4 address).
+// blockedPrefixes are the destinations the size probe refuses unless allowed (Dynamo's
+// MediaFetcher list, plus the NAT64 prefix whose low 32 bits embed an IPv4 address).
 var blockedPrefixes = mustPrefixes(
 	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
 	"192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",

@@ -38,7 +38,7 @@ func (s IdentitySource) String() string {
 	return "unknown"
 }
 
-// HashURL returns the identity of an image reference. For a URL (spec/multimodal.md §1.1): XXH3-64
+// HashURL returns the identity of an image reference. For a URL: XXH3-64
 // with seed 0 of its WHATWG serialization, query kept. Any other scheme (s3://, gs://) is hashed too;
 // size discovery is what refuses it.
 //
@@ -101,7 +101,7 @@ const contentHeaderLen = 8 + 3*8 + 1
 // dtypeUint8 is the dtype tag of uint8 pixel data in the content-hash header.
 const dtypeUint8 = 0
 
-// ContentHash is the --frontend-decoding identity (spec/multimodal.md §1.2): XXH3-64 (seed 0) of
+// ContentHash is the --frontend-decoding identity: XXH3-64 (seed 0) of
 // u64le(3) ‖ u64le(H) ‖ u64le(W) ‖ u64le(C) ‖ u8(0 = uint8) ‖ pixels, with pixels in HWC order and the
 // native channel count C (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA). len(pix) must be H*W*C.
 func ContentHash(h, w, c int, pix []byte) (Hash, error) {

@@ -9,7 +9,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// TestVector7URLIdentity is spec/hashing.md §7 vector #7 and #8.
+// TestVector7URLIdentity checks Dynamo's URL-identity vectors (XXH3-64 of the serialized URL).
 func TestVector7URLIdentity(t *testing.T) {
 	h, src, err := HashURL("https://example.com/cat.png")
 	if err != nil {
@@ -67,7 +67,7 @@ func TestWireForms(t *testing.T) {
 	}
 }
 
-// TestHashURLSemantics mirrors Dynamo's hash_image_url_* tests (spec/multimodal.md §12).
+// TestHashURLSemantics mirrors Dynamo's hash_image_url_* tests.
 func TestHashURLSemantics(t *testing.T) {
 	mustHash := func(u string) Hash {
 		t.Helper()

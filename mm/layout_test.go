@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Llama-4's image tokens (meta-llama/Llama-4-Scout-17B-16E-Instruct tokenizer, spec/multimodal.md §5.2).
+// Llama-4's image tokens (meta-llama/Llama-4-Scout-17B-16E-Instruct tokenizer).
 var llama4Vocab = map[string]uint32{
 	"<|image_start|>": 200088, "<|image_end|>": 200089, "<|image|>": 200090, "<|patch|>": 200092,
 	"<|tile_x_separator|>": 200093, "<|tile_y_separator|>": 200094,
@@ -37,7 +37,7 @@ func pixtralSpec(t testing.TB) Spec {
 }
 
 // TestLlama4VLLMGolden: vLLM's Mllama4 replacement length and its <|patch|> count for the sizes of the
-// golden table (spec/multimodal.md §7.1). Expected values were computed from the processor's own
+// golden table. Expected values were computed from the processor's own
 // definitions, written out independently of this package: HF find_supported_resolutions (every
 // rows×cols ≤ max_patches of 336-px tiles) and get_best_fit (resize_to_max_canvas false), then
 // Llama4Processor._prompt_split_image with 144 patches per chunk ((336/14)² / round(1/0.5²)). The tile

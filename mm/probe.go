@@ -16,7 +16,7 @@ import (
 	"github.com/kvroute/kvroute/internal/routine"
 )
 
-// ProbeConfig configures the image size probe. The defaults are Dynamo's (spec/multimodal.md §4).
+// ProbeConfig configures the image size probe. The defaults are Dynamo's.
 type ProbeConfig struct {
 	// Timeout bounds each Range request, connect to last byte. Default 10 s (Dynamo DIM_FETCH_TIMEOUT);
 	// a slow image server then costs one request at most this long, never the router's latency budget

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 )
 
-// ProcessorConfig is preprocessor_config.json as llm-multimodal 1.7.0 reads it for counting
-// (spec/multimodal.md §6.1). A zero field means "absent": the counters apply their own defaults, and
+// ProcessorConfig is preprocessor_config.json as llm-multimodal 1.7.0 reads it for counting.
+// A zero field means "absent": the counters apply their own defaults, and
 // which absent fields matter differs per family, so nothing is defaulted here.
 type ProcessorConfig struct {
 	// PatchSize is patch_size (an int, or {height, width} of which height is used); filled from

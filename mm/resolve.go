@@ -15,7 +15,7 @@ type Part struct {
 	// URL is image_url.url as the client sent it.
 	URL string
 	// UUID is the part's client-supplied uuid, "" when absent. Any uuid disables multimodal routing
-	// for the request (spec/multimodal.md §2.4).
+	// for the request.
 	UUID string
 }
 
@@ -268,7 +268,7 @@ func (im Image) String() string {
 	return fmt.Sprintf("image(%s %s %dx%d n=%d)", im.Source, im.Hash.HexID(), im.Size.W, im.Size.H, im.NumTokens)
 }
 
-// RouteLegacy builds the block_mm_infos view of a request (spec/hashing.md §6.2), for workers whose
+// RouteLegacy builds the block_mm_infos view of a request, for workers whose
 // events are hashed with their images' mm_hash suffix rather than normalized to pad values: the routing
 // tokens are the engine's own prompt (each image's replacement written with RunTokenID, as Route
 // places it), and blockMM[b] lists the mm_hash of every image overlapping block b. Hash with

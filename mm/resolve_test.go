@@ -196,7 +196,7 @@ func overlap(a, b []uint32, bs int) int {
 	return n
 }
 
-// TestDynamoScenarios mirrors Dynamo's multimodal routing e2e assertions (spec/multimodal.md §12) on
+// TestDynamoScenarios mirrors Dynamo's multimodal routing e2e assertions on
 // the routing view: overlap in blocks of 16 between a first and a second request.
 func TestDynamoScenarios(t *testing.T) {
 	files := map[string][]byte{"/cat.png": encodePNG(t, 640, 480), "/dog.png": encodePNG(t, 480, 640), "/cow.png": encodePNG(t, 500, 500)}

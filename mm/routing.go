@@ -108,7 +108,7 @@ func (r *Routing) HexIDs() []string {
 // Pad is the hash's pad value (scoring.PadValue): the token that stands for each of its positions.
 func (h Hash) Pad() uint32 { return scoring.PadValue(uint64(h)) }
 
-// Expand builds the routing view (spec/hashing.md §6.4). tokens are the worker-bound ids (not
+// Expand builds the routing view. tokens are the worker-bound ids (not
 // modified); find is Spec.ImageTokenID; entries are the images in prompt order; bos is prepended when
 // hasBOS. The result is all or nothing: on any failure Routing is empty and the reason says why, and
 // the caller must then forward no image ids either. dst, when it has capacity, is reused for Tokens.
@@ -187,7 +187,7 @@ func Expand(dst, tokens []uint32, find uint32, entries []Entry, bos uint32, hasB
 	return Routing{Tokens: out, ExpandedLen: n, Hashes: hashes}, FallbackNone
 }
 
-// BlockMMInfos is the legacy block_mm_infos side channel (spec/hashing.md §6.2; the TRT-LLM MM router
+// BlockMMInfos is the legacy block_mm_infos side channel (the TRT-LLM MM router
 // worker's build_block_mm_infos): for each of ceil(numTokens/blockSize) blocks, the mm_hash of every
 // image range [s, e) that overlaps it, in image order; nil for blocks without images. Pass it as the
 // blockMM argument of scoring.LocalBlockHashes, with routing tokens that keep the real image token id.

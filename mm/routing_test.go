@@ -7,7 +7,7 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// TestVector10Expansion is spec/hashing.md §7 vector #10 (lightseek_mm/routing.rs unit test).
+// TestVector10Expansion is the expansion vector of Dynamo's lightseek_mm/routing.rs unit test.
 func TestVector10Expansion(t *testing.T) {
 	a, b := Hash(0xaaaa), Hash(0xbbbb)
 	r, reason := Expand(nil, []uint32{10, 99, 11, 99, 12}, 99, []Entry{{Hash: a, NumTokens: 2}, {Hash: b, NumTokens: 3}}, 1, true, 4, DefaultLimits())

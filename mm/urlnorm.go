@@ -8,7 +8,7 @@ import (
 )
 
 // NormalizeURL returns the WHATWG serialization of raw, the string Dynamo hashes for an image URL
-// (Rust url::Url::as_str, spec/multimodal.md §1.1): leading and trailing C0 controls and spaces
+// (Rust url::Url::as_str): leading and trailing C0 controls and spaces
 // trimmed, ASCII tab and newline removed, scheme and (special-scheme) host lowercased, default ports
 // dropped, dot segments resolved, an empty special path written "/", and the characters of the WHATWG
 // percent-encode sets escaped per component. Existing %XX escapes and the query are kept as they are.

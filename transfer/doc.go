@@ -1,6 +1,6 @@
 // Package transfer hands preprocessed images (vLLM's mm_kwargs) from the frontend to the chosen worker,
-// so the worker skips fetching and preprocessing them: Dynamo's chat-processor variant
-// (spec/multimodal.md §9), with kvroute's own wire format.
+// so the worker skips fetching and preprocessing them: Dynamo's chat-processor variant,
+// with kvroute's own wire format.
 //
 // # Overview
 //

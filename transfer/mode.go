@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Mode selects how a preprocessed image (mm_kwargs) reaches the worker (spec/multimodal.md §9.1).
+// Mode selects how a preprocessed image (mm_kwargs) reaches the worker.
 type Mode uint8
 
 const (

@@ -54,7 +54,7 @@ func (p Processor) Validate() error {
 }
 
 // LoadProcessor reads dir/preprocessor_config.json as a Qwen-VL image processor: geometry through
-// mm.LoadProcessorConfig with the Qwen3-VL rules of spec/multimodal.md §6.3 for absent fields (min =
+// mm.LoadProcessorConfig with Qwen3-VL's rules for absent fields (min =
 // min_pixels || size.shortest_edge, max = max_pixels || size.longest_edge), image_mean / image_std from
 // the file (CLIP's defaults when absent, as HF's Qwen2-VL processor).
 func LoadProcessor(dir string) (Processor, error) {

@@ -12,7 +12,7 @@ import (
 
 type stage int
 
-// Routing-overhead stages (spec/router.md §1, §13), in request-path order.
+// Routing-overhead stages, in request-path order.
 const (
 	stageBlockHashing stage = iota
 	stageSeqHashing

@@ -2,7 +2,7 @@ package router
 
 import "github.com/kvroute/kvroute/scoring/sched"
 
-// This file is the router side of replica sync (spec/router.md §7.1, workers/natsplane): the observer
+// This file is the router side of replica sync (workers/natsplane): the observer
 // that reports this router's load changes, and the apply side that charges other routers' requests on the
 // same workers' trackers. Remote requests live in the same active map under a namespaced id, so stale
 // expiry and worker removal clean them up like local ones when their Free is lost.

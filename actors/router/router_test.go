@@ -17,7 +17,7 @@ import (
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
-// goldenHex reads one of kvevents' spec byte examples (spec/vllm-kv-events.md §4).
+// goldenHex reads one of kvevents' golden byte examples (vLLM's event encoding of known inputs).
 func goldenHex(t *testing.T, name string) []byte {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "workers", "kvevents", "testdata", name+".hex"))

@@ -33,7 +33,7 @@ type ChatRequest struct {
 	AddGenerationPrompt *bool             `json:"add_generation_prompt"`
 	// ContinueFinalMessage renders the last (assistant) message open-ended instead of adding a prompt.
 	ContinueFinalMessage bool `json:"continue_final_message"`
-	// MMProcessorKwargs change vLLM's multimodal identifiers (spec/vllm-kv-events.md §8.2), so the router
+	// MMProcessorKwargs change vLLM's multimodal identifiers, so the router
 	// needs to know they are set.
 	MMProcessorKwargs json.RawMessage `json:"mm_processor_kwargs"`
 
@@ -95,7 +95,7 @@ type NVExt struct {
 	// response body's "nvext".
 	ReturnRouting bool        `json:"return_routing"`
 	AgentHints    *AgentHints `json:"agent_hints"`
-	// CacheSalt namespaces the router's block hashes (spec/hashing.md §3).
+	// CacheSalt namespaces the router's block hashes.
 	CacheSalt string `json:"cache_salt"`
 	// BackendInstanceID pins the request to one worker, bypassing the cost function.
 	BackendInstanceID *uint64 `json:"backend_instance_id"`
@@ -103,7 +103,7 @@ type NVExt struct {
 
 // AgentHints are a caller's scheduling hints.
 type AgentHints struct {
-	// Priority moves the request earlier in the router's queue, in seconds (spec/router.md §9.3).
+	// Priority moves the request earlier in the router's queue, in seconds.
 	Priority *float64 `json:"priority"`
 	// LatencySensitivity is the deprecated spelling of Priority.
 	LatencySensitivity *float64 `json:"latency_sensitivity"`
@@ -489,7 +489,7 @@ func (c *Common) IncludeUsage() bool { return c.StreamOptions != nil && c.Stream
 // ReturnRouting reports whether the response should carry the routing decision.
 func (c *Common) ReturnRouting() bool { return c.NVExt != nil && c.NVExt.ReturnRouting }
 
-// CacheNamespace is the request's prefix-cache namespace (spec/hashing.md §3) given its X-Tenant-ID header:
+// CacheNamespace is the request's prefix-cache namespace given its X-Tenant-ID header:
 // the cache_salt the worker's engine hashes its blocks with. That is the body's cache_salt when set, else
 // Dynamo's nvext.cache_salt, else the tenant; forward reports that the worker does not know it yet, so
 // the body sent to the worker must carry it as cache_salt (SetCacheSalt) for its cache and the router's

@@ -1,5 +1,5 @@
 // Package client dispatches requests to workers' OpenAI endpoints (vLLM or the kvroute mocker): the
-// request path's stage 8 and 9 of ARCHITECTURE.md §1, plus the health and metrics probes the worker
+// request path's dispatch and response stages (docs/architecture.md), plus the health and metrics probes the worker
 // supervisor runs.
 //
 // # Overview

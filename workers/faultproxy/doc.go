@@ -1,5 +1,5 @@
-// Package faultproxy is a fault-injecting proxy for one vLLM KV event stream (spec/vllm-kv-events.md
-// §2): it subscribes to a worker's PUB socket, re-publishes each batch on its own PUB socket, and passes
+// Package faultproxy is a fault-injecting proxy for one vLLM KV event stream: it
+// subscribes to a worker's PUB socket, re-publishes each batch on its own PUB socket, and passes
 // replay requests through to the worker's ROUTER. On the way it can drop, duplicate, reorder and delay
 // batches (by probability from a seeded RNG, or for explicit sequence numbers) and cut the stream: close
 // its PUB socket for a while, so that subscribers see a disconnect and reconnect. It exists for the fault

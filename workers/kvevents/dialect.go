@@ -6,7 +6,7 @@ import (
 	"math"
 )
 
-// Dialect is one family of publishers' variant of the wire format (spec/vllm-kv-events.md §3, §10). Decode
+// Dialect is one family of publishers' variant of the wire format. Decode
 // reads every dialect without being told which; AppendDialect writes each, for the compatibility tests,
 // the mocker and the golden fixtures (testdata/dialect_*.hex).
 type Dialect uint8

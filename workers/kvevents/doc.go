@@ -1,4 +1,4 @@
-// Package kvevents speaks vLLM's KV-cache event plane (spec/vllm-kv-events.md): the msgpack wire format,
+// Package kvevents speaks vLLM's KV-cache event plane: the msgpack wire format,
 // decoded and encoded, the ZMQ subscribers that feed the router, and a vLLM-compatible publisher for
 // tests and the mocker.
 //
@@ -24,7 +24,7 @@
 //   - rekey.go: Rekey / RekeyImages turn a Stored event into the router's local block hashes
 //     (scoring.BlockHash over each block's token_ids), stopping at the first short block (Dynamo's
 //     "Block not published"); RekeyImages also replaces image-token runs with pad values recovered from
-//     64-hex extra_keys identifiers (spec/hashing.md §6.5–6.6); with an end token (Llama-4
+//     64-hex extra_keys identifiers; with an end token (Llama-4
 //     <|image_end|>, Pixtral [IMG_END]) every run up to it takes the same image's pad
 //     (NormalizeImageSpans), since a tiled image is several runs.
 //   - trtllm.go: TensorRT-LLM's JSON event list (KVCacheEventSerializer layout, per-block mm_keys):

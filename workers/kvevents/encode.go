@@ -6,7 +6,7 @@ import (
 )
 
 // AppendBatch appends the msgpack encoding of b to dst, byte for byte as vLLM's msgspec encoder writes
-// it (spec/vllm-kv-events.md §3.3, §11):
+// it:
 //   - the batch is the positional array [ts, events, dp_rank]; ts is always float64; dp_rank is dropped
 //     (a 2-element array) only when HasDPRank is false, as omit_defaults drops a trailing None;
 //   - LayoutMap events are maps with "type" first and fields in declaration order; required fields are

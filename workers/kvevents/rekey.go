@@ -8,7 +8,7 @@ const maxBlockMM = 8
 // maxStackBlock is the largest block normalized in a stack buffer.
 const maxStackBlock = 1024
 
-// Rekey appends to dstLocal the router's local hash (scoring.BlockHash, spec/hashing.md §2) of each
+// Rekey appends to dstLocal the router's local hash (scoring.BlockHash) of each
 // block of a Stored event, so the caller can pair ev.BlockHashes[i] (the engine's opaque handle) with
 // local[i]. Token chunks are cut at ev.BlockSize (blockSize when the event has none) and must hold
 // exactly blockSize tokens: at the first chunk that does not, Rekey stops, and partial counts the
@@ -22,7 +22,7 @@ func Rekey(ev *Event, blockSize int, seed uint64, dstLocal []uint64) (local []ui
 	return rekey(ev, blockSize, seed, 0, 0, false, dstLocal)
 }
 
-// RekeyImages is Rekey with Dynamo's router-side image normalization (spec/hashing.md §6.5): in a block
+// RekeyImages is Rekey with Dynamo's router-side image normalization: in a block
 // whose extra_keys name images, each maximal run of imageTokenID is replaced by scoring.PadValue of the
 // block's k-th image (k advancing per run, clamped to the last image), and the block is hashed without
 // mm suffix, so it matches a frontend request whose image positions were expanded to pad values.
@@ -82,7 +82,7 @@ func rekey(ev *Event, blockSize int, seed uint64, imageTok, endTok uint32, norma
 
 // BlockMMHashes appends to dst the mm_hash of every multimodal extra key of one block, in order: an
 // (identifier, offset) entry whose identifier is 64 hex digits yields its first 16 hex digits as a
-// uint64 (spec/hashing.md §6.6); other identifiers (opaque uuids, "lora:hash") are ignored.
+// uint64; other identifiers (opaque uuids, "lora:hash") are ignored.
 func BlockMMHashes(keys []ExtraKey, dst []uint64) []uint64 {
 	for _, k := range keys {
 		if k.Kind != ExtraMM {
@@ -168,7 +168,7 @@ func NormalizeImageSpans(block []uint32, imageTok, endTok uint32, mm []uint64) {
 
 // CacheSalt returns the cache salt a BlockStored event's blocks were hashed with, or "". vLLM puts the
 // request's cache_salt in the extra keys of the request's first block only, after the LoRA name and the
-// multimodal entries (spec/vllm-kv-events.md §7.3), so it is visible only on an event without a parent;
+// multimodal entries, so it is visible only on an event without a parent;
 // the blocks of a continuation inherit their parent's salt. Bare strings in that block are the LoRA name
 // (when the event names one, first) and the salt (last). Older vLLM wrote multimodal identifiers as bare
 // strings too: a block with such identifiers and no salt would be misread, which current vLLM (tuples)

@@ -10,7 +10,7 @@ import (
 func TestRekeyText(t *testing.T) {
 	ev := Event{Kind: Stored, BlockHashes: []uint64{11, 12}, TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4}
 	local, partial := Rekey(&ev, 4, scoring.Seed, nil)
-	// spec/hashing.md §7 vectors #2 and #3.
+	// Dynamo's block-hash vectors.
 	if partial != 0 || len(local) != 2 || local[0] != 14643705804678351452 || local[1] != 16777012769546811212 {
 		t.Fatalf("got %v partial %d", local, partial)
 	}
@@ -41,7 +41,7 @@ func TestRekeyPartial(t *testing.T) {
 	}
 }
 
-// TestRekeyImages is spec/hashing.md §7 vector #11 (Dynamo's vllm_event_normalizes_to_frontend_pad_value_hash).
+// TestRekeyImages is the vector of Dynamo's vllm_event_normalizes_to_frontend_pad_value_hash test.
 func TestRekeyImages(t *testing.T) {
 	const img, mmHash = 151655, 9533257059414191570
 	id := fmt.Sprintf("%016x", uint64(mmHash)) + "000000000000000000000000000000000000000000000000"

@@ -15,7 +15,7 @@ const (
 // seqTracker is the pure sequence-number state machine of one publisher stream. It performs no I/O:
 // the socket goroutine asks it what to do and reports what it delivered (raft style).
 //
-// Rules (spec/vllm-kv-events.md §2.2, §6):
+// Rules:
 //   - nothing seen yet (start, or after a reset) and seq > 0: batches were lost to ZMQ's slow-joiner
 //     window; replay from 0;
 //   - seq == last+1: in order;

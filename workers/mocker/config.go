@@ -14,8 +14,7 @@ var ErrBadRequest = errors.New("mocker: bad request")
 // ErrResetBusy is returned by Engine.ResetPrefixCache while blocks are in use, as vLLM refuses the reset then.
 var ErrResetBusy = errors.New("mocker: prefix cache reset refused: blocks in use")
 
-// EngineConfig configures one simulated vLLM engine (one dp rank). Defaults follow Dynamo's mocker
-// (spec/mocker.md §3).
+// EngineConfig configures one simulated vLLM engine (one dp rank). Defaults follow Dynamo's mocker.
 type EngineConfig struct {
 	// BlockSize is the number of tokens per KV block. Default 64 (Dynamo's vLLM mocker); vLLM's own
 	// default on GPUs is 16. It must equal the router's --kv-cache-block-size.

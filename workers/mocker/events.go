@@ -13,7 +13,7 @@ import (
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
-// specKind is the kv_cache_spec_kind current vLLM sends for a plain decoder (spec/vllm-kv-events.md §4.1).
+// specKind is the kv_cache_spec_kind current vLLM sends for a plain decoder.
 const specKind = "full_attention"
 
 // batchFromEvents fills b with the engine events of one step, shaped as current vLLM sends them: medium
@@ -79,7 +79,7 @@ func extraToWire(k *ExtraKeys) []kvevents.ExtraKey {
 	return out
 }
 
-// KVEventsConfig is vLLM's --kv-events-config (spec/vllm-kv-events.md §2.1) plus the event layout.
+// KVEventsConfig is vLLM's --kv-events-config plus the event layout.
 type KVEventsConfig struct {
 	// Enable is enable_kv_cache_events.
 	Enable bool `json:"enable_kv_cache_events"`

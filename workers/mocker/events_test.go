@@ -24,12 +24,12 @@ func fixture(t *testing.T, name string) []byte {
 	return b
 }
 
-// specTS is the batch timestamp of every example in spec/vllm-kv-events.md §4.
+// specTS is the batch timestamp of every golden event example.
 var specTS = time.Unix(1700000000, 500_000_000)
 
 const specHash BlockHash = 0xdab89baa7b5857c0
 
-// TestEventBytesEqualSpecExamples feeds the inputs of spec/vllm-kv-events.md §4 through the mocker's
+// TestEventBytesEqualSpecExamples feeds the inputs of the golden event examples through the mocker's
 // event conversion and the kvevents encoder and compares with the golden bytes, in both layouts.
 func TestEventBytesEqualSpecExamples(t *testing.T) {
 	mmID := "2f97f006c0e2eb2e" + strings.Repeat("0", 48)

@@ -11,7 +11,7 @@ import (
 
 // BlockHash is an engine block hash. Like vLLM's, it chains over (parent hash, block tokens, extra keys);
 // unlike vLLM's it is XXH3-64 with EngineConfig.HashSeed, which is allowed: the router treats engine hashes as
-// opaque and re-keys blocks from token_ids (spec/vllm-kv-events.md §7.4).
+// opaque and re-keys blocks from token_ids.
 type BlockHash uint64
 
 // MMItem places one multimodal item (an image) in a prompt: its identity (a 64-hex content hash or the
@@ -23,7 +23,7 @@ type MMItem struct {
 }
 
 // MMKey is one multimodal entry of a block's extra keys: the item's identity and its offset relative to the
-// block start (negative for continuation blocks), as current vLLM hashes it (spec/vllm-kv-events.md §7.3).
+// block start (negative for continuation blocks), as current vLLM hashes it.
 type MMKey struct {
 	ID     string
 	Offset int

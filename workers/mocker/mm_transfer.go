@@ -1,6 +1,6 @@
 package mocker
 
-// The worker side of the mm_kwargs handoff (spec/multimodal.md §9.4; package transfer). An image
+// The worker side of the mm_kwargs handoff (package transfer). An image
 // content part may carry "mm_kwargs", a transfer.Descriptor the frontend attached after preprocessing
 // the image: the mocker reads it from the shared-memory segment or pulls it from the frontend's
 // transfer agent, verifies it (checksum, shape, mm_hash), checks that its patch grid gives the token

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Dynamo's default polynomial timing model (spec/mocker.md §5.1), in milliseconds before the speedup ratio.
+// Dynamo's default polynomial timing model, in milliseconds before the speedup ratio.
 
 // PrefillMillis is the duration of a prefill pass over t new tokens (t = sum over the batch's prefilling
 // requests of their tokens computed this step; cached tokens are not computed).

@@ -1,5 +1,5 @@
-// Package natsplane scales kvroute out over NATS with JetStream (ARCHITECTURE.md §8, spec/router.md §7.1
-// and §11): several frontends share one fleet of workers, each with a complete index of every worker's
+// Package natsplane scales kvroute out over NATS with JetStream (docs/scale-out.md):
+// several frontends share one fleet of workers, each with a complete index of every worker's
 // KV cache, and optionally each other's active load.
 //
 // # Overview

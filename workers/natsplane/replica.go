@@ -36,7 +36,7 @@ type ReplicaStats struct {
 	RemoteDropped uint64
 }
 
-// ReplicaSync publishes this router's load changes and applies other routers' (spec/router.md §7.1).
+// ReplicaSync publishes this router's load changes and applies other routers'.
 // Best-effort: events travel on core NATS, lost events are repaired by stale-request expiry on the
 // receiving side, and a new replica starts with zero remote load and converges as requests end.
 //
