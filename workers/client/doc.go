@@ -18,7 +18,8 @@
 //     received (Raw, for pass-through) with its meaning: the first event carrying output (content,
 //     text, reasoning, tool calls, token ids, a finish reason, or a usage with completion tokens)
 //     fires the onFirstToken callback once (the router's MarkPrefillCompleted); a usage event is kept
-//     for Usage(); [DONE] and mid-stream error events are marked.
+//     for Usage() (one with a negative count is ignored); [DONE] and mid-stream error events are
+//     marked. An event past MaxEventBytes (8 MiB, a line never ended included) breaks the stream.
 //  4. Probes (probe.go): Health (GET /health) and ScrapeMetrics (GET /metrics: block size and KV
 //     capacity from vllm:cache_config_info, running / waiting requests and KV usage per engine).
 //     ParseMetrics is pure and fuzzed.

@@ -19,7 +19,7 @@ import (
 
 // hijack returns a server whose handler gets the raw connection after the request was read, for
 // failures net/http would not produce on its own.
-func hijackServer(t *testing.T, fn func(conn net.Conn, rw *bufio.ReadWriter)) *httptest.Server {
+func hijackServer(t testing.TB, fn func(conn net.Conn, rw *bufio.ReadWriter)) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)

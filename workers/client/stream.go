@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -138,6 +139,13 @@ func (s *Stream) Next() (Event, error) {
 			s.err = classify(s.ctx, s.e.addr, err, s.events > 0, isTimeout(err))
 			return Event{}, s.err
 		}
+		if len(s.raw)+len(line) > MaxEventBytes {
+			err = errEventTooLarge
+		}
+		if err != nil {
+			s.err = classify(s.ctx, s.e.addr, err, s.events > 0, false)
+			return Event{}, s.err
+		}
 		start := len(s.raw)
 		s.raw = append(s.raw, line...)
 		content := trimEOL(s.raw[start:])
@@ -165,7 +173,17 @@ func (s *Stream) Next() (Event, error) {
 	return ev, nil
 }
 
-// readLine returns the next line, "\n" included; a line longer than the buffer is gathered.
+// MaxEventBytes bounds one SSE event of a worker's stream (its lines gathered until the blank line):
+// far above any chunk an engine writes (a token's text, ids and top logprobs), and what keeps a worker
+// that never ends a line or an event from growing the frontend's memory until its idle timeout, which
+// every byte renews. A larger event breaks the stream.
+const MaxEventBytes = 8 << 20
+
+// errEventTooLarge is the cause of a stream broken by an event past MaxEventBytes.
+var errEventTooLarge = fmt.Errorf("client: SSE event larger than %d bytes", MaxEventBytes)
+
+// readLine returns the next line, "\n" included; a line longer than the buffer is gathered, up to
+// MaxEventBytes.
 func (s *Stream) readLine() ([]byte, error) {
 	line, err := s.br.ReadSlice('\n')
 	if err != bufio.ErrBufferFull {
@@ -178,6 +196,9 @@ func (s *Stream) readLine() ([]byte, error) {
 	for {
 		line, err = s.br.ReadSlice('\n')
 		long = append(long, line...)
+		if len(long) > MaxEventBytes {
+			return nil, errEventTooLarge
+		}
 		if err != bufio.ErrBufferFull {
 			if err == io.EOF {
 				return nil, io.ErrUnexpectedEOF

@@ -2,6 +2,7 @@ package oaiwire
 
 import (
 	"bytes"
+	"fmt"
 
 	json "github.com/goccy/go-json"
 )
@@ -38,6 +39,10 @@ func ParseUsage(body []byte) (u Usage, ok bool, err error) {
 	}
 	if err := json.Unmarshal(raw, &u); err != nil {
 		return Usage{}, false, err
+	}
+	if u.PromptTokens < 0 || u.CompletionTokens < 0 || u.TotalTokens < 0 || u.CachedTokens() < 0 {
+		// The counts feed the router's load and cache-hit accounting, which never go negative.
+		return Usage{}, false, fmt.Errorf("oaiwire: negative token count in usage %s", raw)
 	}
 	return u, true, nil
 }
