@@ -108,13 +108,8 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	}
 	if h.sharers > 0 {
 		// The copy saves the sharers the wait at the best copy that exists, not only at the holder.
-		need, least := uint32((h.settled+float64(bs)-1)/float64(bs)), ^uint64(0)
-		for i := range m.lines {
-			if ov[i] >= need && m.lines[i].prefill < least {
-				least = m.lines[i].prefill
-			}
-		}
-		h.queued = min(h.queued, float64(int64(least)))
+		need := uint32((h.settled + float64(bs) - 1) / float64(bs))
+		h.queued = min(h.queued, float64(int64(m.leastQueueHolding(scores, ov, need))))
 	}
 	load := 0.0
 	if n := len(m.lines); n > 0 {
@@ -278,4 +273,24 @@ func (m *Machine) busyAt(i int, c *scoring.Candidate) bool {
 	c.Load = scoring.Load{Known: true, ActivePrefillTokens: l.prefill, ActiveDecodeBlocks: l.decode, ActiveRequests: l.active}
 	m.capacity(&c.Capacity, i)
 	return scoring.Busy(c, m.cfg)
+}
+
+// leastQueueHolding is the least queued prefill among the workers holding at least need blocks of the
+// prompt (ov, as overlaps left it). A worker holding blocks is one of the scores, whose positions
+// overlaps has just memoised, so only they are visited, not the whole fleet (a prompt is held by a few
+// workers; the fleet has hundreds). need 0 is held by every worker.
+func (m *Machine) leastQueueHolding(scores []prefix.Score, ov []uint32, need uint32) uint64 {
+	least := ^uint64(0)
+	if need == 0 {
+		for i := range m.lines {
+			least = min(least, m.lines[i].prefill)
+		}
+		return least
+	}
+	for j := range scores {
+		if i := m.sc.memo[j].pos; i >= 0 && ov[i] >= need {
+			least = min(least, m.lines[i].prefill)
+		}
+	}
+	return least
 }
