@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// RouterMode is --router-mode (spec/router.md §5).
+// RouterMode is --router-mode.
 type RouterMode string
 
 // Router modes. Values are Dynamo's flag spellings.
@@ -120,7 +120,7 @@ const DefaultMaxBatchedTokens = 10_000_000
 // (Dynamo single.rs EXPIRY_DURATION, spec §7).
 const DefaultStaleExpiry = 3600 * time.Second
 
-// Config is every router parameter of spec/router.md §3.2 and §12. The zero value is not useful; start
+// Config is every router parameter of Dynamo's KV router, plus kvroute's own. The zero value is not useful; start
 // from DefaultConfig. Fields map 1:1 to flags (see Flags in flags.go).
 type Config struct {
 	// Mode is the routing mode. Default kv: kvroute exists to route by KV overlap (Dynamo's frontend
@@ -485,7 +485,7 @@ type Override struct {
 
 // WithOverride returns c with o applied; o may be nil. The result is validated so a bad request value
 // cannot poison scoring; the error wraps ErrBadConfig. A request's overlap_score_credit must be in
-// [0, 1] (spec/router.md §3.2: one Dynamo version validates it so); the configured credit may be
+// [0, 1] (one Dynamo version validates it so); the configured credit may be
 // larger, as newer Dynamo allows.
 func (c Config) WithOverride(o *Override) (Config, error) {
 	if o == nil {

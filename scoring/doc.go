@@ -2,7 +2,7 @@
 //
 // # Overview
 //
-// scoring is the decision half of the router (spec/router.md §3–5, §8–9): given a request and its
+// scoring is the decision half of the router: given a request and its
 // candidate workers, it says where the request goes, and the caller carries that out.
 //
 //   - config.go: Config, every router parameter with Dynamo's default, Validate, Resolved (the deprecated
@@ -17,7 +17,7 @@
 //   - modes.go: round-robin, random, power-of-two, least-loaded, device-aware-weighted, direct.
 //   - approx.go: approximate-mode TTL and capacity bookkeeping.
 //
-// Block hashing (hash.go) reproduces NVIDIA Dynamo bit for bit (spec/hashing.md): a local block hash is
+// Block hashing (hash.go) reproduces NVIDIA Dynamo bit for bit: a local block hash is
 // XXH3-64 over the block's tokens as u32le (plus the sorted legacy mm_hash suffix) with seed 1337 or the
 // LoRA/salt-derived seed; sequence hashes chain local hashes with seed 1337; pad values stand in for image
 // positions in routing tokens. Sub-packages hold the prefix index (scoring/prefix), active-sequence load

@@ -22,7 +22,7 @@ const stackBlockBytes = 288
 
 // DeriveSeed returns the local-block-hash seed for a LoRA adapter name and a cache namespace (salt):
 // 1337 + XXH3(lora, 0) + XXH3(namespace, 1), each term only when its string is non-empty, with wrapping
-// addition (spec/hashing.md §3).
+// addition.
 func DeriveSeed(loraName, cacheNamespace string) uint64 {
 	seed := Seed
 	if loraName != "" {

@@ -7,7 +7,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// Every vector of spec/hashing.md §7 that concerns this package.
+// Every Dynamo hashing test vector that concerns this package.
 func TestHashVectors(t *testing.T) {
 	tests := []struct {
 		name string

@@ -3,7 +3,7 @@ package scoring
 import "strings"
 
 // Medium is the storage tier a cached KV block lives in, parsed from the `medium` string of vLLM's
-// BlockStored / BlockRemoved events (spec/router.md §2, Dynamo's StorageTier). The zero value is
+// BlockStored / BlockRemoved events (Dynamo's StorageTier). The zero value is
 // MediumDevice: the engine's own block pool, and every event without a medium (vLLM before v0.11, SGLang's
 // early structs) comes from it.
 //

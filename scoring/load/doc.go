@@ -1,5 +1,5 @@
 // Package load tracks the active sequences of one worker (worker, dp_rank): the load the cost function
-// reads (spec/router.md §7).
+// reads.
 //
 // # Overview
 //

@@ -1,4 +1,4 @@
-// Package queue orders requests that wait for prefill capacity (spec/router.md §9).
+// Package queue orders requests that wait for prefill capacity.
 //
 // # Overview
 //
