@@ -31,16 +31,16 @@ const MaxDecodePixels = 1 << 26
 // through Go's IDCT and YCbCr→RGB conversion, which can differ from zune-jpeg by one level, so such
 // hashes agree across kvroute instances but not necessarily with a Dynamo frontend.
 func DecodeImage(data []byte) (Hash, Size, error) {
-	hdr, err := decodableSize(data)
+	hdr, err := DecodableSize(data)
 	if err != nil {
 		return 0, Size{}, err
 	}
 	return decodeChecked(data, hdr)
 }
 
-// decodableSize reads the header and checks it against the pixel bound and the file's size, before
-// anything is decoded.
-func decodableSize(data []byte) (Size, error) {
+// DecodableSize reads an image's header and checks it against MaxDecodePixels and the file's size
+// (plausibleSize), before anything is decoded: every decoder of outside image bytes calls it first.
+func DecodableSize(data []byte) (Size, error) {
 	hdr, f, err := HeaderSize(data)
 	if err != nil {
 		return Size{}, err
@@ -54,7 +54,7 @@ func decodableSize(data []byte) (Size, error) {
 	return hdr, nil
 }
 
-// decodeChecked decodes data whose header decodableSize accepted as hdr.
+// decodeChecked decodes data whose header DecodableSize accepted as hdr.
 func decodeChecked(data []byte, hdr Size) (Hash, Size, error) {
 	img, err := decodeAny(data)
 	if err != nil {
@@ -170,7 +170,7 @@ func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int, admit 
 	if err != nil {
 		return 0, Size{}, nil, err
 	}
-	hdr, err := decodableSize(data)
+	hdr, err := DecodableSize(data)
 	if err != nil {
 		return 0, Size{}, nil, err
 	}

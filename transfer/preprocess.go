@@ -120,12 +120,8 @@ func (p Processor) TargetSize(w, h int) (rh, rw int, ok bool) {
 // Preprocess decodes an encoded image (PNG, JPEG, GIF first frame, WebP) and runs the processor on it.
 // h is the image's mm_hash, recorded in the tensor.
 func (p Processor) Preprocess(data []byte, h mm.Hash) (Tensor, error) {
-	sz, _, err := mm.HeaderSize(data)
-	if err != nil {
+	if _, err := mm.DecodableSize(data); err != nil {
 		return Tensor{}, fmt.Errorf("%w: %v", ErrDecode, err)
-	}
-	if uint64(sz.W)*uint64(sz.H) > mm.MaxDecodePixels {
-		return Tensor{}, fmt.Errorf("%w: %d×%d pixels exceed the decode bound", ErrDecode, sz.W, sz.H)
 	}
 	img, _, err := image.Decode(bytes.NewReader(data))
 	if err != nil {

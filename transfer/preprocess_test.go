@@ -2,6 +2,10 @@ package transfer
 
 import (
 	"bytes"
+	"compress/zlib"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
 	"image"
 	"image/color"
 	"image/gif"
@@ -262,5 +266,32 @@ func TestToRGBFastPaths(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s: fast path differs from the generic conversion", name)
 		}
+	}
+}
+
+// A PNG whose IHDR declares 8192×8192 and whose IDAT holds 1 KiB of zeros is refused from its header
+// and size (mm.DecodableSize) before Go's decoder allocates the declared 256 MiB image.
+func TestPreprocessRefusesPNGBomb(t *testing.T) {
+	chunk := func(b []byte, typ string, data []byte) []byte {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(data)))
+		c := append([]byte(typ), data...)
+		return binary.BigEndian.AppendUint32(append(b, c...), crc32.ChecksumIEEE(c))
+	}
+	ihdr := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 8192), 8192)
+	ihdr = append(ihdr, 8, 6, 0, 0, 0)
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write(make([]byte, 1<<10))
+	zw.Close()
+	bomb := chunk(chunk(chunk([]byte("\x89PNG\r\n\x1a\n"), "IHDR", ihdr), "IDAT", z.Bytes()), "IEND", nil)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	_, err := Qwen3VLProcessor().Preprocess(bomb, 1)
+	runtime.ReadMemStats(&m1)
+	if !errors.Is(err, ErrDecode) {
+		t.Fatalf("%d-byte 8192x8192 png: %v", len(bomb), err)
+	}
+	if n := m1.TotalAlloc - m0.TotalAlloc; n > 1<<20 {
+		t.Fatalf("refusing it allocated %d bytes", n)
 	}
 }
