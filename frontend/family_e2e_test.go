@@ -138,7 +138,7 @@ func TestE2EImageFamilies(t *testing.T) {
 		{"llava-next", llavaNext, "llava-hf/llava-v1.6-mistral-7b-hf", 320, 240, 1026, ""},
 		{"kimi-k2.5", kimi, "moonshotai/Kimi-K2.5", 320, 240, 108, ""},
 		{"qwen2.5-vl", qwen25, "Qwen/Qwen2.5-VL-7B-Instruct", 320, 240, 99, ""},
-		// The fixture served under Qwen3.5's name: the Qwen3-VL counter and placeholder (spec §5.1, §5.2).
+		// The fixture served under Qwen3.5's name: the Qwen3-VL counter and placeholder.
 		{"qwen3.5", fixtureModel, "Qwen/Qwen3.5-2B", 320, 240, 80, ""},
 		// Qwen rows at a size of the spec's golden table (§7.1, 337×511: Qwen2/2.5-VL 216, Qwen3-VL/3.5
 		// 176), counted by the simulated worker with its own smart_resize.
@@ -156,7 +156,7 @@ func TestE2EImageFamilies(t *testing.T) {
 		{"qwen3-asr", fixtureModel, "/models/Qwen3-ASR", 320, 240, 0, "unsupported_family"},
 		{"nemotron-nano-omni", fixtureModel, "/models/Nemotron-3-Nano-Omni", 320, 240, 0, "unsupported_family"},
 		// A LLaVA-1.5 fine-tune under a path that does not say so: model_type "llava" matches no counter
-		// in llm-multimodal 1.7.0 (spec §5.3), so it is unknown_model, not unsupported_family.
+		// in llm-multimodal 1.7.0, so it is unknown_model, not unsupported_family.
 		{"llava by model_type", llava, "/models/ft", 320, 240, 0, "unknown_model"},
 	}
 	for _, tc := range tests {

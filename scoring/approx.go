@@ -8,7 +8,7 @@ import (
 	"github.com/kvroute/kvroute/scoring/minheap"
 )
 
-// ApproxConfig configures approximate-mode retention (spec §8.1–8.2).
+// ApproxConfig configures approximate-mode retention.
 type ApproxConfig struct {
 	// TTL is how long a routed block stays indexed after its last routing (--router-ttl-secs). Default 120 s.
 	TTL time.Duration

@@ -24,7 +24,7 @@ const (
 // Modes lists every router mode, in documentation order.
 var Modes = []RouterMode{ModeRoundRobin, ModeRandom, ModePowerOfTwo, ModeLeastLoaded, ModeDeviceAwareWeighted, ModeDirect, ModeKV}
 
-// SelectionPolicy is --router-selection-policy (spec §3.1).
+// SelectionPolicy is --router-selection-policy.
 type SelectionPolicy string
 
 // Selection policies. "linear" is accepted as an alias of PolicyDefault.
@@ -46,7 +46,7 @@ const (
 	PresetDynamo Preset = "dynamo"
 )
 
-// QueuePolicy is --router-queue-policy (spec §9.2). The ordering itself lives in scoring/queue.
+// QueuePolicy is --router-queue-policy. The ordering itself lives in scoring/queue.
 type QueuePolicy string
 
 // Queue policies. LCFS is for experiments, on the flag only: policy classes (scoring/policy) take fcfs or
@@ -67,7 +67,7 @@ const (
 )
 
 // WorkerType says which role the router serves; it matters only for the decode-router special case of
-// the cost function (spec §3.1).
+// the cost function.
 type WorkerType string
 
 // Worker types.
@@ -113,11 +113,11 @@ func (o OptDuration) String() string {
 }
 
 // DefaultMaxBatchedTokens stands in for a worker that does not report max_num_batched_tokens; it is large
-// enough that the queue threshold and the frac busy threshold never trigger (spec §9.1).
+// enough that the queue threshold and the frac busy threshold never trigger.
 const DefaultMaxBatchedTokens = 10_000_000
 
 // DefaultStaleExpiry is how long an active request may go without Free before load tracking drops it
-// (Dynamo single.rs EXPIRY_DURATION, spec §7).
+// (Dynamo single.rs EXPIRY_DURATION).
 const DefaultStaleExpiry = 3600 * time.Second
 
 // Config is every router parameter of Dynamo's KV router, plus kvroute's own. The zero value is not useful; start
@@ -242,7 +242,7 @@ type Config struct {
 	OverlapScoreWeight OptFloat
 }
 
-// DefaultConfig returns Dynamo's defaults (spec §3.2, §12).
+// DefaultConfig returns Dynamo's defaults.
 func DefaultConfig() Config {
 	return Config{
 		Mode:                      ModeKV,

@@ -18,7 +18,7 @@ const (
 	DeviceCPU
 )
 
-// Overlap is a candidate's matched prefix in blocks, per storage tier (spec §2 storage tiers).
+// Overlap is a candidate's matched prefix in blocks, per storage tier.
 type Overlap struct {
 	Device uint32 // device-tier overlap: the indexer score
 	Host   uint32 // host-pinned tier
@@ -67,7 +67,7 @@ func (c *Candidate) inflight() uint32 {
 	return c.Load.ActiveRequests
 }
 
-// CostTerms breaks a logit into the terms of spec §3.1, for logs and return_routing.
+// CostTerms breaks a logit into the terms of Dynamo's worker logit, for logs and return_routing.
 type CostTerms struct {
 	RawPrefillBlocks      float64
 	Decay                 float64
@@ -183,7 +183,7 @@ func (in *costInputs) logit(c *Candidate) float64 {
 	return in.scale*adjusted + decode + reqCost
 }
 
-// terms computes the logit of one candidate exactly as spec §3.1 (Dynamo worker_logit), with every term.
+// terms computes the logit of one candidate exactly as Dynamo's worker_logit, with every term.
 func (in *costInputs) terms(c *Candidate) CostTerms {
 	var t CostTerms
 	dev := float64(c.Overlap.Device)
@@ -230,7 +230,7 @@ func (in *costInputs) terms(c *Candidate) CostTerms {
 }
 
 // Cost returns the cost terms of every candidate for req under cfg, without busy filtering or selection:
-// the "Formula for worker" view of spec §4, for logs and debugging.
+// the "Formula for worker" view Dynamo logs, for logs and debugging.
 func Cost(req Request, cands []Candidate, cfg *Config) []CostTerms {
 	in := newCostInputs(&req, cfg, cands, nil)
 	out := make([]CostTerms, len(cands))

@@ -8,7 +8,7 @@
 //   - config.go: Config, every router parameter with Dynamo's default, Validate, Resolved (the deprecated
 //     overlap_score_weight migration and the --load-aware preset), per-request Override.
 //   - flags.go: Flags, the flag/env table as data, and RegisterFlags for cmd/.
-//   - cost.go: the linear logit of spec §3.1, term by term, and the lmetric policy.
+//   - cost.go: Dynamo's linear worker logit, term by term, and the lmetric policy.
 //   - calibrated.go: the kvroute preset's cost in prefill-token units (ExpectedTTFT, CalibratedCost,
 //     SharedCost: a copy of a prefix in use on its holder is a replica, one cached idle a dead copy) and
 //     the Calibrator that learns its slowdown per active block.

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Flag describes one router parameter on the command line and in the environment (spec §12). Flags is
+// Flag describes one router parameter on the command line and in the environment. Flags is
 // data so that `kvroute router` and `kvroute frontend` register the same set, and docs/router.md lists it.
 type Flag struct {
 	// Name is the flag without dashes; empty for environment-only parameters.
@@ -38,7 +38,7 @@ func (f *Flag) Default() string {
 	return render(f.Field(&d))
 }
 
-// Flags is the router flag table, in the order of spec §12.
+// Flags is the router flag table, in the order of Dynamo's router reference.
 var Flags = []Flag{
 	{Name: "router-mode", Env: "DYN_ROUTER_MODE", Help: "routing mode: kv, round-robin, random, power-of-two, least-loaded, device-aware-weighted, direct",
 		Field: func(c *Config) any { return &c.Mode }},

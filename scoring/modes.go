@@ -1,7 +1,7 @@
 package scoring
 
-// The non-KV router modes of spec §5. Each picks among the eligible candidates (pin and busy filters
-// already applied through ok) using only in-flight counts; none reads overlap.
+// The non-KV router modes. Each picks among the eligible candidates (pin and busy filters already
+// applied through ok) using only in-flight counts; none reads overlap.
 
 // pickPowerOfTwo samples two distinct eligible candidates and keeps the one with fewer in-flight requests
 // (the first sampled on a tie).

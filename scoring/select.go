@@ -99,7 +99,7 @@ func NewSelector(cfg Config) (Selector, error) {
 
 var _ Selector = SelectorFunc(nil)
 
-// Busy reports whether c is over any busy threshold of cfg (spec §9.5, OR-combined). It applies in every
+// Busy reports whether c is over any busy threshold of cfg (OR-combined). It applies in every
 // mode.
 func Busy(c *Candidate, cfg *Config) bool {
 	f := newFilter(&Request{}, cfg)
@@ -169,7 +169,7 @@ func Allowed(req *Request, c *Candidate) bool {
 	return f.allowed(c)
 }
 
-// ShouldQueue reports whether req must wait (spec §9.1): a queue threshold is set and every eligible
+// ShouldQueue reports whether req must wait: a queue threshold is set and every eligible
 // candidate has active prefill tokens > threshold × max_num_batched_tokens. With no eligible candidate
 // it is false, so the request falls through to the selection error.
 func ShouldQueue(req *Request, cands []Candidate, cfg *Config) bool {
@@ -191,7 +191,7 @@ func ShouldQueue(req *Request, cands []Candidate, cfg *Config) bool {
 	return any
 }
 
-// BestCachedTokens is the WSPT key input (spec §9.2): the largest min(overlap × block size, ISL) over the
+// BestCachedTokens is the WSPT key input: the largest min(overlap × block size, ISL) over the
 // eligible candidates (the pinned worker's when pinned).
 func BestCachedTokens(req *Request, cands []Candidate, cfg *Config) int {
 	f := newFilter(req, cfg)
@@ -313,7 +313,7 @@ func nth(cands []Candidate, f *filter, k int) int {
 // softmaxStack bounds the logits kept on the stack for temperature sampling.
 const softmaxStack = 256
 
-// pickKV is spec §4: argmin with a uniform tie-break at temperature 0, softmax over min-max normalized
+// pickKV is Dynamo's KV selection: argmin with a uniform tie-break at temperature 0, softmax over min-max normalized
 // negated logits otherwise.
 func pickKV(in *costInputs, cands []Candidate, temp float64, f *filter, eligible int, rng RNG) int {
 	if temp == 0 {

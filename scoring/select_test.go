@@ -39,7 +39,7 @@ func cand(id uint64, dev uint32, decode float64) Candidate {
 		Load: Load{Known: true, ActiveDecodeBlocks: decode}}
 }
 
-// TestWorkedExample is spec §4.1: credit 1, scale 1, raw prefill 10 blocks everywhere.
+// TestWorkedExample is Dynamo's documented worked example: credit 1, scale 1, raw prefill 10 blocks everywhere.
 func TestWorkedExample(t *testing.T) {
 	cfg := kvConfig()
 	cfg.BlockSize = 16

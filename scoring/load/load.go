@@ -118,7 +118,7 @@ type entry struct {
 	seqs        int     // sequences decoding (n), at least 1
 }
 
-// Tracker is one worker's (worker, dp_rank) active-sequence state (spec §7). Single writer: the worker
+// Tracker is one worker's (worker, dp_rank) active-sequence state. Single writer: the worker
 // actor. Projection and Snapshot are reads; see the package doc for how readers reach them.
 type Tracker struct {
 	cfg         Config

@@ -13,7 +13,7 @@ import (
 // ErrBadPolicy: an unknown policy name.
 var ErrBadPolicy = errors.New("queue: unknown policy")
 
-// Key is what ordering reads about a waiting request (spec §9.2–9.3).
+// Key is what ordering reads about a waiting request.
 type Key struct {
 	// Strict is the absolute tier (x-dynamo-request-strict-priority); a higher tier always pops first.
 	Strict uint32
@@ -38,7 +38,7 @@ func Jump(v float64) float64 {
 	return v
 }
 
-// Score is the policy_score of spec §9.2 for a key, with arrival offsets measured from epoch:
+// Score is Dynamo's policy_score for a key, with arrival offsets measured from epoch:
 //
 //	fcfs: jump − offset          (earlier first; a jump of s seconds moves the arrival s earlier)
 //	lcfs: jump + offset          (later first)

@@ -150,7 +150,7 @@ func (m *Machine) park(now time.Time, req *Request, chain []uint64, isl int, sco
 	m.gate = append(m.gate, w)
 }
 
-// classify returns the policy class of a request and whether it must wait (spec §9.1: its class
+// classify returns the policy class of a request and whether it must wait (its class
 // queues, and either others of the class already wait — no bypass of a backlog — or its eligible pool
 // is busy by the class's rule). cached is the best cached prefix among the eligible workers; the
 // uncached rest picks the cache bucket.
@@ -206,7 +206,7 @@ func (m *Machine) workerCount() int {
 	return n
 }
 
-// enqueue pushes w into class ci's heap under its key (spec §9.2: strict tier, then the class's policy
+// enqueue pushes w into class ci's heap under its key (strict tier, then the class's policy
 // score; WSPT reads the best cached prefix among the eligible workers at arrival).
 func (m *Machine) enqueue(w *waiting, ci, cached int) {
 	w.class, w.cached = ci, cached

@@ -7,7 +7,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 )
 
-// endSeq is the replay END marker (spec §2.3).
+// endSeq is the replay END marker.
 const endSeq = ^uint64(0)
 
 // session is one replay request in flight: the requester's identity and the DEALER that carries the

@@ -33,7 +33,7 @@ const (
 	mmID     = "2f97f006c0e2eb2e000000000000000000000000000000000000000000000000"
 )
 
-// specStored is the event of spec §4.1 / §4.2.
+// specStored is the BlockStored event of the golden examples.
 func specStored() Event {
 	return Event{
 		Kind: Stored, BlockHashes: []uint64{specHash}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4,

@@ -15,7 +15,7 @@ import (
 // ErrPublisherClosed is returned by Publish once the publisher's Run has returned.
 var ErrPublisherClosed = errors.New("kvevents: publisher closed")
 
-// ShouldBind is vLLM's bind-vs-connect rule for the PUB endpoint (spec §2.2): bind if the endpoint holds
+// ShouldBind is vLLM's bind-vs-connect rule for the PUB endpoint: bind if the endpoint holds
 // "*" or "::" or is ipc:// or inproc://; otherwise connect (to a router whose SUB socket binds).
 func ShouldBind(endpoint string) bool {
 	return strings.Contains(endpoint, "*") || strings.Contains(endpoint, "::") ||

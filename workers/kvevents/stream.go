@@ -125,7 +125,7 @@ func (s *stream) handle(ctx context.Context, seq uint64, payload []byte) {
 
 // dropStale drops a live batch that a replay asked for after it arrived does not hold. vLLM's publisher
 // thread appends each batch to its replay ring right after sending it and serves replay requests between
-// batches (spec §2.2–2.3), so every batch of the engine we follow is in the ring before our request is
+// batches, so every batch of the engine we follow is in the ring before our request is
 // read. A batch that is not comes from an earlier incarnation of the engine: sent before a restart and
 // still queued in the SUB socket (a replay that waited out a dead engine holds up reading for seconds).
 // Delivered by the sequence rules as "the batch after the gap" it would put the old engine's blocks on
