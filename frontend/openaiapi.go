@@ -145,7 +145,7 @@ func (a *OpenAIAPI) onlyPost(ctx *fasthttp.RequestCtx, fn func()) {
 	fn()
 }
 
-// serveGenerate is the request path of ARCHITECTURE §1; each line is a stage.
+// serveGenerate is the request path (docs/architecture.md); each line is a stage.
 func (a *OpenAIAPI) serveGenerate(ctx *fasthttp.RequestCtx, ep endpoint) {
 	reqID := clientRequestID(ctx) // echoed, logged and forwarded to the worker
 	if reqID != "" {

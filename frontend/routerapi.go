@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/actors/router"
@@ -17,7 +18,7 @@ import (
 // context window, and keeps a hostile body from costing unbounded hashing.
 const maxQueryTokens = 4 << 20
 
-// RouterAPI serves the standalone router endpoints (ARCHITECTURE §5): worker registration and status,
+// RouterAPI serves the standalone router endpoints: worker registration and status,
 // overlap scores. The frontend mounts the same handlers on its admin surface.
 type RouterAPI struct {
 	R *router.Router
@@ -240,6 +241,10 @@ func (a *RouterAPI) register(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errorf(ErrBadRequest, "request body is empty"))
 		return
 	}
+	if err := checkAdminKeyEnv(body); err != nil {
+		writeError(ctx, err)
+		return
+	}
 	spec, err := registry.ParseJSON(body)
 	if err != nil {
 		writeError(ctx, mapWorkerErr(err))
@@ -290,4 +295,24 @@ func mapWorkerErr(err error) error {
 		return errorf(ErrUnavailable, "%v", err)
 	}
 	return err
+}
+
+// AdminKeyEnvPrefix starts the name of every environment variable a worker registered over the admin API
+// may take its API key from (api_key_env). The frontend sends the key to the worker's URL, which the
+// caller chooses: any name would let an admin read any of the frontend's variables (a cloud credential,
+// the router API token) by registering a worker of their own. --worker on the command line, set by whoever
+// runs the process, may name any variable.
+const AdminKeyEnvPrefix = "KVROUTE_WORKER_KEY"
+
+// checkAdminKeyEnv refuses a registration body whose api_key_env does not start with AdminKeyEnvPrefix,
+// before the spec is parsed: the parser's "is not set" answer would tell the caller which of the
+// frontend's variables exist.
+func checkAdminKeyEnv(body []byte) error {
+	var f struct {
+		APIKeyEnv string `json:"api_key_env"`
+	}
+	if json.Unmarshal(body, &f) != nil || f.APIKeyEnv == "" || strings.HasPrefix(f.APIKeyEnv, AdminKeyEnvPrefix) {
+		return nil // a body that does not parse gets the parser's own answer
+	}
+	return errorf(ErrBadRequest, "api_key_env: a worker registered over the admin API takes its key from a variable whose name starts with %s", AdminKeyEnvPrefix)
 }

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -188,5 +189,29 @@ func TestRegisterRequiresID(t *testing.T) {
 	base, _ := startRouterAPI(t, 4, ServerConfig{})
 	if code, body := call(t, "POST", base+"/v1/workers", `{"id":0}`); code != 200 {
 		t.Fatalf("id 0: %d %v", code, body)
+	}
+}
+
+// TestRegisterKeyEnvNeedsPrefix: a worker registered over the admin API takes its key only from a
+// variable named KVROUTE_WORKER_KEY...: the frontend would send any other variable's value (the router
+// API token, a cloud credential) to a URL the caller chose. The refusal is the same whether the variable
+// exists or not, so it does not tell the caller which do.
+func TestRegisterKeyEnvNeedsPrefix(t *testing.T) {
+	t.Setenv("KVROUTE_WORKER_KEY_TEST", "k1")
+	t.Setenv("KVROUTE_ROUTER_API_TOKEN_TEST", "secret")
+	base, _ := startRouterAPI(t, 4, ServerConfig{})
+	var refusals []string
+	for _, name := range []string{"KVROUTE_ROUTER_API_TOKEN_TEST", "KVROUTE_NO_SUCH_VARIABLE", "HOME"} {
+		code, body := call(t, "POST", base+"/v1/workers", fmt.Sprintf(`{"id":7,"url":"http://127.0.0.1:9","api_key_env":%q}`, name))
+		if code != 400 {
+			t.Fatalf("api_key_env %s: %d %v", name, code, body)
+		}
+		refusals = append(refusals, fmt.Sprint(body))
+	}
+	if refusals[0] != refusals[1] || refusals[1] != refusals[2] {
+		t.Fatalf("the refusals differ by variable: %q", refusals)
+	}
+	if code, body := call(t, "POST", base+"/v1/workers", `{"id":7,"url":"http://127.0.0.1:9","api_key_env":"KVROUTE_WORKER_KEY_TEST"}`); code != 200 {
+		t.Fatalf("prefixed variable: %d %v", code, body)
 	}
 }
