@@ -186,84 +186,101 @@ func (x *exchange) handle(req *extproc.ProcessingRequest) (bool, error) {
 	}
 	switch v := req.Request.(type) {
 	case *extproc.ProcessingRequest_RequestHeaders:
-		if x.sawHeaders {
-			return false, status.Errorf(codes.InvalidArgument, "epp: request headers sent twice on one stream")
-		}
-		x.sawHeaders = true
-		x.headers.load(v.RequestHeaders.GetHeaders())
-		path := x.headers[":path"]
-		if v.RequestHeaders.GetEndOfStream() || !generatePath(path) {
-			x.skip = true
-			x.s.continued.Add(1)
-			return false, x.send(headersResp(true, nil, nil))
-		}
-		if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
-			return false, nil // answered with the destination once the body is complete
-		}
-		return false, x.send(headersResp(true, nil, nil))
+		return false, x.requestHeaders(v.RequestHeaders)
 	case *extproc.ProcessingRequest_RequestBody:
-		b := v.RequestBody
-		if x.skip {
-			return false, x.send(x.passBody(true, b.GetBody(), b.GetEndOfStream(), x.reqMode))
-		}
-		if !x.sawHeaders {
-			// No path to route on (Pick would answer 500 for the empty path).
-			return false, status.Errorf(codes.InvalidArgument, "epp: request body before the request headers")
-		}
-		if x.bodyDone {
-			// A second pick would replace the first, whose booking nobody would free.
-			return false, status.Errorf(codes.InvalidArgument, "epp: request body after its end of stream")
-		}
-		if len(x.body)+len(b.GetBody()) > x.s.cfg.MaxBodyBytes {
-			return true, x.immediate(413, errorBody(413, "request_too_large", "the request body exceeds "+strconv.Itoa(x.s.cfg.MaxBodyBytes)+" bytes"))
-		}
-		x.body = append(x.body, b.GetBody()...)
-		if !b.GetEndOfStream() {
-			if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
-				return false, nil // the body goes back with the decision
-			}
-			// STREAMED or BUFFERED_PARTIAL: the gateway wants an answer per chunk; the chunk goes on.
-			return false, x.send(bodyResp(true, nil, nil))
-		}
-		x.bodyDone = true
-		return x.pick(req.GetMetadataContext())
+		return x.requestBody(v.RequestBody, req.GetMetadataContext())
 	case *extproc.ProcessingRequest_RequestTrailers:
 		return false, x.send(&extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestTrailers{RequestTrailers: &extproc.TrailersResponse{}}})
 	case *extproc.ProcessingRequest_ResponseHeaders:
-		h := headerMap{}
-		h.load(v.ResponseHeaders.GetHeaders())
-		x.status, _ = strconv.Atoi(h[":status"])
-		if x.picked != nil {
-			x.served(req.GetMetadataContext())
-		}
-		if err := x.send(headersResp(false, nil, nil)); err != nil {
-			return false, err
-		}
-		if v.ResponseHeaders.GetEndOfStream() {
-			x.end()
-			return false, nil
-		}
-		return false, nil
+		return false, x.responseHeaders(v.ResponseHeaders, req.GetMetadataContext())
 	case *extproc.ProcessingRequest_ResponseBody:
-		b := v.ResponseBody
-		if x.picked != nil && !x.ended {
-			if len(b.GetBody()) > 0 && x.status < 300 {
-				x.picked.FirstToken()
-				if n := countEvents(b.GetBody()); n > 0 {
-					x.events += n
-					x.picked.Output(x.events)
-				}
-			}
-			if b.GetEndOfStream() {
-				x.end()
-			}
-		}
-		return false, x.send(x.passBody(false, b.GetBody(), b.GetEndOfStream(), x.resMode))
+		return false, x.responseBody(v.ResponseBody)
 	case *extproc.ProcessingRequest_ResponseTrailers:
 		x.end()
 		return false, x.send(&extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extproc.TrailersResponse{}}})
 	}
 	return false, status.Errorf(codes.InvalidArgument, "epp: unknown ext_proc request %T", req.Request)
+}
+
+// requestHeaders reads the request's headers: a request that is not a generate call (or has no body) is
+// passed on untouched; in FULL_DUPLEX_STREAMED mode the answer waits for the body.
+func (x *exchange) requestHeaders(h *extproc.HttpHeaders) error {
+	if x.sawHeaders {
+		return status.Errorf(codes.InvalidArgument, "epp: request headers sent twice on one stream")
+	}
+	x.sawHeaders = true
+	x.headers.load(h.GetHeaders())
+	if h.GetEndOfStream() || !generatePath(x.headers[":path"]) {
+		x.skip = true
+		x.s.continued.Add(1)
+		return x.send(headersResp(true, nil, nil))
+	}
+	if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		return nil // answered with the destination once the body is complete
+	}
+	return x.send(headersResp(true, nil, nil))
+}
+
+// requestBody gathers the request body (bounded by MaxBodyBytes) and picks the worker at its end.
+func (x *exchange) requestBody(b *extproc.HttpBody, md *corev3.Metadata) (bool, error) {
+	if x.skip {
+		return false, x.send(x.passBody(true, b.GetBody(), b.GetEndOfStream(), x.reqMode))
+	}
+	if !x.sawHeaders {
+		// No path to route on (Pick would answer 500 for the empty path).
+		return false, status.Errorf(codes.InvalidArgument, "epp: request body before the request headers")
+	}
+	if x.bodyDone {
+		// A second pick would replace the first, whose booking nobody would free.
+		return false, status.Errorf(codes.InvalidArgument, "epp: request body after its end of stream")
+	}
+	if len(x.body)+len(b.GetBody()) > x.s.cfg.MaxBodyBytes {
+		return true, x.immediate(413, errorBody(413, "request_too_large", "the request body exceeds "+strconv.Itoa(x.s.cfg.MaxBodyBytes)+" bytes"))
+	}
+	x.body = append(x.body, b.GetBody()...)
+	if !b.GetEndOfStream() {
+		if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+			return false, nil // the body goes back with the decision
+		}
+		// STREAMED or BUFFERED_PARTIAL: the gateway wants an answer per chunk; the chunk goes on.
+		return false, x.send(bodyResp(true, nil, nil))
+	}
+	x.bodyDone = true
+	return x.pick(md)
+}
+
+// responseHeaders records the worker's status for the picked request.
+func (x *exchange) responseHeaders(hs *extproc.HttpHeaders, md *corev3.Metadata) error {
+	h := headerMap{}
+	h.load(hs.GetHeaders())
+	x.status, _ = strconv.Atoi(h[":status"])
+	if x.picked != nil {
+		x.served(md)
+	}
+	if err := x.send(headersResp(false, nil, nil)); err != nil {
+		return err
+	}
+	if hs.GetEndOfStream() {
+		x.end()
+	}
+	return nil
+}
+
+// responseBody follows the picked request's output (first token, streamed events) and passes the body on.
+func (x *exchange) responseBody(b *extproc.HttpBody) error {
+	if x.picked != nil && !x.ended {
+		if len(b.GetBody()) > 0 && x.status < 300 {
+			x.picked.FirstToken()
+			if n := countEvents(b.GetBody()); n > 0 {
+				x.events += n
+				x.picked.Output(x.events)
+			}
+		}
+		if b.GetEndOfStream() {
+			x.end()
+		}
+	}
+	return x.send(x.passBody(false, b.GetBody(), b.GetEndOfStream(), x.resMode))
 }
 
 // end finishes the picked request with the worker's status.
