@@ -1,6 +1,6 @@
 // Package prefix is kvroute's prefix index: which KV cache blocks every (worker, dp_rank) holds, and for a
 // request's block hashes, how many leading blocks each of them already has. It reproduces the semantics of
-// Dynamo's RadixTree (spec/router.md §6.1) with a faster layout.
+// Dynamo's RadixTree with a faster layout.
 //
 // # Overview
 //
@@ -64,8 +64,8 @@
 //
 // # Data flow
 //
-// workers/kvevents decodes engine events → the indexer actor re-keys them (local hashes from token ids,
-// spec/hashing.md §5.3) → StoreTier / RemoveTier / ClearRank on its shard's Index → Seal → Sync of the
+// workers/kvevents decodes engine events → the indexer actor re-keys them (local hashes from token ids)
+// → StoreTier / RemoveTier / ClearRank on its shard's Index → Seal → Sync of the
 // shard's view copy. A request's local hashes → a Query (its chunk sums, computed once) →
 // FindMatchesQuery on every shard's published View → merged overlaps → scoring's cost model. Dump feeds
 // snapshots and resync.
