@@ -446,11 +446,8 @@ func (w *Worker) serveGenerate(ctx *fasthttp.RequestCtx, chat bool) {
 // writeUnary waits for s and answers the whole completion in one body (with the KV transfer parameters
 // of a prefill for a remote decoder).
 func (w *Worker) writeUnary(ctx *fasthttp.RequestCtx, s *Stream, id string, remoteDecode bool, object string, created int64, chat bool) {
-	<-s.Finished()
-	st := s.Read(0, nil)
-	w.metrics.observe(s.rankIdx, st)
-	if st.Err != nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
+	st, ok := w.awaitWhole(ctx, s)
+	if !ok {
 		return
 	}
 	c := respChoice{chat: chat, text: w.model.Tok.Decode(st.Tokens), finish: true}
@@ -669,4 +666,22 @@ func continueFinal(text string, msgs []ChatMessage) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("continue_final_message: the final message has no text to continue")
+}
+
+// await waits until s has finished and returns its whole state, observed into the worker's metrics.
+func (w *Worker) await(s *Stream) StreamState {
+	<-s.Finished()
+	st := s.Read(0, nil)
+	w.metrics.observe(s.rankIdx, st)
+	return st
+}
+
+// awaitWhole is await for a unary answer: a failed stream is answered 503 here (ok false).
+func (w *Worker) awaitWhole(ctx *fasthttp.RequestCtx, s *Stream) (st StreamState, ok bool) {
+	st = w.await(s)
+	if st.Err != nil {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
+		return st, false
+	}
+	return st, true
 }

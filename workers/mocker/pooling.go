@@ -150,9 +150,7 @@ func (w *Worker) runPrefill(id string, inputs [][]uint32) (int, error) {
 	}
 	total := 0
 	for _, s := range streams {
-		<-s.Finished()
-		st := s.Read(0, nil)
-		w.metrics.observe(s.rankIdx, st)
+		st := w.await(s)
 		if st.Err != nil {
 			return 0, st.Err
 		}
@@ -331,11 +329,8 @@ func (w *Worker) serveResponses(ctx *fasthttp.RequestCtx) {
 	v := responseView{id: p.req.ID, msgID: "msg_" + strconv.FormatUint(w.nextReq.Add(1), 10), model: w.model.Name,
 		created: time.Now().Unix(), maxTokens: p.req.MaxTokens}
 	if !p.stream {
-		<-s.Finished()
-		st := s.Read(0, nil)
-		w.metrics.observe(s.rankIdx, st)
-		if st.Err != nil {
-			writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
+		st, ok := w.awaitWhole(ctx, s)
+		if !ok {
 			return
 		}
 		writeJSON(ctx, fasthttp.StatusOK, v.object("completed", w.model.Tok.Decode(st.Tokens), &st, len(st.Tokens)))

@@ -292,11 +292,8 @@ func (w *Worker) writeRichUnary(ctx *fasthttp.RequestCtx, p prepared, o richOpts
 	choices := make([]map[string]any, len(streams))
 	var prompt, cached, completion int
 	for i, s := range streams {
-		<-s.Finished()
-		st := s.Read(0, nil)
-		w.metrics.observe(s.rankIdx, st)
-		if st.Err != nil {
-			writeError(ctx, fasthttp.StatusServiceUnavailable, st.Err)
+		st, ok := w.awaitWhole(ctx, s)
+		if !ok {
 			return
 		}
 		prompt, cached = st.PromptTokens, st.CachedTokens
