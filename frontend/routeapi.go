@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/frontend/openai"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/sched"
 )
@@ -52,8 +53,8 @@ type routeResponse struct {
 	Candidates    []routeCandidate `json:"candidates"`
 }
 
-// maxPriorityJump bounds a request's queue priority (seconds its arrival is moved earlier): a day.
-const maxPriorityJump = 86400.0
+// maxPriorityJump bounds a request's queue priority, as the OpenAI endpoints bound theirs.
+const maxPriorityJump = openai.MaxPriorityJump
 
 // checkOverride validates a router_config_override against the router's configuration, as the
 // router will apply it.

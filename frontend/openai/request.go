@@ -506,8 +506,12 @@ func (c *Common) CacheNamespace(tenant string) (ns string, forward bool) {
 	return "", false
 }
 
-// PriorityJump is nvext.agent_hints.priority (or the deprecated latency_sensitivity) clamped to ≥ 0, in
-// seconds.
+// MaxPriorityJump bounds a request's queue priority (the seconds its arrival is moved earlier): a day. A
+// larger jump orders nothing differently among real requests.
+const MaxPriorityJump = 86400.0
+
+// PriorityJump is nvext.agent_hints.priority (or the deprecated latency_sensitivity) clamped to
+// [0, MaxPriorityJump], in seconds.
 func (c *Common) PriorityJump() float64 {
 	if c.NVExt == nil || c.NVExt.AgentHints == nil {
 		return 0
@@ -520,7 +524,7 @@ func (c *Common) PriorityJump() float64 {
 	case h.LatencySensitivity != nil:
 		v = *h.LatencySensitivity
 	}
-	return max(v, 0)
+	return min(max(v, 0), MaxPriorityJump)
 }
 
 func hasMedia(msgs []model.Message) bool {
