@@ -47,12 +47,7 @@ func TestChunkSumsAgainstReference(t *testing.T) {
 					for range 1 + rng.IntN(700) {
 						local := uint64(1 + rng.IntN(alpha))
 						if cur != nil && len(cur.kids) > 0 && rng.IntN(10) < 8 {
-							var ks []uint64
-							for k := range cur.kids {
-								ks = append(ks, k)
-							}
-							slices.Sort(ks)
-							local = ks[rng.IntN(len(ks))]
+							local = cur.randomChild(rng)
 						}
 						if cur != nil {
 							cur = cur.kids[local]
@@ -106,12 +101,7 @@ func TestChunkSumsAgainstReference(t *testing.T) {
 func longQuery(ref *refIndex, rng *rand.Rand, alpha int) []uint64 {
 	var q []uint64
 	for x := ref.root; len(x.kids) > 0; {
-		var ks []uint64
-		for k := range x.kids {
-			ks = append(ks, k)
-		}
-		slices.Sort(ks)
-		k := ks[rng.IntN(len(ks))]
+		k := x.randomChild(rng)
 		q = append(q, k)
 		x = x.kids[k]
 	}

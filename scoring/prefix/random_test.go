@@ -78,12 +78,7 @@ func runRandom(t *testing.T, seed uint64, ops int) {
 			for range 1 + rng.IntN(8) {
 				local := uint64(1 + rng.IntN(alpha))
 				if cur != nil && len(cur.kids) > 0 && rng.IntN(10) < 6 {
-					var ks []uint64
-					for k := range cur.kids {
-						ks = append(ks, k)
-					}
-					slices.Sort(ks)
-					local = ks[rng.IntN(len(ks))]
+					local = cur.randomChild(rng)
 				}
 				if cur != nil {
 					cur = cur.kids[local]
@@ -164,12 +159,7 @@ func compare(ix *Index, ref *refIndex, rng *rand.Rand, alpha int) error {
 	for range 4 {
 		var q []uint64
 		for x := ref.root; len(x.kids) > 0 && rng.IntN(8) != 0; {
-			var ks []uint64
-			for k := range x.kids {
-				ks = append(ks, k)
-			}
-			slices.Sort(ks)
-			k := ks[rng.IntN(len(ks))]
+			k := x.randomChild(rng)
 			q = append(q, k)
 			x = x.kids[k]
 		}

@@ -3,6 +3,7 @@ package prefix
 import (
 	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 )
 
@@ -28,6 +29,17 @@ type refHandle struct {
 
 func newRef() *refIndex {
 	return &refIndex{root: newRefNode(nil, 0), handles: map[WorkerKey]map[uint64]*refHandle{}}
+}
+
+// randomChild draws the local hash of one of n's children (n has some), from them in sorted order so that
+// a seed replays the same draws.
+func (n *refNode) randomChild(rng *rand.Rand) uint64 {
+	ks := make([]uint64, 0, len(n.kids))
+	for k := range n.kids {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks[rng.IntN(len(ks))]
 }
 
 func newRefNode(parent *refNode, local uint64) *refNode {

@@ -279,12 +279,7 @@ func runTiersRandom(t *testing.T, seed uint64, ops int) {
 		for range 4 {
 			var q []uint64
 			for x := ref.root; len(x.kids) > 0 && rng.IntN(8) != 0; {
-				var ks []uint64
-				for k := range x.kids {
-					ks = append(ks, k)
-				}
-				slices.Sort(ks)
-				k := ks[rng.IntN(len(ks))]
+				k := x.randomChild(rng)
 				q = append(q, k)
 				x = x.kids[k]
 			}
@@ -297,12 +292,7 @@ func runTiersRandom(t *testing.T, seed uint64, ops int) {
 			for range 8 {
 				var q []uint64
 				for x := ref.root; len(x.kids) > 0 && rng.IntN(8) != 0; {
-					var ks []uint64
-					for k := range x.kids {
-						ks = append(ks, k)
-					}
-					slices.Sort(ks)
-					k := ks[rng.IntN(len(ks))]
+					k := x.randomChild(rng)
 					q = append(q, k)
 					x = x.kids[k]
 				}
