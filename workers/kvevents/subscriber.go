@@ -53,7 +53,7 @@ func DefaultConfig() Config {
 		PollInterval:  100 * time.Millisecond,
 		ReplayTimeout: 2 * time.Second,
 		RcvHWM:        100_000,
-		IdentityCheck: defaultFollowUpCap,
+		IdentityCheck: defaultIdentityCheck,
 	}
 }
 
@@ -212,12 +212,11 @@ func (s *Subscriber) followUpCap() time.Duration {
 	if s.cfg.IdentityCheck > 0 {
 		return s.cfg.IdentityCheck
 	}
-	return defaultFollowUpCap
+	return defaultIdentityCheck
 }
 
-// defaultFollowUpCap is the follow-up cap where no identity check period applies (bind mode, or the
-// check turned off): the identity check's default.
-const defaultFollowUpCap = 30 * time.Second
+// defaultIdentityCheck is Config.IdentityCheck's default.
+const defaultIdentityCheck = 30 * time.Second
 
 // joinProbe repeats the catch-up of a connection until a live message proves that the publisher has our
 // subscription. The handshake the monitor reports completes before the SUB's subscription reaches the
