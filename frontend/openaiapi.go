@@ -297,7 +297,7 @@ func (a *OpenAIAPI) assignID(j *job) error {
 func (a *OpenAIAPI) readHeaders(h headerSource, j *job) error {
 	if v := h.Peek("x-dynamo-request-priority"); len(v) > 0 {
 		f, err := strconv.ParseFloat(string(v), 64)
-		if err != nil || !(f >= 0 && f <= openai.MaxPriorityJump) { // NaN fails both
+		if err != nil || !openai.ValidPriorityJump(f) {
 			return errorf(ErrBadRequest, "header x-dynamo-request-priority: %q is not a number of seconds in [0, %g]", v, openai.MaxPriorityJump)
 		}
 		j.priority = &f

@@ -53,9 +53,6 @@ type routeResponse struct {
 	Candidates    []routeCandidate `json:"candidates"`
 }
 
-// maxPriorityJump bounds a request's queue priority, as the OpenAI endpoints bound theirs.
-const maxPriorityJump = openai.MaxPriorityJump
-
 // checkOverride validates a router_config_override against the router's configuration, as the
 // router will apply it.
 func (a *RouterAPI) checkOverride(o *scoring.Override) error {
@@ -185,8 +182,8 @@ func (a *RouterAPI) checkRoute(req *routeRequest) error {
 		return errorf(ErrBadRequest, "request_id must be 1 to %d printable ASCII characters without '/' and not . or .. (it is a path segment of /v1/route/{id}/free)", maxRequestIDLen)
 	case req.ISL < 0 || req.ISL > maxQueryTokens:
 		return errorf(ErrBadRequest, "isl must be in [0, %d], got %d", maxQueryTokens, req.ISL)
-	case req.Priority != nil && !(*req.Priority >= 0 && *req.Priority <= maxPriorityJump):
-		return errorf(ErrBadRequest, "priority must be in [0, %g] seconds", maxPriorityJump)
+	case req.Priority != nil && !openai.ValidPriorityJump(*req.Priority):
+		return errorf(ErrBadRequest, "priority must be in [0, %g] seconds", openai.MaxPriorityJump)
 	}
 	if err := a.checkOverride(req.Override); err != nil {
 		return err

@@ -510,6 +510,10 @@ func (c *Common) CacheNamespace(tenant string) (ns string, forward bool) {
 // larger jump orders nothing differently among real requests.
 const MaxPriorityJump = 86400.0
 
+// ValidPriorityJump reports a priority jump the router takes as given: in [0, MaxPriorityJump] (NaN is
+// not).
+func ValidPriorityJump(v float64) bool { return v >= 0 && v <= MaxPriorityJump }
+
 // PriorityJump is nvext.agent_hints.priority (or the deprecated latency_sensitivity) clamped to
 // [0, MaxPriorityJump], in seconds.
 func (c *Common) PriorityJump() float64 {
