@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"slices"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
@@ -115,48 +116,43 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	if n := len(m.lines); n > 0 {
 		load = min(float64(m.prefilling)/float64(n), scoring.WorkWeight)
 	}
-	busyCheck := cfg.ActiveDecodeBlocksThreshold.Set || cfg.ActivePrefillTokensThreshold.Set || cfg.ActivePrefillTokensThresholdFrac.Set
-	filter := m.filtering(exclude)
-	fisl := float64(isl)
+	mask, offer, allowed, eligible := m.eligibility(sreq, exclude)
 	var (
-		c                        scoring.Candidate
-		best                     = -1
-		bestCost, bestK          float64
-		allowed, eligible, offer int
-		tied                     = m.sc.ties[:0]
+		best            = -1
+		bestCost, bestK float64
+		tied            = m.sc.ties[:0]
+		costs           = sreq.CostsBuf[:0]
+		returnCosts     = sreq.ReturnCosts
 	)
-	costs := sreq.CostsBuf[:0]
-	q0 := 1.0
+	// The request's constants in locals: the loop below is the decision's only O(fleet) part, and
+	// fields read through m, cfg or h are reloaded on every candidate.
+	var (
+		fisl, fbs, nchain = float64(isl), float64(bs), float64(len(chain))
+		hw, dw            = cfg.HostCacheHitWeight, cfg.DiskCacheHitWeight
+		hCached, hSettled = h.cached, h.settled
+		sharers, queued   = h.sharers, h.queued
+		replica           = h.sharers > 0
+		q0                = 1.0
+		lines             = m.lines
+		tmpl              = m.tmpl[:len(lines)]
+	)
+	ov = ov[:len(lines)]
 	if !cfg.TrackPrefillTokens {
 		q0 = 0
 	}
-	fbs := float64(bs)
-	nchain := float64(len(chain))
-	for i := range m.lines {
-		if filter && m.skip(i, exclude) {
-			continue
-		}
-		offer++
-		tm := &m.tmpl[i]
-		if sreq.Pinned && !pinMatches(tm.worker, &sreq.Pin, sreq.PinRank) {
-			continue
-		}
-		allowed++
-		l := &m.lines[i]
-		if busyCheck {
-			if m.busyAt(i, &c) {
-				if sreq.ReturnCosts {
-					costs = append(costs, scoring.CandidateCost{Worker: tm.worker, Overlap: ov[i], Busy: true})
-				}
-				continue
+	for i := range lines {
+		if mask != nil && mask[i] != candEligible {
+			if mask[i] == candBusy && returnCosts {
+				costs = append(costs, scoring.CandidateCost{Worker: tmpl[i].worker, Overlap: ov[i], Busy: true})
 			}
+			continue
 		}
-		eligible++
+		l := &lines[i]
 		// Plain comparisons and signed conversions: the builtin float min/max carry NaN and signed-zero
 		// branches, and uint64 → float64 is a branchy sequence on amd64; neither is needed here.
 		cached := float64(ov[i]) * fbs
 		if host != nil {
-			cached += (cfg.HostCacheHitWeight*float64(host[i]) + cfg.DiskCacheHitWeight*float64(disk[i])) * fbs
+			cached += (hw*float64(host[i]) + dw*float64(disk[i])) * fbs
 		}
 		u := 0.0
 		if cached < fisl {
@@ -170,20 +166,20 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 		q := q0 * float64(int64(l.prefill))
 		// The holder's prefix this worker lacks, beyond what is settled and live (plain comparisons, as
 		// above: no NaN can reach them).
-		held := h.settled
+		held := hSettled
 		if cached > held {
 			held = cached
 		}
-		dead, saved := h.cached-held, 0.0
+		dead, saved := hCached-held, 0.0
 		if dead < 0 {
 			dead = 0
 		}
-		if h.sharers > 0 && cached < h.settled && h.queued > q {
-			saved = h.sharers * (h.queued - q) / 2
+		if replica && cached < hSettled && queued > q {
+			saved = sharers * (queued - q) / 2
 		}
-		cost := scoring.SharedCost(q, u, dead, k, tm.totalKV, bs, gamma, load, saved)
-		if sreq.ReturnCosts {
-			costs = append(costs, scoring.CandidateCost{Worker: tm.worker, Overlap: ov[i], Cost: cost})
+		cost := scoring.SharedCost(q, u, dead, k, tmpl[i].totalKV, bs, gamma, load, saved)
+		if returnCosts {
+			costs = append(costs, scoring.CandidateCost{Worker: tmpl[i].worker, Overlap: ov[i], Cost: cost})
 		}
 		if best >= 0 && cost > bestCost {
 			continue
@@ -219,6 +215,48 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 		d.Costs = costs
 	}
 	return t, d, nil
+}
+
+// A candidate's standing in eligibility's mask.
+const (
+	candLeftOut  uint8 = iota // excluded, unhealthy or not the pinned worker: not offered
+	candEligible              // costed
+	candBusy                  // over a busy threshold: in the returned costs as busy, not costed
+)
+
+// eligibility filters the targets as Select does (exclusions and health, the pin, busy thresholds) into
+// a mask by target index, with the counts its errors need: offered (not excluded), allowed (and
+// matching the pin) and eligible (and not busy). The mask is nil when nothing filters, the common case,
+// so the cost loop runs without it.
+func (m *Machine) eligibility(sreq *scoring.Request, exclude []uint64) (mask []uint8, offer, allowed, eligible int) {
+	cfg := m.cfg
+	busyCheck := cfg.ActiveDecodeBlocksThreshold.Set || cfg.ActivePrefillTokensThreshold.Set || cfg.ActivePrefillTokensThresholdFrac.Set
+	filter := m.filtering(exclude)
+	n := len(m.lines)
+	if !filter && !sreq.Pinned && !busyCheck {
+		return nil, n, n, n
+	}
+	mask = slices.Grow(m.sc.mask[:0], n)[:n]
+	m.sc.mask = mask
+	var c scoring.Candidate
+	for i := range mask {
+		mask[i] = candLeftOut
+		if filter && m.skip(i, exclude) {
+			continue
+		}
+		offer++
+		if sreq.Pinned && !pinMatches(m.tmpl[i].worker, &sreq.Pin, sreq.PinRank) {
+			continue
+		}
+		allowed++
+		if busyCheck && m.busyAt(i, &c) {
+			mask[i] = candBusy
+			continue
+		}
+		eligible++
+		mask[i] = candEligible
+	}
+	return mask, offer, allowed, eligible
 }
 
 // tierOverlaps scatters the host and disk overlaps into slices by target index.

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -133,5 +134,68 @@ func TestReplicaCountsExistingCopies(t *testing.T) {
 	}
 	if d.Worker.WorkerID != 2 {
 		t.Fatalf("went to worker %d, want worker 2's idle copy", d.Worker.WorkerID)
+	}
+}
+
+// TestCalibratedFilters drives the kvroute cost's filters (exclusions, the pin, busy thresholds) through
+// the machine's dry decision: a busy worker is listed as busy among the returned costs, in target order,
+// and never chosen, and each way of filtering every worker out gives Select's error.
+func TestCalibratedFilters(t *testing.T) {
+	cfg := scoring.DefaultConfig()
+	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
+	cfg.ActivePrefillTokensThreshold = scoring.Some(500)
+	seed := uint64(1)
+	m, err := New(cfg, nil, Options{Seed: &seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	for id := range 3 {
+		m.AddWorker(now, Worker{ID: uint64(id + 1)})
+	}
+	// 1,100 prefill tokens pinned to worker 2: over the threshold of 500.
+	if _, _, err := m.Route(now, &Request{ID: "load", Local: prompt(1, 1000), ISL: 1100, Matched: true,
+		Pin: &scoring.WorkerKey{WorkerID: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		d, err := m.Query(now, &Request{ID: "q", Local: prompt(2, 1000), ISL: 1100, Matched: true, ReturnCosts: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Worker.WorkerID == 2 {
+			t.Fatal("the busy worker was chosen")
+		}
+		if len(d.Candidates) != 3 {
+			t.Fatalf("costs %+v: want the three workers", d.Candidates)
+		}
+		for i, c := range d.Candidates {
+			if c.Worker.WorkerID != uint64(i+1) || c.Busy != (i == 1) {
+				t.Fatalf("cost %d is %+v: want worker %d, busy only for worker 2", i, c, i+1)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		pin     *scoring.WorkerKey
+		exclude []uint64
+		want    error
+	}{
+		{"pinned to the busy worker", &scoring.WorkerKey{WorkerID: 2}, nil, scoring.ErrPinnedBusy},
+		{"pinned to no worker", &scoring.WorkerKey{WorkerID: 9}, nil, scoring.ErrPinnedNotFound},
+		{"all but the busy worker excluded", nil, []uint64{1, 3}, scoring.ErrAllBusy},
+		{"every worker excluded", nil, []uint64{1, 2, 3}, scoring.ErrNoWorkers},
+	} {
+		_, err := m.Query(now, &Request{ID: "q", Local: prompt(2, 1000), ISL: 1100, Matched: true, Pin: c.pin,
+			Exclude: c.exclude})
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
+		}
+	}
+	// Pinned to an idle worker, the pin decides.
+	d, err := m.Query(now, &Request{ID: "q", Local: prompt(2, 1000), ISL: 1100, Matched: true,
+		Pin: &scoring.WorkerKey{WorkerID: 3}})
+	if err != nil || d.Worker.WorkerID != 3 {
+		t.Fatalf("pinned to worker 3: %v, %v", d.Worker, err)
 	}
 }

@@ -94,6 +94,7 @@ type scratch struct {
 	caps       []scoring.Capacity
 	targetOf   []int32
 	ties       []uint64
+	mask       []uint8 // calibrated: the candidates' standing when some are filtered (eligibility)
 	// memo[j] is the position of the worker the j-th overlap score named last time (-1: none); reset
 	// whenever positions change.
 	memo []posMemo
