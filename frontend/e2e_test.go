@@ -56,6 +56,8 @@ type stackOpts struct {
 	// workerAllowHosts widen only the simulated workers' guard (to test the frontend's alone).
 	workerAllowHosts []string
 	decode           bool
+	// mmBudget adjusts the image stage's probe and resolve configurations (byte budgets).
+	mmBudget func(*mm.ProbeConfig, *mm.ResolveConfig)
 	// transfer is --mm-transfer (shm or net); "" is off.
 	transfer string
 	// policy is the router policy document (--router-policy-config); nil: one synthetic class.
@@ -171,13 +173,16 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		spec := mm.Detect(info)
 		pc := mm.DefaultProbeConfig()
 		pc.AllowHosts = o.allowHosts
+		rc := mm.DefaultResolveConfig()
+		rc.FrontendDecoding = o.decode
+		if o.mmBudget != nil {
+			o.mmBudget(&pc, &rc)
+		}
 		prober, err := mm.NewProber(pc, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(prober.Close)
-		rc := mm.DefaultResolveConfig()
-		rc.FrontendDecoding = o.decode
 		res, err := mm.NewResolver(spec, prober, rc)
 		if err != nil {
 			t.Fatal(err)
@@ -239,6 +244,7 @@ type reply struct {
 	overlap string
 	body    map[string]any
 	raw     string
+	header  http.Header
 }
 
 // post sends a JSON body; hdr are extra header name, value pairs.
@@ -258,7 +264,7 @@ func (s *stack) post(t *testing.T, path, body string, hdr ...string) reply {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, worker: resp.Header.Get("x-kvroute-worker-id"), overlap: resp.Header.Get("x-kvroute-overlap-blocks"), raw: string(raw)}
+	r := reply{status: resp.StatusCode, worker: resp.Header.Get("x-kvroute-worker-id"), overlap: resp.Header.Get("x-kvroute-overlap-blocks"), raw: string(raw), header: resp.Header}
 	_ = json.Unmarshal(raw, &r.body)
 	return r
 }

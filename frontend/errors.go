@@ -85,6 +85,9 @@ func statusOf(err error) (int, string) {
 // writeError writes err as an OpenAI-style error with the status its class maps to.
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, body := ErrorResponse(err)
+	if status == fasthttp.StatusTooManyRequests {
+		ctx.Response.Header.Set("Retry-After", "1") // every 429 is a momentary state of the frontend
+	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(status)
 	ctx.SetBody(body)

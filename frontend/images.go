@@ -47,8 +47,8 @@ func newMMMetrics(reg prometheus.Registerer) *mmMetrics {
 	}
 	reg.MustRegister(m.fallbacks, m.images, m.routed, m.transfers)
 	for _, r := range mm.FallbackReasons() {
-		if r == mm.FallbackBlocked || r == mm.FallbackLimits {
-			continue // refused with 400, counted in kvroute_media_refused_total, never a fallback
+		if r == mm.FallbackBlocked || r == mm.FallbackLimits || r == mm.FallbackTooLarge || r == mm.FallbackBusy {
+			continue // refused (400, 413, 429), counted in kvroute_media_refused_total, never a fallback
 		}
 		m.fallbacks.WithLabelValues(r.String())
 	}
@@ -163,6 +163,16 @@ func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error
 		// decompression bomb would cost the worker far more than this request is worth).
 		a.countRefused("limits")
 		return imageView{}, errorf(ErrBadRequest, "the request's images exceed the limits (--mm-max-images, --mm-max-total-pixels)")
+	case mm.FallbackTooLarge:
+		// --frontend-decoding: an image, or the request's images together, hold more bytes than the
+		// frontend downloads for one request (--mm-max-request-image-bytes).
+		a.countRefused("too_large")
+		return imageView{}, errorf(ErrTooLarge, "the request's images are too large to download (%v)", firstErr(w.images))
+	case mm.FallbackBusy:
+		// --frontend-decoding: the process's image downloads were at --mm-image-bytes-in-flight for
+		// longer than the wait: a retry soon finds room (Retry-After).
+		a.countRefused("busy")
+		return imageView{}, errorf(ErrTooMany, "the frontend is downloading as many image bytes as it holds at once (--mm-image-bytes-in-flight); retry shortly")
 	}
 	var rt mm.Routing
 	var blockMM [][]uint64
@@ -179,6 +189,16 @@ func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error
 	}
 	// The zero padding of the tail makes a block that no engine ever stores; hash the expanded prompt.
 	return imageView{tokens: rt.Tokens[:rt.ExpandedLen], isl: rt.ExpandedLen, uuids: rt.VLLMUUIDs(), blockMM: blockMM}, nil
+}
+
+// firstErr is the first image's error (nil when none failed), for the client's message.
+func firstErr(images []mm.Image) error {
+	for _, im := range images {
+		if im.Err != nil {
+			return im.Err
+		}
+	}
+	return nil
 }
 
 // maxInlineBytes bounds the data: URIs one worker-bound body carries (base64 text, all images of the

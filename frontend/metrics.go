@@ -27,7 +27,8 @@ type FrontendMetrics struct {
 	osl      prometheus.Observer
 	migr     prometheus.Counter
 	// mediaRefused counts requests refused for their media: a URL the SSRF guard refused ("blocked"),
-	// more images or pixels than --mm-max-images / --mm-max-total-pixels ("limits").
+	// more images or pixels than --mm-max-images / --mm-max-total-pixels ("limits"), more image bytes
+	// than one request downloads ("too_large", 413), no room among the image bytes in flight ("busy", 429).
 	mediaRefused *prometheus.CounterVec
 
 	// The embedded router's request view (dynamo_component_router_*).
@@ -177,7 +178,7 @@ func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *Frontend
 			Help: "Fraction of a worker's requests whose predicted cached tokens matched the worker's report within one block."},
 			[]string{"worker_id"}),
 		mediaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_media_refused_total",
-			Help: "Chat requests refused (400) for their media, by reason: blocked (SSRF guard), limits (--mm-max-images, --mm-max-total-pixels)."},
+			Help: "Chat requests refused for their media, by reason: blocked (SSRF guard, 400), limits (--mm-max-images, --mm-max-total-pixels, 400), too_large (--mm-max-request-image-bytes, 413), busy (--mm-image-bytes-in-flight, 429)."},
 			[]string{"reason"}),
 		precision: map[uint64]*precision{},
 		vecs: &modelVecs{reqs: reqs, inflight: inflight, queued: queued, ttft: ttft, itl: itl, duration: duration,
@@ -190,6 +191,8 @@ func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *Frontend
 		Help: "Prompt tokens the router predicted cached on the worker it chose, for requests whose usage came back."})
 	m.mediaRefused.WithLabelValues("blocked")
 	m.mediaRefused.WithLabelValues("limits")
+	m.mediaRefused.WithLabelValues("too_large")
+	m.mediaRefused.WithLabelValues("busy")
 	reg.MustRegister(reqs, inflight, queued, ttft, itl, duration, isl, osl, migr, rReqs, rTTFT, rITL, rISL, rOSL,
 		m.lastTTFT, m.lastISL, m.lastITL, m.predErr, m.precGauge, m.cachedTok, m.predictedTok, m.mediaRefused)
 	return m

@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvroute/kvroute/internal/testutil"
+	"github.com/kvroute/kvroute/mm"
 )
 
 func counterValue(c prometheus.Counter) float64 {
@@ -35,6 +36,8 @@ type imageServer struct {
 
 	mu   sync.Mutex
 	full map[string]int // whole-file GETs (no Range header) per name, from any client
+	// hold, until closed, stops /hold/ downloads after half their body.
+	hold chan struct{}
 }
 
 // fullGets is the number of whole-file downloads of name so far.
@@ -76,6 +79,23 @@ func startImageServer(t *testing.T) *imageServer {
 			s.mu.Unlock()
 		}
 		http.ServeContent(w, r, "x.png", time.Time{}, bytes.NewReader(b))
+	})
+	s.hold = make(chan struct{})
+	mux.HandleFunc("/hold/", func(w http.ResponseWriter, r *http.Request) {
+		b, ok := s.pngs[strings.TrimPrefix(r.URL.Path, "/hold/")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		_, _ = w.Write(b[:len(b)/2])
+		w.(http.Flusher).Flush()
+		select {
+		case <-s.hold:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write(b[len(b)/2:])
 	})
 	mux.HandleFunc("/norange/", func(w http.ResponseWriter, r *http.Request) {
 		b, ok := s.pngs[strings.TrimPrefix(r.URL.Path, "/norange/")]
@@ -211,6 +231,56 @@ func TestE2EImageFrontendDecoding(t *testing.T) {
 	second := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/copy-of-cat.png"}, "What is in this picture?"))
 	if second.status != 200 || second.worker != first.worker || overlapOf(second) < 5 {
 		t.Fatalf("same pixels, other URL: worker %s (first %s), overlap %s", second.worker, first.worker, second.overlap)
+	}
+}
+
+// With --frontend-decoding the frontend's image downloads are bounded per request
+// (--mm-max-request-image-bytes: 413) and across requests (--mm-image-bytes-in-flight: a request that
+// finds no room within the wait gets 429 with Retry-After), both as OpenAI errors, and a request within
+// both is served.
+func TestE2EImageDownloadBudgets(t *testing.T) {
+	imgs := startImageServer(t)
+	one := len(imgs.pngs["cat.png"])
+	s := startStack(t, stackOpts{workers: 1, speedup: 100, mm: true, allowHosts: []string{"127.0.0.1"}, decode: true,
+		mmBudget: func(pc *mm.ProbeConfig, rc *mm.ResolveConfig) {
+			rc.MaxRequestBytes = int64(one * 3 / 2)
+			pc.MaxFetchBytesInFlight, pc.FetchBudgetWait = int64(one*3/2), 300*time.Millisecond
+		}})
+	checkErr := func(name string, r reply, status int, typ string) {
+		t.Helper()
+		e, _ := r.body["error"].(map[string]any)
+		if r.status != status || e == nil || e["type"] != typ || e["code"] != float64(status) {
+			t.Fatalf("%s: %d %s, want %d %s", name, r.status, r.raw, status, typ)
+		}
+	}
+	if r := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/cat.png"}, "one")); r.status != 200 {
+		t.Fatalf("one image: %d %s", r.status, r.raw)
+	}
+	two := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/cat.png", imgs.base + "/img/dog.png"}, "two"))
+	checkErr("two images past the request's bytes", two, 413, "invalid_request_error")
+
+	held := make(chan reply, 1)
+	go func() {
+		held <- s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/hold/cat.png"}, "held"))
+	}()
+	prober := s.api.MM.Resolver.Prober()
+	testutil.Eventually(t, "the held download's reservation", func() bool { return prober.FetchBytesInFlight() == int64(one) })
+	busy := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{imgs.base + "/img/dog.png"}, "busy"))
+	checkErr("no room in flight", busy, 429, "rate_limit_error")
+	if busy.header.Get("Retry-After") == "" {
+		t.Fatalf("429 without Retry-After")
+	}
+	close(imgs.hold)
+	if r := <-held; r.status != 200 {
+		t.Fatalf("held download: %d %s", r.status, r.raw)
+	}
+	if n := prober.FetchBytesInFlight(); n != 0 {
+		t.Fatalf("%d image bytes still reserved", n)
+	}
+	for reason, want := range map[string]float64{"too_large": 1, "busy": 1} {
+		if n := counterValue(s.api.Metrics.mediaRefused.WithLabelValues(reason)); n != want {
+			t.Fatalf("kvroute_media_refused_total{reason=%q} = %v, want %v", reason, n, want)
+		}
 	}
 }
 

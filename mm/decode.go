@@ -161,12 +161,15 @@ func nativePixels(img image.Image) (int, []byte) {
 // Decode downloads (http/https, guarded, whole body up to maxBytes; Fetch) or reads (data:) an image
 // and returns its content hash and size, the --frontend-decoding identity, with the encoded bytes so
 // that later stages (the mm_kwargs transfer) use them instead of downloading the image again. Nothing
-// is cached: the URL does not identify the content in this mode.
+// is cached: the URL does not identify the content in this mode. acct, when set, counts the download
+// against its request's byte bound. The downloaded bytes stay reserved in MaxFetchBytesInFlight until
+// the decode has ended.
 //
 // Before decoding, admit (when set) is given the header's size and may refuse it (the request's total
 // pixel bound), then the decode waits for room in the process's MaxDecodePixelsInFlight.
-func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int, admit func(Size) error) (Hash, Size, []byte, error) {
-	data, err := p.Fetch(ctx, rawURL, maxBytes)
+func (p *Prober) decode(ctx context.Context, rawURL string, maxBytes int, acct *requestBytes, admit func(Size) error) (Hash, Size, []byte, error) {
+	data, release, err := p.fetch(ctx, rawURL, maxBytes, acct)
+	defer release()
 	if err != nil {
 		return 0, Size{}, nil, err
 	}
@@ -179,7 +182,7 @@ func (p *Prober) Decode(ctx context.Context, rawURL string, maxBytes int, admit 
 			return 0, Size{}, nil, err
 		}
 	}
-	if err := p.decoding.take(ctx, hdr.Pixels()); err != nil {
+	if err := p.decoding.takePixels(ctx, hdr.Pixels()); err != nil {
 		return 0, Size{}, nil, err
 	}
 	h, sz, err := decodeChecked(data, hdr)

@@ -3,6 +3,7 @@ package mm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -14,21 +15,27 @@ import (
 // pixels), whatever the request's MaxTotalPixels, which is summed only after decoding.
 const MaxDecodePixelsInFlight = 2 * MaxDecodePixels
 
-// pixelBudget is a counting semaphore of pixels: take waits until n fits or ctx ends.
-type pixelBudget struct {
+// budget is a counting semaphore of units (pixels being decoded, bytes being downloaded): take waits
+// until n fits or ctx ends.
+type budget struct {
 	mu   sync.Mutex
 	used uint64
 	max  uint64
 	wake chan struct{} // closed and replaced on every give
 }
 
-func newPixelBudget(max uint64) *pixelBudget {
-	return &pixelBudget{max: max, wake: make(chan struct{})}
+func newBudget(max uint64) *budget {
+	return &budget{max: max, wake: make(chan struct{})}
 }
 
-func (b *pixelBudget) take(ctx context.Context, n uint64) error {
+// errOverBudget: the amount asked for is more than the whole budget, so waiting cannot help.
+var errOverBudget = errors.New("more than the whole budget")
+
+// take reserves n units, waiting while they do not fit. It fails at once with errOverBudget when n
+// exceeds the budget, and with ctx's error when ctx ends first; callers wrap both in their class.
+func (b *budget) take(ctx context.Context, n uint64) error {
 	if n > b.max {
-		return fmt.Errorf("%w: %d pixels exceed the decoding budget of %d", ErrLimit, n, b.max)
+		return errOverBudget
 	}
 	for {
 		b.mu.Lock()
@@ -42,12 +49,15 @@ func (b *pixelBudget) take(ctx context.Context, n uint64) error {
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return fmt.Errorf("%w: waiting to decode: %v", ErrLimit, ctx.Err())
+			return ctx.Err()
 		}
 	}
 }
 
-func (b *pixelBudget) give(n uint64) {
+func (b *budget) give(n uint64) {
+	if n == 0 {
+		return
+	}
 	b.mu.Lock()
 	b.used -= n
 	close(b.wake)
@@ -55,11 +65,23 @@ func (b *pixelBudget) give(n uint64) {
 	b.mu.Unlock()
 }
 
-// inUse is the pixels being decoded now.
-func (b *pixelBudget) inUse() uint64 {
+// inUse is the units taken now.
+func (b *budget) inUse() uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used
+}
+
+// takePixels reserves a decode's pixels in the process's decoding budget.
+func (b *budget) takePixels(ctx context.Context, n uint64) error {
+	switch err := b.take(ctx, n); {
+	case err == nil:
+		return nil
+	case errors.Is(err, errOverBudget):
+		return fmt.Errorf("%w: %d pixels exceed the decoding budget of %d", ErrLimit, n, b.max)
+	default:
+		return fmt.Errorf("%w: waiting to decode: %v", ErrLimit, err)
+	}
 }
 
 // deflateMaxRatio is DEFLATE's largest expansion: a 258-byte match coded in 2 bits.

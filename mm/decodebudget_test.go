@@ -92,13 +92,13 @@ func TestResolveDecodingRefusesTotalBeforeDecoding(t *testing.T) {
 
 // The process's decoding budget admits decodes while they fit, holds the next until room is given back,
 // and gives up with the caller's context.
-func TestPixelBudget(t *testing.T) {
-	b := newPixelBudget(100)
+func TestBudget(t *testing.T) {
+	b := newBudget(100)
 	ctx := context.Background()
 	if err := b.take(ctx, 60); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.take(ctx, 101); !errors.Is(err, ErrLimit) {
+	if err := b.takePixels(ctx, 101); !errors.Is(err, ErrLimit) {
 		t.Fatalf("more than the budget: %v", err)
 	}
 	got := make(chan error, 1)
@@ -114,7 +114,7 @@ func TestPixelBudget(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
-	if err := b.take(cctx, 60); !errors.Is(err, ErrLimit) {
+	if err := b.takePixels(cctx, 60); !errors.Is(err, ErrLimit) {
 		t.Fatalf("waiting past the deadline: %v", err)
 	}
 	b.give(50)

@@ -10,11 +10,11 @@
 //  1. identity: HashURL (XXH3-64, seed 0, of the WHATWG-serialized URL, query kept; for a data: URI of
 //     its decoded payload, whatever the MIME label), or with --frontend-decoding the content hash of
 //     the decoded pixels
-//     (ContentHash, via Prober.Decode);
+//     (ContentHash, via Resolver.Resolve's Prober.decode);
 //  2. size: Prober.Size, from a cache keyed by mm_hash, else a Range request (0-4095, then 0-65535,
 //     then for JPEG with large metadata further within a bound), 206 only, SSRF-guarded; data: URIs
-//     are read in memory. Every URL read of the package (these ranges, Fetch, Decode) goes through one
-//     guarded GET, Prober.get in fetch.go: the guard, timeout and request counter cannot drift apart;
+//     are read in memory. Every URL read of the package (these ranges, Fetch, decode) goes through one
+//     guarded GET, Prober.send in fetch.go: the guard and request counter cannot drift apart;
 //  3. token count: CalculateNumTokens(W, H, family, preprocessor config), a port of llm-multimodal
 //     1.7.0 per family (Qwen2/2.5-VL, Qwen3-VL/3.5/3.6, LLaVA-1.5, LLaVA-NeXT, Llama-4, Kimi-K2.5/K2.6,
 //     Phi-3-vision, Pixtral); for Llama-4 and Pixtral the length of vLLM's structured replacement
@@ -67,6 +67,14 @@
 // ctx, so one cancelled request does not fail the others sharing it. Close refuses new fetches and
 // waits for those in flight.
 //
+// Whole downloads (--frontend-decoding, Fetch for --mm-transfer) share two process-wide counting
+// semaphores, Prober.fetching (bytes downloaded and held, ProbeConfig.MaxFetchBytesInFlight) and
+// Prober.decoding (pixels being decoded, MaxDecodePixelsInFlight). A download reserves its bytes after
+// the response headers and before reading the body, waiting at most ProbeConfig.FetchBudgetWait
+// (ErrBusy after), and holds them until its image is decoded; it never waits for bytes while holding
+// pixels, so the two cannot deadlock. One request's downloads also share a requestBytes count
+// (ResolveConfig.MaxRequestBytes), added to as they read.
+//
 // # Ownership
 //
 //   - sizeCache: written by fetch goroutines (put) and by readers (get moves the entry to the front),
@@ -79,7 +87,7 @@
 // # Data flow
 //
 //	image_url parts ──HashURL──▶ mm_hash ──Prober.Size (cache │ Range GET)──▶ (W, H)
-//	        └─ --frontend-decoding: Prober.Decode ──▶ content hash, (W, H)
+//	        └─ --frontend-decoding: Prober.decode (download, header, decode) ──▶ content hash, (W, H)
 //	(W, H) ──Spec.NumTokens──▶ N ──Expand(tokens, find, entries, BOS, bs)──▶ Routing
 //	Routing.Tokens ──scoring.LocalBlockHashes──▶ overlap query;  Routing.Hashes ──▶ worker uuids
 //
@@ -90,6 +98,8 @@
 // names them. The check runs on the resolved address at connect time (net.Dialer.Control), so DNS
 // rebinding and redirects (at most 3, each re-checked) cannot reach them; environment proxies are not
 // used. A non-206 reply is closed without reading its body; no more than the requested range is read.
+// A whole download reads at most its image's, its request's and the process's byte bounds, and a
+// declared Content-Length past one is refused before the body is read.
 //
 // Guard.CheckURL screens a URL that is not fetched here but forwarded to a worker that fetches it: the
 // host is read as the WHATWG parser (and glibc) reads it, so numeric IPv4 forms are addresses, a host

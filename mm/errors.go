@@ -25,6 +25,13 @@ var (
 	ErrFetch = errors.New("mm: image fetch failed")
 	// ErrLimit: a per-request bound (image count, total pixels) was exceeded.
 	ErrLimit = errors.New("mm: request limit exceeded")
+	// ErrTooLarge: an image download passed a byte bound: one image's (ResolveConfig.MaxDecodeBytes),
+	// the request's total (ResolveConfig.MaxRequestBytes) or the whole in-flight budget
+	// (ProbeConfig.MaxFetchBytesInFlight).
+	ErrTooLarge = errors.New("mm: image bytes exceed a limit")
+	// ErrBusy: the process's budget of image bytes in flight (ProbeConfig.MaxFetchBytesInFlight) had
+	// no room for a download within ProbeConfig.FetchBudgetWait; the request may be retried.
+	ErrBusy = errors.New("mm: image download budget busy")
 )
 
 // ErrClosed: the Prober was closed.

@@ -36,8 +36,8 @@ func TestProberFetch(t *testing.T) {
 	if err != nil || string(got) != string(body) {
 		t.Fatalf("allowed fetch: %q %v", got, err)
 	}
-	if _, err := open.Fetch(context.Background(), srv.URL, 4); !errors.Is(err, ErrLimit) {
-		t.Fatalf("oversize: %v, want ErrLimit", err)
+	if _, err := open.Fetch(context.Background(), srv.URL, 4); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversize: %v, want ErrTooLarge", err)
 	}
 	if _, err := open.Fetch(context.Background(), "s3://b/k.png", 0); !errors.Is(err, ErrUnsupportedScheme) {
 		t.Fatalf("s3: %v", err)

@@ -43,6 +43,17 @@ type ProbeConfig struct {
 	CacheTTL time.Duration
 	// MaxDataURIBytes bounds the length of a data: URI read in memory. Default 32 MiB.
 	MaxDataURIBytes int
+	// MaxFetchBytesInFlight bounds the image bytes downloaded whole (--frontend-decoding, --mm-transfer)
+	// and held at once across the process (--mm-image-bytes-in-flight). Each download reserves its
+	// Content-Length, or its most (the image's and the request's byte bounds) when the server sends
+	// none, before reading the body, trims the reservation to what it read, and gives it back once the
+	// image is decoded (Decode) or handed over (Fetch). Default 512 MiB: eight images at the 64 MiB
+	// bound, hundreds of ordinary ones.
+	MaxFetchBytesInFlight int64
+	// FetchBudgetWait bounds how long a download waits for room in MaxFetchBytesInFlight before its
+	// request is refused with ErrBusy (429 with Retry-After at the HTTP edge). Default 2 s: it absorbs
+	// a burst, while a longer wait would hold client connections open with memory already at its bound.
+	FetchBudgetWait time.Duration
 	// AllowHosts are the --media-allow-hosts values (host names, IPs or CIDRs) that the SSRF guard
 	// admits although they are internal. Default none.
 	AllowHosts []string
@@ -59,6 +70,9 @@ func DefaultProbeConfig() ProbeConfig {
 		CacheEntries:    100_000,
 		CacheTTL:        24 * time.Hour,
 		MaxDataURIBytes: DefaultMaxDataURIBytes,
+
+		MaxFetchBytesInFlight: DefaultMaxFetchBytesInFlight,
+		FetchBudgetWait:       2 * time.Second,
 	}
 }
 
@@ -77,6 +91,8 @@ func (c ProbeConfig) Validate() error {
 		return errors.New("mm: probe cache needs positive CacheEntries and CacheTTL")
 	case c.MaxDataURIBytes <= 0:
 		return errors.New("mm: probe MaxDataURIBytes must be positive")
+	case c.MaxFetchBytesInFlight <= 0 || c.FetchBudgetWait <= 0:
+		return errors.New("mm: probe MaxFetchBytesInFlight and FetchBudgetWait must be positive")
 	}
 	_, err := NewGuard(c.AllowHosts)
 	return err
@@ -88,6 +104,7 @@ type ProbeStats struct {
 	Requests                   uint64 // HTTP Range requests sent
 	Errors                     uint64 // failed probes (not cached)
 	NoRange, Blocked, HeaderKO uint64 // failures by class: non-206, SSRF guard, header unparsable
+	Busy                       uint64 // whole downloads refused for want of room in MaxFetchBytesInFlight
 }
 
 // Prober discovers image sizes: data: URIs in memory, http(s) URLs by Range requests, with a
@@ -103,10 +120,12 @@ type Prober struct {
 	closed   bool             // guarded by mu
 	flights  routine.Group    // fetch goroutines
 
-	hits, misses, shared, requests, errs, noRange, blocked, headerKO atomic.Uint64
+	hits, misses, shared, requests, errs, noRange, blocked, headerKO, busy atomic.Uint64
 
 	// decoding is the pixels of --frontend-decoding decodes in flight (MaxDecodePixelsInFlight).
-	decoding *pixelBudget
+	decoding *budget
+	// fetching is the bytes of whole downloads in flight (MaxFetchBytesInFlight).
+	fetching *budget
 }
 
 type flight struct {
@@ -156,7 +175,8 @@ func NewProber(cfg ProbeConfig, clk clock.Clock, transport http.RoundTripper) (*
 		client:   client,
 		cache:    newSizeCache(cfg.CacheEntries, cfg.CacheTTL, clock.Or(clk)),
 		inflight: make(map[Hash]*flight),
-		decoding: newPixelBudget(MaxDecodePixelsInFlight),
+		decoding: newBudget(MaxDecodePixelsInFlight),
+		fetching: newBudget(uint64(cfg.MaxFetchBytesInFlight)),
 	}, nil
 }
 
@@ -165,8 +185,13 @@ func (p *Prober) Stats() ProbeStats {
 	return ProbeStats{
 		Hits: p.hits.Load(), Misses: p.misses.Load(), Shared: p.shared.Load(), Requests: p.requests.Load(),
 		Errors: p.errs.Load(), NoRange: p.noRange.Load(), Blocked: p.blocked.Load(), HeaderKO: p.headerKO.Load(),
+		Busy: p.busy.Load(),
 	}
 }
+
+// FetchBytesInFlight is the image bytes reserved now by whole downloads (at most
+// ProbeConfig.MaxFetchBytesInFlight).
+func (p *Prober) FetchBytesInFlight() int64 { return int64(p.fetching.inUse()) }
 
 // CacheLen is the number of cached sizes.
 func (p *Prober) CacheLen() int { return p.cache.len() }
@@ -286,7 +311,7 @@ func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
 	if err != nil {
 		return Size{}, fmt.Errorf("%w: %v", ErrBadURL, err)
 	}
-	b, err := p.get(ctx, u.String(), p.cfg.SmallRange, 0)
+	b, err := p.getRange(ctx, u.String(), p.cfg.SmallRange)
 	if err != nil {
 		return Size{}, err
 	}
@@ -294,7 +319,7 @@ func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
 	if herr == nil {
 		return sz, nil
 	}
-	if b, err = p.get(ctx, u.String(), p.cfg.LargeRange, 0); err != nil {
+	if b, err = p.getRange(ctx, u.String(), p.cfg.LargeRange); err != nil {
 		return Size{}, err
 	}
 	sz, f, herr := HeaderSize(b)
@@ -310,7 +335,7 @@ func (p *Prober) probeHTTP(ctx context.Context, rawURL string) (Size, error) {
 		}
 		n := min(max(need, 2*len(b)), p.cfg.MaxHeaderBytes)
 		prev := len(b)
-		if b, err = p.get(ctx, u.String(), n, 0); err != nil {
+		if b, err = p.getRange(ctx, u.String(), n); err != nil {
 			return Size{}, err
 		}
 		if sz, _, herr = HeaderSize(b); herr == nil {

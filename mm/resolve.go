@@ -47,6 +47,10 @@ type ResolveConfig struct {
 	FrontendDecoding bool
 	// MaxDecodeBytes bounds one image download in FrontendDecoding mode. Default 64 MiB.
 	MaxDecodeBytes int
+	// MaxRequestBytes bounds the bytes all of one request's image downloads read in FrontendDecoding
+	// mode (--mm-max-request-image-bytes); past it the request is refused (ErrTooLarge, 413). Default
+	// DefaultMaxRequestBytes (128 MiB). data: URIs are not counted: they came in the request body.
+	MaxRequestBytes int64
 	// DataURIAsString identifies a data: URI by its whole string, as Dynamo's default path does
 	// (HashDataURIString; --mm-data-uri-identity uri), instead of by its decoded payload (the default:
 	// the same bytes under any MIME label are one image). Not used with FrontendDecoding, whose identity
@@ -56,13 +60,14 @@ type ResolveConfig struct {
 
 // DefaultResolveConfig returns the defaults documented on the fields.
 func DefaultResolveConfig() ResolveConfig {
-	return ResolveConfig{MaxImages: 32, MaxTotalPixels: 1 << 28, MaxDecodeBytes: DefaultMaxDecodeBytes}
+	return ResolveConfig{MaxImages: 32, MaxTotalPixels: 1 << 28, MaxDecodeBytes: DefaultMaxDecodeBytes,
+		MaxRequestBytes: DefaultMaxRequestBytes}
 }
 
 // Validate reports the first invalid field.
 func (c ResolveConfig) Validate() error {
-	if c.MaxImages <= 0 || c.MaxTotalPixels == 0 || c.MaxDecodeBytes <= 0 {
-		return errors.New("mm: ResolveConfig needs positive MaxImages, MaxTotalPixels and MaxDecodeBytes")
+	if c.MaxImages <= 0 || c.MaxTotalPixels == 0 || c.MaxDecodeBytes <= 0 || c.MaxRequestBytes <= 0 {
+		return errors.New("mm: ResolveConfig needs positive MaxImages, MaxTotalPixels, MaxDecodeBytes and MaxRequestBytes")
 	}
 	return nil
 }
@@ -151,16 +156,16 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 		}
 		todo = append(todo, i)
 	}
-	var admit func(Size) error
+	var rb *requestBudget
 	if r.cfg.FrontendDecoding && len(todo) > 0 {
-		admit = r.admitter()
+		rb = r.newRequestBudget()
 	}
 	switch len(todo) {
 	case 0:
 	case 1:
-		r.resolveOne(ctx, parts[todo[0]].URL, &images[todo[0]], admit)
+		r.resolveOne(ctx, parts[todo[0]].URL, &images[todo[0]], rb)
 	default:
-		r.fanOut(ctx, parts, images, todo, admit)
+		r.fanOut(ctx, parts, images, todo, rb)
 	}
 	var pixels uint64
 	for i := range images {
@@ -180,7 +185,7 @@ func (r *Resolver) Resolve(ctx context.Context, parts []Part, dst []Image) (imag
 // fanOut resolves images[i] for every i in todo, one goroutine each, and waits for all of them. The
 // indices are copied so that the caller's stack scratch does not escape (the warm path stays
 // allocation-free).
-func (r *Resolver) fanOut(ctx context.Context, parts []Part, images []Image, todo []int, admit func(Size) error) {
+func (r *Resolver) fanOut(ctx context.Context, parts []Part, images []Image, todo []int, rb *requestBudget) {
 	idx := slices.Clone(todo)
 	var wg sync.WaitGroup
 	labels := pprof.Labels("mm", "resolve-image")
@@ -188,28 +193,37 @@ func (r *Resolver) fanOut(ctx context.Context, parts []Part, images []Image, tod
 		wg.Add(1)
 		go pprof.Do(ctx, labels, func(ctx context.Context) {
 			defer wg.Done()
-			r.resolveOne(ctx, parts[i].URL, &images[i], admit)
+			r.resolveOne(ctx, parts[i].URL, &images[i], rb)
 		})
 	}
 	wg.Wait()
 }
 
-// admitter returns the request's pre-decode check for --frontend-decoding: the images' header pixels
-// summed as their downloads complete, so that a request past MaxTotalPixels decodes nothing more
-// (the sum after decoding came too late to bound memory).
-func (r *Resolver) admitter() func(Size) error {
-	var total atomic.Uint64
-	return func(sz Size) error {
-		if t := total.Add(sz.Pixels()); t > r.cfg.MaxTotalPixels {
-			return fmt.Errorf("%w: the request's images declare %d pixels, more than %d", ErrLimit, t, r.cfg.MaxTotalPixels)
-		}
-		return nil
-	}
+// requestBudget is one request's bounds for --frontend-decoding: the bytes its downloads read
+// (MaxRequestBytes) and the images' header pixels summed as their downloads complete, so that a
+// request past MaxTotalPixels decodes nothing more (the sum after decoding came too late to bound
+// memory).
+type requestBudget struct {
+	bytes  *requestBytes
+	pixels atomic.Uint64
+	max    uint64
 }
 
-func (r *Resolver) resolveOne(ctx context.Context, url string, im *Image, admit func(Size) error) {
+func (r *Resolver) newRequestBudget() *requestBudget {
+	return &requestBudget{bytes: newRequestBytes(r.cfg.MaxRequestBytes), max: r.cfg.MaxTotalPixels}
+}
+
+// admit adds an image's header pixels to the request's sum and refuses them past the bound.
+func (b *requestBudget) admit(sz Size) error {
+	if t := b.pixels.Add(sz.Pixels()); t > b.max {
+		return fmt.Errorf("%w: the request's images declare %d pixels, more than %d", ErrLimit, t, b.max)
+	}
+	return nil
+}
+
+func (r *Resolver) resolveOne(ctx context.Context, url string, im *Image, rb *requestBudget) {
 	if r.cfg.FrontendDecoding {
-		im.Hash, im.Size, im.Data, im.Err = r.prober.Decode(ctx, url, r.cfg.MaxDecodeBytes, admit)
+		im.Hash, im.Size, im.Data, im.Err = r.prober.decode(ctx, url, r.cfg.MaxDecodeBytes, rb.bytes, rb.admit)
 		im.Source = SourceDecodedBytes
 		return
 	}
@@ -225,6 +239,10 @@ func reasonOf(err error) FallbackReason {
 		return FallbackBlocked
 	case errors.Is(err, ErrLimit):
 		return FallbackLimits
+	case errors.Is(err, ErrTooLarge):
+		return FallbackTooLarge
+	case errors.Is(err, ErrBusy):
+		return FallbackBusy
 	}
 	return FallbackProbeFailed
 }

@@ -34,12 +34,17 @@ const (
 	// FallbackUnsupportedFamily: the model's family is recognised but not routed on images
 	// (Spec.Unsupported: Phi-3-vision, Kimi-K3, Phi-4-multimodal, Qwen3-Omni).
 	FallbackUnsupportedFamily
+	// FallbackTooLarge: an image download passed a byte bound (ErrTooLarge); refused, never routed.
+	FallbackTooLarge
+	// FallbackBusy: the process had no room for an image download in time (ErrBusy); refused for a
+	// retry, never routed.
+	FallbackBusy
 	numFallbackReasons
 )
 
 var fallbackNames = [numFallbackReasons]string{
 	"none", "unknown_model", "user_uuid", "bad_url", "blocked", "probe_failed", "limits",
-	"count_mismatch", "too_long", "bad_block_size", "unsupported_family",
+	"count_mismatch", "too_long", "bad_block_size", "unsupported_family", "too_large", "busy",
 }
 
 // String is the metric label of the reason.

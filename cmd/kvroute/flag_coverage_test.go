@@ -115,14 +115,16 @@ var flagEvidence = map[string][]string{
 	"router-snapshot-threshold": {"workers/natsplane: TestSnapshotRestore"},
 
 	// Multimodal.
-	"frontend-decoding":     {"frontend: TestE2EImageFrontendDecoding"},
-	"media-allow-hosts":     {"frontend: TestE2EImageRouting", "mm: TestGuardAllowList"},
-	"mm-data-uri-identity":  {"cmd/kvroute: TestDataURIIdentityFlag", "mm: TestResolveDataURIIdentity"},
-	"mm-max-images":         {"mm: TestResolveFallbacks"},
-	"mm-max-total-pixels":   {"mm: TestResolveFallbacks"},
-	"mm-routing":            {"cmd/kvroute: TestFrontendOpsFlags"},
-	"mm-transfer":           {"frontend: TestE2EImageTransfer"},
-	"mm-transfer-advertise": {"transfer: TestAdvertiseAddr"},
+	"frontend-decoding":          {"frontend: TestE2EImageFrontendDecoding"},
+	"media-allow-hosts":          {"frontend: TestE2EImageRouting", "mm: TestGuardAllowList"},
+	"mm-data-uri-identity":       {"cmd/kvroute: TestDataURIIdentityFlag", "mm: TestResolveDataURIIdentity"},
+	"mm-max-images":              {"mm: TestResolveFallbacks"},
+	"mm-max-total-pixels":        {"mm: TestResolveFallbacks"},
+	"mm-max-request-image-bytes": {"frontend: TestE2EImageDownloadBudgets", "mm: TestRequestImageBytes", "cmd/kvroute: TestImageByteFlags"},
+	"mm-image-bytes-in-flight":   {"frontend: TestE2EImageDownloadBudgets", "mm: TestImageBytesInFlight", "cmd/kvroute: TestImageByteFlags"},
+	"mm-routing":                 {"cmd/kvroute: TestFrontendOpsFlags"},
+	"mm-transfer":                {"frontend: TestE2EImageTransfer"},
+	"mm-transfer-advertise":      {"transfer: TestAdvertiseAddr"},
 
 	// Logging, probes and shutdown.
 	"access-log":                     {"cmd/kvroute: TestServeOperations"},

@@ -62,6 +62,9 @@ type frontendFlags struct {
 	xferAddr  *string
 	ops       *opsFlags
 	pd        frontend.DisaggConfig
+	// maxReqImgBytes and imgInFlight bound the frontend's image downloads per request and across the
+	// process.
+	maxReqImgBytes, imgInFlight *int64
 }
 
 func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*frontendFlags, error) {
@@ -101,6 +104,8 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	f.decode = fs.Bool("frontend-decoding", false, "download and decode images in the frontend; identity = hash of the decoded pixels")
 	f.maxImages = fs.Int("mm-max-images", 32, "most images per request routed on their identity")
 	f.maxPixels = fs.Uint64("mm-max-total-pixels", 1<<28, "bound on the sum of W×H over a request's images")
+	f.maxReqImgBytes = fs.Int64("mm-max-request-image-bytes", mm.DefaultMaxRequestBytes, "with --frontend-decoding: bytes one request's image downloads may read in total (413 above)")
+	f.imgInFlight = fs.Int64("mm-image-bytes-in-flight", mm.DefaultMaxFetchBytesInFlight, "image bytes downloaded by the frontend (--frontend-decoding, --mm-transfer) and held at once across all requests; a download waits up to 2s for room, then its request gets 429")
 	f.dataURIID = fs.String("mm-data-uri-identity", "payload", "identity of a data: URI image: payload (its decoded bytes, whatever the MIME label) or uri (the whole URI string, as Dynamo's default path)")
 	f.srv.register(fs)
 	f.pd = frontend.DefaultDisaggConfig()
@@ -136,6 +141,9 @@ func (f *frontendFlags) check(fs *flag.FlagSet) error {
 	}
 	if err := oneOf("mm-data-uri-identity", *f.dataURIID, []string{"payload", "uri"}); err != nil {
 		return err
+	}
+	if *f.maxReqImgBytes <= 0 || *f.imgInFlight <= 0 {
+		return fmt.Errorf("--mm-max-request-image-bytes and --mm-image-bytes-in-flight must be positive")
 	}
 	if err := f.srv.check(); err != nil {
 		return err
@@ -502,9 +510,7 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg p
 			return nil
 		}
 	}
-	pc := mm.DefaultProbeConfig()
-	pc.AllowHosts = mm.ParseAllowHosts(*f.allow)
-	prober, err := mm.NewProber(pc, nil, nil)
+	prober, err := mm.NewProber(f.probeConfig(), nil, nil)
 	if err != nil {
 		return err
 	}
@@ -603,11 +609,20 @@ func waitForSignal() {
 	<-ctx.Done()
 }
 
+// probeConfig is the image prober's configuration from the multimodal flags.
+func (f *frontendFlags) probeConfig() mm.ProbeConfig {
+	pc := mm.DefaultProbeConfig()
+	pc.AllowHosts = mm.ParseAllowHosts(*f.allow)
+	pc.MaxFetchBytesInFlight = *f.imgInFlight
+	return pc
+}
+
 // resolveConfig is the image stage's configuration from the multimodal flags.
 func (f *frontendFlags) resolveConfig() mm.ResolveConfig {
 	rc := mm.DefaultResolveConfig()
 	rc.FrontendDecoding, rc.MaxImages, rc.MaxTotalPixels = *f.decode, *f.maxImages, *f.maxPixels
 	rc.DataURIAsString = *f.dataURIID == "uri"
+	rc.MaxRequestBytes = *f.maxReqImgBytes
 	return rc
 }
 

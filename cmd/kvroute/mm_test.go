@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/mm"
 )
 
 // kvroute frontend's image stage by model: for a vision model it recognises but does not route (or
@@ -128,5 +130,32 @@ func TestDataURIIdentityFlag(t *testing.T) {
 	_, herr := captureCLI(t)
 	if _, _, code, ok := parseFrontend("frontend", []string{"--mm-data-uri-identity", "bytes"}, nil); ok || code != 2 || !strings.Contains(herr.String(), "mm-data-uri-identity") {
 		t.Fatalf("bad value: ok=%v code %d: %s", ok, code, herr.String())
+	}
+}
+
+// --mm-max-request-image-bytes and --mm-image-bytes-in-flight reach the image stage's configurations,
+// and a bound that is not positive is refused at startup.
+func TestImageByteFlags(t *testing.T) {
+	worker := []string{"--worker", "id=1,url=http://127.0.0.1:9"}
+	_, herr := captureCLI(t)
+	f, _, code, ok := parseFrontend("frontend", worker, nil)
+	if !ok {
+		t.Fatalf("defaults: exit %d: %s", code, herr.String())
+	}
+	if rc, pc := f.resolveConfig(), f.probeConfig(); rc.MaxRequestBytes != mm.DefaultMaxRequestBytes || pc.MaxFetchBytesInFlight != mm.DefaultMaxFetchBytesInFlight {
+		t.Fatalf("defaults: request %d, in flight %d", rc.MaxRequestBytes, pc.MaxFetchBytesInFlight)
+	}
+	f, _, code, ok = parseFrontend("frontend", append(worker, "--mm-max-request-image-bytes", "1000", "--mm-image-bytes-in-flight", "5000"), nil)
+	if !ok {
+		t.Fatalf("set: exit %d: %s", code, herr.String())
+	}
+	if rc, pc := f.resolveConfig(), f.probeConfig(); rc.MaxRequestBytes != 1000 || pc.MaxFetchBytesInFlight != 5000 || pc.Validate() != nil || rc.Validate() != nil {
+		t.Fatalf("set: request %d, in flight %d", rc.MaxRequestBytes, pc.MaxFetchBytesInFlight)
+	}
+	for _, bad := range []string{"--mm-max-request-image-bytes", "--mm-image-bytes-in-flight"} {
+		_, herr := captureCLI(t)
+		if _, _, code, ok := parseFrontend("frontend", append(worker, bad, "0"), nil); ok || code != 2 || !strings.Contains(herr.String(), bad[2:]) {
+			t.Fatalf("%s 0: ok=%v code %d: %s", bad, ok, code, herr.String())
+		}
 	}
 }
