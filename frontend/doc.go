@@ -21,7 +21,8 @@
 // prefill core's KV-aware decision and a prefill request with vLLM's kv_transfer_params
 // (do_remote_decode, max_tokens 1, not streamed), then a load-only decode decision (credit 0, no prefill
 // charge) and the client's request plus the prefill answer's kv_transfer_params, streamed by the
-// ordinary dispatch. With no prefill worker the first model's API behaves as before.
+// ordinary dispatch. Each model has its own prefill core; a model with no prefill worker registered is
+// served aggregated.
 //
 // An OpenAI request's lifecycle has three calls (lifecycle.go): begin, firstToken, end. They keep the
 // in-flight count the drain waits on, the dynamo_frontend_* / dynamo_component_router_* metrics
@@ -63,8 +64,8 @@
 //
 // # Ownership
 //
-// cmd/ builds the Server and owns its listener; each model's router core (and the first model's prefill
-// core) is owned by actors/router; cmd/ stops the prefill core with the others.
+// cmd/ builds the Server and owns its listener; each model's router cores (decode and prefill)
+// are owned by actors/router; cmd/ stops the prefill cores with the others.
 // Models is built once before serving and only read afterwards. Image bytes downloaded with
 // --frontend-decoding belong to the image stage's goroutine until it reports, then to the request actor
 // (read concurrently by the transfers until each reports); the actor inlines them into the

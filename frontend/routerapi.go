@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	json "github.com/goccy/go-json"
@@ -33,6 +32,28 @@ type RouterAPI struct {
 	// PD, when set, is the prefill core of R's model (disaggregated serving): workers registered with
 	// role=prefill join it, and the worker endpoints list and remove them too.
 	PD *Disagg
+	// PDs are the prefill cores of Models' models, by name, as PD is R's.
+	PDs map[string]*Disagg
+}
+
+// pdOf returns the prefill side of the named model (as routerOf resolves the name), or nil.
+func (a *RouterAPI) pdOf(model string) *Disagg {
+	if _, ok := a.Models[model]; ok {
+		return a.PDs[model]
+	}
+	return a.PD
+}
+
+// prefillSides lists every model's prefill side.
+func (a *RouterAPI) prefillSides() []*Disagg {
+	ds := make([]*Disagg, 0, 1+len(a.PDs))
+	if a.PD != nil {
+		ds = append(ds, a.PD)
+	}
+	for _, d := range a.PDs {
+		ds = append(ds, d)
+	}
+	return ds
 }
 
 // routerOf returns the core of the named model ("" or R's own: R), or nil.
@@ -51,9 +72,9 @@ func (a *RouterAPI) owner(id uint64) *router.Router {
 	if _, ok := a.R.Fleet.StatusOf(id); ok {
 		return a.R
 	}
-	if a.PD != nil {
-		if _, ok := a.PD.Prefill.Fleet.StatusOf(id); ok {
-			return a.PD.Prefill
+	for _, d := range a.prefillSides() {
+		if _, ok := d.Prefill.Fleet.StatusOf(id); ok {
+			return d.Prefill
 		}
 	}
 	for _, r := range a.Models {
@@ -67,8 +88,8 @@ func (a *RouterAPI) owner(id uint64) *router.Router {
 // allWorkers lists the workers of every model.
 func (a *RouterAPI) allWorkers() []worker.Status {
 	ws := a.R.Workers()
-	if a.PD != nil {
-		ws = append(ws, a.PD.Prefill.Workers()...)
+	for _, d := range a.prefillSides() {
+		ws = append(ws, d.Prefill.Workers()...)
 	}
 	for _, r := range a.Models {
 		ws = append(ws, r.Workers()...)
@@ -150,8 +171,10 @@ func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 			writeJSON(ctx, st)
 		case ctx.IsDelete():
 			remove := r.RemoveWorker
-			if a.PD != nil && r == a.PD.Prefill {
-				remove = a.PD.RemoveWorker // keeps its count of prefill workers
+			for _, d := range a.prefillSides() {
+				if r == d.Prefill {
+					remove = d.RemoveWorker // keeps its count of prefill workers
+				}
 			}
 			if err := remove(id); err != nil {
 				writeError(ctx, mapWorkerErr(err))
@@ -263,16 +286,8 @@ func (a *RouterAPI) register(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, errorf(ErrBadRequest, "worker %d is already registered", spec.ID))
 		return
 	}
-	var err2 error
-	switch {
-	case r == a.R:
-		err2 = registerWorker(a.R, a.PD, spec) // the role picks the prefill or the decode core
-	case spec.RoleOf() == registry.RolePrefill:
-		err2 = fmt.Errorf("%w: worker %d: disaggregated prefill/decode serves the first model only", registry.ErrBadSpec, spec.ID)
-	default:
-		err2 = r.AddWorker(spec)
-	}
-	if err2 != nil {
+	// The role picks the model's prefill or decode core.
+	if err2 := registerWorker(r, a.pdOf(spec.Model), spec); err2 != nil {
 		writeError(ctx, mapWorkerErr(err2))
 		return
 	}

@@ -28,7 +28,6 @@ import (
 	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
-	"github.com/kvroute/kvroute/workers/registry"
 )
 
 func init() {
@@ -194,10 +193,10 @@ type frontendApp struct {
 	drain  frontend.DrainConfig
 	log    *slog.Logger
 	mon    *frontend.Monitor // the first model's
-	// pd is the first model's prefill side (prefill router core) of disaggregated serving; pmon checks
-	// its workers.
-	pd   *frontend.Disagg
-	pmon *frontend.Monitor
+	// pds are every model's prefill side (prefill router core) of disaggregated serving, in --model
+	// order; pmons check their workers.
+	pds   []*frontend.Disagg
+	pmons []*frontend.Monitor
 	// models serves every model; routers and mons are per model, in --model order (routers[0] == router).
 	models  *frontend.Models
 	routers []*router.Router
@@ -374,12 +373,15 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	a.routers = append(a.routers, r)
 	if i == 0 {
 		a.router = r
-		if err := a.startPrefill(ms, rcfg, sm.name); err != nil {
+	}
+	pd, err := a.startPrefill(ms, rcfg, sm.name, mreg)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range workers {
+		if err := frontend.RegisterWorker(r, pd, w); err != nil { // the role picks the core
 			return nil, err
 		}
-	}
-	if err := a.addWorkers(r, i, workers); err != nil {
-		return nil, err
 	}
 	mfm := ms.fm
 	if i > 0 {
@@ -391,9 +393,7 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	if *f.ops.log.access {
 		api.AccessLog = log
 	}
-	if i == 0 {
-		api.PD = a.pd
-	}
+	api.PD = pd
 	api.Tracer = a.tracer
 	if *f.mmOn && sm.m != nil {
 		if err := enableMM(api, f, sm.dir, sm.name, mreg, log); err != nil {
@@ -406,45 +406,28 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	return api, nil
 }
 
-// startPrefill starts the first model's prefill core for disaggregated serving: the same mode and cost
-// as rcfg, no active-block tracking, private metrics; and its health monitor.
-func (a *frontendApp) startPrefill(ms modelSetup, rcfg router.Config, name string) error {
+// startPrefill starts a model's prefill core for disaggregated serving: the same mode and cost as rcfg,
+// no active-block tracking, private metrics; and its health monitor. Its counters of how requests were
+// served go to reg (labelled with the model when several are served).
+func (a *frontendApp) startPrefill(ms modelSetup, rcfg router.Config, name string, reg prometheus.Registerer) (*frontend.Disagg, error) {
 	pcfg := rcfg
 	pcfg.Scoring = frontend.PrefillConfig(rcfg.Scoring)
 	pcfg.Registerer, pcfg.RouterID = nil, "kvroute-prefill"
 	prefill, err := router.New(a.system, pcfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if a.pd, err = frontend.NewDisagg(prefill, ms.f.pd); err != nil {
+	pd, err := frontend.NewDisagg(prefill, ms.f.pd)
+	if err != nil {
 		prefill.Stop()
-		return err
+		return nil, err
 	}
+	a.pds = append(a.pds, pd)
 	mhc := ms.hc
 	mhc.ModelName = name
-	a.pmon = frontend.NewMonitor(prefill, a.pool, mhc, ms.log)
-	ms.reg.MustRegister(a.pd)
-	return nil
-}
-
-// addWorkers registers model i's --worker flags: the first model's by role (prefill workers to the
-// prefill core), the others' as decode workers only.
-func (a *frontendApp) addWorkers(r *router.Router, i int, workers workerFlags) error {
-	for _, w := range workers {
-		var err error
-		switch {
-		case i == 0:
-			err = frontend.RegisterWorker(r, a.pd, w)
-		case w.RoleOf() == registry.RolePrefill:
-			err = fmt.Errorf("--worker id=%d: disaggregated prefill/decode serves the first model only", w.ID)
-		default:
-			err = r.AddWorker(w)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	a.pmons = append(a.pmons, frontend.NewMonitor(prefill, a.pool, mhc, ms.log))
+	reg.MustRegister(pd)
+	return pd, nil
 }
 
 // serve builds the HTTP edge (probes, the OpenAI and router APIs, pprof when on), starts the health
@@ -458,11 +441,12 @@ func (a *frontendApp) serve(f *frontendFlags, cfg scoring.Config, sms []servedMo
 	a.probes = frontend.NewProbes(a.router, pc)
 	scfg := f.srv.config(*f.maxBody, reg)
 	scfg.Probes = a.probes
-	others := map[string]*router.Router{}
+	others, otherPDs := map[string]*router.Router{}, map[string]*frontend.Disagg{}
 	for i, r := range a.routers[1:] {
-		others[sms[i+1].name] = r
+		others[sms[i+1].name], otherPDs[sms[i+1].name] = r, a.pds[i+1]
 	}
-	handlers := []frontend.Handler{a.models, &frontend.RouterAPI{R: a.router, RequireURL: true, Models: others, Model: a.name, PD: a.pd}}
+	handlers := []frontend.Handler{a.models, &frontend.RouterAPI{R: a.router, RequireURL: true, Models: others, Model: a.name,
+		PD: a.pds[0], PDs: otherPDs}}
 	if *f.ops.pprof {
 		handlers = append(handlers, frontend.NewPprofHandler())
 	}
@@ -471,7 +455,9 @@ func (a *frontendApp) serve(f *frontendFlags, cfg scoring.Config, sms []servedMo
 	for _, m := range a.mons {
 		m.Start()
 	}
-	a.pmon.Start()
+	for _, m := range a.pmons {
+		m.Start()
+	}
 	var err error
 	if a.ln, err = net.Listen("tcp", net.JoinHostPort(*f.host, strconv.Itoa(*f.port))); err != nil {
 		return err
@@ -557,8 +543,8 @@ func (a *frontendApp) stop() {
 	for _, m := range a.mons {
 		m.Stop()
 	}
-	if a.pmon != nil {
-		a.pmon.Stop()
+	for _, m := range a.pmons {
+		m.Stop()
 	}
 	if a.traceStop != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -571,8 +557,8 @@ func (a *frontendApp) stop() {
 	if a.pool != nil {
 		a.pool.Close()
 	}
-	if a.pd != nil {
-		a.pd.Prefill.Stop()
+	for _, pd := range a.pds {
+		pd.Prefill.Stop()
 	}
 	for _, r := range a.routers {
 		r.Stop()

@@ -24,8 +24,8 @@ func runServe(args []string) int {
 		n = fs.Int("workers", 4, "simulated workers to start in-process")
 		gpuBlocks = fs.Int("num-gpu-blocks", 4096, "KV capacity of each simulated worker, in blocks")
 		speedup = fs.Float64("speedup-ratio", 10, "simulated time runs this many times faster than real time")
-		prefill = fs.Int("prefill", 0, "disaggregated fleet: this many prefill workers (with --decode; replaces --workers for the first model)")
-		decode = fs.Int("decode", 0, "disaggregated fleet: this many decode workers (with --prefill; replaces --workers for the first model)")
+		prefill = fs.Int("prefill", 0, "disaggregated fleet: this many prefill workers (with --decode; replaces --workers for each model)")
+		decode = fs.Int("decode", 0, "disaggregated fleet: this many decode workers (with --prefill; replaces --workers for each model)")
 		keyEnv = fs.String("worker-api-key-env", "", "name of an environment variable holding an API key: the simulated workers require it (vLLM's --api-key) and the frontend sends it (worker spec api_key_env)")
 	})
 	if !ok {
@@ -63,7 +63,7 @@ type serveConfig struct {
 	// apiKey, when set, makes every simulated worker require it (vLLM's --api-key); the frontend reads
 	// it from the environment variable apiKeyEnv (the worker spec's api_key_env).
 	apiKey, apiKeyEnv string
-	// prefill and decode, when set, replace the first model's workers with a disaggregated fleet:
+	// prefill and decode, when set, replace each model's workers with a disaggregated fleet:
 	// prefill workers first (role=prefill), then decode workers (role=decode).
 	prefill, decode int
 }
@@ -94,7 +94,7 @@ func startServe(f *frontendFlags, sc serveConfig, reg *prometheus.Registry, log 
 		}
 	}
 	next := 1
-	for i, a := range f.modelArgs() {
+	for _, a := range f.modelArgs() {
 		name := a.name
 		if name == "" {
 			name = modelNameOf(a.path)
@@ -116,7 +116,7 @@ func startServe(f *frontendFlags, sc serveConfig, reg *prometheus.Registry, log 
 			n    int
 			role string
 		}{{sc.workers, ""}}
-		if i == 0 && sc.prefill > 0 {
+		if sc.prefill > 0 {
 			groups = groups[:0]
 			groups = append(groups, struct {
 				n    int
