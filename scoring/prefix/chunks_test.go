@@ -179,3 +179,35 @@ func TestChunkSumsDetectEveryMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkSumKernel: the vector kernel gives the scalar sums, for every batch length up to 20 chunks,
+// random hashes and the extreme words.
+func TestChunkSumKernel(t *testing.T) {
+	if !haveChunkKernel {
+		t.Skip("no AVX-512DQ")
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	h := make([]uint64, 20*chunkLen)
+	for round := range 50 {
+		for i := range h {
+			switch rng.IntN(8) {
+			case 0:
+				h[i] = 0
+			case 1:
+				h[i] = ^uint64(0)
+			default:
+				h[i] = rng.Uint64()
+			}
+		}
+		for n := 1; n <= 20; n++ {
+			off := rng.IntN(len(h) - n*chunkLen + 1)
+			got := make([]uint64, n)
+			chunkSums(got, h[off:])
+			for c := range n {
+				if want := chunkSum(h[off+c*chunkLen:]); got[c] != want {
+					t.Fatalf("round %d, %d chunks at %d: chunk %d sum %#x, scalar %#x", round, n, off, c, got[c], want)
+				}
+			}
+		}
+	}
+}
