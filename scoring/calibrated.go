@@ -35,6 +35,18 @@ import "math"
 // policies do.
 const WorkWeight = 8
 
+// SoleSharerWeight is the least price per token of a replica whose prefix one active request alone
+// holds on its holder. That request is as likely the same conversation's previous turn, still running
+// when the next one arrives (no one else will share its context: the copy is dead when it ends), as
+// another user of a popular prefix; at the fleet's load, often under 0.5 requests in prefill per worker
+// while a few holders queue seconds of work, such contexts moved for nothing. Chosen by the fleet lab
+// (docs/benchmarks.md): the conversation trace on 32 workers at ×16 reaches 95–97 % of the pooled oracle
+// over four seeds with 2 against 94–96 % with the load alone; 1 keeps most of the loss, 4 and more change
+// the 8B profile's ×2 row in three seeds of four, and the credit for the spared wait stays untouched (a
+// single sharer still earns it: without it the document workloads on the 8B profile lose 59 ms of TTFT
+// p90 at ×8).
+const SoleSharerWeight = 2
+
 // CalibratedCost is the cost of sending a request to a worker, in prefill-token units: its expected TTFT
 // there plus WorkWeight × its uncached tokens. Queued prefill tokens q, the request's uncached tokens u, the worker's active blocks with the request's own added
 // (k), the KV capacity in blocks (0: unknown) and the block size.

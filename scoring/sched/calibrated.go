@@ -26,9 +26,10 @@ func (m *Machine) useCalibrated(req *Request) bool {
 // holding is what a decision knows of the request's prefix on its holder, the worker with the longest
 // overlap: cached tokens there, how many of them active requests there share (live) and how many of
 // those the engines have reported (settled: not only predicted), the sharers still in prefill (an
-// estimate) and the holder's queued prefill.
+// estimate) and the holder's queued prefill; sole: one active request holds all of live.
 type holding struct {
 	cached, live, settled, sharers, queued float64
+	sole                                   bool
 }
 
 // hold finds the request's holder among scores (primary: the engines' report alone) and what its active
@@ -69,6 +70,7 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 	if h.live == 0 {
 		return h
 	}
+	h.sole = n == 1
 	for _, sc := range primary {
 		if sc.Worker == who {
 			h.settled = min(float64(sc.Blocks)*bs, h.live)
@@ -86,7 +88,8 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 //
 // What a copy of the prefix costs depends on its holder. A prefix the holder's active requests share
 // and the engines have reported (a system prompt, a popular document) copied elsewhere is a replica:
-// priced at the fleet's load, and credited with the wait it spares the holder's next sharers — by
+// priced at the fleet's load (at least scoring.SoleSharerWeight when one request alone shares it: a
+// conversation's previous turn, still running), and credited with the wait it spares the holder's next sharers — by
 // Little's law as many arrive while the holder's queue drains as wait in it now, and each saves on
 // average half the difference between the queue at the best copy that exists and this worker's. The
 // rest of the holder's prefix copied elsewhere is a dead copy, WorkWeight per token: cached idle there
@@ -115,6 +118,9 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	load := 0.0
 	if n := len(m.lines); n > 0 {
 		load = min(float64(m.prefilling)/float64(n), scoring.WorkWeight)
+	}
+	if h.sole {
+		load = max(load, scoring.SoleSharerWeight)
 	}
 	mask, offer, allowed, eligible := m.eligibility(sreq, exclude)
 	var (

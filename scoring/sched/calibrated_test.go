@@ -199,3 +199,32 @@ func TestCalibratedFilters(t *testing.T) {
 		t.Fatalf("pinned to worker 3: %v, %v", d.Worker, err)
 	}
 }
+
+// TestSoleSharerContextStays: worker 1 runs a conversation's previous turn (its 1,000-block context,
+// reported by the engines) behind 1,200 tokens of another request's prefill; the next turn extends the
+// context by 100 blocks. Only that one request shares the context, so a copy on an idle worker would serve
+// no one once it ends: priced at the fleet's load (2 requests in prefill over 8 workers, 0.25 a token)
+// the turn would move as soon as ~830 tokens queued; at scoring.SoleSharerWeight it waits for ~2,000.
+func TestSoleSharerContextStays(t *testing.T) {
+	m := sharedMachine(t, 0, 8)
+	now := time.Unix(1, 0)
+	pin := scoring.WorkerKey{WorkerID: 1}
+	ctx := prompt(5, 1000)[:1000]
+	if _, _, err := m.Route(now, &Request{ID: "prev", Local: ctx, ISL: 1000, Scores: onWorker1(1000), Matched: true, Pin: &pin}); err != nil {
+		t.Fatal(err)
+	}
+	other := make([]uint64, 1200)
+	for i := range other {
+		other[i] = uint64(i+1) * 7919
+	}
+	if _, _, err := m.Route(now, &Request{ID: "other", Local: other, ISL: 1200, Pin: &pin, Matched: true}); err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := m.Route(now, &Request{ID: "turn", Local: prompt(5, 1000), ISL: 1100, Scores: onWorker1(1000), Matched: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Worker.WorkerID != 1 {
+		t.Fatalf("the turn left its running context for worker %d", d.Worker.WorkerID)
+	}
+}
