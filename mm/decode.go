@@ -132,12 +132,90 @@ func nativePixels(img image.Image) (int, []byte) {
 		}
 		return 4, pix
 	}
-	opaque := true
+	opaque := false
 	if o, ok := img.(interface{ Opaque() bool }); ok {
 		opaque = o.Opaque()
-	} else {
-		opaque = false
 	}
+	switch m := img.(type) {
+	case *image.Paletted:
+		return paletted(m, opaque)
+	case image.RGBA64Image:
+		return rgba64Pixels(m, opaque)
+	}
+	return genericPixels(img, opaque)
+}
+
+// rgba64Pixels is genericPixels without a boxed colour per pixel (RGBA64At returns what At's colour's
+// RGBA method does, for every image type of the standard library; color.NRGBAModel's arithmetic follows):
+// a 4096×4096 JPEG's conversion went from 1.35 s and 176 MiB allocated to the HWC copy alone.
+func rgba64Pixels(img image.RGBA64Image, opaque bool) (int, []byte) {
+	b := img.Bounds()
+	c := 4
+	if opaque {
+		c = 3
+	}
+	pix := make([]byte, 0, c*b.Dx()*b.Dy())
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			p := img.RGBA64At(x, y)
+			n := nrgba(uint32(p.R), uint32(p.G), uint32(p.B), uint32(p.A))
+			if opaque {
+				pix = append(pix, n.R, n.G, n.B)
+			} else {
+				pix = append(pix, n.R, n.G, n.B, n.A)
+			}
+		}
+	}
+	return c, pix
+}
+
+// nrgba is color.NRGBAModel's conversion of a premultiplied colour that is not already NRGBA.
+func nrgba(r, g, b, a uint32) color.NRGBA {
+	switch a {
+	case 0xffff:
+		return color.NRGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 0xff}
+	case 0:
+		return color.NRGBA{}
+	}
+	return color.NRGBA{uint8((r * 0xffff / a) >> 8), uint8((g * 0xffff / a) >> 8), uint8((b * 0xffff / a) >> 8), uint8(a >> 8)}
+}
+
+// paletted converts each palette entry once (as color.NRGBAModel does, NRGBA entries kept as they
+// are) and looks the pixels up. The decoders keep every index within the palette (Paletted.At would
+// panic past it); an empty or oversized palette takes the generic path.
+func paletted(m *image.Paletted, opaque bool) (int, []byte) {
+	if len(m.Palette) == 0 || len(m.Palette) > 256 {
+		return genericPixels(m, opaque)
+	}
+	var lut [256]color.NRGBA
+	for i, c := range m.Palette {
+		lut[i] = color.NRGBAModel.Convert(c).(color.NRGBA)
+	}
+	b := m.Bounds()
+	w, h := b.Dx(), b.Dy()
+	c := 4
+	if opaque {
+		c = 3
+	}
+	pix := make([]byte, 0, c*w*h)
+	for y := 0; y < h; y++ {
+		for _, k := range m.Pix[y*m.Stride : y*m.Stride+w] {
+			n := lut[k]
+			if opaque {
+				pix = append(pix, n.R, n.G, n.B)
+			} else {
+				pix = append(pix, n.R, n.G, n.B, n.A)
+			}
+		}
+	}
+	return c, pix
+}
+
+// genericPixels converts any image through its At method and color.NRGBAModel: 3 channels when opaque,
+// else 4. The fast paths above give the same bytes.
+func genericPixels(img image.Image, opaque bool) (int, []byte) {
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
 	if opaque {
 		pix := make([]byte, 0, 3*w*h)
 		for y := b.Min.Y; y < b.Max.Y; y++ {
@@ -166,7 +244,8 @@ func nativePixels(img image.Image) (int, []byte) {
 // the decode has ended.
 //
 // Before decoding, admit (when set) is given the header's size and may refuse it (the request's total
-// pixel bound), then the decode waits for room in the process's MaxDecodePixelsInFlight.
+// pixel bound), then the decode waits for room in the process's MaxDecodePixelsInFlight, charged
+// decodeCost (more than its pixels for formats whose decoder needs more than 8 bytes a pixel).
 func (p *Prober) decode(ctx context.Context, rawURL string, maxBytes int, acct *requestBytes, admit func(Size) error) (Hash, Size, []byte, error) {
 	data, release, err := p.fetch(ctx, rawURL, maxBytes, acct)
 	defer release()
@@ -182,11 +261,12 @@ func (p *Prober) decode(ctx context.Context, rawURL string, maxBytes int, acct *
 			return 0, Size{}, nil, err
 		}
 	}
-	if err := p.decoding.takePixels(ctx, hdr.Pixels()); err != nil {
+	cost := decodeCost(data, SniffFormat(data), hdr)
+	if err := p.decoding.takePixels(ctx, cost); err != nil {
 		return 0, Size{}, nil, err
 	}
 	h, sz, err := decodeChecked(data, hdr)
-	p.decoding.give(hdr.Pixels())
+	p.decoding.give(cost)
 	if err != nil {
 		return 0, Size{}, nil, err
 	}

@@ -1,6 +1,7 @@
 package mm
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -87,14 +88,57 @@ func (b *budget) takePixels(ctx context.Context, n uint64) error {
 // deflateMaxRatio is DEFLATE's largest expansion: a 258-byte match coded in 2 bits.
 const deflateMaxRatio = 1032
 
-// plausibleSize refuses a PNG whose file is too small to hold the pixels its header declares: Go's
-// decoder allocates the whole image when the first IDAT chunk starts, so without this a 100-byte file
-// declaring 8192×8192 costs 256 MiB before it fails on its missing data. The bound is exact: the
-// filtered scanlines are DEFLATE data, which expands at most deflateMaxRatio times. Other formats
-// (JPEG's and WebP's entropy coding can skip whole runs of blocks in a few bits) have no such bound;
-// the pixel budgets hold them.
+// lzwMaxRatio is GIF LZW's largest expansion, output bytes per input byte: a code of w bits names a
+// string of at most 2^w bytes (the table holds at most 2^w entries) and w is at most 12, so one bit
+// yields at most 4096/12 bytes.
+const lzwMaxRatio = 4096 * 8 / 12
+
+// MaxJPEGScanBlocks bounds the work of a JPEG's scans, in 8×8 blocks visited: the number of scans
+// times the blocks of the image. Go's decoder passes over every block of a component in every scan,
+// and a progressive scan can skip them all in a few bytes (end-of-band runs of 32767 blocks), so a
+// 68 KB file of 1000 scans of a 4096×4096 image took 9.2 s to decode. 1<<25 (about 1 s) admits 32
+// scans of the largest decodable image and 128 of a 16 M pixel one; encoders write 6 to 10 scans
+// (libjpeg's progression), rarely more than 20.
+const MaxJPEGScanBlocks = 1 << 25
+
+// minJPEGScans is the number of scans any JPEG within MaxDecodePixels may have, whatever its size.
+const minJPEGScans = 32
+
+// plausibleSize refuses an image whose file cannot hold what its header declares, or that would cost
+// its decoder far more than its size suggests, before anything is decoded:
+//
+//   - PNG: Go's decoder allocates the whole image when the first IDAT chunk starts, so without this a
+//     100-byte file declaring 8192×8192 costs 256 MiB before it fails on its missing data. The bound is
+//     exact: the filtered scanlines are DEFLATE data, which expands at most deflateMaxRatio times.
+//   - GIF: the same for LZW (lzwMaxRatio), checked against the logical screen: Go's decoder allocates
+//     the first frame (within the screen) before reading its data, 64 MiB for a 34-byte file
+//     declaring 8192×8192. A degenerate file whose first frame is much smaller than its screen can be
+//     refused too (routed on its text then).
+//   - JPEG: more scans than MaxJPEGScanBlocks allows (jpegScans), a CPU bomb a file size cannot bound.
+//
+// JPEG's and WebP's entropy coding can skip whole runs of blocks in a few bits, and a TIFF's strips
+// may share one compressed block, so no file size bounds their pixels; the pixel budgets
+// (decodeCost) hold their memory.
 func plausibleSize(data []byte, f Format, sz Size) error {
-	if f != FormatPNG || len(data) < 29 {
+	switch f {
+	case FormatPNG:
+		return plausiblePNG(data, sz)
+	case FormatGIF:
+		if need := sz.Pixels() / lzwMaxRatio; uint64(len(data)) < need {
+			return fmt.Errorf("%w: %dx%d gif of %d bytes cannot hold its pixels (at least %d bytes)", ErrHeader, sz.W, sz.H, len(data), need)
+		}
+	case FormatJPEG:
+		blocks := uint64((sz.W+7)/8) * uint64((sz.H+7)/8)
+		limit := int(max(minJPEGScans, MaxJPEGScanBlocks/max(blocks, 1)))
+		if scans, _, _ := jpegScans(data, limit); scans > limit {
+			return fmt.Errorf("%w: %dx%d jpeg with more than %d scans", ErrLimit, sz.W, sz.H, limit)
+		}
+	}
+	return nil
+}
+
+func plausiblePNG(data []byte, sz Size) error {
+	if len(data) < 29 {
 		return nil
 	}
 	// IHDR: width, height (8 bytes from offset 16), bit depth (24), colour type (25).
@@ -108,4 +152,83 @@ func plausibleSize(data []byte, f Format, sz Size) error {
 		return fmt.Errorf("%w: %dx%d png of %d bytes cannot hold its pixels (at least %d bytes)", ErrHeader, sz.W, sz.H, len(data), need)
 	}
 	return nil
+}
+
+// jpegScans walks a JPEG's marker segments, skipping entropy-coded data, and returns its number of
+// start-of-scan segments, the components of its frame and whether the frame is progressive. It stops
+// early once the count passes limit, and at the end of the data or a broken structure (the decoder
+// then refuses the file).
+func jpegScans(b []byte, limit int) (scans, comps int, progressive bool) {
+	i := 2
+	for i+4 <= len(b) && scans <= limit {
+		if b[i] != 0xff {
+			return
+		}
+		m := b[i+1]
+		switch {
+		case m == 0xff: // fill byte
+			i++
+			continue
+		case m == 0x01 || m >= 0xd0 && m <= 0xd8:
+			i += 2
+			continue
+		case m == 0xd9:
+			return
+		}
+		end := i + 2 + int(binary.BigEndian.Uint16(b[i+2:]))
+		if end < i+4 || end > len(b) {
+			return
+		}
+		switch {
+		case m == 0xc2 || m == 0xc6 || m == 0xca || m == 0xce:
+			progressive = true
+			fallthrough
+		case m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc:
+			if end-i >= 10 {
+				comps = int(b[i+9])
+			}
+		case m == 0xda:
+			scans++
+			// The entropy-coded data runs to the next marker: 0xFF followed by neither a stuffed zero
+			// nor a restart marker.
+			j := end
+			for {
+				k := bytes.IndexByte(b[j:], 0xff)
+				if k < 0 || j+k+1 >= len(b) {
+					return
+				}
+				j += k
+				if c := b[j+1]; c != 0 && (c < 0xd0 || c > 0xd7) {
+					break
+				}
+				j += 2
+			}
+			i = j
+			continue
+		}
+		i = end
+	}
+	return
+}
+
+// decodeCost is what decoding an image of sz charges the process's decoding budget, in pixels of the
+// usual cost (about 8 bytes of decoder buffers and HWC copy each, as an 8-bit RGBA PNG): a progressive
+// JPEG keeps 4 bytes of coefficients per pixel and component besides the image (18 bytes a pixel for
+// colour), and 16-bit PNGs and TIFFs decode to 8-byte pixels (12 with the copy). The cost is capped at
+// the whole budget, so such an image waits for every other decode instead of being refused.
+func decodeCost(data []byte, f Format, sz Size) uint64 {
+	weight := uint64(1)
+	switch f {
+	case FormatJPEG:
+		if _, comps, progressive := jpegScans(data, 1); progressive {
+			weight = (uint64(comps)*5 + 3 + 7) / 8 // coefficients, image, HWC copy
+		}
+	case FormatPNG:
+		if len(data) > 24 && data[24] == 16 {
+			weight = 2
+		}
+	case FormatTIFF:
+		weight = 2 // 16-bit samples are not known before decoding; the strips add their buffers
+	}
+	return min(sz.Pixels()*max(weight, 1), MaxDecodePixelsInFlight)
 }

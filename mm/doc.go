@@ -99,7 +99,10 @@
 // rebinding and redirects (at most 3, each re-checked) cannot reach them; environment proxies are not
 // used. A non-206 reply is closed without reading its body; no more than the requested range is read.
 // A whole download reads at most its image's, its request's and the process's byte bounds, and a
-// declared Content-Length past one is refused before the body is read.
+// declared Content-Length past one is refused before the body is read. Before a downloaded image is
+// decoded, DecodableSize checks its header against MaxDecodePixels and plausibleSize its file: a PNG or
+// GIF too small for its pixels, a JPEG with more scans than MaxJPEGScanBlocks allows (each costs a pass
+// over the image); the decode is charged decodeCost in the process's pixel budget.
 //
 // Guard.CheckURL screens a URL that is not fetched here but forwarded to a worker that fetches it: the
 // host is read as the WHATWG parser (and glibc) reads it, so numeric IPv4 forms are addresses, a host

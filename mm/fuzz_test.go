@@ -63,6 +63,10 @@ func FuzzImageHeader(f *testing.F) {
 	f.Add(webpVP8L(17, 5))
 	f.Add(webpVP8(600, 400))
 	f.Add([]byte("GIF89a\x01\x00\x01\x00\x00\x00\x00"))
+	f.Add(tinyGIF(8192, 8192))
+	f.Add(encodeGIF(f, 33, 17))
+	f.Add(progressiveJPEG(64, 48, 3, 40))
+	f.Add(progressiveJPEG(16, 16, 1, 40))
 	f.Add([]byte("BM\x00\x00\x00\x00\x00\x00\x00\x00\x36\x00\x00\x00\x28\x00\x00\x00"))
 	f.Add([]byte("II*\x00\x08\x00\x00\x00"))
 	f.Add([]byte{0xff, 0xd8, 0xff, 0xe1, 0xff, 0xff})
@@ -182,8 +186,8 @@ func FuzzCheckURL(f *testing.F) {
 
 // FuzzDecodeImage: the --frontend-decoding decoder classifies every failure, decodes exactly the size
 // the header declared (the pixel budgets are taken for it), and allocates in proportion to that size;
-// for PNG, whose DEFLATE data expands at most 1032 times, in proportion to the file too, so a small file
-// declaring a large image is refused before the decoder allocates it.
+// for PNG and GIF, whose DEFLATE and LZW data expand at most 1032 and 2730 times, in proportion to the
+// file too, so a small file declaring a large image is refused before the decoder allocates it.
 func FuzzDecodeImage(f *testing.F) {
 	f.Add(encodePNG(f, 3, 2))
 	f.Add(encodePNG(f, 64, 48))
@@ -192,6 +196,10 @@ func FuzzDecodeImage(f *testing.F) {
 	f.Add(pngBomb(f, 300, 200, 200*(1+300*4)))
 	f.Add(webpVP8L(17, 5))
 	f.Add([]byte("GIF89a\x01\x00\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"))
+	f.Add(tinyGIF(8192, 8192))
+	f.Add(encodeGIF(f, 33, 17))
+	f.Add(progressiveJPEG(64, 48, 3, 40))
+	f.Add(progressiveJPEG(16, 16, 1, 40))
 	f.Add([]byte("BM\x00\x00\x00\x00\x00\x00\x00\x00\x36\x00\x00\x00\x28\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		hdr, f, herr := HeaderSize(b)
@@ -210,10 +218,14 @@ func FuzzDecodeImage(f *testing.F) {
 		if herr != nil {
 			hdr = Size{}
 		}
-		// Decoder buffers (up to 8 bytes a pixel for 16-bit RGBA) and the HWC copy, plus the file.
-		limit := 1<<20 + 64*uint64(len(b)) + 16*min(hdr.Pixels(), MaxDecodePixels)
-		if f == FormatPNG {
+		// Decoder buffers (up to 8 bytes a pixel for 16-bit RGBA, 12 for a progressive JPEG's
+		// coefficients of three components besides its image) and the HWC copy, plus the file.
+		limit := 1<<20 + 64*uint64(len(b)) + 24*min(hdr.Pixels(), MaxDecodePixels)
+		switch f {
+		case FormatPNG:
 			limit = min(limit, 1<<20+64*deflateMaxRatio*uint64(len(b))) // 1-bit palette: 5 bytes a pixel from 1/8
+		case FormatGIF:
+			limit = min(limit, 1<<20+16*lzwMaxRatio*uint64(len(b))) // a byte a pixel, the HWC copy
 		}
 		if n > limit {
 			t.Fatalf("%s of %d bytes declaring %v: %d bytes allocated, bound %d", f, len(b), hdr, n, limit)
