@@ -256,6 +256,14 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		}
 	}
 	reg.MustRegister(collector)
+	c := &cores{rs: app.routers, pds: app.pds}
+	for _, sm := range sms {
+		c.names = append(c.names, sm.name)
+	}
+	if err := f.nats.start(c, perModel, log); err != nil {
+		app.stop()
+		return nil, err
+	}
 	app.api = apis[0]
 	app.models = frontend.NewModels(apis...)
 	app.mon = app.mons[0]
@@ -359,10 +367,10 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	var r *router.Router
 	var err error
 	if i == 0 {
-		if ms.multi && f.nats.needsNATS(&rcfg) {
-			return nil, fmt.Errorf("several --model values need --discovery static and --event-plane zmq (the NATS planes serve one model)")
+		if ms.multi && rcfg.Scoring.ReplicaSync {
+			return nil, fmt.Errorf("--router-replica-sync serves one model: several --model values need it off")
 		}
-		r, err = f.nats.newRouter(a.system, rcfg, &workers, log)
+		r, err = f.nats.newRouter(a.system, rcfg, log)
 		a.nats = f.nats
 	} else {
 		r, err = router.New(a.system, rcfg)
@@ -379,6 +387,9 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 		return nil, err
 	}
 	for _, w := range workers {
+		if f.nats.on() {
+			break // the NATS planes register them, once every model's cores exist (natsFlags.start)
+		}
 		if err := frontend.RegisterWorker(r, pd, w); err != nil { // the role picks the core
 			return nil, err
 		}

@@ -65,6 +65,22 @@ func getBody(t *testing.T, url string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// launchFrontend parses kvroute frontend's args and starts it, logs discarded; it stops with the test.
+func launchFrontend(t *testing.T, args []string) *frontendApp {
+	t.Helper()
+	_, herr := captureCLI(t)
+	f, _, code, ok := parseFrontend("frontend", args, nil)
+	if !ok {
+		t.Fatalf("exit %d: %s", code, herr.String())
+	}
+	app, err := startFrontend(f, newRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.stop)
+	return app
+}
+
 // waitUntil polls cond until it holds or 10 s pass.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -334,18 +350,9 @@ func TestNSequencesAccounted(t *testing.T) {
 func TestAllowedOrigins(t *testing.T) {
 	start := func(extra ...string) string {
 		t.Helper()
-		_, herr := captureCLI(t)
 		args := append([]string{"--http-host", "127.0.0.1", "--http-port", "0", "--health-check-interval", "0",
 			"--no-worker-self-test", "--worker", "id=1,url=http://127.0.0.1:9", "--model-path", filepath.Join("..", "..", defaultModelPath)}, extra...)
-		f, _, code, ok := parseFrontend("frontend", args, nil)
-		if !ok {
-			t.Fatalf("exit %d: %s", code, herr.String())
-		}
-		app, err := startFrontend(f, newRegistry(), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(app.stop)
+		app := launchFrontend(t, args)
 		return "http://" + app.ln.Addr().String()
 	}
 	do := func(method, url, origin string) *http.Response {
@@ -494,17 +501,8 @@ func TestServeEndpoints(t *testing.T) {
 func TestWorkerModelInferredAndEveryModelReady(t *testing.T) {
 	qwenURL := startSimWorker(t, "qwen", defaultModelPath, 1, 16, "")
 	llamaURL := startSimWorker(t, "llama", filepath.Join("testdata", "tokenizers", "llama3"), 2, 32, "")
-	_, herr := captureCLI(t)
 	args := append(twoModelArgs(t), "--no-worker-self-test", "--worker", "id=1,url="+qwenURL)
-	f, _, code, ok := parseFrontend("frontend", args, nil)
-	if !ok {
-		t.Fatalf("exit %d: %s", code, herr.String())
-	}
-	app, err := startFrontend(f, newRegistry(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(app.stop)
+	app := launchFrontend(t, args)
 	base := "http://" + app.ln.Addr().String()
 	if len(app.routers[0].Workers()) != 1 || len(app.routers[1].Workers()) != 0 {
 		t.Fatalf("worker 1 (serving qwen, no model=) joined qwen %d, llama %d", len(app.routers[0].Workers()), len(app.routers[1].Workers()))

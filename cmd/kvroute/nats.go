@@ -16,7 +16,6 @@ import (
 
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/workers/natsplane"
-	"github.com/kvroute/kvroute/workers/registry"
 )
 
 // natsFlags are the scale-out flags of kvroute frontend / serve (docs/scale-out.md). --router-replica-sync
@@ -35,7 +34,7 @@ type natsFlags struct {
 	routerID    *string
 	reset       *bool // --router-reset-states (opsFlags); nil: false
 
-	plane *natsPlane // running components, set by newRouter
+	plane *natsPlane // running components, set by newRouter and start
 }
 
 // addNATSFlags registers the scale-out flags on fs.
@@ -63,14 +62,17 @@ func envOr(k, def string) string {
 	return def
 }
 
-// natsPlane is what newRouter started, stopped in reverse order.
+// natsPlane is what newRouter and start started, stopped in reverse order.
 type natsPlane struct {
-	srv     *server.Server
-	nc      *nats.Conn
-	src     *natsplane.Source
-	replica *natsplane.ReplicaSync
-	cancel  context.CancelFunc
-	done    chan struct{}
+	url       string
+	replicaOn bool
+	watcher   *natsplane.Watcher // --discovery nats
+	srv       *server.Server
+	nc        *nats.Conn
+	src       *natsplane.Source
+	replica   *natsplane.ReplicaSync
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // needsNATS reports whether any flag asks for NATS.
@@ -78,10 +80,10 @@ func (n *natsFlags) needsNATS(rcfg *router.Config) bool {
 	return *n.eventPlane == "nats" || *n.discovery == "nats" || rcfg.Scoring.ReplicaSync || *n.embedded
 }
 
-// newRouter is router.New plus the NATS planes the flags ask for. With the NATS plane on it registers
-// the --worker flags itself (their ZMQ endpoints stripped when events come over NATS) before the event
-// source subscribes, and empties *workers so the caller's registration loop adds nothing twice.
-func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, workers *workerFlags, log *slog.Logger) (*router.Router, error) {
+// newRouter is router.New for the first model's core, connected to NATS when a flag asks for it (with
+// replica sync, the core's load changes are published). The planes start with start, once every core
+// exists.
+func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, log *slog.Logger) (*router.Router, error) {
 	if *n.routerID != "" {
 		rcfg.RouterID = *n.routerID // the router_id label of the overhead histograms
 	}
@@ -91,15 +93,15 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 	if err := n.validate(); err != nil {
 		return nil, err
 	}
-	p := &natsPlane{}
+	p := &natsPlane{url: "", replicaOn: rcfg.Scoring.ReplicaSync}
 	n.plane = p
 	url, err := n.connect(p, log)
 	if err != nil {
 		return nil, err
 	}
-	nc := p.nc
+	p.url = url
 	if rcfg.Scoring.ReplicaSync {
-		p.replica = natsplane.NewReplicaSync(nc, natsplane.ReplicaConfig{RouterID: *n.routerID})
+		p.replica = natsplane.NewReplicaSync(p.nc, natsplane.ReplicaConfig{RouterID: *n.routerID})
 		rcfg.OnLoad = p.replica.Observe
 	}
 	r, err := router.New(system, rcfg)
@@ -107,28 +109,37 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 		n.stop()
 		return nil, err
 	}
-	fail := func(err error) (*router.Router, error) {
-		n.stop()
-		r.Stop()
-		return nil, err
+	return r, nil
+}
+
+// on reports whether newRouter connected the NATS planes: start then registers the --worker flags.
+func (n *natsFlags) on() bool { return n.plane != nil }
+
+// start runs the NATS planes over every model's cores (c.rs[0] is newRouter's): it registers each
+// model's --worker flags (workers[i]; their ZMQ endpoints stripped when events come over NATS) and the
+// workers discovery finds, each with its model's core for its role, before the event source subscribes;
+// then replica sync of the first model's core. Nothing to do when the planes are off.
+func (n *natsFlags) start(c *cores, workers []workerFlags, log *slog.Logger) error {
+	p := n.plane
+	if p == nil {
+		return nil
 	}
-	set := natsplane.WorkerSet(r)
-	if *n.eventPlane == "nats" {
-		set = strippedSet{r}
-	}
-	for _, w := range *workers {
-		if err := set.AddWorker(w); err != nil {
-			return fail(err)
+	c.strip, c.log = *n.eventPlane == "nats", log
+	for i, ws := range workers {
+		for _, w := range ws {
+			if err := c.addTo(i, w); err != nil {
+				return err
+			}
 		}
 	}
-	*workers = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan struct{})
 	// Discovery first: the workers already registered are added before the event source subscribes, so
 	// their events (the durable stream from its start) find their mirrors.
 	var w *natsplane.Watcher
 	if *n.discovery == "nats" {
-		w = natsplane.NewWatcher(nc, set, natsplane.DiscoveryConfig{TTL: *n.discoveryTT, Replicas: *n.replicas})
+		w = natsplane.NewWatcher(p.nc, c, natsplane.DiscoveryConfig{TTL: *n.discoveryTT, Replicas: *n.replicas})
+		p.watcher = w
 	}
 	discoveryWatch.Go(func() {
 		defer close(p.done)
@@ -143,35 +154,35 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, wor
 		select {
 		case <-w.Ready():
 		case <-time.After(30 * time.Second):
-			return fail(errors.New("nats discovery: the workers bucket did not answer within 30s"))
+			return errors.New("nats discovery: the workers bucket did not answer within 30s")
 		}
 	}
 	if *n.eventPlane == "nats" {
-		if err := n.startEventSource(ctx, p, r, w); err != nil {
-			return fail(err)
+		if err := n.startEventSource(ctx, p, c.fleet(), w); err != nil {
+			return err
 		}
 	}
 	if p.replica != nil {
-		if err := p.replica.Start(r); err != nil {
-			return fail(err)
+		if err := p.replica.Start(c.rs[0]); err != nil {
+			return err
 		}
 	}
-	log.Info("nats planes", "url", url, "event_plane", *n.eventPlane, "durable", *n.durable, "replica_sync", rcfg.Scoring.ReplicaSync,
-		"discovery", *n.discovery)
-	return r, nil
+	log.Info("nats planes", "url", p.url, "event_plane", *n.eventPlane, "durable", *n.durable, "replica_sync", p.replicaOn,
+		"discovery", *n.discovery, "models", len(c.rs))
+	return nil
 }
 
-// startEventSource subscribes r's fleet to the workers' KV events on NATS (--event-plane nats), after
-// discovery (w, when on) has added the workers already registered.
-func (n *natsFlags) startEventSource(ctx context.Context, p *natsPlane, r *router.Router, w *natsplane.Watcher) error {
+// startEventSource subscribes the cores' fleet to the workers' KV events on NATS (--event-plane nats),
+// after discovery (w, when on) has added the workers already registered.
+func (n *natsFlags) startEventSource(ctx context.Context, p *natsPlane, fl natsplane.Fleet, w *natsplane.Watcher) error {
 	scfg := natsplane.DefaultSourceConfig()
 	scfg.Durable, scfg.Replicas = *n.durable, *n.replicas
 	if *n.durable {
 		scfg.SnapshotThreshold = *n.snapshot
 	}
 	var err error
-	// The package sits below the actors: the router's fleet and index are wired into its interfaces here.
-	if p.src, err = natsplane.NewSource(p.nc, natsplane.Fleet{Sink: r.Fleet.NewInjector(), Index: r.Index, Barrier: r.Fleet.Sync}, scfg); err != nil {
+	// The package sits below the actors: the cores' fleets and indexes are wired into its interfaces (cores.fleet).
+	if p.src, err = natsplane.NewSource(p.nc, fl, scfg); err != nil {
 		return err
 	}
 	if w != nil {
@@ -260,16 +271,6 @@ func (n *natsFlags) stop() {
 		p.srv.Shutdown()
 	}
 }
-
-// strippedSet adds workers without their ZMQ endpoints: their events arrive over NATS.
-type strippedSet struct{ r *router.Router }
-
-func (s strippedSet) AddWorker(spec registry.Spec) error {
-	spec.Events, spec.Replay, spec.Topic = "", "", ""
-	return s.r.AddWorker(spec)
-}
-
-func (s strippedSet) RemoveWorker(id uint64) error { return s.r.RemoveWorker(id) }
 
 // resetStates is --router-reset-states: it purges the durable event stream and deletes the index
 // snapshot, so this router (and any replica started after it) begins from an empty index.

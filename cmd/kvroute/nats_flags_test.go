@@ -59,7 +59,7 @@ func TestNATSURLAndResetStates(t *testing.T) {
 	}
 	rcfg := router.DefaultConfig(16)
 	rcfg.TickInterval = -1
-	r, err := f.nats.newRouter(actor.NewActorSystem(), rcfg, &f.workers, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := f.nats.newRouter(actor.NewActorSystem(), rcfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,14 +13,16 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/frontend"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/natsplane"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
 // TestNATSFlagsNewRouter: --nats-embedded --event-plane nats --router-replica-sync --discovery nats
-// builds a router whose static worker gets its events over NATS from a relay, and a worker registered in
-// the bucket appears.
+// builds a router whose static workers get their events over NATS from relays, and workers registered in
+// the bucket appear; a prefill worker, static or discovered, joins the prefill core and its events reach
+// that core's index, not the decode core's.
 func TestNATSFlagsNewRouter(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	n := addNATSFlags(fs)
@@ -31,54 +33,115 @@ func TestNATSFlagsNewRouter(t *testing.T) {
 	rcfg := router.DefaultConfig(16)
 	rcfg.TickInterval = -1
 	rcfg.Scoring.ReplicaSync = true
-	workers := workerFlags{{ID: 1, URL: "http://127.0.0.1:1", Events: "tcp://127.0.0.1:1"}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := n.newRouter(actor.NewActorSystem(), rcfg, &workers, log)
+	system := actor.NewActorSystem()
+	r, err := n.newRouter(system, rcfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Stop()
 	defer n.stop()
-	if len(workers) != 0 || len(r.Workers()) != 1 || r.Workers()[0].Events != "" {
-		t.Fatalf("static workers not taken over: %v, %+v", workers, r.Workers())
-	}
-	url := n.plane.srv.ClientURL()
-
-	dir := t.TempDir()
-	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "ipc://" + filepath.Join(dir, "ev"), ReplayEndpoint: "ipc://" + filepath.Join(dir, "rp")})
+	pcfg := rcfg
+	pcfg.Scoring, pcfg.Registerer = frontend.PrefillConfig(rcfg.Scoring), nil
+	pr, err := router.New(system, pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = pub.Run(ctx) }()
-	<-pub.Ready()
+	defer pr.Stop()
+	pd, err := frontend.NewDisagg(pr, frontend.DefaultDisaggConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := []workerFlags{{{ID: 1, URL: "http://127.0.0.1:1", Events: "tcp://127.0.0.1:1"},
+		{ID: 3, URL: "http://127.0.0.1:3", Events: "tcp://127.0.0.1:3", Role: registry.RolePrefill}}}
+	if err := n.start(&cores{names: []string{"m"}, rs: []*router.Router{r}, pds: []*frontend.Disagg{pd}}, workers, log); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Workers()) != 1 || r.Workers()[0].Events != "" || len(pr.Workers()) != 1 || pr.Workers()[0].ID != 3 {
+		t.Fatalf("static workers: decode core %+v, prefill core %+v", r.Workers(), pr.Workers())
+	}
+	url := n.plane.srv.ClientURL()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	rl, err := natsplane.NewRelay(nc, natsplane.RelayConfig{WorkerID: 1, Events: []string{pub.Addr()}, Replay: []string{pub.ReplayAddr()}})
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Worker 1 (decode) stores block 99, worker 3 (prefill) block 77, each through its own relay.
+	for _, w := range []struct {
+		id    uint64
+		block uint64
+	}{{1, 99}, {3, 77}} {
+		dir := t.TempDir()
+		pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "ipc://" + filepath.Join(dir, "ev"), ReplayEndpoint: "ipc://" + filepath.Join(dir, "rp")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = pub.Run(ctx) }()
+		<-pub.Ready()
+		rl, err := natsplane.NewRelay(nc, natsplane.RelayConfig{WorkerID: w.id, Events: []string{pub.Addr()}, Replay: []string{pub.ReplayAddr()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = rl.Run(ctx) }()
+		toks := make([]uint32, 16)
+		if err := pub.Publish(ctx, &kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.Stored, BlockHashes: []uint64{w.block}, TokenIDs: toks, BlockSize: 16}}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	go func() { _ = rl.Run(ctx) }()
-	go func() {
-		_ = natsplane.Register(ctx, nc, registry.Spec{ID: 2, URL: "http://127.0.0.1:2"}, natsplane.DiscoveryConfig{TTL: 2 * time.Second}, true)
-	}()
-	toks := make([]uint32, 16)
-	if err := pub.Publish(ctx, &kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.Stored, BlockHashes: []uint64{99}, TokenIDs: toks, BlockSize: 16}}}); err != nil {
-		t.Fatal(err)
+	for _, spec := range []registry.Spec{{ID: 2, URL: "http://127.0.0.1:2"}, {ID: 4, URL: "http://127.0.0.1:4", Role: registry.RolePrefill}} {
+		go func() {
+			_ = natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{TTL: 2 * time.Second}, true)
+		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st, _ := r.Fleet.StatusOf(1)
-		if st.IndexedBlocks == 1 && len(r.Workers()) == 2 {
+		st1, _ := r.Fleet.StatusOf(1)
+		st3, _ := pr.Fleet.StatusOf(3)
+		if st1.IndexedBlocks == 1 && st3.IndexedBlocks == 1 && len(r.Workers()) == 2 && len(pr.Workers()) == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("worker 1 %+v, %d workers", st, len(r.Workers()))
+			t.Fatalf("worker 1 %+v, worker 3 %+v, decode core %d workers, prefill core %d", st1, st3, len(r.Workers()), len(pr.Workers()))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if _, ok := pr.Fleet.StatusOf(4); !ok {
+		t.Fatal("the discovered prefill worker 4 is not in the prefill core")
+	}
+}
+
+// TestNATSDiscoveryTwoModels: a frontend serving two models with the NATS planes: a worker registered in
+// the discovery bucket joins the core of the model its spec names, by its role; one naming a model not
+// served here joins none.
+func TestNATSDiscoveryTwoModels(t *testing.T) {
+	args := append(twoModelArgs(t), "--no-worker-self-test", "--health-check-interval", "0", "--nats-embedded",
+		"--nats-embedded-port", "0", "--nats-store-dir", t.TempDir(), "--discovery", "nats", "--event-plane", "nats")
+	app := launchFrontend(t, args)
+	nc, err := nats.Connect(app.nats.plane.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, spec := range []registry.Spec{{ID: 5, URL: "http://127.0.0.1:5", Model: "llama"},
+		{ID: 6, URL: "http://127.0.0.1:6", Model: "llama", Role: registry.RolePrefill},
+		{ID: 7, URL: "http://127.0.0.1:7", Model: "qwen"}, {ID: 8, URL: "http://127.0.0.1:8", Model: "mistral"}} {
+		go func() {
+			_ = natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{TTL: 2 * time.Second}, true)
+		}()
+	}
+	llama, llamaPrefill, qwen := app.routers[1], app.pds[1].Prefill, app.routers[0]
+	waitUntil(t, "the discovered workers in their models' cores, and mistral's refused", func() bool {
+		_, a := llama.Fleet.StatusOf(5)
+		_, b := llamaPrefill.Fleet.StatusOf(6)
+		_, c := qwen.Fleet.StatusOf(7)
+		return a && b && c && app.nats.plane.watcher.Stats().Errors > 0
+	})
+	if len(llama.Workers()) != 1 || len(llamaPrefill.Workers()) != 1 || len(qwen.Workers()) != 1 || len(app.pds[0].Prefill.Workers()) != 0 {
+		t.Fatalf("llama %d (+%d prefill), qwen %d (+%d prefill) workers", len(llama.Workers()), len(llamaPrefill.Workers()),
+			len(qwen.Workers()), len(app.pds[0].Prefill.Workers()))
 	}
 }
