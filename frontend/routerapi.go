@@ -316,8 +316,8 @@ func mapWorkerErr(err error) error {
 // may take its API key from (api_key_env). The frontend sends the key to the worker's URL, which the
 // caller chooses: any name would let an admin read any of the frontend's variables (a cloud credential,
 // the router API token) by registering a worker of their own. --worker on the command line, set by whoever
-// runs the process, may name any variable.
-const AdminKeyEnvPrefix = "KVROUTE_WORKER_KEY"
+// runs the process, may name any variable. NATS discovery records are held to the same prefix.
+const AdminKeyEnvPrefix = registry.RemoteKeyEnvPrefix
 
 // checkAdminKeyEnv refuses a registration body whose api_key_env does not start with AdminKeyEnvPrefix,
 // before the spec is parsed: the parser's "is not set" answer would tell the caller which of the

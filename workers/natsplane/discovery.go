@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,9 +203,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // apply applies one bucket entry to the workers known (cur): a put adds its worker (or refreshes it,
 // or replaces it when its spec changed), a delete or purge removes it; a malformed entry is counted.
+// Any NATS client allowed to write the bucket can put an entry, so a record is read as the admin API
+// reads a registration: registry.ParseJSON (unknown fields refused), an api_key_env only under
+// registry.RemoteKeyEnvPrefix (the frontend sends the key to the record's URL), and the key must be the
+// id's canonical decimal (Register's; "07" would be a second entry for worker 7, whose delete removed
+// the worker the other still registers).
 func (w *Watcher) apply(cur map[uint64]*known, e jetstream.KeyValueEntry) {
 	id, err := strconv.ParseUint(e.Key(), 10, 64)
-	if err != nil {
+	if err != nil || strconv.FormatUint(id, 10) != e.Key() {
 		w.bad.Add(1)
 		return
 	}
@@ -214,8 +220,8 @@ func (w *Watcher) apply(cur map[uint64]*known, e jetstream.KeyValueEntry) {
 		}
 		return
 	}
-	var spec registry.Spec
-	if err := json.Unmarshal(e.Value(), &spec); err != nil || spec.ID != id || spec.Validate() != nil {
+	spec, err := registry.ParseJSON(e.Value())
+	if err != nil || spec.ID != id || spec.APIKeyEnv != "" && !strings.HasPrefix(spec.APIKeyEnv, registry.RemoteKeyEnvPrefix) {
 		w.bad.Add(1)
 		return
 	}

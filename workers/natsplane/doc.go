@@ -19,7 +19,9 @@
 //   - replica.go: ReplicaSync (`--router-replica-sync`): AddRequest / MarkPrefillCompleted / Free
 //     published on active_sequences_events with a router id and applied by the other routers.
 //   - discovery.go: Register (workers, or relays on their behalf) and Watcher (frontends) over the
-//     kvroute-workers key-value bucket with TTL heartbeats (`--discovery nats`).
+//     kvroute-workers key-value bucket with TTL heartbeats (`--discovery nats`). A record is outside
+//     input: the watcher parses it as the admin API parses a registration (registry.ParseJSON, a
+//     canonical decimal key, api_key_env under registry.RemoteKeyEnvPrefix); FuzzDiscoveryEntries.
 //
 // # Wire format of the event plane
 //

@@ -88,6 +88,14 @@ type Spec struct {
 	MMScheme string `json:"mm_scheme,omitempty"`
 }
 
+// RemoteKeyEnvPrefix starts the name of every environment variable a worker registered by someone
+// other than the operator (the admin API, a NATS discovery record) may take its API key from
+// (api_key_env). The frontend sends the key to the worker's URL, which the registrant chooses: any name
+// would let them read any of the frontend's variables (a cloud credential, the router API token) by
+// registering a worker of their own. --worker on the command line, set by whoever runs the process, may
+// name any variable.
+const RemoteKeyEnvPrefix = "KVROUTE_WORKER_KEY"
+
 // z85 is the alphabet of Z85, the encoding of CURVE keys.
 const z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 
