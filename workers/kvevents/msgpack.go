@@ -67,34 +67,18 @@ func isMap(c byte) bool   { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
 
 // arrayLen reads an array header; a length is capped by the remaining bytes (each element takes one).
 func (d *decoder) arrayLen() (int, error) {
-	c, err := d.peek()
-	if err != nil {
-		return 0, err
-	}
-	d.pos++
-	var n int
-	switch {
-	case c&0xf0 == 0x90:
-		n = int(c & 0x0f)
-	case c == 0xdc:
-		n, err = d.length(2)
-	case c == 0xdd:
-		n, err = d.length(4)
-	default:
-		d.pos--
-		return 0, d.fail("expected array")
-	}
-	if err != nil {
-		return 0, err
-	}
-	if n > len(d.buf)-d.pos {
-		return 0, d.fail("array length exceeds payload")
-	}
-	return n, nil
+	return d.headerLen(0x90, 0xdc, 0xdd, 1, "array")
 }
 
 // mapLen reads a map header; each entry takes at least two bytes.
 func (d *decoder) mapLen() (int, error) {
+	return d.headerLen(0x80, 0xde, 0xdf, 2, "map")
+}
+
+// headerLen reads an array or map header: the fix form (high nibble fix, length in the low one), then
+// the 16- and 32-bit forms. A length whose elements, per bytes each at least, would run past the payload
+// fails.
+func (d *decoder) headerLen(fix, c16, c32 byte, per int, what string) (int, error) {
 	c, err := d.peek()
 	if err != nil {
 		return 0, err
@@ -102,21 +86,21 @@ func (d *decoder) mapLen() (int, error) {
 	d.pos++
 	var n int
 	switch {
-	case c&0xf0 == 0x80:
+	case c&0xf0 == fix:
 		n = int(c & 0x0f)
-	case c == 0xde:
+	case c == c16:
 		n, err = d.length(2)
-	case c == 0xdf:
+	case c == c32:
 		n, err = d.length(4)
 	default:
 		d.pos--
-		return 0, d.fail("expected map")
+		return 0, d.fail("expected " + what)
 	}
 	if err != nil {
 		return 0, err
 	}
-	if n > (len(d.buf)-d.pos)/2 {
-		return 0, d.fail("map length exceeds payload")
+	if n*per > len(d.buf)-d.pos {
+		return 0, d.fail(what + " length exceeds payload")
 	}
 	return n, nil
 }
