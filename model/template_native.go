@@ -139,21 +139,8 @@ func renderQwenVL(sb stringWriter, msgs []Message, opts ChatOptions) error {
 		case "assistant":
 			sb.WriteString("<|im_start|>assistant\n")
 			st.content(&m.Content, false)
-			for k, tc := range m.ToolCalls {
-				if (k == 0 && contentTruthy(&m.Content)) || k > 0 {
-					sb.WriteString("\n")
-				}
-				sb.WriteString("<tool_call>\n{\"name\": \"")
-				sb.WriteString(tc.Function.Name)
-				sb.WriteString("\", \"arguments\": ")
-				if v, err := orderedJSON([]byte(tc.Function.Arguments)); err == nil && isDict(v) {
-					if err := writeJSONTo(sb, v); err != nil {
-						return templateErrorf("tool call arguments: %v", err)
-					}
-				} else {
-					sb.WriteString(tc.Function.Arguments)
-				}
-				sb.WriteString("}\n</tool_call>")
+			if err := writeToolCalls(sb, m.ToolCalls, contentTruthy(&m.Content)); err != nil {
+				return err
 			}
 			sb.WriteString("<|im_end|>\n")
 		case "tool":
@@ -170,6 +157,29 @@ func renderQwenVL(sb stringWriter, msgs []Message, opts ChatOptions) error {
 	}
 	if opts.AddGenerationPrompt {
 		sb.WriteString("<|im_start|>assistant\n")
+	}
+	return nil
+}
+
+// writeToolCalls writes an assistant message's tool calls as the Qwen templates do: each in <tool_call>
+// tags on a line of its own (the first after a newline only when content came before), its arguments
+// re-serialized when they are a JSON object, verbatim otherwise.
+func writeToolCalls(sb stringWriter, calls []ToolCall, afterContent bool) error {
+	for k, tc := range calls {
+		if k > 0 || afterContent {
+			sb.WriteString("\n")
+		}
+		sb.WriteString("<tool_call>\n{\"name\": \"")
+		sb.WriteString(tc.Function.Name)
+		sb.WriteString("\", \"arguments\": ")
+		if v, err := orderedJSON([]byte(tc.Function.Arguments)); err == nil && isDict(v) {
+			if err := writeJSONTo(sb, v); err != nil {
+				return templateErrorf("tool call arguments: %v", err)
+			}
+		} else {
+			sb.WriteString(tc.Function.Arguments)
+		}
+		sb.WriteString("}\n</tool_call>")
 	}
 	return nil
 }
@@ -312,21 +322,8 @@ func renderQwen3(sb stringWriter, msgs []Message, opts ChatOptions) error {
 			} else {
 				sb.WriteString(content)
 			}
-			for k, tc := range m.ToolCalls {
-				if (k == 0 && content != "") || k > 0 {
-					sb.WriteString("\n")
-				}
-				sb.WriteString("<tool_call>\n{\"name\": \"")
-				sb.WriteString(tc.Function.Name)
-				sb.WriteString("\", \"arguments\": ")
-				if v, err := orderedJSON([]byte(tc.Function.Arguments)); err == nil && isDict(v) {
-					if err := writeJSONTo(sb, v); err != nil {
-						return templateErrorf("tool call arguments: %v", err)
-					}
-				} else {
-					sb.WriteString(tc.Function.Arguments)
-				}
-				sb.WriteString("}\n</tool_call>")
+			if err := writeToolCalls(sb, m.ToolCalls, content != ""); err != nil {
+				return err
 			}
 			sb.WriteString("<|im_end|>\n")
 		case m.Role == "tool":
