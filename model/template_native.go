@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	json "github.com/goccy/go-json"
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
@@ -112,18 +113,9 @@ func renderQwenVL(sb stringWriter, msgs []Message, opts ChatOptions) error {
 			st.content(&msgs[0].Content, false)
 			sb.WriteString("\n\n")
 		}
-		sb.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
-		for i, raw := range opts.Tools {
-			v, err := orderedJSON(raw)
-			if err != nil {
-				return templateErrorf("tools[%d]: %v", i, err)
-			}
-			sb.WriteString("\n")
-			if err := writeJSONTo(sb, v); err != nil {
-				return templateErrorf("tools[%d]: %v", i, err)
-			}
+		if err := writeTools(sb, opts.Tools); err != nil {
+			return err
 		}
-		sb.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
 	} else if sys {
 		sb.WriteString("<|im_start|>system\n")
 		st.content(&msgs[0].Content, false)
@@ -158,6 +150,24 @@ func renderQwenVL(sb stringWriter, msgs []Message, opts ChatOptions) error {
 	if opts.AddGenerationPrompt {
 		sb.WriteString("<|im_start|>assistant\n")
 	}
+	return nil
+}
+
+// writeTools writes the Qwen templates' tools section of the system message, from its heading to the
+// message's end: each tool's JSON on a line of its own, then the tool-call instructions.
+func writeTools(sb stringWriter, tools []json.RawMessage) error {
+	sb.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+	for i, raw := range tools {
+		v, err := orderedJSON(raw)
+		if err != nil {
+			return templateErrorf("tools[%d]: %v", i, err)
+		}
+		sb.WriteString("\n")
+		if err := writeJSONTo(sb, v); err != nil {
+			return templateErrorf("tools[%d]: %v", i, err)
+		}
+	}
+	sb.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
 	return nil
 }
 
@@ -266,18 +276,9 @@ func renderQwen3(sb stringWriter, msgs []Message, opts ChatOptions) error {
 			sb.WriteString(msgs[0].Content.Text)
 			sb.WriteString("\n\n")
 		}
-		sb.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
-		for i, raw := range opts.Tools {
-			v, err := orderedJSON(raw)
-			if err != nil {
-				return templateErrorf("tools[%d]: %v", i, err)
-			}
-			sb.WriteString("\n")
-			if err := writeJSONTo(sb, v); err != nil {
-				return templateErrorf("tools[%d]: %v", i, err)
-			}
+		if err := writeTools(sb, opts.Tools); err != nil {
+			return err
 		}
-		sb.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
 	} else if msgs[0].Role == "system" {
 		sb.WriteString("<|im_start|>system\n")
 		sb.WriteString(msgs[0].Content.Text)
