@@ -415,15 +415,7 @@ func placeholderID(info ModelInfo) (name string, id uint32, ok bool) {
 
 // configU32 reads a non-negative integer field of config.json; a dotted key walks nested objects.
 func configU32(cfg map[string]any, key string) (uint32, bool) {
-	var cur any = cfg
-	for _, part := range strings.Split(key, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return 0, false
-		}
-		cur = m[part]
-	}
-	f, ok := cur.(float64)
+	f, ok := configFloat(cfg, key)
 	if !ok || f < 0 || f > 1<<32-1 || f != float64(uint32(f)) {
 		return 0, false
 	}
