@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,6 +114,52 @@ func TestE2EImageTRTLLMEvents(t *testing.T) {
 	}
 	if decodeErrors != 0 {
 		t.Fatalf("%d event payloads failed to decode", decodeErrors)
+	}
+}
+
+// Each engine gets the image ids in the form Dynamo's backend for it forwards: vLLM the 64-character
+// uuid, TensorRT-LLM (workers registered with engine=trtllm) the unpadded 16-hex mm_hash, which it echoes
+// in its events' mm_keys. The simulated worker keys its blocks with the id it received, and a repeated
+// image still reaches its worker with the image's blocks in the overlap.
+func TestE2EImageIDFormByEngine(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		idLen  int
+	}{{"", 64}, {"trtllm", 16}} {
+		t.Run("engine="+tc.engine, func(t *testing.T) {
+			s := startStack(t, stackOpts{workers: 2, speedup: 100, mm: true, eventLayout: kvevents.LayoutTRTLLM, engine: tc.engine})
+			img := "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngOf(320, 240, 9))
+			first := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{img}, "What is in this picture?"))
+			if first.status != 200 {
+				t.Fatalf("first: %d %s", first.status, first.raw)
+			}
+			s.waitOverlap(t, "", first.worker)
+			second := s.post(t, "/v1/chat/completions", imageChat(s.name, []string{img}, "Describe it again."))
+			if second.status != 200 || second.worker != first.worker || overlapOf(second) < 5 {
+				t.Fatalf("same image: worker %s (first %s), overlap %s", second.worker, first.worker, second.overlap)
+			}
+			var ids []string
+			for _, w := range s.fleet.Workers {
+				if fmt.Sprint(w.ID()) != first.worker {
+					continue
+				}
+				for _, b := range w.CachedBlocks(0) {
+					if b.ExtraKeys != nil {
+						for _, k := range b.ExtraKeys.MM {
+							ids = append(ids, k.ID)
+						}
+					}
+				}
+			}
+			if len(ids) == 0 {
+				t.Fatal("the worker holds no image block")
+			}
+			for _, id := range ids {
+				if _, err := strconv.ParseUint(id[:16], 16, 64); len(id) != tc.idLen || err != nil || strings.Trim(id[16:], "0") != "" {
+					t.Fatalf("the worker received image id %q, want %d hex digits", id, tc.idLen)
+				}
+			}
+		})
 	}
 }
 

@@ -80,6 +80,8 @@ type stackOpts struct {
 	eventLayout kvevents.Layout
 	// mmScheme is each worker's registered mm_scheme ("" = pad).
 	mmScheme string
+	// engine is each worker's registered engine ("" = vllm).
+	engine string
 	// registry receives the router's metrics (nil: private).
 	registry prometheus.Registerer
 }
@@ -139,6 +141,9 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	for _, s := range fleet.Specs() {
 		if o.mmScheme != "" {
 			s += ",mm_scheme=" + o.mmScheme
+		}
+		if o.engine != "" {
+			s += ",engine=" + o.engine
 		}
 		sp, err := registry.Parse(s)
 		if err != nil {

@@ -188,7 +188,14 @@ func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error
 		return imageView{}, nil
 	}
 	// The zero padding of the tail makes a block that no engine ever stores; hash the expanded prompt.
-	return imageView{tokens: rt.Tokens[:rt.ExpandedLen], isl: rt.ExpandedLen, uuids: rt.VLLMUUIDs(), blockMM: blockMM}, nil
+	// Each engine takes the ids in the form Dynamo's backend for it forwards: vLLM a 64-character uuid,
+	// SGLang and TensorRT-LLM the 16-hex mm_hash. The body is written before the worker is known (and a
+	// migration may move it), so a fleet that mixes them gets vLLM's, which the others echo back too.
+	uuids := rt.VLLMUUIDs()
+	if a.R.Fleet.AllHexMMIDs() {
+		uuids = rt.HexIDs()
+	}
+	return imageView{tokens: rt.Tokens[:rt.ExpandedLen], isl: rt.ExpandedLen, uuids: uuids, blockMM: blockMM}, nil
 }
 
 // firstErr is the first image's error (nil when none failed), for the client's message.

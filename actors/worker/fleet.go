@@ -292,6 +292,23 @@ func (f *Fleet) AllLegacyMM() bool {
 	return true
 }
 
+// AllHexMMIDs reports whether the fleet has workers and every one's engine takes image ids as the
+// unpadded 16-hex mm_hash (registry.Spec.TakesHexMMIDs: SGLang, TensorRT-LLM): the frontend then
+// forwards that form instead of vLLM's 64-character uuid. It reads the published mirror map, without
+// allocating.
+func (f *Fleet) AllHexMMIDs() bool {
+	cur := *f.mirrors.Load()
+	if len(cur) == 0 {
+		return false
+	}
+	for _, m := range cur {
+		if !m.Spec.TakesHexMMIDs() {
+			return false
+		}
+	}
+	return true
+}
+
 // Status returns every worker's status sorted by id.
 func (f *Fleet) Status() []Status {
 	ms := f.Mirrors()

@@ -265,11 +265,16 @@ func appendTRTLLMStored(dst []byte, e *Event) []byte {
 }
 
 // appendTRTLLMKeys appends a block's image keys as TRT-LLM mm_key objects (other extra keys have no
-// TRT-LLM form and are left out).
+// TRT-LLM form and are left out). A 16-hex identifier (the multi_modal_uuid the frontend forwarded to a
+// worker registered with engine=trtllm) is echoed as it is, as TensorRT-LLM echoes the uuid it was
+// given; a 64-hex one as its first 16 digits.
 func appendTRTLLMKeys(dst []byte, keys []ExtraKey) []byte {
 	m := 0
 	for _, k := range keys {
 		id, ok := ParseMMIdentifier(k.Str)
+		if k.Kind == ExtraMM && !ok && len(k.Str) == 16 {
+			id, ok = ParseMMIdentifier(mmKeyID(k.Str))
+		}
 		if k.Kind != ExtraMM || !ok {
 			continue
 		}

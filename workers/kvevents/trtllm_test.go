@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"testing"
@@ -129,5 +130,25 @@ func TestTRTLLMRoundTrip(t *testing.T) {
 	b, _ := Rekey(&st, 2, scoring.Seed, nil)
 	if a[0] != b[0] || a[1] != b[1] {
 		t.Fatal("re-keyed hashes differ after the round trip")
+	}
+}
+
+// A worker registered with engine=trtllm is given the unpadded 16-hex id, which TensorRT-LLM echoes in
+// mm_keys as it was given; the router reads it back as the padded identifier the vLLM form gives, so
+// both forms re-key a block alike.
+func TestTRTLLMEchoesHexID(t *testing.T) {
+	const hex16 = "2f97f006c0e2eb2e"
+	in := Batch{Events: []Event{{Kind: Stored, BlockHashes: []uint64{7}, BlockSize: 2, TokenIDs: []uint32{151655, 151655},
+		ExtraKeys: [][]ExtraKey{{{Kind: ExtraMM, Str: hex16, Int: 0}}}}}}
+	payload := AppendBatch(nil, &in, LayoutTRTLLM)
+	if !bytes.Contains(payload, []byte(`"hash":"`+hex16+`"`)) {
+		t.Fatalf("the 16-hex id is not echoed: %s", payload)
+	}
+	var out Batch
+	if err := DecodeTRTLLM(payload, 2, &out); err != nil {
+		t.Fatal(err)
+	}
+	if ks := out.Events[0].ExtraKeys[0]; len(ks) != 1 || ks[0].Str != hex16+"000000000000000000000000000000000000000000000000" {
+		t.Fatalf("read back as %+v", ks)
 	}
 }

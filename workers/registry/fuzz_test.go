@@ -15,7 +15,7 @@ func flagForm(sp Spec) (string, bool) {
 	fields := []struct{ k, v string }{
 		{"url", sp.URL}, {"events", sp.Events}, {"replay", sp.Replay}, {"topic", sp.Topic},
 		{"device", sp.Device}, {"curve_key", sp.CurveKey}, {"role", sp.Role}, {"model", sp.Model},
-		{"api_key", sp.APIKey}, {"api_key_env", sp.APIKeyEnv}, {"mm_scheme", sp.MMScheme},
+		{"api_key", sp.APIKey}, {"api_key_env", sp.APIKeyEnv}, {"mm_scheme", sp.MMScheme}, {"engine", sp.Engine},
 	}
 	out := []string{"id=" + strconv.FormatUint(sp.ID, 10)}
 	for _, f := range fields {
@@ -88,7 +88,7 @@ func FuzzParse(f *testing.F) {
 		"id=7", " id = 3 , url = http://h:1 ", "url=http://h:1", "id=1,role=prefill", "id=1,mm_scheme=block_mm_infos",
 		"id=1,url=http://[::1]:8000/v1", "id=1,events=ipc:///tmp/x,replay=ipc:///tmp/y", "id=2,events=tcp://h:65535,replay=tcp://h:65535,dp_size=2",
 		"id=1,api_key=sk-1", "id=1,curve_key=" + strings.Repeat("a", 40), "id=18446744073709551615", "id=1,dp_size=1025",
-		"id=1,url=http://h:1?x", "id=1,url=http://user@h:1", "id=1,=,", "id=1,block_size=65536",
+		"id=1,url=http://h:1?x", "id=1,url=http://user@h:1", "id=1,=,", "id=1,block_size=65536", "id=1,engine=trtllm", "id=1,engine=tgi",
 	} {
 		f.Add(s)
 	}
@@ -112,7 +112,7 @@ func FuzzParseJSON(f *testing.F) {
 		`{"id":4,"role":"prefill"}`, `{"id":4}`, `{}`, `{"id":-1}`, `{"id":1,"typo":2}`, `[`, `{"id":1,"device":"x"}`,
 		`{"id":1,"role":"x"}`, `{"id":1} {"id":2}`, `{"id":1,"id":2}`, `{"ID":5,"URL":"http://h:1"}`, `{"id":1e3}`,
 		`{"id":1,"dp_size":2,"events":"tcp://h:5557","replay":"tcp://h:65535"}`, `{"id":1,"model":"\u00e9\ud800"}`,
-		`{"id":1,"api_key":"a\nb"}`, `null`, `{"id":null}`, `{"id":1,"block_size":1.5}`,
+		`{"id":1,"api_key":"a\nb"}`, `null`, `{"id":null}`, `{"id":1,"block_size":1.5}`, `{"id":1,"engine":"sglang"}`, `{"id":1,"engine":"TRTLLM"}`,
 	} {
 		f.Add([]byte(s))
 	}

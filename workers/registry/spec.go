@@ -34,6 +34,13 @@ const (
 	RoleDecode = "decode"
 )
 
+// Serving engines (Spec.Engine).
+const (
+	EngineVLLM   = "vllm"
+	EngineSGLang = "sglang"
+	EngineTRTLLM = "trtllm"
+)
+
 // Device classes for device-aware routing.
 const (
 	DeviceGPU = "gpu"
@@ -86,6 +93,11 @@ type Spec struct {
 	// engines whose events name images per block but whose image tokens cannot be normalized). The
 	// frontend routes requests with images in the legacy scheme when every worker of the model uses it.
 	MMScheme string `json:"mm_scheme,omitempty"`
+	// Engine is the worker's serving engine: "vllm" (the default when empty), "sglang" or "trtllm". It
+	// sets the form of the image ids the frontend forwards: vLLM takes a 64-character uuid (the 16-hex
+	// mm_hash followed by 48 '0'), SGLang and TensorRT-LLM take the 16-hex id unpadded, as Dynamo's
+	// backends forward them. A fleet that mixes forms gets vLLM's, which every engine echoes back.
+	Engine string `json:"engine,omitempty"`
 }
 
 // RemoteKeyEnvPrefix starts the name of every environment variable a worker registered by someone
@@ -101,6 +113,10 @@ const z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=
 
 // MMSchemeBlockMMInfos is the legacy multimodal hashing scheme (Spec.MMScheme).
 const MMSchemeBlockMMInfos = "block_mm_infos"
+
+// TakesHexMMIDs reports whether the worker's engine takes image ids as the unpadded 16-hex mm_hash
+// (SGLang, TensorRT-LLM) rather than vLLM's 64-character uuid.
+func (s *Spec) TakesHexMMIDs() bool { return s.Engine == EngineSGLang || s.Engine == EngineTRTLLM }
 
 // RoleOf returns the worker's role, "both" when none was given.
 func (s *Spec) RoleOf() string {
@@ -171,6 +187,8 @@ func Parse(s string) (Spec, error) {
 			sp.APIKeyEnv = v
 		case "mm_scheme":
 			sp.MMScheme = v
+		case "engine":
+			sp.Engine = v
 		default:
 			return Spec{}, fmt.Errorf("%w: unknown key %q", ErrBadSpec, k)
 		}
@@ -204,6 +222,11 @@ func (s *Spec) Validate() error {
 	case "", "pad", MMSchemeBlockMMInfos:
 	default:
 		return fmt.Errorf("%w: worker %d: mm_scheme %q is not pad or block_mm_infos", ErrBadSpec, s.ID, s.MMScheme)
+	}
+	switch s.Engine {
+	case "", EngineVLLM, EngineSGLang, EngineTRTLLM:
+	default:
+		return fmt.Errorf("%w: worker %d: engine %q is not vllm, sglang or trtllm", ErrBadSpec, s.ID, s.Engine)
 	}
 	switch s.Role {
 	case "", RoleBoth, RolePrefill, RoleDecode:
