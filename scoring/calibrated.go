@@ -71,8 +71,8 @@ func ExpectedTTFT(q, u, k float64, capacity uint64, blockSize int, gamma float64
 // a dead copy: the holder keeps serving it and the copy serves the sharers to come. Such a copy is priced
 // at the fleet's load (load, at most WorkWeight: the mean requests in prefill per worker, the number an
 // added unit of work delays in an M/M/1 queue), only the dead tokens (cached idle on the holder or still
-// in its first prefill, this candidate lacking them) at WorkWeight, and saved (the wait the copy spares
-// the holder's next sharers) is credited; it can make the cost negative. With nothing live (dead = the whole duplicate, saved = 0) it ranks candidates exactly as
+// in its first prefill, this candidate lacking them) at WorkWeight, and saved (the wait and the decode
+// batch's slowdown the copy spares the holder's next sharers) is credited; it can make the cost negative. With nothing live (dead = the whole duplicate, saved = 0) it ranks candidates exactly as
 // CalibratedCost: the fresh tokens every candidate computes cost them all alike.
 func SharedCost(q, u, dead, k float64, capacity uint64, blockSize int, gamma, load, saved float64) float64 {
 	return ExpectedTTFT(q, u, k, capacity, blockSize, gamma) + load*u + (WorkWeight-load)*dead - saved

@@ -29,6 +29,7 @@ func (m *Machine) useCalibrated(req *Request) bool {
 // estimate) and the holder's queued prefill; sole: one active request holds all of live.
 type holding struct {
 	cached, live, settled, sharers, queued float64
+	active                                 int // active requests sharing live
 	sole                                   bool
 }
 
@@ -70,7 +71,7 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 	if h.live == 0 {
 		return h
 	}
-	h.sole = n == 1
+	h.sole, h.active = n == 1, n
 	for _, sc := range primary {
 		if sc.Worker == who {
 			h.settled = min(float64(sc.Blocks)*bs, h.live)
@@ -91,7 +92,8 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 // priced at the fleet's load (at least scoring.SoleSharerWeight when one request alone shares it: a
 // conversation's previous turn, still running), and credited with the wait it spares the holder's next sharers — by
 // Little's law as many arrive while the holder's queue drains as wait in it now, and each saves on
-// average half the difference between the queue at the best copy that exists and this worker's. The
+// average half the difference between the queue at the best copy that exists and this worker's — and
+// with the slowdown its decode batch puts on their prefill (below, where it is computed). The
 // rest of the holder's prefix copied elsewhere is a dead copy, WorkWeight per token: cached idle there
 // (a conversation's last turn, which moves), or still in its first prefill (best-of-N copies, which
 // ride on that prefill and spare nobody a wait).
@@ -110,10 +112,26 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	if !cfg.TrackPrefillTokens {
 		h.sharers = 0 // no queued prefill to spare anyone
 	}
-	if h.sharers > 0 {
+	// The slowdown a copy spares the sharers: a sharer's own f tokens prefill at (1 + γ·K) on a worker
+	// of K active blocks, and by Little's law as many sharers arrive during one residence (every step of
+	// which the decode batch slows) as are active now, each saving on average half the difference between
+	// the best copy's K and a candidate's. Only for a settled prefix that two or more active requests
+	// share and that is at least as long as f: a prefix shorter than what its sharers add to it (a system
+	// prompt under long conversations) is not what brings them to a worker, their own contexts are.
+	f := max(float64(isl)-h.cached, 0)
+	slow := h.active >= 2 && f > 0 && h.settled >= f && gamma > 0
+	slowPer, slowK := 0.0, -1.0 // a candidate of k < slowK active blocks is credited slowPer·(slowK − k)
+	if h.sharers > 0 || slow {
 		// The copy saves the sharers the wait at the best copy that exists, not only at the holder.
 		need := uint32((h.settled + float64(bs) - 1) / float64(bs))
-		h.queued = min(h.queued, float64(int64(m.leastQueueHolding(scores, ov, need))))
+		queue, blocks := m.bestCopy(scores, ov, need)
+		if h.sharers > 0 {
+			h.queued = min(h.queued, float64(int64(queue)))
+		}
+		if slow {
+			slowPer = float64(h.active) * f * gamma / 2
+			slowK = blocks + f/float64(bs)
+		}
 	}
 	load := 0.0
 	if n := len(m.lines); n > 0 {
@@ -137,7 +155,7 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 		hw, dw            = cfg.HostCacheHitWeight, cfg.DiskCacheHitWeight
 		hCached, hSettled = h.cached, h.settled
 		sharers, queued   = h.sharers, h.queued
-		replica           = h.sharers > 0
+		credit            = h.sharers > 0 || slowK >= 0 // a replica here spares the sharers a wait
 		q0                = 1.0
 		lines             = m.lines
 		tmpl              = m.tmpl[:len(lines)]
@@ -180,8 +198,13 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 		if dead < 0 {
 			dead = 0
 		}
-		if replica && cached < hSettled && queued > q {
-			saved = sharers * (queued - q) / 2
+		if credit && cached < hSettled {
+			if queued > q {
+				saved = sharers * (queued - q) / 2 // 0 without sharers in prefill
+			}
+			if k < slowK {
+				saved += slowPer * (slowK - k)
+			}
 		}
 		cost := scoring.SharedCost(q, u, dead, k, tmpl[i].totalKV, bs, gamma, load, saved)
 		if returnCosts {
@@ -319,22 +342,30 @@ func (m *Machine) busyAt(i int, c *scoring.Candidate) bool {
 	return scoring.Busy(c, m.cfg)
 }
 
-// leastQueueHolding is the least queued prefill among the workers holding at least need blocks of the
-// prompt (ov, as overlaps left it). A worker holding blocks is one of the scores, whose positions
-// overlaps has just memoised, so only they are visited, not the whole fleet (a prompt is held by a few
-// workers; the fleet has hundreds). need 0 is held by every worker.
-func (m *Machine) leastQueueHolding(scores []prefix.Score, ov []uint32, need uint32) uint64 {
-	least := ^uint64(0)
+// bestCopy is the least queued prefill and the fewest active blocks among the workers holding at least
+// need blocks of the prompt (ov, as overlaps left it), in one pass. A worker holding blocks is one of the
+// scores, whose positions overlaps has just memoised, so only they are visited, not the whole fleet (a
+// prompt is held by a few workers; the fleet has hundreds). need 0 is held by every worker.
+func (m *Machine) bestCopy(scores []prefix.Score, ov []uint32, need uint32) (queue uint64, blocks float64) {
+	queue, blocks = ^uint64(0), -1
 	if need == 0 {
 		for i := range m.lines {
-			least = min(least, m.lines[i].prefill)
+			l := &m.lines[i]
+			queue = min(queue, l.prefill)
+			if blocks < 0 || l.decode < blocks {
+				blocks = l.decode
+			}
 		}
-		return least
+		return queue, blocks
 	}
 	for j := range scores {
 		if i := m.sc.memo[j].pos; i >= 0 && ov[i] >= need {
-			least = min(least, m.lines[i].prefill)
+			l := &m.lines[i]
+			queue = min(queue, l.prefill)
+			if blocks < 0 || l.decode < blocks {
+				blocks = l.decode
+			}
 		}
 	}
-	return least
+	return queue, blocks
 }

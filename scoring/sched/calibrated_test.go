@@ -228,3 +228,32 @@ func TestSoleSharerContextStays(t *testing.T) {
 		t.Fatalf("the turn left its running context for worker %d", d.Worker.WorkerID)
 	}
 }
+
+// TestDecodeBatchReplicates: the shared 1,000-block prompt on worker 1, and the requests sharing it there
+// all past their prefill (no queue to spare anyone: the herding trap at low load, where one worker decodes
+// for the whole fleet). γ is 1e-3 per block: each decoding sharer's 100 blocks slow every prefill there.
+// The next request is credited with the slowdown a copy spares the sharers to come, so the prompt is
+// copied to idle worker 2 once about 20 requests decode on worker 1; without the credit, only past 200.
+func TestDecodeBatchReplicates(t *testing.T) {
+	m := sharedMachine(t, 0, 2)
+	m.cal.Prior = 1e-3
+	now := time.Unix(1, 0)
+	for i := range 30 {
+		id := string(rune('a' + i))
+		d, _, err := m.Route(now, &Request{ID: id, Local: prompt(uint64(i+1), 1000), ISL: 1100, Scores: onWorker1(1000), Matched: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Worker.WorkerID == 2 {
+			if i < 10 {
+				t.Fatalf("request %d copied the prompt with only %d requests decoding on the holder", i, i)
+			}
+			t.Logf("request %d copied the prompt to worker 2", i)
+			return
+		}
+		if _, err := m.PrefillDone(now, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("30 requests decode on worker 1 behind a shared prompt; none copied it to idle worker 2")
+}
