@@ -20,6 +20,30 @@ func inflight(c *scoring.Candidate) float64 {
 	return float64(c.Load.ActiveRequests)
 }
 
+// inflightRange is the least and the most in-flight requests among the candidates req may go to; none
+// is Select's error (the pin names no candidate, or there is none).
+func inflightRange(req *scoring.Request, cands []scoring.Candidate) (lo, hi float64, err error) {
+	n := 0
+	for i := range cands {
+		if !scoring.Allowed(req, &cands[i]) {
+			continue
+		}
+		q := inflight(&cands[i])
+		if n == 0 {
+			lo, hi = q, q
+		}
+		lo, hi = min(lo, q), max(hi, q)
+		n++
+	}
+	switch {
+	case n > 0:
+		return lo, hi, nil
+	case req.Pinned:
+		return 0, 0, scoring.ErrPinnedNotFound
+	}
+	return 0, 0, scoring.ErrNoWorkers
+}
+
 // kvUtil is the fraction of a worker's KV blocks in use: the engine's report when known, else the router's
 // active-block estimate; 0 when the capacity is unknown.
 func kvUtil(c *scoring.Candidate) float64 {
@@ -95,23 +119,9 @@ func (s *LLMDSelector) Select(req scoring.Request, cands []scoring.Candidate, rn
 	if s.BlockSize <= 0 || s.PrefixWeight+s.QueueWeight+s.KVWeight <= 0 {
 		return scoring.Decision{}, fmt.Errorf("%w: llm-d selector block size %d, weights %v:%v:%v", scoring.ErrBadConfig, s.BlockSize, s.PrefixWeight, s.QueueWeight, s.KVWeight)
 	}
-	minQ, maxQ, n := 0.0, 0.0, 0
-	for j := range cands {
-		if !scoring.Allowed(&req, &cands[j]) {
-			continue
-		}
-		q := inflight(&cands[j])
-		if n == 0 {
-			minQ, maxQ = q, q
-		}
-		minQ, maxQ = min(minQ, q), max(maxQ, q)
-		n++
-	}
-	if n == 0 {
-		if req.Pinned {
-			return scoring.Decision{}, scoring.ErrPinnedNotFound
-		}
-		return scoring.Decision{}, scoring.ErrNoWorkers
+	minQ, maxQ, err := inflightRange(&req, cands)
+	if err != nil {
+		return scoring.Decision{}, err
 	}
 	best, ties := -1, 0
 	var bestScore float64
@@ -179,23 +189,9 @@ func (s *SGLangSelector) Select(req scoring.Request, cands []scoring.Candidate, 
 	if s.BlockSize <= 0 {
 		return scoring.Decision{}, fmt.Errorf("%w: sglang selector block size %d", scoring.ErrBadConfig, s.BlockSize)
 	}
-	minL, maxL, n := 0.0, 0.0, 0
-	for i := range cands {
-		if !scoring.Allowed(&req, &cands[i]) {
-			continue
-		}
-		l := inflight(&cands[i])
-		if n == 0 {
-			minL, maxL = l, l
-		}
-		minL, maxL = min(minL, l), max(maxL, l)
-		n++
-	}
-	if n == 0 {
-		if req.Pinned {
-			return scoring.Decision{}, scoring.ErrPinnedNotFound
-		}
-		return scoring.Decision{}, scoring.ErrNoWorkers
+	minL, maxL, err := inflightRange(&req, cands)
+	if err != nil {
+		return scoring.Decision{}, err
 	}
 	// pick returns the allowed candidate minimizing key, ties uniform.
 	pick := func(key func(c *scoring.Candidate) float64) (int, float64) {
