@@ -145,9 +145,10 @@
 //
 // Chunk sums (chunks.go) instead of comparing long runs hash by hash: each node keeps one sum per
 // 64-position chunk of its run (aligned on depth, so splits and merges hand them over), a query sums its
-// own hashes once for all shards, and a run is compared a word per chunk. Summing costs about 0.6 ns a
-// hash against 0.1 ns for a compare in the cache and 0.85 ns from memory, so only comparisons of 512
-// positions or more use them. The floor over the trace, old and new alternately, two runs of three
+// own hashes once for all shards, and a run is compared a word per chunk. Summing first cost about 0.6 ns
+// a hash against 0.1 ns for a compare in the cache and 0.85 ns from memory, so only comparisons of 512
+// positions or more used them (figures below); the sums are now multilinear, eight products per AVX-512
+// multiply, 0.1 ns a hash (next paragraph but one), and a single chunk is compared by sum. The floor over the trace, old and new alternately, two runs of three
 // passes each at load average 10–12: p99 16.9–20.5 → 11.2–14.3 µs, p999 24–31 → 17–21 µs, p50 unchanged
 // (4.0–4.7 and 4.4–4.9 µs). Memory: 46.7 → 47.1 B per (block, worker) (the sums of both views, and
 // each node's depth and sums header). At 10,000 workers (floor p50 ~12 µs, mostly emitting ~7,000
@@ -155,4 +156,19 @@
 // cost. Scores are emitted by emit, a loop of its own: inside the walk the compiler kept the walk's
 // variables in memory and chained BSF on the previous key's load (docs/benchmarks.md, "Long runs
 // compared by chunk sums").
+//
+// Vector kernels for the two loops a query's CPU went to (a profile of the trace's queries replayed with
+// nothing writing, 1,000 workers: emitting ~1,000 Scores 27 %, summing the query's chunks 10 %, 58 % in
+// its longest queries). chunksum_amd64.s sums eight positions per AVX-512DQ 64-bit multiply: the term is
+// h·m mod 2^64 (multilinear), where it was the 128-bit product folded to 64 bits, which has no vector
+// form; 0.6 → 0.1 ns a hash, so a one-chunk comparison is already cheaper by sum than from memory.
+// emit_amd64.s writes four Scores per step (masked load of their keys, compress, two permutes, masked
+// stores): about 1.4 → 0.45 ns a Score. Both keep a scalar form with the same results for other CPUs,
+// checked against the kernels (TestChunkSumKernel, TestEmitKernel). The floor at 1,000 workers, old and
+// new binaries alternately at load 5–9: p50 3.6–5.4 → 2.8–3.7 µs, p99 10.3–17.0 → 8.8–12.4 µs. What is
+// left is memory, not instructions: the same queries with 4 MB of other data read between them (what a
+// reader meets after the writers ran on its core) have p50 6–8 µs and p99 27–56 µs, and with 64 MB
+// (nothing cached) p50 23–27 µs; without emitting any Score, 5.6 and 23 µs. A query touches its path
+// in every shard (nodes of 200 bytes, runs, chunk sums, a child map) and 16 bytes of key per Score it
+// writes; the tail under writes is those misses (docs/benchmarks.md, "Vector kernels, and the cache").
 package prefix

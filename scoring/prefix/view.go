@@ -169,19 +169,24 @@ func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
 // emitKernel selects the vector emit where the CPU has it; tests switch it off to compare.
 var emitKernel = haveEmitKernel
 
+// emitKernelMin is the fewest Scores emit writes with the kernel: a call costs 25–40 ns before its first
+// Score (the scalar loop 12–20 ns for one), so a staircase of single dropouts stays scalar. A variable
+// so that tests can send every set through the kernel.
+var emitKernelMin = 8
+
 // emit appends a Score of depth blocks for every slot in the word set, whose keys start at keys[0]; out
 // has room for them. With AVX-512 (emit_amd64.s) four slots take one masked load, a compress, two
 // permutes and two masked stores: a query emitting a thousand Scores spent a quarter of its CPU in the
-// scalar loop, about 1.4 ns a Score, and the kernel takes a third of that. The scalar loop is not
+// scalar loop, 1.7–1.9 ns a Score in BenchmarkEmit, the kernel 0.66–0.85 ns. The scalar loop is not
 // inlined, and has no call inside, so that it keeps everything in registers: compiled inside the walk,
 // it reloaded the walk's variables on every Score, and BSF (which on AMD also reads its result register)
 // was given the register of the key loaded the Score before, chaining the loads.
 //
 //go:noinline
 func emit(out []Score, keys []WorkerKey, set uint64, depth uint32) []Score {
-	n := len(out)
-	out = out[:n+bits.OnesCount64(set)]
-	if emitKernel && set != 0 {
+	n, k := len(out), bits.OnesCount64(set)
+	out = out[:n+k]
+	if emitKernel && k >= emitKernelMin {
 		_ = keys[63-bits.LeadingZeros64(set)]
 		emitAVX512(&out[n], &keys[0], set, depth)
 		return out

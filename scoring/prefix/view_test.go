@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -13,7 +14,8 @@ func TestEmitKernel(t *testing.T) {
 	if !haveEmitKernel {
 		t.Skip("no AVX-512")
 	}
-	defer func() { emitKernel = haveEmitKernel }()
+	defer func(k int) { emitKernel, emitKernelMin = haveEmitKernel, k }(emitKernelMin)
+	emitKernelMin = 1
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 5000 {
 		keys := make([]WorkerKey, 1+rng.IntN(64))
@@ -36,5 +38,36 @@ func TestEmitKernel(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("round %d, set %#x over %d keys: %v, want %v", round, set, len(keys), got, want)
 		}
+	}
+}
+
+// BenchmarkEmit: one op emits the Scores of 16 words of slots, 1,001 of 1,024 set (a query's first
+// dropout: nearly the whole shard), with the vector kernel and with the scalar loop.
+func BenchmarkEmit(b *testing.B) {
+	sets := make([]uint64, 16)
+	for i := range sets {
+		sets[i] = ^uint64(0)
+	}
+	sets[3], sets[7], sets[15] = 0x0fffffffffffffff, 0xfffeffffffffffff, 0x000fffffffefffff
+	keys := make([]WorkerKey, 64*len(sets))
+	for i := range keys {
+		keys[i] = WorkerKey{WorkerID: uint64(i) * 7, DPRank: uint32(i & 3)}
+	}
+	out := make([]Score, 0, len(keys))
+	for _, kernel := range []bool{true, false} {
+		if kernel && !haveEmitKernel {
+			continue
+		}
+		b.Run(fmt.Sprintf("kernel=%v", kernel), func(b *testing.B) {
+			emitKernel = kernel
+			defer func() { emitKernel = haveEmitKernel }()
+			for b.Loop() {
+				out = out[:0]
+				for i, s := range sets {
+					out = emit(out, keys[i<<6:], s, 100)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(out)), "ns/score")
+		})
 	}
 }
