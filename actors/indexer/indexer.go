@@ -189,17 +189,46 @@ func (x *Indexer) Flush() {
 
 // FindMatches appends to out the overlap of every (worker, dp rank) that holds at least the first block
 // of local (on its device or a lower tier), reading each shard's published view without waiting for its
-// writer. Workers are disjoint across shards, so the merge is a concatenation.
+// writer. Workers are disjoint across shards, so the merge is a concatenation. It enters every shard's
+// view first and walks their paths ahead in turn (prefix.Ahead), so that the shards' cache misses
+// overlap, then queries them one after another.
 func (x *Indexer) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
 	var q prefix.Query // the query's chunk sums, computed once for every shard
 	q.Reset(local)
-	for _, s := range x.shards {
-		ix, k := s.enter()
-		out = ix.FindMatchesQuery(&q, out)
-		s.leave(k)
+	if len(x.shards) > maxAhead {
+		for _, s := range x.shards {
+			ix, k := s.enter()
+			out = ix.FindMatchesQuery(&q, out)
+			s.leave(k)
+		}
+		return out
+	}
+	var views [maxAhead]*prefix.View
+	var ks [maxAhead]uint32
+	var ahead [maxAhead]prefix.Ahead
+	n := len(x.shards)
+	for i, s := range x.shards {
+		views[i], ks[i] = s.enter()
+		ahead[i].Reset(views[i], &q)
+	}
+	for more := true; more; {
+		more = false
+		for i := range n {
+			if ahead[i].Step(&q) {
+				more = true
+			}
+		}
+	}
+	for i, s := range x.shards {
+		out = views[i].FindMatchesQuery(&q, out)
+		s.leave(ks[i])
 	}
 	return out
 }
+
+// maxAhead is the most shards whose paths FindMatches walks ahead in turn (prefix.Ahead); an index of
+// more shards is read one shard after another.
+const maxAhead = 8
 
 // Blocks returns the number of blocks indexed for one worker rank.
 func (x *Indexer) Blocks(w prefix.WorkerKey) int {

@@ -53,7 +53,9 @@
 // Sync (each node is flagged when written; a run that grew at its end copies only its new tail). An owner
 // lets readers read one view while it writes the other (the shards of actors/indexer alternate between
 // the index's view and the copy), and calls Seal before it lets readers into the index's own view (Seal
-// sums the chunks written since the last Sync; Sync seals first). Nothing in this package locks.
+// sums the chunks written since the last Sync; Sync seals first). Ahead reads a View as FindMatches does
+// (a caller steps several views' paths in turn before querying them, so that their cache misses
+// overlap: actors/indexer's doc). Nothing in this package locks.
 //
 // # Ownership
 //
@@ -161,14 +163,18 @@
 // nothing writing, 1,000 workers: emitting ~1,000 Scores 27 %, summing the query's chunks 10 %, 58 % in
 // its longest queries). chunksum_amd64.s sums eight positions per AVX-512DQ 64-bit multiply: the term is
 // h·m mod 2^64 (multilinear), where it was the 128-bit product folded to 64 bits, which has no vector
-// form; 0.6 → 0.1 ns a hash, so a one-chunk comparison is already cheaper by sum than from memory.
-// emit_amd64.s writes four Scores per step (masked load of their keys, compress, two permutes, masked
-// stores): about 1.4 → 0.45 ns a Score. Both keep a scalar form with the same results for other CPUs,
-// checked against the kernels (TestChunkSumKernel, TestEmitKernel). The floor at 1,000 workers, old and
-// new binaries alternately at load 5–9: p50 3.6–5.4 → 2.8–3.7 µs, p99 10.3–17.0 → 8.8–12.4 µs. What is
-// left is memory, not instructions: the same queries with 4 MB of other data read between them (what a
-// reader meets after the writers ran on its core) have p50 6–8 µs and p99 27–56 µs, and with 64 MB
-// (nothing cached) p50 23–27 µs; without emitting any Score, 5.6 and 23 µs. A query touches its path
-// in every shard (nodes of 200 bytes, runs, chunk sums, a child map) and 16 bytes of key per Score it
-// writes; the tail under writes is those misses (docs/benchmarks.md, "Vector kernels, and the cache").
+// form; 0.14–0.2 ns a hash against 0.7–0.9 ns for the scalar loop (BenchmarkChunkSums, load 9), so a
+// one-chunk comparison is already cheaper by sum than from memory. emit_amd64.s writes four Scores per step (masked load of their keys,
+// compress, two permutes, masked stores): 1.7–1.9 → 0.66–0.85 ns a Score (BenchmarkEmit), from 8
+// Scores a call up. Both keep a scalar form with the same results for other CPUs, checked against the
+// kernels (TestChunkSumKernel, TestEmitKernel). The floor, old and new binaries alternately at load 5–9:
+// at 1,000 workers p50 3.6–5.4 → 2.8–3.7 µs and p99 10.3–17.0 → 8.8–12.4 µs; at 10,000 workers (7,000
+// Scores a query) p50 11.8 → 6.3 µs, p99 24.6 → 17.7 µs.
+//
+// What is left is memory, not instructions. The trace's queries replayed with nothing writing but 4 MB
+// of other data read between them (a one-off experiment: a test replaying the built index) (what a reader meets after the writers ran on its core) have p50
+// 5.3–8.3 µs and p99 22–72 µs, against p50 3.0 µs back to back; with 64 MB between them (nothing
+// cached) p50 23–27 µs. Without emitting any Score: p50 5.6 and 23 µs. A query reads its path in every
+// shard (200-byte nodes, runs, chunk sums, a child map) and 16 bytes of key per Score it writes, and the
+// tail under writes is those misses (docs/benchmarks.md, "Vector kernels, and the cache").
 package prefix
