@@ -97,8 +97,9 @@ func TestZMQSubscriberReconstructsGroundTruth(t *testing.T) {
 			must(t, err)
 			t.Cleanup(func() { w.Close() })
 			z := startZMQMirror(t, w.EventsEndpoint(0), w.ReplayEndpoint(0))
-			// Warm up until the subscriber is connected and caught up, so that the withheld batches are
-			// mid-stream gaps (recovered by replay), not the slow-joiner window.
+			// Warm up until the subscriber is connected and caught up, and has had a live batch (which ends
+			// the join's repeated catch-ups: a batch of the warm-up may have come by catch-up alone), so that
+			// the withheld batches are mid-stream gaps (recovered by replay), not the slow-joiner window.
 			for i := 0; ; i++ {
 				b, _ := json.Marshal(map[string]any{"prompt": seq(50_000+i*100, 20), "max_tokens": 1})
 				if _, err := httpPost(w.URL()+"/v1/completions", b); err != nil {
@@ -108,6 +109,8 @@ func TestZMQSubscriberReconstructsGroundTruth(t *testing.T) {
 				z.mu.Lock()
 				caught := z.batches > 0 && z.lastSeq == w.PublishedBatches(0)-1
 				z.mu.Unlock()
+				st := z.sub.Stats()
+				caught = caught && st.Batches > st.ReplayedBatches
 				if caught {
 					break
 				}
