@@ -129,6 +129,8 @@ func (p *Prober) download(ctx context.Context, rawURL string, limit int, acct *r
 	switch {
 	case errors.Is(err, errOverBudget):
 		return nil, noRelease, fmt.Errorf("%w: %d bytes, more than the %d bytes in flight allowed", ErrTooLarge, want, p.cfg.MaxFetchBytesInFlight)
+	case err != nil && ctx.Err() != nil:
+		return nil, noRelease, fmt.Errorf("%w: waiting for room to download: %v", ErrFetch, ctx.Err()) // the request ended first
 	case err != nil:
 		p.busy.Add(1)
 		return nil, noRelease, fmt.Errorf("%w: no room for %d bytes among %d in flight within %v", ErrBusy, want, p.cfg.MaxFetchBytesInFlight, p.cfg.FetchBudgetWait)

@@ -163,6 +163,13 @@ func TestImageBytesInFlight(t *testing.T) {
 	if n := p.fetching.inUse(); n != uint64(len(a)) {
 		t.Fatalf("%d bytes in flight after the refusal, want %d", n, len(a))
 	}
+	// A request that ends while it waits is not a refusal for want of room.
+	ctx, cancel := context.WithTimeout(context.Background(), wait/10)
+	images, _ = r.Resolve(ctx, []Part{{URL: srv.URL + "/cl/b.png"}}, nil)
+	cancel()
+	if !errors.Is(images[0].Err, ErrFetch) || p.Stats().Busy != 1 {
+		t.Fatalf("a request ended while waiting: %v, busy %d", images[0].Err, p.Stats().Busy)
+	}
 
 	// A download that finds room within its wait goes ahead.
 	p2 := budgetProber(t, int64(len(b)+len(b)/4), 10*time.Second)
