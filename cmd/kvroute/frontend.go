@@ -203,6 +203,7 @@ type frontendApp struct {
 	mons    []*frontend.Monitor
 	tracer  trace.Tracer
 	fleets  []*mocker.Fleet // kvroute serve's simulated workers, closed by closeFleet
+	prober  *mm.Prober      // every model's image prober (--mm-routing)
 	// traceStop flushes and stops the span exporter (nil: tracing off).
 	traceStop func(context.Context) error
 	nats      *natsFlags
@@ -230,6 +231,17 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	if ms.guard, err = mm.NewGuard(mm.ParseAllowHosts(*f.allow)); err != nil {
 		app.stop()
 		return nil, fmt.Errorf("--media-allow-hosts: %w", err)
+	}
+	if *f.mmOn {
+		if ms.prober, err = mm.NewProber(f.probeConfig(), nil, nil); err != nil {
+			app.stop()
+			return nil, err
+		}
+		p := ms.prober
+		app.prober = p
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_media_fetch_bytes_in_flight",
+			Help: "Image bytes the frontend is downloading or holding until decoded (--frontend-decoding, --mm-transfer), at most --mm-image-bytes-in-flight."},
+			func() float64 { return float64(p.FetchBytesInFlight()) }))
 	}
 	if *f.ops.otlp != "" {
 		tracer, shutdown, err := startTracing(*f.ops.otlp, *f.ops.service)
@@ -336,6 +348,9 @@ type modelSetup struct {
 	fm    *frontend.FrontendMetrics
 	guard *mm.Guard
 	hc    frontend.HealthConfig
+	// prober fetches and probes every model's images (--mm-routing), so that --mm-image-bytes-in-flight
+	// bounds the whole process, not each model.
+	prober *mm.Prober
 }
 
 // startModel starts served model i: its router core (the first model's through the NATS planes when
@@ -407,7 +422,7 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	api.PD = pd
 	api.Tracer = a.tracer
 	if *f.mmOn && sm.m != nil {
-		if err := enableMM(api, f, sm.dir, sm.name, mreg, log); err != nil {
+		if err := enableMM(api, f, ms.prober, sm.dir, sm.name, mreg, log); err != nil {
 			return nil, err
 		}
 	}
@@ -496,7 +511,7 @@ func eventImageTokens(m *model.Model, name string) (run, end uint32) {
 // and for a vision model it cannot route on images it still installs the image stage, which then
 // counts every request with images as a fallback by reason (unsupported_family, unknown_model)
 // without fetching anything.
-func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg prometheus.Registerer, log *slog.Logger) error {
+func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, prober *mm.Prober, dir, name string, reg prometheus.Registerer, log *slog.Logger) error {
 	spec, err := mm.LoadSpec(dir, name)
 	if err != nil {
 		return err
@@ -507,13 +522,8 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, dir, name string, reg p
 			return nil
 		}
 	}
-	prober, err := mm.NewProber(f.probeConfig(), nil, nil)
-	if err != nil {
-		return err
-	}
 	res, err := mm.NewResolver(spec, prober, f.resolveConfig())
 	if err != nil {
-		prober.Close()
 		return err
 	}
 	mc := &frontend.MMConfig{Resolver: res, Limits: mm.DefaultLimits()}
@@ -567,6 +577,9 @@ func (a *frontendApp) stop() {
 	}
 	if a.pool != nil {
 		a.pool.Close()
+	}
+	if a.prober != nil {
+		a.prober.Close()
 	}
 	for _, pd := range a.pds {
 		pd.Prefill.Stop()

@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,4 +160,72 @@ func TestImageByteFlags(t *testing.T) {
 			t.Fatalf("%s 0: ok=%v code %d: %s", bad, ok, code, herr.String())
 		}
 	}
+}
+
+// TestImageBytesInFlightGauge: with --frontend-decoding, kvroute_media_fetch_bytes_in_flight shows a
+// download's reserved bytes (its Content-Length) while the image server holds the body half-sent, and
+// drops to 0 once the download ends; one prober serves the process, so one unlabelled series.
+func TestImageBytesInFlightGauge(t *testing.T) {
+	const size = 200_000
+	release := make(chan struct{})
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/png")
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(make([]byte, size/2))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(images.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	modelDir, err := filepath.Abs(filepath.Join("..", "..", defaultModelPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := launchFrontend(t, []string{"--model-path", modelDir, "--http-host", "127.0.0.1", "--http-port", "0",
+		"--health-check-interval", "0", "--no-worker-self-test", "--worker", "id=1,url=http://127.0.0.1:9",
+		"--frontend-decoding", "--media-allow-hosts", "127.0.0.1"})
+	base := "http://" + app.ln.Addr().String()
+	gauge := func() string {
+		_, m := getBody(t, base+"/metrics")
+		for _, line := range strings.Split(string(m), "\n") {
+			if strings.HasPrefix(line, "kvroute_media_fetch_bytes_in_flight") {
+				return line
+			}
+		}
+		return ""
+	}
+	if g := gauge(); g != "kvroute_media_fetch_bytes_in_flight 0" {
+		t.Fatalf("idle: %q", g)
+	}
+	done := make(chan int, 1)
+	go func() {
+		body := `{"model":"` + app.name + `","max_tokens":1,"messages":[{"role":"user","content":[` +
+			`{"type":"image_url","image_url":{"url":"` + images.URL + `/cat.png"}},{"type":"text","text":"What is this?"}]}]}`
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			done <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	waitUntil(t, "the download's bytes in the gauge", func() bool {
+		return gauge() == "kvroute_media_fetch_bytes_in_flight "+strconv.Itoa(size)
+	})
+	close(release)
+	if st := <-done; st == 0 || st == http.StatusOK {
+		t.Fatalf("a request with an undecodable image answered %d", st)
+	}
+	waitUntil(t, "the gauge back to 0", func() bool { return gauge() == "kvroute_media_fetch_bytes_in_flight 0" })
 }
