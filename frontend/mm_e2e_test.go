@@ -87,15 +87,7 @@ func startImageServer(t *testing.T) *imageServer {
 			http.NotFound(w, r)
 			return
 		}
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		_, _ = w.Write(b[:len(b)/2])
-		w.(http.Flusher).Flush()
-		select {
-		case <-s.hold:
-		case <-r.Context().Done():
-			return
-		}
-		_, _ = w.Write(b[len(b)/2:])
+		testutil.WriteHeld(w, r, b, s.hold)
 	})
 	mux.HandleFunc("/norange/", func(w http.ResponseWriter, r *http.Request) {
 		b, ok := s.pngs[strings.TrimPrefix(r.URL.Path, "/norange/")]

@@ -45,15 +45,7 @@ func newBudgetServer(t *testing.T, files map[string][]byte) *budgetServer {
 			w.(http.Flusher).Flush() // headers out without a length: chunked
 			_, _ = w.Write(b[1:])
 		case "hold":
-			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-			_, _ = w.Write(b[:len(b)/2])
-			w.(http.Flusher).Flush()
-			select {
-			case <-s.hold:
-			case <-r.Context().Done():
-				return
-			}
-			_, _ = w.Write(b[len(b)/2:])
+			testutil.WriteHeld(w, r, b, s.hold)
 		}
 	}))
 	t.Cleanup(s.Close)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/mm"
 )
 
@@ -170,14 +171,7 @@ func TestImageBytesInFlightGauge(t *testing.T) {
 	release := make(chan struct{})
 	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/png")
-		w.Header().Set("Content-Length", strconv.Itoa(size))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(make([]byte, size/2))
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
+		testutil.WriteHeld(w, r, make([]byte, size), release)
 	}))
 	t.Cleanup(images.Close)
 	t.Cleanup(func() {

@@ -1,4 +1,5 @@
-// Package testutil holds what the module's tests share: one way to wait for a condition.
+// Package testutil holds what the module's tests share: one way to wait for a condition, and an HTTP
+// answer held half-sent (WriteHeld) for tests of downloads in flight.
 //
 // # Overview
 //
@@ -13,7 +14,8 @@
 //
 // # Ownership
 //
-// Nothing is retained between calls.
+// Nothing is retained between calls. WriteHeld runs on the test server's handler goroutine and returns
+// once the body is written or the client has gone.
 //
 // # Data flow
 //
