@@ -93,7 +93,7 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, log
 	if err := n.validate(); err != nil {
 		return nil, err
 	}
-	p := &natsPlane{url: "", replicaOn: rcfg.Scoring.ReplicaSync}
+	p := &natsPlane{replicaOn: rcfg.Scoring.ReplicaSync}
 	n.plane = p
 	url, err := n.connect(p, log)
 	if err != nil {
