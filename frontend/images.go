@@ -169,10 +169,10 @@ func (a *OpenAIAPI) routingView(w *imageWork, tokens []uint32) (imageView, error
 		a.countRefused("too_large")
 		return imageView{}, errorf(ErrTooLarge, "the request's images are too large to download (%v)", firstErr(w.images))
 	case mm.FallbackBusy:
-		// --frontend-decoding: the process's image downloads were at --mm-image-bytes-in-flight for
-		// longer than the wait: a retry soon finds room (Retry-After).
+		// --frontend-decoding: the process's image downloads were at --mm-image-bytes-in-flight, or its
+		// decodes at their pixel budget, for longer than the wait: a retry soon finds room (Retry-After).
 		a.countRefused("busy")
-		return imageView{}, errorf(ErrTooMany, "the frontend is downloading as many image bytes as it holds at once (--mm-image-bytes-in-flight); retry shortly")
+		return imageView{}, errorf(ErrTooMany, "the frontend is downloading or decoding as many images as it holds at once (%v); retry shortly", firstErr(w.images))
 	}
 	var rt mm.Routing
 	var blockMM [][]uint64

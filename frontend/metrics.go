@@ -178,7 +178,7 @@ func NewFrontendMetricsWith(reg prometheus.Registerer, l MetricLabels) *Frontend
 			Help: "Fraction of a worker's requests whose predicted cached tokens matched the worker's report within one block."},
 			[]string{"worker_id"}),
 		mediaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_media_refused_total",
-			Help: "Chat requests refused for their media, by reason: blocked (SSRF guard, 400), limits (--mm-max-images, --mm-max-total-pixels, 400), too_large (--mm-max-request-image-bytes, 413), busy (--mm-image-bytes-in-flight, 429)."},
+			Help: "Chat requests refused for their media, by reason: blocked (SSRF guard, 400), limits (--mm-max-images, --mm-max-total-pixels, 400), too_large (--mm-max-request-image-bytes, 413), busy (--mm-image-bytes-in-flight or the pixels being decoded, 429)."},
 			[]string{"reason"}),
 		precision: map[uint64]*precision{},
 		vecs: &modelVecs{reqs: reqs, inflight: inflight, queued: queued, ttft: ttft, itl: itl, duration: duration,

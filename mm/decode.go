@@ -3,6 +3,7 @@ package mm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image"
 	"image/color"
@@ -244,8 +245,8 @@ func genericPixels(img image.Image, opaque bool) (int, []byte) {
 // the decode has ended.
 //
 // Before decoding, admit (when set) is given the header's size and may refuse it (the request's total
-// pixel bound), then the decode waits for room in the process's MaxDecodePixelsInFlight, charged
-// decodeCost (more than its pixels for formats whose decoder needs more than 8 bytes a pixel).
+// pixel bound), then the decode waits for room in the process's MaxDecodePixelsInFlight (at most
+// FetchBudgetWait: ErrBusy), charged decodeCost (more than its pixels for formats whose decoder needs more than 8 bytes a pixel).
 func (p *Prober) decode(ctx context.Context, rawURL string, maxBytes int, acct *requestBytes, admit func(Size) error) (Hash, Size, []byte, error) {
 	data, release, err := p.fetch(ctx, rawURL, maxBytes, acct)
 	defer release()
@@ -262,7 +263,10 @@ func (p *Prober) decode(ctx context.Context, rawURL string, maxBytes int, acct *
 		}
 	}
 	cost := decodeCost(data, SniffFormat(data), hdr)
-	if err := p.decoding.takePixels(ctx, cost); err != nil {
+	if err := p.decoding.takePixels(ctx, cost, p.cfg.FetchBudgetWait); err != nil {
+		if errors.Is(err, ErrBusy) {
+			p.busy.Add(1)
+		}
 		return 0, Size{}, nil, err
 	}
 	h, sz, err := decodeChecked(data, hdr)

@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // MaxDecodePixelsInFlight bounds the pixels being decoded at once across the process, for
 // --frontend-decoding (two images at MaxDecodePixels: about 1 GiB of decoder buffers and HWC copies at
-// worst). A decode waits for room, within its request's context; without the bound, a request of
+// worst). A decode waits for room at most ProbeConfig.FetchBudgetWait (ErrBusy after); without the bound, a request of
 // MaxImages small files each declaring MaxDecodePixels allocated every buffer at once (32 × 64 M
 // pixels), whatever the request's MaxTotalPixels, which is summed only after decoding.
 const MaxDecodePixelsInFlight = 2 * MaxDecodePixels
@@ -73,15 +74,22 @@ func (b *budget) inUse() uint64 {
 	return b.used
 }
 
-// takePixels reserves a decode's pixels in the process's decoding budget.
-func (b *budget) takePixels(ctx context.Context, n uint64) error {
-	switch err := b.take(ctx, n); {
+// takePixels reserves a decode's pixels in the process's decoding budget, waiting at most wait for room
+// (ErrBusy after, as a download waits for bytes: a decode queued longer would hold its download's bytes
+// and its client's connection with the process at its bound).
+func (b *budget) takePixels(ctx context.Context, n uint64, wait time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	err := b.take(wctx, n)
+	cancel()
+	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, errOverBudget):
 		return fmt.Errorf("%w: %d pixels exceed the decoding budget of %d", ErrLimit, n, b.max)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: waiting to decode: %v", ErrLimit, ctx.Err()) // the request ended first
 	default:
-		return fmt.Errorf("%w: waiting to decode: %v", ErrLimit, err)
+		return fmt.Errorf("%w: no room to decode %d pixels among %d within %v", ErrBusy, n, b.max, wait)
 	}
 }
 

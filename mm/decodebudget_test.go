@@ -91,14 +91,14 @@ func TestResolveDecodingRefusesTotalBeforeDecoding(t *testing.T) {
 }
 
 // The process's decoding budget admits decodes while they fit, holds the next until room is given back,
-// and gives up with the caller's context.
+// and gives up with the caller's context (ErrLimit) or after its wait (ErrBusy).
 func TestBudget(t *testing.T) {
 	b := newBudget(100)
 	ctx := context.Background()
 	if err := b.take(ctx, 60); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.takePixels(ctx, 101); !errors.Is(err, ErrLimit) {
+	if err := b.takePixels(ctx, 101, time.Hour); !errors.Is(err, ErrLimit) {
 		t.Fatalf("more than the budget: %v", err)
 	}
 	got := make(chan error, 1)
@@ -114,8 +114,12 @@ func TestBudget(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
-	if err := b.takePixels(cctx, 60); !errors.Is(err, ErrLimit) {
-		t.Fatalf("waiting past the deadline: %v", err)
+	if err := b.takePixels(cctx, 60, time.Hour); !errors.Is(err, ErrLimit) || errors.Is(err, ErrBusy) {
+		t.Fatalf("the request ended while waiting: %v", err)
+	}
+	start := time.Now()
+	if err := b.takePixels(ctx, 60, 20*time.Millisecond); !errors.Is(err, ErrBusy) || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("no room within the wait: %v after %v", err, time.Since(start))
 	}
 	b.give(50)
 	if b.inUse() != 0 {

@@ -30,7 +30,8 @@ var (
 	// (ProbeConfig.MaxFetchBytesInFlight).
 	ErrTooLarge = errors.New("mm: image bytes exceed a limit")
 	// ErrBusy: the process's budget of image bytes in flight (ProbeConfig.MaxFetchBytesInFlight) had
-	// no room for a download within ProbeConfig.FetchBudgetWait; the request may be retried.
+	// no room for a download, or its budget of pixels being decoded (MaxDecodePixelsInFlight) none for
+	// a decode, within ProbeConfig.FetchBudgetWait; the request may be retried.
 	ErrBusy = errors.New("mm: image download budget busy")
 )
 

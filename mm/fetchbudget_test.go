@@ -203,3 +203,31 @@ func TestImageBytesInFlight(t *testing.T) {
 		t.Fatalf("an image larger than the whole budget: %v", err)
 	}
 }
+
+// A decode that finds no room among the pixels being decoded waits at most FetchBudgetWait and fails
+// with ErrBusy (FallbackBusy, counted busy), as a download does; with room it decodes.
+func TestDecodeBusy(t *testing.T) {
+	a := encodePNG(t, 200, 100)
+	srv := newBudgetServer(t, map[string][]byte{"a.png": a})
+	const wait = 100 * time.Millisecond
+	p := budgetProber(t, DefaultMaxFetchBytesInFlight, wait)
+	r := decodingResolver(t, p, DefaultMaxRequestBytes)
+	if err := p.decoding.take(context.Background(), MaxDecodePixelsInFlight); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	images, reason := resolve(t, r, Part{URL: srv.URL + "/cl/a.png"})
+	if reason != FallbackBusy || !errors.Is(images[0].Err, ErrBusy) || p.Stats().Busy != 1 {
+		t.Fatalf("no room to decode: %s %v, busy %d", reason, images, p.Stats().Busy)
+	}
+	if d := time.Since(start); d < wait {
+		t.Fatalf("refused after %v, before the %v wait", d, wait)
+	}
+	if n := p.fetching.inUse(); n != 0 {
+		t.Fatalf("%d bytes still reserved after the refusal", n)
+	}
+	p.decoding.give(MaxDecodePixelsInFlight)
+	if images, reason := resolve(t, r, Part{URL: srv.URL + "/cl/a.png"}); reason != FallbackNone || images[0].Err != nil {
+		t.Fatalf("with room: %s %v", reason, images)
+	}
+}

@@ -50,8 +50,8 @@ type ProbeConfig struct {
 	// image is decoded (Decode) or handed over (Fetch). Default 512 MiB: eight images at the 64 MiB
 	// bound, hundreds of ordinary ones.
 	MaxFetchBytesInFlight int64
-	// FetchBudgetWait bounds how long a download waits for room in MaxFetchBytesInFlight before its
-	// request is refused with ErrBusy (429 with Retry-After at the HTTP edge). Default 2 s: it absorbs
+	// FetchBudgetWait bounds how long a download waits for room in MaxFetchBytesInFlight, and a decode
+	// for room in MaxDecodePixelsInFlight, before its request is refused with ErrBusy (429 with Retry-After at the HTTP edge). Default 2 s: it absorbs
 	// a burst, while a longer wait would hold client connections open with memory already at its bound.
 	FetchBudgetWait time.Duration
 	// AllowHosts are the --media-allow-hosts values (host names, IPs or CIDRs) that the SSRF guard
@@ -104,7 +104,7 @@ type ProbeStats struct {
 	Requests                   uint64 // HTTP Range requests sent
 	Errors                     uint64 // failed probes (not cached)
 	NoRange, Blocked, HeaderKO uint64 // failures by class: non-206, SSRF guard, header unparsable
-	Busy                       uint64 // whole downloads refused for want of room in MaxFetchBytesInFlight
+	Busy                       uint64 // downloads and decodes refused for want of room (ErrBusy)
 }
 
 // Prober discovers image sizes: data: URIs in memory, http(s) URLs by Range requests, with a

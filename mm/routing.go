@@ -36,7 +36,7 @@ const (
 	FallbackUnsupportedFamily
 	// FallbackTooLarge: an image download passed a byte bound (ErrTooLarge); refused, never routed.
 	FallbackTooLarge
-	// FallbackBusy: the process had no room for an image download in time (ErrBusy); refused for a
+	// FallbackBusy: the process had no room for an image download or decode in time (ErrBusy); refused for a
 	// retry, never routed.
 	FallbackBusy
 	numFallbackReasons
