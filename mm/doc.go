@@ -71,8 +71,8 @@
 // semaphores, Prober.fetching (bytes downloaded and held, ProbeConfig.MaxFetchBytesInFlight) and
 // Prober.decoding (pixels being decoded, MaxDecodePixelsInFlight). A download reserves its bytes after
 // the response headers and before reading the body, waiting at most ProbeConfig.FetchBudgetWait
-// (ErrBusy after), and holds them until its image is decoded; it never waits for bytes while holding
-// pixels, so the two cannot deadlock. One request's downloads also share a requestBytes count
+// (ErrBusy after), and holds them until its image is decoded; its decode then waits for pixels as long
+// at most (ErrBusy after). It never waits for bytes while holding pixels, so the two cannot deadlock. One request's downloads also share a requestBytes count
 // (ResolveConfig.MaxRequestBytes), added to as they read.
 //
 // # Ownership
