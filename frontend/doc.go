@@ -69,7 +69,8 @@
 // Models is built once before serving and only read afterwards. Image bytes downloaded with
 // --frontend-decoding belong to the image stage's goroutine until it reports, then to the request actor
 // (read concurrently by the transfers until each reports); the actor inlines them into the
-// worker-bound body (forwardImages) and then drops them.
+// worker-bound body (forwardImages), within MMConfig.Inline (shared by every model; the job gives its
+// bytes back at its end, job.release), and then drops them.
 //
 // # Data flow
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	json "github.com/goccy/go-json"
 
@@ -25,6 +26,57 @@ type MMConfig struct {
 	Transfer *transfer.Sender
 	// Limits bound the routing view (block-padded length, expanded prompt length).
 	Limits mm.Limits
+	// Inline bounds the downloaded image bytes the worker-bound bodies of requests in flight carry as
+	// data: URIs (--frontend-decoding), shared by every model's API; nil: DefaultInlineBytes for this
+	// API alone. An image that does not fit keeps its URL (the worker fetches it).
+	Inline *InlineBudget
+}
+
+// DefaultInlineBytes is the default bound on the data: URI bytes held in the worker-bound bodies of the
+// requests in flight (512 MiB): each request keeps its body, for migration, until it ends, so without a
+// bound a few kilobytes of request naming large images could pin maxInlineBytes each for a whole
+// generation, times every request in flight.
+const DefaultInlineBytes = 512 << 20
+
+// InlineBudget counts the data: URI bytes the requests in flight hold (a try, never a wait: an image
+// that does not fit keeps its URL). Safe for concurrent use.
+type InlineBudget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewInlineBudget bounds the inline bytes held at once to max.
+func NewInlineBudget(max int64) *InlineBudget { return &InlineBudget{max: max} }
+
+// InUse is the inline bytes held now.
+func (b *InlineBudget) InUse() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.used.Load()
+}
+
+// tryTake reserves n bytes if they fit (a nil budget: always).
+func (b *InlineBudget) tryTake(n int64) bool {
+	if b == nil {
+		return true
+	}
+	for {
+		u := b.used.Load()
+		if u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// give returns n reserved bytes.
+func (b *InlineBudget) give(n int64) {
+	if b != nil && n != 0 {
+		b.used.Add(-n)
+	}
 }
 
 // mmMetrics count multimodal routing outcomes.
@@ -224,21 +276,33 @@ func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][
 	if members == nil {
 		members = make([][]byte, len(w.media))
 	}
-	body, err := openai.RewriteMedia(j.body, w.media, v.uuids, inlineURLs(w.images), "mm_kwargs", members)
+	urls, held := inlineURLs(w.images, a.MM.Inline)
+	body, err := openai.RewriteMedia(j.body, w.media, v.uuids, urls, "mm_kwargs", members)
 	if err != nil {
+		a.MM.Inline.give(held)
 		a.countFallback("rewrite_failed")
 		return
 	}
 	j.body = body
+	if held > 0 {
+		// The body keeps the bytes until the request ends (a migration resends it).
+		prev, budget := j.release, a.MM.Inline
+		j.release = func() {
+			if prev != nil {
+				prev()
+			}
+			budget.give(held)
+		}
+	}
 	if a.mmMetrics != nil {
 		a.mmMetrics.routed.Inc()
 	}
 }
 
-// inlineURLs is the data: URI of each downloaded image ("" for the others, or once the request's
-// total would pass maxInlineBytes); nil when no image was downloaded.
-func inlineURLs(images []mm.Image) []string {
-	var urls []string
+// inlineURLs is the data: URI of each downloaded image ("" for the others, once the request's total
+// would pass maxInlineBytes, or when budget has no room for it), and the bytes it reserved in budget;
+// nil when no image is inlined.
+func inlineURLs(images []mm.Image, budget *InlineBudget) (urls []string, held int64) {
 	total := 0
 	for i, im := range images {
 		if im.Data == nil {
@@ -249,7 +313,7 @@ func inlineURLs(images []mm.Image) []string {
 			mime = "application/octet-stream"
 		}
 		n := len("data:;base64,") + len(mime) + base64.StdEncoding.EncodedLen(len(im.Data))
-		if total+n > maxInlineBytes {
+		if total+n > maxInlineBytes || !budget.tryTake(int64(n)) {
 			continue
 		}
 		if urls == nil {
@@ -260,7 +324,7 @@ func inlineURLs(images []mm.Image) []string {
 		b = append(append(append(b, "data:"...), mime...), ";base64,"...)
 		urls[i] = string(base64.StdEncoding.AppendEncode(b, im.Data))
 	}
-	return urls
+	return urls, int64(total)
 }
 
 // dropData lets the downloaded image bytes go once nothing needs them (the request lives on while it

@@ -12,12 +12,13 @@ import (
 // TestInlineURLs: each downloaded image becomes a data: URI of its bytes labelled with its sniffed type,
 // until the request's inline total would pass maxInlineBytes; images not downloaded keep their URL.
 func TestInlineURLs(t *testing.T) {
-	if urls := inlineURLs([]mm.Image{{}, {}}); urls != nil {
-		t.Fatalf("nothing downloaded, got %v", urls)
+	budget := NewInlineBudget(DefaultInlineBytes)
+	if urls, held := inlineURLs([]mm.Image{{}, {}}, budget); urls != nil || held != 0 {
+		t.Fatalf("nothing downloaded, got %v (%d bytes held)", urls, held)
 	}
 	png := pngOf(4, 3, 1)
 	big := bytes.Repeat([]byte{0}, maxInlineBytes/2) // 2/3 of the budget once in base64
-	urls := inlineURLs([]mm.Image{{Data: png}, {}, {Data: big}, {Data: big}, {Data: png}})
+	urls, held := inlineURLs([]mm.Image{{Data: png}, {}, {Data: big}, {Data: big}, {Data: png}}, budget)
 	if len(urls) != 5 {
 		t.Fatalf("%d urls", len(urls))
 	}
@@ -35,7 +36,26 @@ func TestInlineURLs(t *testing.T) {
 	for _, u := range urls {
 		total += len(u)
 	}
-	if total > maxInlineBytes {
-		t.Fatalf("inlined %d bytes, budget %d", total, maxInlineBytes)
+	if total > maxInlineBytes || held != int64(total) || budget.InUse() != held {
+		t.Fatalf("inlined %d bytes (held %d, budget in use %d), per-request bound %d", total, held, budget.InUse(), maxInlineBytes)
+	}
+}
+
+// TestInlineBudget: the requests in flight hold at most the process's inline budget; an image that does
+// not fit keeps its URL, and the bytes come back when the request gives them.
+func TestInlineBudget(t *testing.T) {
+	png := pngOf(4, 3, 1)
+	one := int64(len("data:image/png;base64,") + base64.StdEncoding.EncodedLen(len(png)))
+	budget := NewInlineBudget(one + one/2) // room for one image, not two
+	urls, held := inlineURLs([]mm.Image{{Data: png}}, budget)
+	if urls == nil || urls[0] == "" || held != one {
+		t.Fatalf("first request: %v, %d held", urls, held)
+	}
+	if urls, held := inlineURLs([]mm.Image{{Data: png}}, budget); urls != nil || held != 0 {
+		t.Fatalf("second request with the budget full: %v, %d held", urls, held)
+	}
+	budget.give(held)
+	if urls, held := inlineURLs([]mm.Image{{Data: png}}, budget); urls == nil || held != one || budget.InUse() != one {
+		t.Fatalf("after the first gave its bytes back: %v, %d held, %d in use", urls, held, budget.InUse())
 	}
 }

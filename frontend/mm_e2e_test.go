@@ -393,6 +393,8 @@ func TestE2EFrontendDecodingOneDownload(t *testing.T) {
 			if n := counterValue(s.api.mmMetrics.routed); n != 2 {
 				t.Fatalf("routed on images: %v, want 2", n)
 			}
+			// The inlined bytes were held by the requests' bodies until they ended, then given back.
+			testutil.Eventually(t, "the inline budget back to 0", func() bool { return s.api.MM.Inline.InUse() == 0 })
 		})
 	}
 }

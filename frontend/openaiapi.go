@@ -103,6 +103,9 @@ func (a *OpenAIAPI) EnableMM(cfg *MMConfig, reg prometheus.Registerer) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	if cfg.Inline == nil {
+		cfg.Inline = NewInlineBudget(DefaultInlineBytes)
+	}
 	a.MM, a.mmMetrics = cfg, newMMMetrics(reg)
 }
 

@@ -237,6 +237,7 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 			app.stop()
 			return nil, err
 		}
+		ms.inline = frontend.NewInlineBudget(frontend.DefaultInlineBytes)
 		p := ms.prober
 		app.prober = p
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_media_fetch_bytes_in_flight",
@@ -349,8 +350,10 @@ type modelSetup struct {
 	guard *mm.Guard
 	hc    frontend.HealthConfig
 	// prober fetches and probes every model's images (--mm-routing), so that --mm-image-bytes-in-flight
-	// bounds the whole process, not each model.
+	// bounds the whole process, not each model; inline bounds the downloaded bytes every model's requests
+	// in flight carry to their workers.
 	prober *mm.Prober
+	inline *frontend.InlineBudget
 }
 
 // startModel starts served model i: its router core (the first model's through the NATS planes when
@@ -422,7 +425,7 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	api.PD = pd
 	api.Tracer = a.tracer
 	if *f.mmOn && sm.m != nil {
-		if err := enableMM(api, f, ms.prober, sm.dir, sm.name, mreg, log); err != nil {
+		if err := enableMM(api, f, ms.prober, ms.inline, sm.dir, sm.name, mreg, log); err != nil {
 			return nil, err
 		}
 	}
@@ -511,7 +514,8 @@ func eventImageTokens(m *model.Model, name string) (run, end uint32) {
 // and for a vision model it cannot route on images it still installs the image stage, which then
 // counts every request with images as a fallback by reason (unsupported_family, unknown_model)
 // without fetching anything.
-func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, prober *mm.Prober, dir, name string, reg prometheus.Registerer, log *slog.Logger) error {
+func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, prober *mm.Prober, inline *frontend.InlineBudget, dir, name string,
+	reg prometheus.Registerer, log *slog.Logger) error {
 	spec, err := mm.LoadSpec(dir, name)
 	if err != nil {
 		return err
@@ -526,7 +530,7 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, prober *mm.Prober, dir,
 	if err != nil {
 		return err
 	}
-	mc := &frontend.MMConfig{Resolver: res, Limits: mm.DefaultLimits()}
+	mc := &frontend.MMConfig{Resolver: res, Limits: mm.DefaultLimits(), Inline: inline}
 	if !spec.Enabled {
 		api.EnableMM(mc, reg) // counts the fallbacks; nothing is fetched or transferred
 		return nil
