@@ -72,11 +72,14 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 		return h
 	}
 	h.sole, h.active = n == 1, n
-	for _, sc := range primary {
-		if sc.Worker == who {
-			h.settled = min(float64(sc.Blocks)*bs, h.live)
-			break
-		}
+	// The holder's score in the engines' report: where overlaps found it (a merge of predictions keeps
+	// primary's scores in their places and appends the workers primary lacks), else a search.
+	j := m.sc.mostAt
+	if tiered || i != m.sc.most || j < 0 || j >= len(primary) || primary[j].Worker != who {
+		j = slices.IndexFunc(primary, func(sc prefix.Score) bool { return sc.Worker == who })
+	}
+	if j >= 0 {
+		h.settled = min(float64(primary[j].Blocks)*bs, h.live)
 	}
 	h.sharers = float64(n) * float64(l.prefilling) / float64(l.active)
 	h.queued = float64(int64(l.prefill))
@@ -97,13 +100,12 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 // rest of the holder's prefix copied elsewhere is a dead copy, WorkWeight per token: cached idle there
 // (a conversation's last turn, which moves), or still in its first prefill (best-of-N copies, which
 // ride on that prefill and spare nobody a wait).
-func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Score, chain []uint64, isl int, reuse bool,
-	exclude []uint64) (*target, scoring.Decision, error) {
+func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Score, tiered bool, chain []uint64, isl int,
+	reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
 	cfg := m.cfg
 	bs := cfg.BlockSize
 	ov := m.overlaps(scores)
 	var host, disk []uint32
-	tiered := tieredScores(scores)
 	if tiered {
 		host, disk = m.tierOverlaps(scores)
 	}

@@ -74,7 +74,7 @@ func BenchmarkSelectionPass(b *testing.B) {
 			// The kvroute preset's decision loop (calibrated cost), which reads the dense rows itself.
 			b.Run("calibrated", func(b *testing.B) {
 				for range b.N {
-					if _, _, err := m.calibrated(&sreq, scores, scores, chain, 8192, true, nil); err != nil {
+					if _, _, err := m.calibrated(&sreq, scores, scores, false, chain, 8192, true, nil); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -90,6 +90,7 @@ type scratch struct {
 	tgts       []*target
 	ov         []uint32
 	most       int // overlaps: the target with the largest overlap, -1 when none
+	mostAt     int // overlaps: the index in scores of most's score
 	rows       []scoring.LoadRow
 	caps       []scoring.Capacity
 	targetOf   []int32
@@ -216,8 +217,11 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	pinRank bool) (t *target, sel scoring.Decision, reuse bool, err error) {
 	cfg := m.cfg
 	primary := scores // the engines' own report, before predictions merge in
+	// One pass for both: predictions raise device overlaps only, so the merged scores are tiered when
+	// the engines' are.
+	most, tiered := scanScores(scores)
 	if m.pred.on() {
-		if side := m.pred.scores(chain, bestOverlap(scores), &m.sc.side); len(side) > 0 {
+		if side := m.pred.scores(chain, most, &m.sc.side); len(side) > 0 {
 			scores = maxScores(scores, side, &m.sc.merged)
 		}
 	}
@@ -232,10 +236,9 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	m.sc.calibrated = m.useCalibrated(req)
 	if m.sc.calibrated {
 		m.rr++
-		t, sel, err = m.calibrated(&sreq, scores, primary, chain, isl, reuse, req.Exclude)
+		t, sel, err = m.calibrated(&sreq, scores, primary, tiered, chain, isl, reuse, req.Exclude)
 		return t, sel, reuse, err
 	}
-	tiered := tieredScores(scores)
 	if am, ok := scoring.NewArgmin(&sreq, cfg, m.rng); ok && m.selector == nil && !tiered {
 		// The common case in one pass over the targets, no candidate slice (argmin).
 		m.rr++
@@ -256,29 +259,21 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	return m.sc.tgts[sel.Index], sel, reuse, nil
 }
 
-// tieredScores reports whether some worker's prefix continues on a host or disk tier (the candidates
-// then carry those overlaps for the cost's host and disk weights; the one-pass rows carry the device
-// overlap only).
-func tieredScores(scores []prefix.Score) bool {
+// scanScores returns the largest device overlap in scores and whether some worker's prefix continues
+// on a host or disk tier (the candidates then carry those overlaps for the cost's host and disk weights;
+// the one-pass rows carry the device overlap only).
+func scanScores(scores []prefix.Score) (most uint32, tiered bool) {
+	var lower uint32
 	for i := range scores {
-		if scores[i].Host|scores[i].Disk != 0 {
-			return true
-		}
+		most = max(most, scores[i].Blocks)
+		lower |= scores[i].Host | scores[i].Disk
 	}
-	return false
-}
-
-// bestOverlap is the largest device overlap in scores.
-func bestOverlap(scores []prefix.Score) uint32 {
-	var b uint32
-	for i := range scores {
-		b = max(b, scores[i].Blocks)
-	}
-	return b
+	return most, lower != 0
 }
 
 // maxScores merges two overlap lists into dst, keeping the larger overlap per worker (predict-on-route:
-// the primary index and the side index of recent decisions).
+// the primary index and the side index of recent decisions): a's scores in their order, then b's
+// workers that a lacks.
 func maxScores(a, b []prefix.Score, dst *[]prefix.Score) []prefix.Score {
 	out := append((*dst)[:0], a...)
 	for _, s := range b {
@@ -486,14 +481,14 @@ func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 	// for the j-th score last time is checked first (one key compare) before the table is probed.
 	memo := m.sc.memo
 	var most uint32
-	at := -1
+	at, atJ := -1, -1
 	for j := range scores {
 		k := scoring.WorkerKey(scores[j].Worker)
 		if j < len(memo) && memo[j].key == k {
 			if i := memo[j].pos; i >= 0 {
 				ov[i] = scores[j].Blocks
 				if scores[j].Blocks > most {
-					most, at = scores[j].Blocks, int(i)
+					most, at, atJ = scores[j].Blocks, int(i), j
 				}
 			}
 			continue
@@ -504,7 +499,7 @@ func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 		} else {
 			ov[i] = scores[j].Blocks
 			if scores[j].Blocks > most {
-				most, at = scores[j].Blocks, i
+				most, at, atJ = scores[j].Blocks, i, j
 			}
 		}
 		if j < len(memo) {
@@ -515,7 +510,7 @@ func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
 	}
 	m.sc.memo = memo
 	m.sc.ov = ov
-	m.sc.most = at
+	m.sc.most, m.sc.mostAt = at, atJ
 	return ov
 }
 
