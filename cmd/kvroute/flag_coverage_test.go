@@ -110,7 +110,7 @@ var flagEvidence = map[string][]string{
 	"nats-url":                  {"cmd/kvroute: TestNATSURLAndResetStates"},
 	"request-plane":             {"cmd/kvroute: TestCompatFlagsRefuseOtherValues"},
 	"router-id":                 {"cmd/kvroute: TestFrontendOpsFlags", "workers/natsplane: TestReplicaSyncSpreadsLikeOneRouter"},
-	"router-replica-sync":       {"cmd/kvroute: TestNATSFlagsNewRouter", "workers/natsplane: TestReplicaSyncSpreadsLikeOneRouter"},
+	"router-replica-sync":       {"cmd/kvroute: TestNATSFlagsNewRouter", "cmd/kvroute: TestReplicaSyncTwoModels", "workers/natsplane: TestReplicaSyncSpreadsLikeOneRouter"},
 	"router-reset-states":       {"cmd/kvroute: TestNATSURLAndResetStates"},
 	"router-snapshot-threshold": {"workers/natsplane: TestSnapshotRestore"},
 

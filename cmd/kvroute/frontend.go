@@ -385,17 +385,16 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	var r *router.Router
 	var err error
 	if i == 0 {
-		if ms.multi && rcfg.Scoring.ReplicaSync {
-			return nil, fmt.Errorf("--router-replica-sync serves one model: several --model values need it off")
-		}
 		r, err = f.nats.newRouter(a.system, rcfg, log)
 		a.nats = f.nats
 	} else {
+		rcfg.OnLoad = f.nats.loadObserver() // replica sync: every core publishes its load changes
 		r, err = router.New(a.system, rcfg)
 	}
 	if err != nil {
 		return nil, err
 	}
+	rcfg.OnLoad = f.nats.loadObserver() // and the model's prefill core, started from rcfg below
 	a.routers = append(a.routers, r)
 	if i == 0 {
 		a.router = r

@@ -112,13 +112,23 @@ func (n *natsFlags) newRouter(system *actor.ActorSystem, rcfg router.Config, log
 	return r, nil
 }
 
+// loadObserver is what every router core reports its load changes to: replica sync's publisher when
+// newRouter started it, else nil.
+func (n *natsFlags) loadObserver() func(router.LoadEvent) {
+	if n.plane == nil || n.plane.replica == nil {
+		return nil
+	}
+	return n.plane.replica.Observe
+}
+
 // on reports whether newRouter connected the NATS planes: start then registers the --worker flags.
 func (n *natsFlags) on() bool { return n.plane != nil }
 
 // start runs the NATS planes over every model's cores (c.rs[0] is newRouter's): it registers each
 // model's --worker flags (workers[i]; their ZMQ endpoints stripped when events come over NATS) and the
 // workers discovery finds, each with its model's core for its role, before the event source subscribes;
-// then replica sync of the first model's core. Nothing to do when the planes are off.
+// then replica sync, whose remote load changes each go to the core holding their worker. Nothing to do
+// when the planes are off.
 func (n *natsFlags) start(c *cores, workers []workerFlags, log *slog.Logger) error {
 	p := n.plane
 	if p == nil {
@@ -163,7 +173,7 @@ func (n *natsFlags) start(c *cores, workers []workerFlags, log *slog.Logger) err
 		}
 	}
 	if p.replica != nil {
-		if err := p.replica.Start(c.rs[0]); err != nil {
+		if err := p.replica.Start(c); err != nil {
 			return err
 		}
 	}

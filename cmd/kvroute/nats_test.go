@@ -145,3 +145,74 @@ func TestNATSDiscoveryTwoModels(t *testing.T) {
 			len(qwen.Workers()), len(app.pds[0].Prefill.Workers()))
 	}
 }
+
+// TestReplicaSyncTwoModels: two frontends serving the same two models share load with
+// --router-replica-sync over one NATS: a request routed by one replica to a worker of the second model is
+// charged on the other replica's core of that model, a request it routes to a prefill worker on that
+// model's prefill core (and not on the decode core, though the decode hop may use the same id), and
+// their frees release both.
+func TestReplicaSyncTwoModels(t *testing.T) {
+	common := append(twoModelArgs(t), "--no-worker-self-test", "--health-check-interval", "0", "--discovery", "nats",
+		"--router-replica-sync")
+	a := launchFrontend(t, append(append([]string(nil), common...), "--nats-embedded", "--nats-embedded-port", "0",
+		"--nats-store-dir", t.TempDir(), "--router-id", "a"))
+	url := a.nats.plane.srv.ClientURL()
+	b := launchFrontend(t, append(append([]string(nil), common...), "--nats-url", url, "--router-id", "b"))
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, spec := range []registry.Spec{{ID: 5, URL: "http://127.0.0.1:5", Model: "llama"},
+		{ID: 6, URL: "http://127.0.0.1:6", Model: "llama", Role: registry.RolePrefill},
+		{ID: 7, URL: "http://127.0.0.1:7", Model: "qwen"}} {
+		go func() {
+			_ = natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{TTL: 2 * time.Second}, true)
+		}()
+	}
+	known := func(app *frontendApp) bool {
+		_, l := app.routers[1].Fleet.StatusOf(5)
+		_, p := app.pds[1].Prefill.Fleet.StatusOf(6)
+		_, q := app.routers[0].Fleet.StatusOf(7)
+		return l && p && q
+	}
+	waitUntil(t, "both replicas know the discovered workers", func() bool { return known(a) && known(b) })
+	// active is the number of requests core r of a replica has charged on worker id.
+	active := func(r *router.Router, id uint64) int {
+		for _, l := range r.Loads() {
+			if l.Worker.WorkerID == id {
+				return l.Load.ActiveRequests
+			}
+		}
+		return -1
+	}
+	toks := make([]uint32, 64)
+	for i := range toks {
+		toks[i] = uint32(i + 1)
+	}
+	if _, err := a.routers[1].Route(ctx, &router.RouteRequest{ID: "req-1", Tokens: toks}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.pds[1].Prefill.Route(ctx, &router.RouteRequest{ID: "req-1", Tokens: toks}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "replica b charges both hops on llama's cores", func() bool {
+		return active(b.routers[1], 5) == 1 && active(b.pds[1].Prefill, 6) == 1
+	})
+	if n := active(b.routers[0], 7); n != 0 {
+		t.Fatalf("qwen's worker 7 on replica b has %d active requests, want 0", n)
+	}
+	if err := a.pds[1].Prefill.Free("req-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "replica b frees the prefill hop only", func() bool { return active(b.pds[1].Prefill, 6) == 0 })
+	if n := active(b.routers[1], 5); n != 1 {
+		t.Fatalf("the decode hop on replica b: %d active requests after the prefill hop's free, want 1", n)
+	}
+	if err := a.routers[1].Free("req-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "replica b frees the decode hop", func() bool { return active(b.routers[1], 5) == 0 })
+}

@@ -84,6 +84,19 @@ func (c *cores) RemoveWorker(id uint64) error {
 	return c.rs[0].RemoveWorker(id) // its answer: unknown worker
 }
 
+// ApplyRemote applies another router replica's load change to the core holding its worker (replica
+// sync): a request routed to a prefill worker is charged on that model's prefill core, one routed to a
+// decode worker on its decode core, even when both hops of a disaggregated request share its id.
+func (c *cores) ApplyRemote(routerID string, ev router.LoadEvent) error {
+	rs := c.all()
+	for _, r := range rs {
+		if _, ok := r.Fleet.Get(ev.Worker.WorkerID); ok {
+			return r.ApplyRemote(routerID, ev)
+		}
+	}
+	return rs[0].ApplyRemote(routerID, ev) // its answer: unknown worker
+}
+
 // fleet wires the cores into the NATS event source: batches go to the core holding their worker,
 // snapshots dump and restore every core's index, and the barrier waits for all of them.
 func (c *cores) fleet() natsplane.Fleet {
