@@ -48,6 +48,10 @@ type Candidate struct {
 	// Cost is the machine's cost (scoring.SharedCost, prefill-token units); 0 when Busy.
 	Cost float64 `json:"cost"`
 	Busy bool    `json:"busy,omitempty"`
+	// EnginePending is the prefill the worker's engine had not finished when the decision was made (not
+	// started, or in the step in flight); Queued less it is what the engine had already computed of the
+	// charge the router saw.
+	EnginePending int `json:"engine_pending_prefill_tokens"`
 }
 
 // Explained is one decision that skipped the best-cached worker.
@@ -77,6 +81,12 @@ type Decisions struct {
 	PromptTokens int64          `json:"prompt_tokens"`
 	Forgone      int64          `json:"forgone_tokens"`
 	Reasons      map[string]int `json:"reasons,omitempty"`
+	// Computed counts the skips for queued prefill whose best-cached worker's engine had already
+	// computed at least half of the prefill charged there (the router charges a request's uncached
+	// tokens until its first token, while the engine prefills a long prompt in chunks over many steps);
+	// ComputedForgone is their forgone cached tokens.
+	Computed        int   `json:"skipped_computed,omitempty"`
+	ComputedForgone int64 `json:"computed_forgone_tokens,omitempty"`
 	// Examples are the 1st, 2nd, 4th, 8th … skip (at most maxExamples): spread over the run, the same
 	// for the same run.
 	Examples []Explained `json:"examples,omitempty"`
@@ -91,6 +101,8 @@ type Explainer interface {
 type explainer struct {
 	d     Decisions
 	loads []sched.TargetLoad
+	// pending is the engines' prefill not started, by worker (Fleet.pending; nil: not known).
+	pending func(w int) int
 }
 
 // before reads the machine's loads for the decision about to be made.
@@ -119,7 +131,8 @@ func (x *explainer) after(at float64, r *Request, isl, bs int, gamma float64, d 
 		return
 	}
 	x.d.Skipped++
-	x.d.Forgone += int64(min(int(d.Candidates[best].Overlap)*bs, isl) - min(int(d.OverlapBlocks)*bs, isl))
+	forgone := int64(min(int(d.Candidates[best].Overlap)*bs, isl) - min(int(d.OverlapBlocks)*bs, isl))
+	x.d.Forgone += forgone
 	e := Explained{Request: r.ID, At: at, ISL: isl, Gamma: gamma, Chosen: x.view(&d.Candidates[chosen], isl, bs),
 		BestCached: x.view(&d.Candidates[best], isl, bs)}
 	c, b := &e.Chosen, &e.BestCached
@@ -137,6 +150,10 @@ func (x *explainer) after(at float64, r *Request, isl, bs int, gamma float64, d 
 		x.d.Reasons = map[string]int{}
 	}
 	x.d.Reasons[e.Reason]++
+	if e.Reason == ReasonQueue && x.pending != nil && 2*b.EnginePending <= int(b.Queued) {
+		x.d.Computed++
+		x.d.ComputedForgone += forgone
+	}
 	if bits.OnesCount(uint(x.d.Skipped)) == 1 && len(x.d.Examples) < maxExamples {
 		x.d.Examples = append(x.d.Examples, e)
 	}
@@ -144,6 +161,9 @@ func (x *explainer) after(at float64, r *Request, isl, bs int, gamma float64, d 
 
 func (x *explainer) view(c *scoring.CandidateCost, isl, bs int) Candidate {
 	v := Candidate{Worker: WorkerOf(c.Worker), OverlapBlocks: c.Overlap, Uncached: max(isl-int(c.Overlap)*bs, 0), Cost: c.Cost, Busy: c.Busy}
+	if x.pending != nil {
+		v.EnginePending = x.pending(v.Worker)
+	}
 	for i := range x.loads {
 		if x.loads[i].Worker == c.Worker {
 			v.Queued, v.ActiveBlocks = x.loads[i].Load.ActivePrefillTokens, x.loads[i].Load.ActiveDecodeBlocks
@@ -158,6 +178,7 @@ func (r *Result) decisionTables() []bench.Table {
 	sum := bench.Table{Title: "kvroute decisions that skipped the best-cached worker", Columns: []string{"arm", "arrival ×", "decisions",
 		"some worker cached", "skipped best-cached", "forgone cached tokens (of prompt tokens)"}}
 	sum.Columns = append(sum.Columns, explainReasons...)
+	sum.Columns = append(sum.Columns, "of queued prefill: engine had computed ≥ ½ of the charge (forgone)")
 	ex := bench.Table{Title: "Examples: chosen worker vs best-cached worker (overlap blocks, queued prefill q, uncached u, active blocks K before the request, cost in prefill-token units)",
 		Columns: []string{"arm", "request", "at s", "ISL", "γ", "chosen w: overlap / q / u / K / cost", "best-cached w: overlap / q / u / K / cost", "reason"}}
 	for i := range r.Timelines {
@@ -178,6 +199,7 @@ func (r *Result) decisionTables() []bench.Table {
 		for _, reason := range explainReasons {
 			row = append(row, fmt.Sprint(d.Reasons[reason]))
 		}
+		row = append(row, fmt.Sprintf("%d (%d)", d.Computed, d.ComputedForgone))
 		sum.Rows = append(sum.Rows, row)
 		for k, e := range d.Examples {
 			if k >= 4 {

@@ -536,6 +536,9 @@ func TestExplainKeepsDecisions(t *testing.T) {
 	if d.Skipped < 10 || d.Reasons[ReasonQueue] != d.Skipped {
 		t.Fatalf("%d of 20 burst requests skipped the worker holding their prefix (%v), want at least 10, all for its queue", d.Skipped, d.Reasons)
 	}
+	if d.Computed != 0 {
+		t.Fatalf("%d skips counted as of a charge the engine had computed; the burst's prompts arrive at once", d.Computed)
+	}
 	// Each skip left the shared 1,024 tokens for a worker holding none of them (the first to take a
 	// copy holds them from then on, as predicted, and is no longer a skip).
 	if d.PromptTokens != int64(len(tr.Requests))*4096 || d.Forgone != int64(d.Skipped)*1024 {
@@ -627,5 +630,45 @@ func TestImageWorkloads(t *testing.T) {
 				t.Fatalf("%d failed, hit %.4f, predicted %.4f, pooled %.4f", p.Failed, p.HitRate, p.PredictedHitRate, res.Pooled.HitRate)
 			}
 		})
+	}
+}
+
+// TestExplainComputedCharge: a request whose prefix is held by a worker in the last chunks of a long
+// prefill skips it for the router's charge there (the long prompt's uncached tokens, charged until its
+// first token), though the engine has computed most of them: the skip is counted as such, with the
+// engine's pending prefill in the example. A burst that queues untouched prompts is not (at once, the
+// engines have computed nothing of the charge).
+func TestExplainComputedCharge(t *testing.T) {
+	ids := func(from uint64, n int) []uint64 {
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = from + uint64(i)
+		}
+		return out
+	}
+	// A 4,096-token context, cached by its first request; a 49,152-token prompt continuing it on the
+	// same worker; then, 600 ms into that prefill (of about 820), the context's next turn.
+	tr := &bench.Trace{Requests: []bench.Request{
+		{InputLength: 4096, OutputLength: 1, HashIDs: ids(1, 8)},
+		{Timestamp: 200, InputLength: 49152, OutputLength: 1, HashIDs: append(ids(1, 8), ids(100, 88)...)},
+		{Timestamp: 800, InputLength: 4608, OutputLength: 1, HashIDs: append(ids(1, 8), 1000)},
+	}}
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	kv, _ := LookupArm(ArmKV)
+	_, tl, err := runArmTimeline(&cfg, tr, kv, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := tl.Decisions
+	if d == nil || d.Skipped != 1 || d.Reasons[ReasonQueue] != 1 || len(d.Examples) != 1 {
+		t.Fatalf("decisions %+v, want the last request's skip for queued prefill", d)
+	}
+	b := d.Examples[0].BestCached
+	t.Logf("best-cached worker: charged %d, engine pending %d", b.Queued, b.EnginePending)
+	if d.Computed != 1 || d.ComputedForgone != d.Forgone || 2*b.EnginePending > int(b.Queued) {
+		t.Fatalf("computed %d (forgone %d of %d), best cached %+v; want the skip counted", d.Computed, d.ComputedForgone, d.Forgone, b)
 	}
 }

@@ -66,7 +66,7 @@ func newMachineArm(f *Fleet, seed uint64, cfg scoring.Config, ix sched.Index, se
 	learns := cfg.Mode == scoring.ModeKV && cfg.Preset == scoring.PresetKVRoute && cfg.Temperature == 0 && sel == nil
 	a := &machineArm{f: f, m: m, learns: learns}
 	if learns {
-		a.explain = &explainer{}
+		a.explain = &explainer{pending: f.pending}
 	}
 	return a, nil
 }

@@ -81,8 +81,11 @@ type Fleet struct {
 	Index Matcher
 	// index is the same index with its writers, for the production scheduler's adapter (which writes
 	// only in approximate mode).
-	index   *prefix.Index
-	kvUsed  []uint64
+	index  *prefix.Index
+	kvUsed []uint64
+	// pending is the prefill worker w's engine has not finished (not started, mocker.Engine.PendingPrefill,
+	// or in the step in flight), for the explained decisions; nil outside a run.
+	pending func(w int) int
 	scrapes uint64
 }
 

@@ -185,6 +185,14 @@ func runArmWith(cfg *Config, tr *bench.Trace, arm Arm, x float64, hook func(*sim
 	}
 	s.fleet = &Fleet{Workers: cfg.Workers, BlockSize: cfg.BlockSize, TotalKVBlocks: ec.NumGPUBlocks,
 		MaxNumBatchedTokens: ec.MaxNumBatchedTokens, Index: s.index, index: s.index, kvUsed: make([]uint64, cfg.Workers)}
+	s.fleet.pending = func(w int) int {
+		e := &s.engines[w]
+		n := e.eng.PendingPrefill()
+		if e.busy {
+			n += e.res.PrefillTokens // the step in flight
+		}
+		return n
+	}
 	if s.sched, err = arm.New(s.fleet, cfg.Seed); err != nil {
 		return nil, fmt.Errorf("lab: arm %s: %w", arm.Name, err)
 	}

@@ -249,6 +249,24 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
+// PendingPrefill is the prefill the engine has not started: the tokens of each running request still in
+// prefill beyond those its steps so far (the one in flight included) took, and each waiting request's
+// tokens less the prefix its cache holds now. A router's charge for a worker's queued prefill (the
+// uncached tokens routed there and not yet at their first token) less this is what the engine has
+// computed of it, or computes in the step in flight.
+func (e *Engine) PendingPrefill() int {
+	n := 0
+	for _, r := range e.running {
+		if !r.prefilled {
+			n += r.numTokens() - r.computed
+		}
+	}
+	for _, r := range e.waiting {
+		n += r.numTokens() - e.PrefixHitTokens(r.Request)
+	}
+	return n
+}
+
 // CachedBlocks appends the cached blocks (ground truth for /debug/kv_blocks) to dst, in block-id order.
 // Token slices alias engine memory that is never mutated.
 func (e *Engine) CachedBlocks(dst []CachedBlock) []CachedBlock { return e.pool.cachedBlocks(dst) }

@@ -382,6 +382,31 @@ func TestChunkedPrefillAndBudget(t *testing.T) {
 	}
 }
 
+// TestPendingPrefill: the prefill not started counts a running prompt's chunks to come (not the one in
+// flight) and a waiting prompt less its cached prefix.
+func TestPendingPrefill(t *testing.T) {
+	e := testEngine(t, func(c *EngineConfig) { c.MaxNumBatchedTokens = 8 })
+	must(t, e.Add(Request{ID: "a", Prompt: seq(0, 20), MaxTokens: 2}))
+	if got := e.PendingPrefill(); got != 20 {
+		t.Fatalf("before any step %d, want 20", got)
+	}
+	e.Step()
+	if got := e.PendingPrefill(); got != 12 {
+		t.Fatalf("after the first chunk %d, want 12", got)
+	}
+	e.Step()
+	e.Step() // a's last chunk: prefilled, decoding
+	if got := e.PendingPrefill(); got != 0 {
+		t.Fatalf("after a's prefill %d, want 0", got)
+	}
+	// b shares a's first 16 tokens (4 cached blocks of 4) and waits behind the budget of c.
+	must(t, e.Add(Request{ID: "c", Prompt: seq(100, 30), MaxTokens: 1}))
+	must(t, e.Add(Request{ID: "b", Prompt: append(seq(0, 16), seq(200, 6)...), MaxTokens: 1}))
+	if got := e.PendingPrefill(); got != 30+6 {
+		t.Fatalf("c and b waiting %d, want 36 (b's 16 cached tokens not counted)", got)
+	}
+}
+
 func TestMaxNumSeqs(t *testing.T) {
 	e := testEngine(t, func(c *EngineConfig) { c.MaxNumSeqs = 2 })
 	for i := range 5 {
