@@ -28,3 +28,14 @@ type LoadEvent = sched.LoadEvent
 func (r *Router) ApplyRemote(routerID string, ev LoadEvent) error {
 	return r.sched.applyRemote(routerID, ev)
 }
+
+// ActiveLists hands emit this router's active list (sched.ActiveList: its workers and its own active
+// requests) while its scheduler's lock is held, so that the list is in order with the load events it
+// reports to OnLoad: replica sync publishes both through one queue.
+func (r *Router) ActiveLists(emit func(sched.ActiveList)) { r.sched.activeList(emit) }
+
+// ReconcileRemote frees the requests this router charges for routerID on the workers l covers that l
+// does not list (their Free was lost) and returns their number.
+func (r *Router) ReconcileRemote(routerID string, l sched.ActiveList) int {
+	return r.sched.reconcile(routerID, l)
+}

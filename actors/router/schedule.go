@@ -404,6 +404,22 @@ func (s *scheduler) loads() []sched.TargetLoad {
 	return s.m.Loads(nil)
 }
 
+// activeList hands emit the machine's active list under the lock (Router.ActiveLists).
+func (s *scheduler) activeList(emit func(sched.ActiveList)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	emit(s.m.ActiveList())
+}
+
+// reconcile frees another router's requests its active list lacks (Router.ReconcileRemote).
+func (s *scheduler) reconcile(routerID string, l sched.ActiveList) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rel, n := s.m.Reconcile(s.now(), routerID, l)
+	s.deliver(rel)
+	return n
+}
+
 // applyRemote applies another router's load event.
 func (s *scheduler) applyRemote(routerID string, ev LoadEvent) error {
 	s.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend"
 	"github.com/kvroute/kvroute/scoring/prefix"
+	"github.com/kvroute/kvroute/scoring/sched"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/natsplane"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -95,6 +96,23 @@ func (c *cores) ApplyRemote(routerID string, ev router.LoadEvent) error {
 		}
 	}
 	return rs[0].ApplyRemote(routerID, ev) // its answer: unknown worker
+}
+
+// ReconcileRemote applies another replica's active list to every core: each frees only what it charges
+// on the workers the list covers, which are one core's.
+func (c *cores) ReconcileRemote(routerID string, l sched.ActiveList) int {
+	n := 0
+	for _, r := range c.all() {
+		n += r.ReconcileRemote(routerID, l)
+	}
+	return n
+}
+
+// ActiveLists emits every core's active list, each under its own core's lock.
+func (c *cores) ActiveLists(emit func(sched.ActiveList)) {
+	for _, r := range c.all() {
+		r.ActiveLists(emit)
+	}
 }
 
 // fleet wires the cores into the NATS event source: batches go to the core holding their worker,

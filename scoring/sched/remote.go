@@ -2,6 +2,8 @@ package sched
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
@@ -38,8 +40,13 @@ type LoadEvent struct {
 	TrackPrefillTokens   *bool
 }
 
-// RemoteID namespaces a remote request id by its router so it never collides with a local one.
-func RemoteID(routerID, id string) string { return "\x00replica/" + routerID + "/" + id }
+// RemoteID namespaces a remote request id by its router so it never collides with a local one. A NUL
+// ends the router id (replica sync refuses router ids holding one), so no two routers' ids share a
+// namespace.
+func RemoteID(routerID, id string) string { return remotePrefix + routerID + "\x00" + id }
+
+// remotePrefix starts every RemoteID: no id a client or the API gives can start with a NUL.
+const remotePrefix = "\x00replica/"
 
 // ErrUnknownWorker: a remote event names a worker rank this machine does not route to.
 var ErrUnknownWorker = fmt.Errorf("%w: unknown worker", ErrBadRequest)
@@ -48,6 +55,9 @@ var ErrUnknownWorker = fmt.Errorf("%w: unknown worker", ErrBadRequest)
 // An AddRequest for an unknown worker rank fails with ErrUnknownWorker; lifecycle events of unknown
 // requests fail with ErrUnknownRequest (the Add was dropped or expired).
 func (m *Machine) ApplyRemote(now time.Time, routerID string, ev LoadEvent) ([]Released, error) {
+	if strings.IndexByte(routerID, 0) >= 0 {
+		return nil, fmt.Errorf("%w: a router id holds a NUL", ErrBadRequest)
+	}
 	if ev.Kind == LoadBind {
 		if m.find(ev.Worker) == nil {
 			return nil, fmt.Errorf("%w: %d rank %d", ErrUnknownWorker, ev.Worker.WorkerID, ev.Worker.DPRank)
@@ -89,3 +99,77 @@ func (m *Machine) ApplyRemote(now time.Time, routerID string, ev LoadEvent) ([]R
 	}
 	return nil, fmt.Errorf("%w: load event kind %d", ErrBadRequest, ev.Kind)
 }
+
+// ActiveList is one router core's own requests active on its targets at one moment: replica sync's
+// reconciliation. A replica that receives it frees the requests it holds for that router on those
+// targets and the list lacks (their Free was lost: core NATS is best-effort), instead of charging them
+// until stale-request expiry.
+type ActiveList struct {
+	Workers  []scoring.WorkerKey // the targets the list covers, idle ones included
+	Requests []ActiveRequest
+	// All covers every target, Workers or not: a router gone silent (replica sync frees what it charged
+	// for a router whose lists stopped).
+	All bool
+}
+
+// ActiveRequest is a request of an ActiveList: its id and the target it is active on.
+type ActiveRequest struct {
+	ID     string
+	Worker scoring.WorkerKey
+}
+
+// ActiveList returns the machine's targets and its own active requests (remote ones left out), in
+// target order. Taken between two decisions, it is in order with the load events the observer reported.
+func (m *Machine) ActiveList() ActiveList {
+	l := ActiveList{Workers: make([]scoring.WorkerKey, len(m.list))}
+	for i, t := range m.list {
+		l.Workers[i] = t.key
+	}
+	for id, t := range m.active {
+		if !isRemoteID(id) {
+			l.Requests = append(l.Requests, ActiveRequest{ID: id, Worker: t.key})
+		}
+	}
+	slices.SortFunc(l.Requests, func(a, b ActiveRequest) int { return strings.Compare(a.ID, b.ID) })
+	return l
+}
+
+// Reconcile frees, at now, the requests this machine holds for routerID on the targets l covers that l
+// does not list, and returns the releases that frees and their number. Requests on targets l does not
+// cover are left alone (another core of that router lists them), and so are listed requests this machine
+// never saw (a lost Add cannot be rebuilt from a list).
+func (m *Machine) Reconcile(now time.Time, routerID string, l ActiveList) ([]Released, int) {
+	covered := make(map[scoring.WorkerKey]struct{}, len(l.Workers))
+	for _, w := range l.Workers {
+		covered[w] = struct{}{}
+	}
+	listed := make(map[string]struct{}, len(l.Requests))
+	for _, r := range l.Requests {
+		listed[r.ID] = struct{}{}
+	}
+	ns := RemoteID(routerID, "")
+	freed := 0
+	for id, t := range m.active {
+		own, ok := strings.CutPrefix(id, ns)
+		if !ok {
+			continue
+		}
+		if _, c := covered[t.key]; !c && !l.All {
+			continue
+		}
+		if _, live := listed[own]; live {
+			continue
+		}
+		delete(m.active, id)
+		t.t.Free(id)
+		m.publish(t)
+		freed++
+	}
+	if freed == 0 {
+		return nil, 0
+	}
+	return m.drain(now), freed
+}
+
+// isRemoteID reports whether an active id is another router's request (RemoteID).
+func isRemoteID(id string) bool { return strings.HasPrefix(id, remotePrefix) }

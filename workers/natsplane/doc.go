@@ -55,6 +55,11 @@
 //   - ReplicaSync: the request path only enqueues into the bounded queue "natsplane.replica"
 //     (QueueSize, default 100,000; full → the newest event is dropped and counted); one publisher
 //     goroutine drains it; the subscription's goroutine applies remote events (Router.ApplyRemote).
+//     Every ListInterval (10 s) a ticker goroutine takes each core's active list (its workers and own
+//     requests) under that core's lock and enqueues it in the same queue, so a list follows every event
+//     reported before it; a replica frees what it charges for that router on those workers and the list
+//     lacks (Router.ReconcileRemote): a lost Free costs ten seconds of phantom load, not the hour of
+//     stale-request expiry.
 //   - Watcher: Run owns the known-worker map; one goroutine. Ready is closed once the registrations present
 //     at start are added: a frontend starts its Source after it, so no event of a known worker is
 //     dropped as unknown.
@@ -64,8 +69,9 @@
 //
 //   - The index and the mirrors belong to actors/router and actors/worker; this package only delivers
 //     batches into them (EventSink) and reads them for snapshots (Fleet.Barrier, Index.Dump / Restore).
-//   - Remote load lives in the router's trackers under namespaced ids ("\x00replica/<router>/<id>"), so
-//     stale-request expiry and worker removal clean up remote requests whose Free was lost.
+//   - Remote load lives in the router's trackers under namespaced ids ("\x00replica/<router>\x00<id>"; a
+//     router id holding a NUL is refused), so active lists, stale-request expiry and worker removal clean
+//     up remote requests whose Free was lost.
 //
 // # Data flow
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
@@ -21,6 +22,11 @@ type ReplicaConfig struct {
 	// QueueSize bounds the queue "natsplane.replica" between the request path and the publisher; when it
 	// is full the newest event is dropped and counted. Default 100,000 (Dynamo's enqueue channel).
 	QueueSize int
+	// ListInterval is how often this router publishes its active lists (sched.ActiveList: each core's
+	// workers and own active requests), from which the other replicas free what they still charge for
+	// it after a lost Free, and all of it once its lists stop for three intervals (the router is gone).
+	// Default 10 s; negative: never (a lost Free is charged until stale expiry).
+	ListInterval time.Duration
 }
 
 // ReplicaStats are replica sync's counters.
@@ -31,30 +37,48 @@ type ReplicaStats struct {
 	Applied     uint64 // remote events applied
 	Own         uint64 // own events received back and ignored
 	ApplyErrors uint64 // remote events that did not apply (unknown worker or request, bad message)
+	Lists       uint64 // active lists published (messages)
+	Reconciled  uint64 // remote active lists applied (messages)
+	// RemoteFreed counts remote requests freed because their router's active list lacked them (a lost
+	// Free repaired) or their router went silent.
+	RemoteFreed uint64
+	Silent      uint64 // routers whose lists stopped for three intervals: what they were charged is freed
 	// RemoteDropped counts remote events the NATS client dropped because this router applied them too
 	// slowly (the subscription's pending limit, QueueSize messages).
 	RemoteDropped uint64
 }
 
 // ReplicaSync publishes this router's load changes and applies other routers'.
-// Best-effort: events travel on core NATS, lost events are repaired by stale-request expiry on the
-// receiving side, and a new replica starts with zero remote load and converges as requests end.
+// Best-effort: events travel on core NATS. A lost Free is repaired within ListInterval: every router
+// publishes its active lists, in order with its events, and a replica frees the requests it charges for
+// that router on the listed workers that the list lacks; a lost Add stays uncharged until the request
+// ends, and a new replica starts with zero remote load and converges as requests end.
 //
 // Goroutines: the request path only enqueues (Observe never blocks); one publisher goroutine drains the
-// queue; the NATS subscription's goroutine applies remote events.
+// queue; a ticker enqueues the active lists; the NATS subscription's goroutine applies remote events.
 type ReplicaSync struct {
 	cfg  ReplicaConfig
 	nc   *nats.Conn
-	q    chan sched.LoadEvent
+	q    chan replicaItem
 	stop chan struct{}
 	done chan struct{}
+	tick chan struct{} // closed when the list ticker has returned (or at Start, when lists are off)
 	once sync.Once
 
 	mu  sync.Mutex
 	r   RemoteLoad
 	sub *nats.Subscription
+	// heard is when each other router's last active list arrived (the subscription's goroutine writes
+	// it, the list ticker sweeps it): a router silent for silentLists intervals is gone.
+	heard map[string]heardList
 
-	published, dropped, applied, own, applyErrs atomic.Uint64
+	published, dropped, applied, own, applyErrs, lists, reconciled, remoteFreed, silent atomic.Uint64
+}
+
+// replicaItem is one entry of the publisher's queue: a load event, or an active list when list is set.
+type replicaItem struct {
+	ev   sched.LoadEvent
+	list *sched.ActiveList
 }
 
 // NewReplicaSync starts the publisher. Set the router's load observer (router.Config.OnLoad) to Observe before router.New, then call
@@ -66,7 +90,11 @@ func NewReplicaSync(nc *nats.Conn, cfg ReplicaConfig) *ReplicaSync {
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 100_000
 	}
-	rs := &ReplicaSync{cfg: cfg, nc: nc, q: make(chan sched.LoadEvent, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.ListInterval == 0 {
+		cfg.ListInterval = 10 * time.Second
+	}
+	rs := &ReplicaSync{cfg: cfg, nc: nc, q: make(chan replicaItem, cfg.QueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		tick: make(chan struct{})}
 	replicaPublish.Go(rs.publishLoop)
 	return rs
 }
@@ -80,8 +108,13 @@ func (rs *ReplicaSync) RouterID() string { return rs.cfg.RouterID }
 // Observe is the router's load observer (router.Config.OnLoad): it enqueues without blocking, dropping
 // the event when the queue is full.
 func (rs *ReplicaSync) Observe(ev sched.LoadEvent) {
+	rs.enqueue(replicaItem{ev: ev})
+}
+
+// enqueue queues an item for the publisher without blocking, dropping it when the queue is full.
+func (rs *ReplicaSync) enqueue(it replicaItem) {
 	select {
-	case rs.q <- ev:
+	case rs.q <- it:
 	default:
 		rs.dropped.Add(1)
 	}
@@ -94,8 +127,18 @@ func (rs *ReplicaSync) publishLoop() {
 		select {
 		case <-rs.stop:
 			return
-		case ev := <-rs.q:
-			buf = appendReplicaEvent(buf[:0], rs.cfg.RouterID, &ev)
+		case it := <-rs.q:
+			if it.list != nil {
+				for _, b := range appendReplicaLists(rs.cfg.RouterID, rs.cfg.ListInterval, it.list) {
+					if rs.nc.Publish(ReplicaSubject, b) == nil {
+						rs.lists.Add(1)
+					} else {
+						rs.dropped.Add(1)
+					}
+				}
+				continue
+			}
+			buf = appendReplicaEvent(buf[:0], rs.cfg.RouterID, &it.ev)
 			if rs.nc.Publish(ReplicaSubject, buf) == nil {
 				rs.published.Add(1)
 			} else {
@@ -105,9 +148,16 @@ func (rs *ReplicaSync) publishLoop() {
 	}
 }
 
-// RemoteLoad is what replica sync applies other routers' load changes to: *router.Router satisfies it.
+// RemoteLoad is what replica sync applies other routers' load changes and active lists to, and takes
+// this router's active lists from: *router.Router satisfies it.
 type RemoteLoad interface {
 	ApplyRemote(routerID string, ev sched.LoadEvent) error
+	// ReconcileRemote frees the requests charged for routerID on the workers l covers that l lacks, and
+	// returns their number.
+	ReconcileRemote(routerID string, l sched.ActiveList) int
+	// ActiveLists calls emit with each core's active list, under the lock that orders the core's load
+	// events (so that a list follows every event reported before it and precedes every later one).
+	ActiveLists(emit func(sched.ActiveList))
 }
 
 // Start subscribes to the other routers' events and applies them to r.
@@ -124,10 +174,89 @@ func (rs *ReplicaSync) Start(r RemoteLoad) error {
 	}
 	_ = sub.SetPendingLimits(rs.cfg.QueueSize, -1)
 	rs.sub = sub
+	if rs.cfg.ListInterval > 0 {
+		replicaLists.Go(rs.listLoop)
+	} else {
+		close(rs.tick)
+	}
 	return rs.nc.Flush()
 }
 
+// replicaLists enqueues the router's active lists every ListInterval; Stop joins it through tick.
+var replicaLists = routine.Named("natsplane.replica-lists")
+
+func (rs *ReplicaSync) listLoop() {
+	defer close(rs.tick)
+	t := time.NewTicker(rs.cfg.ListInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-rs.stop:
+			return
+		case now := <-t.C:
+			rs.r.ActiveLists(func(l sched.ActiveList) { rs.enqueue(replicaItem{list: &l}) })
+			rs.sweep(now)
+		}
+	}
+}
+
+// silentLists is how many of a router's list intervals without a list from it make it gone: what this
+// router charges for it is freed (a frontend that died: its requests died with their clients'
+// connections). A router only cut off for longer keeps running its requests uncharged here until they
+// end (a list cannot rebuild them): less accurate load, never phantom load.
+const silentLists = 3
+
+// maxRouters bounds the routers remembered (ids come from the network); past it the oldest is forgotten
+// (its load stays until its requests end or expire).
+const maxRouters = 4096
+
+// heardList is when a router's last list arrived and the interval it said it publishes at.
+type heardList struct {
+	at    time.Time
+	every time.Duration
+}
+
+// sweep frees what this router charges for every router silent for silentLists intervals at now.
+func (rs *ReplicaSync) sweep(now time.Time) {
+	var gone []string
+	rs.mu.Lock()
+	for id, h := range rs.heard {
+		if now.Sub(h.at) > silentLists*h.every {
+			gone = append(gone, id)
+			delete(rs.heard, id)
+		}
+	}
+	rs.mu.Unlock()
+	for _, id := range gone {
+		rs.remoteFreed.Add(uint64(rs.r.ReconcileRemote(id, sched.ActiveList{All: true})))
+		rs.silent.Add(1)
+	}
+}
+
+// hear records a list from routerID at now, published every every.
+func (rs *ReplicaSync) hear(routerID string, now time.Time, every time.Duration) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.heard == nil {
+		rs.heard = make(map[string]heardList)
+	}
+	if _, ok := rs.heard[routerID]; !ok && len(rs.heard) >= maxRouters {
+		oldest, at := "", now
+		for id, h := range rs.heard {
+			if h.at.Before(at) {
+				oldest, at = id, h.at
+			}
+		}
+		delete(rs.heard, oldest)
+	}
+	rs.heard[routerID] = heardList{at: now, every: every}
+}
+
 func (rs *ReplicaSync) handle(m *nats.Msg) {
+	if len(m.Data) > 1 && m.Data[1] == replicaList {
+		rs.handleList(m.Data)
+		return
+	}
 	routerID, ev, err := decodeReplicaEvent(m.Data)
 	if err != nil {
 		rs.applyErrs.Add(1)
@@ -144,10 +273,26 @@ func (rs *ReplicaSync) handle(m *nats.Msg) {
 	rs.applied.Add(1)
 }
 
+// handleList applies another router's active list.
+func (rs *ReplicaSync) handleList(b []byte) {
+	routerID, every, l, err := decodeReplicaList(b)
+	switch {
+	case err != nil:
+		rs.applyErrs.Add(1)
+	case routerID == rs.cfg.RouterID:
+		rs.own.Add(1)
+	default:
+		rs.hear(routerID, time.Now(), every)
+		rs.remoteFreed.Add(uint64(rs.r.ReconcileRemote(routerID, l)))
+		rs.reconciled.Add(1)
+	}
+}
+
 // Stats returns the counters.
 func (rs *ReplicaSync) Stats() ReplicaStats {
 	st := ReplicaStats{Published: rs.published.Load(), Dropped: rs.dropped.Load(), QueueDepth: len(rs.q), Applied: rs.applied.Load(),
-		Own: rs.own.Load(), ApplyErrors: rs.applyErrs.Load()}
+		Own: rs.own.Load(), ApplyErrors: rs.applyErrs.Load(), Lists: rs.lists.Load(), Reconciled: rs.reconciled.Load(),
+		RemoteFreed: rs.remoteFreed.Load(), Silent: rs.silent.Load()}
 	rs.mu.Lock()
 	if rs.sub != nil {
 		if d, err := rs.sub.Dropped(); err == nil {
@@ -162,11 +307,15 @@ func (rs *ReplicaSync) Stats() ReplicaStats {
 func (rs *ReplicaSync) Stop() {
 	rs.once.Do(func() {
 		rs.mu.Lock()
-		if rs.sub != nil {
+		started := rs.sub != nil
+		if started {
 			_ = rs.sub.Unsubscribe()
 		}
 		rs.mu.Unlock()
 		close(rs.stop)
 		<-rs.done
+		if started {
+			<-rs.tick
+		}
 	})
 }

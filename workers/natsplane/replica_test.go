@@ -9,6 +9,7 @@ import (
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/sched"
 )
 
 // burst routes n identical-prefix requests, the first 3/4 through router 0 and the rest through the
@@ -73,12 +74,14 @@ func TestReplicaSyncSpreadsLikeOneRouter(t *testing.T) {
 	const n = 12
 	start := func(routers int, sync bool) []*frontend {
 		var fs []*frontend
+		var syncs []*ReplicaSync
 		for i := 0; i < routers; i++ {
 			seed := uint64(42 + i)
 			var rs *ReplicaSync
 			if sync {
-				rs = NewReplicaSync(connect(t, c.URL()), ReplicaConfig{RouterID: fmt.Sprintf("r%d", i)})
+				rs = NewReplicaSync(connect(t, c.URL()), ReplicaConfig{RouterID: fmt.Sprintf("r%d", i), ListInterval: 20 * time.Millisecond})
 				t.Cleanup(rs.Stop)
+				syncs = append(syncs, rs)
 			}
 			f := startFrontend(t, c.URL(), ws, DefaultSourceConfig(), func(cfg *router.Config) {
 				cfg.Seed = &seed
@@ -96,6 +99,7 @@ func TestReplicaSyncSpreadsLikeOneRouter(t *testing.T) {
 			}
 			fs = append(fs, f)
 		}
+		heardEachOther(t, syncs)
 		return fs
 	}
 	const trials = 6
@@ -114,4 +118,101 @@ func TestReplicaSyncSpreadsLikeOneRouter(t *testing.T) {
 	if iNo <= iSync {
 		t.Fatalf("unsynced imbalance %d not above synced %d: the test does not exercise sync", iNo, iSync)
 	}
+}
+
+// heardEachOther waits until every replica has received another's active list: the routers' connections
+// may land on different nodes of the cluster, and an event published before the subscription's interest
+// reached the publisher's node is lost (as in production; the lists repair lost Frees, not lost Adds).
+func heardEachOther(t *testing.T, syncs []*ReplicaSync) {
+	t.Helper()
+	if len(syncs) < 2 {
+		return
+	}
+	testutil.Until(t, 10*time.Second, "replicas hearing each other", func() string {
+		for i, rs := range syncs {
+			if st := rs.Stats(); st.Reconciled == 0 {
+				return fmt.Sprintf("replica %d: %+v", i, st)
+			}
+		}
+		return ""
+	})
+}
+
+// TestReplicaListsRepairLostFrees: a replica charging a request of another router whose Free it never
+// received (here an Add applied by hand, as if the router's Free had been lost) frees it at that router's
+// next active list, while a request the router still runs stays charged across its lists; once the
+// router's lists stop, what it was charged is freed.
+func TestReplicaListsRepairLostFrees(t *testing.T) {
+	c := startTestCluster(t)
+	ws := startSimWorkers(t, 2, 256)
+	var fs []*frontend
+	var syncs []*ReplicaSync
+	for i := range 2 {
+		rs := NewReplicaSync(connect(t, c.URL()), ReplicaConfig{RouterID: fmt.Sprintf("r%d", i), ListInterval: 20 * time.Millisecond})
+		t.Cleanup(rs.Stop)
+		f := startFrontend(t, c.URL(), ws, DefaultSourceConfig(), func(cfg *router.Config) { cfg.OnLoad = rs.Observe })
+		if err := rs.Start(f.r); err != nil {
+			t.Fatal(err)
+		}
+		fs, syncs = append(fs, f), append(syncs, rs)
+	}
+	heardEachOther(t, syncs)
+	p := newPrompts(3, 1)
+	if _, err := fs[0].r.Route(context.Background(), &router.RouteRequest{ID: "running", Tokens: p.next()}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, 5*time.Second, "router 1 charges router 0's request", func() string {
+		if n := fs[1].r.ActiveRequests(); n != 1 {
+			return fmt.Sprintf("%d active", n)
+		}
+		return ""
+	})
+	w := scoring.WorkerKey{WorkerID: uint64(ws[0].ID())}
+	if err := fs[1].r.ApplyRemote("r0", sched.LoadEvent{Kind: sched.LoadAdd, RequestID: "lost-free", Worker: w, ISL: 64,
+		SeqHashes: []uint64{1, 2, 3, 4}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, 5*time.Second, "router 1 frees the request router 0's list lacks", func() string {
+		if st := syncs[1].Stats(); st.RemoteFreed != 1 || fs[1].r.ActiveRequests() != 1 {
+			return fmt.Sprintf("%d active, stats %+v", fs[1].r.ActiveRequests(), st)
+		}
+		return ""
+	})
+	lists := syncs[1].Stats().Reconciled
+	testutil.Until(t, 5*time.Second, "more of router 0's lists", func() string {
+		if syncs[1].Stats().Reconciled < lists+3 {
+			return "waiting"
+		}
+		return ""
+	})
+	if n, st := fs[1].r.ActiveRequests(), syncs[1].Stats(); n != 1 || st.RemoteFreed != 1 {
+		t.Fatalf("router 0's running request: router 1 has %d active, stats %+v", n, st)
+	}
+	if err := fs[0].r.Free("running"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, 5*time.Second, "router 1 frees the request router 0 freed", func() string {
+		if n := fs[1].r.ActiveRequests(); n != 0 {
+			return fmt.Sprintf("%d active", n)
+		}
+		return ""
+	})
+	// Router 0 goes silent (its replica sync stops, as when its process dies) with a request running:
+	// three of its intervals later router 1 frees it.
+	if _, err := fs[0].r.Route(context.Background(), &router.RouteRequest{ID: "orphan", Tokens: p.next()}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, 5*time.Second, "router 1 charges the orphan", func() string {
+		if n := fs[1].r.ActiveRequests(); n != 1 {
+			return fmt.Sprintf("%d active", n)
+		}
+		return ""
+	})
+	syncs[0].Stop()
+	testutil.Until(t, 5*time.Second, "router 1 frees what it charged for silent router 0", func() string {
+		if st := syncs[1].Stats(); st.Silent != 1 || fs[1].r.ActiveRequests() != 0 {
+			return fmt.Sprintf("%d active, stats %+v", fs[1].r.ActiveRequests(), st)
+		}
+		return ""
+	})
 }
