@@ -228,21 +228,9 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	app.pool = frontend.NewWorkerPool(client.DefaultConfig())
 	ms := modelSetup{f: f, cfg: cfg, reg: reg, log: log, multi: len(sms) > 1,
 		fm: frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})}
-	if ms.guard, err = mm.NewGuard(mm.ParseAllowHosts(*f.allow)); err != nil {
+	if err := app.startMedia(f, &ms, reg); err != nil {
 		app.stop()
-		return nil, fmt.Errorf("--media-allow-hosts: %w", err)
-	}
-	if *f.mmOn {
-		if ms.prober, err = mm.NewProber(f.probeConfig(), nil, nil); err != nil {
-			app.stop()
-			return nil, err
-		}
-		ms.inline = frontend.NewInlineBudget(frontend.DefaultInlineBytes)
-		p := ms.prober
-		app.prober = p
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_media_fetch_bytes_in_flight",
-			Help: "Image bytes the frontend is downloading or holding until decoded (--frontend-decoding, --mm-transfer), at most --mm-image-bytes-in-flight."},
-			func() float64 { return float64(p.FetchBytesInFlight()) }))
+		return nil, err
 	}
 	if *f.ops.otlp != "" {
 		tracer, shutdown, err := startTracing(*f.ops.otlp, *f.ops.service)
@@ -295,6 +283,29 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	log.Info("kvroute frontend listening", "addr", app.ln.Addr().String(), "models", strings.Join(names, ","), "router_mode", cfg.Mode,
 		"block_size", cfg.BlockSize, "workers", workers)
 	return app, nil
+}
+
+// startMedia sets up what every model's image handling shares: the media URL guard and, with --mm-routing,
+// one image prober (its download and decode budgets bound the process) and the data: URI budget of the
+// worker-bound bodies.
+func (app *frontendApp) startMedia(f *frontendFlags, ms *modelSetup, reg prometheus.Registerer) error {
+	var err error
+	if ms.guard, err = mm.NewGuard(mm.ParseAllowHosts(*f.allow)); err != nil {
+		return fmt.Errorf("--media-allow-hosts: %w", err)
+	}
+	if !*f.mmOn {
+		return nil
+	}
+	if ms.prober, err = mm.NewProber(f.probeConfig(), nil, nil); err != nil {
+		return err
+	}
+	ms.inline = frontend.NewInlineBudget(frontend.DefaultInlineBytes)
+	p := ms.prober
+	app.prober = p
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_media_fetch_bytes_in_flight",
+		Help: "Image bytes the frontend is downloading or holding until decoded (--frontend-decoding, --mm-transfer), at most --mm-image-bytes-in-flight."},
+		func() float64 { return float64(p.FetchBytesInFlight()) }))
+	return nil
 }
 
 // loadServedModels loads the served models (--model, or --model-path and --model-name) and assigns each
