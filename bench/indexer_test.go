@@ -33,6 +33,7 @@ func synthTrace(n int) *Trace {
 func TestIndexerBenchConsistent(t *testing.T) {
 	cfg := DefaultIndexerConfig()
 	cfg.Workers, cfg.Duplicate, cfg.BlockSize, cfg.CapacityBlocks, cfg.Shards, cfg.Replayers = 5, 2, 128, 40, 2, 3
+	cfg.ColdMB = 1
 	tr := synthTrace(300)
 	w, err := PrepareIndexer(tr, cfg)
 	if err != nil {
@@ -58,6 +59,9 @@ func TestIndexerBenchConsistent(t *testing.T) {
 		if run.FloorMicros.Count != 300 || run.FloorMicros.Min > run.QuiescentMicros.Min || run.FloorMicros.P50 > run.QuiescentMicros.P50 {
 			t.Fatalf("floor %+v, quiescent %+v", run.FloorMicros, run.QuiescentMicros)
 		}
+		if run.ColdFloorMicros.Count != 300 || run.ColdFloorMicros.Min <= 0 {
+			t.Fatalf("cold floor %+v", run.ColdFloorMicros)
+		}
 		if run.LoadAvg == "" && runtime.GOOS == "linux" {
 			t.Fatal("no load average on linux")
 		}
@@ -65,8 +69,8 @@ func TestIndexerBenchConsistent(t *testing.T) {
 			t.Fatalf("paced run took %.3f s of %v", run.ElapsedSeconds, d)
 		}
 	}
-	// Split stores chain correctly: the index ends identical.
-	cfg.MaxBatchBlocks = 3
+	// Split stores chain correctly: the index ends identical. Without ColdMB there is no cold floor.
+	cfg.MaxBatchBlocks, cfg.ColdMB = 3, 0
 	ws, err := PrepareIndexer(tr, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +78,9 @@ func TestIndexerBenchConsistent(t *testing.T) {
 	run, err := ws.RunIndexer(0, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if run.ColdFloorMicros.Count != 0 {
+		t.Fatalf("cold floor without ColdMB: %+v", run.ColdFloorMicros)
 	}
 	if ws.Stores <= w.Stores || ws.StoredBlocks != w.StoredBlocks || int64(run.IndexEntries) != 2*w.HeldBlocks {
 		t.Fatalf("split stores: %d events (unsplit %d), %d entries, want %d", ws.Stores, w.Stores, run.IndexEntries, 2*w.HeldBlocks)
