@@ -95,4 +95,13 @@
 // 4 MB of other memory read before each, with and without walking ahead alternately in one process,
 // six pairs at load 11–12: p50 4.3–6.4 against 4.8–7.3 µs, p90 8.1–12.0 against 9.7–15.5 µs, p99 lower
 // in five of the six; back to back (all in the cache) p50 2.6–2.7 µs both.
+//
+// Why a pair of reader counters per shard, not one reader slot per query: entering the four views costs a
+// query four atomic adds on lines the writers read at every write (and four more to leave), and under the
+// conversation trace's writes at 20 s pacing one query in ten took 1 µs or more to enter them (1.8 µs at
+// the p99). A slot per query (one compare-and-swap to enter every view, one store to leave, writers
+// scanning the slots) was measured and not kept: BenchmarkFindMatchesUnderWrites p99 0.49–1.30 against
+// 0.47–1.37 µs, its p999 10–12 µs in every run where the counters' was under 5 µs in four runs of six,
+// and the bench under writes unchanged within its noise (docs/benchmarks.md, "The cold floor, and what
+// did not shorten it").
 package indexer

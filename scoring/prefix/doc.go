@@ -177,4 +177,15 @@
 // cached) p50 23–27 µs. Without emitting any Score: p50 5.6 and 23 µs. A query reads its path in every
 // shard (200-byte nodes, runs, chunk sums, a child map) and 16 bytes of key per Score it writes, and the
 // tail under writes is those misses (docs/benchmarks.md, "Vector kernels, and the cache").
+//
+// Measured since, with a cold floor (kvroute bench indexer --cold-mb 4: each query timed after 4 MiB of
+// other memory was written, fastest of three; 1,000 workers, p50 3.6–4.1 µs, p99 10.2–11.3 µs against
+// a warm floor of 2.3–2.5 and 5.7–6.5 µs): walking ahead is worth a fifth of the cold p99 (13.5–13.9 µs
+// without it), and entering the views and walking ahead alone take half of a cold query (p50 2.2 of 4.2
+// µs, p99 6.3 of 11.8 µs): chains of dependent misses. Tried and not kept (docs/benchmarks.md, "The cold
+// floor, and what did not shorten it"): a flat open-addressing child table instead of the Go map of a
+// node with many children (the map's header and directory are shared by every query and stay cached; a
+// lookup's own miss is one either way); prefetching the query's hashes or the worker keys, walking ahead
+// further or also touching each run's end. The bench's query hashes come from memory (the router's are
+// just computed): copied before the clock starts, the cold p99 is 9.7 µs instead of 11.1.
 package prefix
