@@ -88,6 +88,9 @@ func TestIndexerBenchConsistent(t *testing.T) {
 	if _, err := PrepareIndexer(tr, IndexerConfig{Workers: 1, Duplicate: 1, Replayers: 1, BlockSize: 100, Blocks: DefaultBlocks()}); err == nil {
 		t.Fatal("block size 100 does not divide 512")
 	}
+	if _, err := PrepareIndexer(tr, IndexerConfig{Workers: 1, Duplicate: 1, Replayers: 1, BlockSize: 64, ColdMB: -1, Blocks: DefaultBlocks()}); err == nil {
+		t.Fatal("negative cold MiB accepted")
+	}
 }
 
 func TestSweepDurations(t *testing.T) {

@@ -24,7 +24,7 @@ func TestBenchSubcommands(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"indexer", []string{"indexer", "--trace", trace, "--workers", "4", "--duplicate", "2", "--block-size", "64", "--sweep", "--sweep-max", "200ms", "--sweep-min", "50ms", "--sweep-steps", "2"}},
+		{"indexer", []string{"indexer", "--trace", trace, "--workers", "4", "--duplicate", "2", "--block-size", "64", "--sweep", "--sweep-max", "200ms", "--sweep-min", "50ms", "--sweep-steps", "2", "--cold-mb", "1"}},
 		{"oracle", []string{"oracle", "--trace", trace, "--workers", "2,4", "--capacity", "20"}},
 		{"route", []string{"route", "--workers", "4", "--prompt-tokens", "256", "--indexed-blocks", "1k", "--decisions", "50"}},
 		{"tokenizer", []string{"tokenizer", "--root", root, "--tokenizers", filepath.Join(root, "testdata", "tokenizers", "llama2", "tokenizer.json"), "--bytes", "4096", "--cold-runs", "1", "--warm-runs", "1"}},
