@@ -1,6 +1,7 @@
 package natsplane
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -50,8 +51,9 @@ func TestDurableSurvivesNodeLoss(t *testing.T) {
 	}
 }
 
-// TestSnapshotRestore: frontends snapshot their index every few stream messages; a fourth frontend
-// started later restores the latest snapshot, reads only the stream tail, and matches the others.
+// TestSnapshotRestore: frontends snapshot their index every few stream messages (one skips its dump when
+// the store holds another's snapshot near its position); a fourth frontend started later restores the
+// latest snapshot, reads only the stream tail, and matches the others.
 func TestSnapshotRestore(t *testing.T) {
 	c := startTestCluster(t)
 	ws := startSimWorkers(t, 4, 96)
@@ -67,10 +69,26 @@ func TestSnapshotRestore(t *testing.T) {
 	p := newPrompts(5, 6)
 	runWorkload(t, ws, p, 200, 16)
 	converge(t, fs, ws, 20*time.Second)
-	for i, f := range fs {
-		if f.src.Stats().Snapshots == 0 {
-			t.Fatalf("frontend %d wrote no snapshot: %+v", i, f.src.Stats())
-		}
+	var written uint64
+	for _, f := range fs {
+		written += f.src.Stats().Snapshots
+	}
+	if written == 0 {
+		t.Fatal("no frontend wrote a snapshot")
+	}
+	// A frontend reaching its threshold where the store already holds another's snapshot skips its dump;
+	// one past half a threshold from it writes its own.
+	at := fs[0].src.Stats().StreamSeq
+	ctx := context.Background()
+	fs[0].src.mu.Lock()
+	err := fs[0].src.snapshot(ctx, at)
+	fs[0].src.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := uint64(scfg.SnapshotThreshold / 2)
+	if !fs[1].src.snapshotFresh(ctx, at+half) || !fs[1].src.snapshotFresh(ctx, at-1) || fs[1].src.snapshotFresh(ctx, at+half+1) {
+		t.Fatalf("a snapshot at %d: fresh at %d and %d, stale at %d expected", at, at+half, at-1, at+half+1)
 	}
 	late := startFrontend(t, c.URL(), ws, scfg, nil)
 	fs = append(fs, late)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,10 +73,32 @@ func (s *Source) snapshot(ctx context.Context, streamSeq uint64) error {
 	})
 	w(n)
 	buf.Write(entries.Bytes())
-	if _, err := s.objs.PutBytes(ctx, SnapshotObject, buf.Bytes()); err != nil {
+	meta := jetstream.ObjectMeta{Name: SnapshotObject, Metadata: map[string]string{snapshotSeqKey: strconv.FormatUint(streamSeq, 10)}}
+	if _, err := s.objs.Put(ctx, meta, &buf); err != nil {
 		return fmt.Errorf("natsplane: snapshot put: %w", err)
 	}
 	return nil
+}
+
+// snapshotSeqKey is the snapshot object's metadata key holding the stream sequence it covers, readable
+// without fetching the snapshot.
+const snapshotSeqKey = "stream-seq"
+
+// snapshotFresh reports whether the object store already holds a snapshot within half a threshold of
+// streamSeq (behind or ahead: another frontend reading the same stream wrote it), so this frontend need
+// not dump its own. Any doubt (no snapshot, no sequence in its metadata, the store not answering) is
+// false: dump.
+func (s *Source) snapshotFresh(ctx context.Context, streamSeq uint64) bool {
+	info, err := s.objs.GetInfo(ctx, SnapshotObject)
+	if err != nil || info == nil {
+		return false
+	}
+	seq, err := strconv.ParseUint(info.Metadata[snapshotSeqKey], 10, 64)
+	if err != nil {
+		return false
+	}
+	half := uint64(s.cfg.SnapshotThreshold / 2)
+	return seq+half >= streamSeq
 }
 
 func b2u(b bool) uint8 {

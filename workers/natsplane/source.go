@@ -27,7 +27,8 @@ type SourceConfig struct {
 	Replicas int
 	// SnapshotThreshold (--router-snapshot-threshold) is the number of stream messages after which this
 	// frontend dumps its index to the object store; 0 disables snapshots. Dynamo's default is 1,000,000.
-	// Durable only.
+	// Durable only. Frontends reading one stream share the snapshot: a frontend skips its dump when the
+	// store already holds one within half a threshold of its position (another frontend wrote it).
 	SnapshotThreshold int
 	// Restore starts from the latest snapshot plus the stream tail instead of the whole stream. Durable
 	// only. Default true in DefaultSourceConfig.
@@ -53,10 +54,13 @@ type SourceStats struct {
 	UnknownWorker uint64 // batches of workers not in the fleet, dropped
 	Dropped       uint64 // messages the NATS client dropped (slow consumer, core mode)
 	Snapshots     uint64 // snapshots written
-	Restored      uint64 // index entries restored from a snapshot
-	StreamSeq     uint64 // last stream sequence applied (durable)
-	ConsumeErrors uint64 // consumer errors (missed heartbeats, node loss); the ordered consumer recovers
-	LastError     string // the latest consumer error
+	// SnapshotsSkipped counts dumps skipped because the store held a snapshot within half a threshold of
+	// this frontend's stream position (written by another frontend).
+	SnapshotsSkipped uint64
+	Restored         uint64 // index entries restored from a snapshot
+	StreamSeq        uint64 // last stream sequence applied (durable)
+	ConsumeErrors    uint64 // consumer errors (missed heartbeats, node loss); the ordered consumer recovers
+	LastError        string // the latest consumer error
 }
 
 // rankState is the sequence state of one (worker, dp rank) on the plane.
@@ -87,8 +91,8 @@ type Source struct {
 	js   jetstream.JetStream
 	objs jetstream.ObjectStore
 
-	messages, batches, dups, gaps, resets, bad, unknown, snapshots, restored, streamSeq, consumeErrs atomic.Uint64
-	lastErr                                                                                          atomic.Pointer[string]
+	messages, batches, dups, gaps, resets, bad, unknown, snapshots, snapSkipped, restored, streamSeq, consumeErrs atomic.Uint64
+	lastErr                                                                                                       atomic.Pointer[string]
 }
 
 // EventSink takes decoded batches into the fleet's mirrors, as a worker's own ZMQ subscriber would hand
@@ -211,7 +215,8 @@ func (s *Source) Stop() {
 func (s *Source) Stats() SourceStats {
 	st := SourceStats{Messages: s.messages.Load(), Batches: s.batches.Load(), Duplicates: s.dups.Load(), Gaps: s.gaps.Load(),
 		Resets: s.resets.Load(), BadMessages: s.bad.Load(), UnknownWorker: s.unknown.Load(), Snapshots: s.snapshots.Load(),
-		Restored: s.restored.Load(), StreamSeq: s.streamSeq.Load(), ConsumeErrors: s.consumeErrs.Load()}
+		SnapshotsSkipped: s.snapSkipped.Load(),
+		Restored:         s.restored.Load(), StreamSeq: s.streamSeq.Load(), ConsumeErrors: s.consumeErrs.Load()}
 	if e := s.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
@@ -256,7 +261,9 @@ func (s *Source) handle(subject string, h nats.Header, data []byte, streamSeq ui
 	if s.cfg.SnapshotThreshold > 0 && s.since >= s.cfg.SnapshotThreshold {
 		s.since = 0
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := s.snapshot(ctx, streamSeq); err == nil {
+		if s.snapshotFresh(ctx, streamSeq) {
+			s.snapSkipped.Add(1)
+		} else if err := s.snapshot(ctx, streamSeq); err == nil {
 			s.snapshots.Add(1)
 		}
 		cancel()
