@@ -265,6 +265,9 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 		app.stop()
 		return nil, err
 	}
+	if f.nats.on() {
+		reg.MustRegister(natsCollector{f.nats.plane})
+	}
 	app.api = apis[0]
 	app.models = frontend.NewModels(apis...)
 	app.mon = app.mons[0]

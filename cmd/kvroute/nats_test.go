@@ -5,7 +5,9 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,4 +217,17 @@ func TestReplicaSyncTwoModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "replica b frees the decode hop", func() bool { return active(b.routers[1], 5) == 0 })
+	// The planes' counters are on /metrics: replica b applied a's two Adds and two Frees and discovered
+	// the three workers.
+	resp, err := http.Get("http://" + b.ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for name, want := range map[string]string{"kvroute_replica_events_applied_total": "4", "kvroute_nats_discovery_added_total": "3"} {
+		if !strings.Contains(string(page), "\n"+name+" "+want+"\n") {
+			t.Errorf("/metrics has no %s %s", name, want)
+		}
+	}
 }
