@@ -81,6 +81,12 @@ func (m *Machine) ApplyRemote(now time.Time, routerID string, ev LoadEvent) ([]R
 			return nil, err
 		}
 		m.active[id] = t
+		ids := m.remote[routerID]
+		if ids == nil {
+			ids = make(map[string]struct{})
+			m.remote[routerID] = ids
+		}
+		ids[id] = struct{}{}
 		m.publish(t)
 		return nil, nil
 	case LoadPrefillDone, LoadFree:
@@ -90,6 +96,7 @@ func (m *Machine) ApplyRemote(now time.Time, routerID string, ev LoadEvent) ([]R
 		}
 		if ev.Kind == LoadFree {
 			delete(m.active, id)
+			m.forgetRemote(routerID, id)
 			t.t.Free(id)
 		} else {
 			t.t.MarkPrefillCompleted(id)
@@ -149,18 +156,20 @@ func (m *Machine) Reconcile(now time.Time, routerID string, l ActiveList) ([]Rel
 	}
 	ns := RemoteID(routerID, "")
 	freed := 0
-	for id, t := range m.active {
-		own, ok := strings.CutPrefix(id, ns)
-		if !ok {
+	for id := range m.remote[routerID] {
+		t := m.active[id]
+		if t == nil { // gone another way (stale expiry, its worker removed)
+			m.forgetRemote(routerID, id)
 			continue
 		}
 		if _, c := covered[t.key]; !c && !l.All {
 			continue
 		}
-		if _, live := listed[own]; live {
+		if _, live := listed[id[len(ns):]]; live {
 			continue
 		}
 		delete(m.active, id)
+		m.forgetRemote(routerID, id)
 		t.t.Free(id)
 		m.publish(t)
 		freed++
@@ -169,6 +178,16 @@ func (m *Machine) Reconcile(now time.Time, routerID string, l ActiveList) ([]Rel
 		return nil, 0
 	}
 	return m.drain(now), freed
+}
+
+// forgetRemote drops id from routerID's index of remote requests.
+func (m *Machine) forgetRemote(routerID, id string) {
+	if ids := m.remote[routerID]; ids != nil {
+		delete(ids, id)
+		if len(ids) == 0 {
+			delete(m.remote, routerID)
+		}
+	}
 }
 
 // isRemoteID reports whether an active id is another router's request (RemoteID).

@@ -55,8 +55,16 @@ func TestReconcile(t *testing.T) {
 	if _, n := m.Reconcile(now, "a", ActiveList{Workers: []scoring.WorkerKey{w1}, Requests: []ActiveRequest{{ID: "kept", Worker: w1}}}); n != 0 {
 		t.Fatalf("router a's list freed %d requests of another router", n)
 	}
+	// A request that left another way (its worker removed) is pruned from the router's index, not freed.
+	m.RemoveWorker(now, 2)
+	if _, n := m.Reconcile(now, "a", ActiveList{Workers: []scoring.WorkerKey{w1}, Requests: []ActiveRequest{{ID: "kept", Worker: w1}}}); n != 0 {
+		t.Fatalf("freed %d after worker 2's removal, want 0", n)
+	}
+	if _, ok := m.remote["a"][RemoteID("a", "other-core")]; ok {
+		t.Fatal("the removed worker's request is still indexed for router a")
+	}
 	// A router gone silent: everything charged for it goes, on every worker.
-	if _, n := m.Reconcile(now, "a", ActiveList{All: true}); n != 2 || m.Active() != 3 {
-		t.Fatalf("router a gone: freed %d, %d active, want 2 and 3", n, m.Active())
+	if _, n := m.Reconcile(now, "a", ActiveList{All: true}); n != 1 || m.remote["a"] != nil {
+		t.Fatalf("router a gone: freed %d (want 1), index %v", n, m.remote["a"])
 	}
 }
