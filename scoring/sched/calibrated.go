@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -166,7 +167,48 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	if !cfg.TrackPrefillTokens {
 		q0 = 0
 	}
-	for i := range lines {
+	// The common case (nothing filtered, no lower tiers) on a CPU with AVX-512 takes the vector kernel
+	// (vectorCosts: the same operations eight candidates at a time) and the vector argmin over its
+	// arrays (vectorArgmin: least cost, then least k, the ties in order); the scalar loop after it is
+	// the reference and does the rest.
+	scalar := lines
+	if haveCostKernel && mask == nil && host == nil {
+		a := costArgs{fbs: fbs, fisl: fisl, nchain: nchain, q0: q0, hCached: hCached, hSettled: hSettled,
+			creditBelow: math.Inf(-1), sharers: sharers, queued: queued, slowPer: slowPer, slowK: slowK,
+			gamma: gamma, load: load, wwl: scoring.WorkWeight - load}
+		if credit {
+			a.creditBelow = hSettled
+		}
+		cost, ks := m.vectorCosts(&a, ov, chain, reuse && nchain != 0)
+		if returnCosts {
+			for i, c := range cost {
+				costs = append(costs, scoring.CandidateCost{Worker: tmpl[i].worker, Overlap: ov[i], Cost: c})
+			}
+		}
+		var ok bool
+		if len(cost) > 0 {
+			tied, ok = vectorArgmin(cost, ks, tied)
+		}
+		if ok {
+			best = int(tied[0])
+			bestCost, bestK = cost[best], ks[best]
+			cost = nil // decided
+		}
+		for i, cost := range cost { // NaN costs: the scalar loop's comparisons
+			if best >= 0 && cost > bestCost {
+				continue
+			}
+			switch k := ks[i]; {
+			case best < 0 || cost < bestCost || k < bestK:
+				best, bestCost, bestK = i, cost, k
+				tied = append(tied[:0], uint64(i))
+			case k == bestK:
+				tied = append(tied, uint64(i))
+			}
+		}
+		scalar = nil
+	}
+	for i := range scalar {
 		if mask != nil && mask[i] != candEligible {
 			if mask[i] == candBusy && returnCosts {
 				costs = append(costs, scoring.CandidateCost{Worker: tmpl[i].worker, Overlap: ov[i], Busy: true})

@@ -96,6 +96,9 @@ type scratch struct {
 	targetOf   []int32
 	ties       []uint64
 	mask       []uint8 // calibrated: the candidates' standing when some are filtered (eligibility)
+	// calibrated's vector kernel (vectorCosts): the targets' costs and active blocks with the request's,
+	// and the projections of those with active requests.
+	cost, k, proj []float64
 	// memo[j] is the position of the worker the j-th overlap score named last time (-1: none); reset
 	// whenever positions change.
 	memo []posMemo

@@ -1,0 +1,140 @@
+package sched
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
+)
+
+// TestCostKernel: the calibrated decision through the vector kernel gives the scalar loop's costs bit
+// for bit (in its arrays and the returned costs), its chosen cost and k and its tie list, over random fleets of 1 to 70 workers (every tail
+// length) and 256: random overlaps, queued prefill, active blocks (some equal, for ties), capacities
+// (unknown, ample, overflowed), prompts shorter than some overlaps, workers with active requests sharing the prompt (projections, the
+// holder's sharers: the replica credit and the decode-batch credit on and off), load, prefill tracking
+// on and off, rounds where every worker is alike and
+// rounds with a NaN or infinite cost.
+func TestCostKernel(t *testing.T) {
+	if !haveCostKernel {
+		t.Skip("no AVX-512DQ cost kernel")
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	credits := 0
+	for round := range 400 {
+		n := 1 + round%70
+		if round%10 == 9 {
+			n = 256
+		}
+		cfg := scoring.DefaultConfig()
+		cfg.Mode, cfg.BlockSize = scoring.ModeKV, []int{1, 16}[rng.IntN(2)]
+		cfg.TrackPrefillTokens = rng.IntN(4) != 0
+		seed := uint64(round)
+		m, err := New(cfg, nil, Options{Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id := range n {
+			m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1)})
+		}
+		shared := 20 + rng.IntN(200)
+		local := prompt(0, shared)
+		chain := scoring.ChainHashes(nil, local)
+		// Requests sharing the prompt's prefix, on a few workers: their trackers project and share it.
+		holder := rng.IntN(n)
+		for r := range rng.IntN(6) {
+			w := holder
+			if r > 1 {
+				w = rng.IntN(n)
+			}
+			pin := scoring.WorkerKey{WorkerID: uint64(w + 1)}
+			if _, _, err := m.Route(time.Unix(1, 0), &Request{ID: strconv.Itoa(r), Local: prompt(uint64(r+1), shared),
+				ISL: (shared + 100) * cfg.BlockSize, Pin: &pin, Scores: nil, Matched: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		alike := round%7 == 3
+		var scores []prefix.Score
+		for i := range n {
+			if alike || rng.IntN(3) == 0 {
+				continue
+			}
+			scores = append(scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64(i + 1)}, Blocks: uint32(rng.IntN(shared + 1))})
+		}
+		if !alike && rng.IntN(2) == 0 {
+			scores = append(scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64(holder + 1)}, Blocks: uint32(shared)})
+		}
+		rng.Shuffle(len(scores), func(i, j int) { scores[i], scores[j] = scores[j], scores[i] })
+		primary := scores
+		if len(scores) > 0 && rng.IntN(3) == 0 {
+			primary = scores[:rng.IntN(len(scores))]
+		}
+		for i := range m.lines {
+			l := &m.lines[i]
+			if alike {
+				l.prefill, l.decode, m.tmpl[i].totalKV = 0, 0, 0
+				continue
+			}
+			l.prefill = uint64(rng.IntN(4) * rng.IntN(20000))
+			l.decode = float64(rng.IntN(8) * rng.IntN(400))
+			if rng.IntN(3) == 0 {
+				l.decode += rng.Float64()
+			}
+			if l.active != 0 {
+				l.prefilling = uint32(rng.IntN(int(l.active) + 1))
+			}
+			m.tmpl[i].totalKV = []uint64{0, uint64(rng.IntN(2000)), 1 << 20}[rng.IntN(3)]
+		}
+		if round%13 == 5 { // a NaN or an infinite cost: the scalar comparisons decide
+			m.lines[rng.IntN(n)].decode = []float64{math.NaN(), math.Inf(1), math.Inf(-1)}[rng.IntN(3)]
+		}
+		m.prefilling = int64(rng.IntN(3 * n))
+		isl := (shared + 100) * cfg.BlockSize
+		if rng.IntN(3) == 0 { // shorter than some overlaps
+			isl = (1 + rng.IntN(shared)) * cfg.BlockSize
+		}
+		reuse := rng.IntN(5) != 0
+		decide := func(kernel, costs bool) (scoring.Decision, []uint64, float64) {
+			defer func(on bool) { haveCostKernel = on }(haveCostKernel)
+			haveCostKernel = kernel
+			sreq := scoring.Request{ISL: isl, ReturnCosts: costs}
+			_, d, err := m.calibrated(&sreq, scores, primary, false, chain, isl, reuse, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d, slices.Clone(m.sc.ties), m.sc.chosenK
+		}
+		ref, refTies, refK := decide(false, true)
+		for _, costs := range []bool{false, true} {
+			d, ties, k := decide(true, costs)
+			if math.Float64bits(d.Cost) != math.Float64bits(ref.Cost) || math.Float64bits(k) != math.Float64bits(refK) || !slices.Equal(ties, refTies) ||
+				!slices.Contains(ties, uint64(d.Index)) {
+				t.Fatalf("round %d (%d workers), costs %v: cost %v k %v ties %v, scalar %v %v %v",
+					round, n, costs, d.Cost, k, ties, ref.Cost, refK, refTies)
+			}
+			if costs && !slices.EqualFunc(d.Costs, ref.Costs, func(a, b scoring.CandidateCost) bool {
+				return a.Worker == b.Worker && a.Overlap == b.Overlap && a.Busy == b.Busy &&
+					math.Float64bits(a.Cost) == math.Float64bits(b.Cost)
+			}) {
+				t.Fatalf("round %d (%d workers): returned costs differ", round, n)
+			}
+		}
+		for i, c := range ref.Costs {
+			if math.Float64bits(m.sc.cost[i]) != math.Float64bits(c.Cost) {
+				t.Fatalf("round %d (%d workers): target %d cost %v (%#x), scalar %v (%#x)", round, n, i,
+					m.sc.cost[i], math.Float64bits(m.sc.cost[i]), c.Cost, math.Float64bits(c.Cost))
+			}
+		}
+		h := m.hold(scores, primary, false, chain, isl, reuse)
+		if h.sharers > 0 || h.active >= 2 {
+			credits++
+		}
+	}
+	if credits < 20 {
+		t.Fatalf("only %d of 400 rounds had a holder with sharers: the credit terms went untested", credits)
+	}
+}
