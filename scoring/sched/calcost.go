@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"slices"
 	"unsafe"
 )
@@ -45,15 +47,30 @@ func (m *Machine) vectorCosts(a *costArgs, ov []uint32, chain []uint64, project 
 	m.sc.k = slices.Grow(m.sc.k[:0], n+7)[:n]
 	m.sc.proj = slices.Grow(m.sc.proj[:0], n)[:n]
 	cost, k, proj := m.sc.cost, m.sc.k, m.sc.proj
+	full := n &^ 7
 	if project {
+		// The lines with active requests: a bitmap of the whole eights by the kernel (its bytes read
+		// as words, zero past the last), the rest here.
 		a.projOn = 0xff
-		for i := range lines {
+		words := (full/8 + 7) / 8
+		m.sc.active = slices.Grow(m.sc.active[:0], words*8)[:words*8]
+		act := m.sc.active
+		clear(act[full/8:])
+		if full > 0 {
+			calActiveAVX512(&lines[0], full, &act[0])
+		}
+		at := func(i int) { proj[i] = float64(int64(m.list[i].t.Projection(chain, true))) }
+		for w := range words {
+			for x := binary.LittleEndian.Uint64(act[8*w:]); x != 0; x &= x - 1 {
+				at(64*w + bits.TrailingZeros64(x))
+			}
+		}
+		for i := full; i < n; i++ {
 			if lines[i].active != 0 {
-				proj[i] = float64(int64(m.list[i].t.Projection(chain, true)))
+				at(i)
 			}
 		}
 	}
-	full := n &^ 7
 	if full > 0 {
 		a.ov, a.lines, a.tmpl, a.proj, a.cost, a.k, a.n = &ov[0], &lines[0], &tmpl[0], &proj[0], &cost[0], &k[0], full
 		calCostsAVX512(a)

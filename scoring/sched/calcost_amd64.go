@@ -14,3 +14,6 @@ func calCostsAVX512(a *costArgs)
 
 //go:noescape
 func calArgminAVX512(cost, k *float64, n int, ties *uint64) int
+
+//go:noescape
+func calActiveAVX512(lines *line, n int, active *uint8)

@@ -331,3 +331,35 @@ nan:
 	MOVQ $-1, ret+32(FP)
 	VZEROUPPER
 	RET
+
+// func calActiveAVX512(lines *line, n int, active *uint8)
+//
+// Bit j of active[b] is whether lines[8b+j] has active requests, for n a multiple of eight: the lines'
+// unique|active words transposed as in calCostsAVX512 and tested.
+TEXT ·calActiveAVX512(SB), NOSPLIT, $0-24
+	MOVQ lines+0(FP), DX
+	MOVQ n+8(FP), CX
+	MOVQ active+16(FP), DI
+	SHRQ $3, CX
+	JZ   adone
+	VMOVDQU64    costPerm<>+64(SB), Z27
+	VMOVDQU64    costPerm<>+128(SB), Z28
+	VPBROADCASTQ costConst<>+0(SB), Z30
+
+aloop:
+	VMOVDQU64 0(DX), Z8
+	VPERMT2Q  64(DX), Z27, Z8
+	VMOVDQU64 128(DX), Z9
+	VPERMT2Q  192(DX), Z27, Z9
+	VPERMT2Q  Z9, Z28, Z8
+	VPTESTMQ  Z30, Z8, K1
+	KMOVB     K1, AX
+	MOVB      AX, (DI)
+	ADDQ      $256, DX
+	INCQ      DI
+	DECQ      CX
+	JNZ       aloop
+
+adone:
+	VZEROUPPER
+	RET

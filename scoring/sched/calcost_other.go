@@ -13,3 +13,7 @@ func calCostsAVX512(a *costArgs) {
 func calArgminAVX512(cost, k *float64, n int, ties *uint64) int {
 	panic("sched: no cost kernel on this architecture")
 }
+
+func calActiveAVX512(lines *line, n int, active *uint8) {
+	panic("sched: no cost kernel on this architecture")
+}

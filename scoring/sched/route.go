@@ -99,6 +99,7 @@ type scratch struct {
 	// calibrated's vector kernel (vectorCosts): the targets' costs and active blocks with the request's,
 	// and the projections of those with active requests.
 	cost, k, proj []float64
+	active        []uint8 // a bitmap of the lines with active requests
 	// memo[j] is the position of the worker the j-th overlap score named last time (-1: none); reset
 	// whenever positions change.
 	memo []posMemo
