@@ -20,6 +20,10 @@
 // select (the one-pass scoring.Argmin over dense load rows in the common case, else candidates +
 // scoring.Select or the configured Selector) → commit (AddRequest on the target's tracker, approximate
 // and predicted blocks, the pending-events mark, the session binding, the replica-sync observer).
+// The kvroute preset's select is its own loop (calibrated.go); with nothing filtered and no lower tiers
+// it runs as AVX-512 kernels eight candidates a step (calcost_amd64.s: the scalar loop's operations in
+// its order, bit for bit, TestCostKernel), select about halved from 256 workers up (docs/benchmarks.md,
+// "Whole routing decision"); the scalar loop stays for the rest, other CPUs and GOAMD64=v3 up.
 //
 // The queue follows Dynamo's. It has one heap per policy class (scoring/policy: the classes of
 // --router-policy-config, or one synthetic class from --router-queue-threshold and
