@@ -17,6 +17,9 @@ import (
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
+// loadModel loads a served model's directory (model.Load; the tests load each fixture once per binary).
+var loadModel = model.Load
+
 // modelArg is one --model value: [name=]path[,block_size=N].
 type modelArg struct {
 	name, path string
@@ -101,7 +104,7 @@ func loadModels(args []modelArg, tokenizer bool) ([]servedModel, error) {
 				return
 			}
 			out[i].dir = dir
-			if out[i].m, err = model.Load(dir); err != nil {
+			if out[i].m, err = loadModel(dir); err != nil {
 				errs[i] = err
 			}
 			if out[i].name == "" {
