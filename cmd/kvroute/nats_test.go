@@ -114,6 +114,23 @@ func TestNATSFlagsNewRouter(t *testing.T) {
 	}
 }
 
+// registerInBucket registers specs in the discovery bucket of the NATS server at url, each kept alive by
+// its own heartbeat until the test ends.
+func registerInBucket(t *testing.T, url string, specs ...registry.Spec) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); nc.Close() })
+	for _, spec := range specs {
+		go func() {
+			_ = natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{TTL: 2 * time.Second}, true)
+		}()
+	}
+}
+
 // TestNATSDiscoveryTwoModels: a frontend serving two models with the NATS planes: a worker registered in
 // the discovery bucket joins the core of the model its spec names, by its role; one naming a model not
 // served here joins none.
@@ -121,20 +138,9 @@ func TestNATSDiscoveryTwoModels(t *testing.T) {
 	args := append(twoModelArgs(t), "--no-worker-self-test", "--health-check-interval", "0", "--nats-embedded",
 		"--nats-embedded-port", "0", "--nats-store-dir", t.TempDir(), "--discovery", "nats", "--event-plane", "nats")
 	app := launchFrontend(t, args)
-	nc, err := nats.Connect(app.nats.plane.srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for _, spec := range []registry.Spec{{ID: 5, URL: "http://127.0.0.1:5", Model: "llama"},
-		{ID: 6, URL: "http://127.0.0.1:6", Model: "llama", Role: registry.RolePrefill},
-		{ID: 7, URL: "http://127.0.0.1:7", Model: "qwen"}, {ID: 8, URL: "http://127.0.0.1:8", Model: "mistral"}} {
-		go func() {
-			_ = natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{TTL: 2 * time.Second}, true)
-		}()
-	}
+	registerInBucket(t, app.nats.plane.srv.ClientURL(), registry.Spec{ID: 5, URL: "http://127.0.0.1:5", Model: "llama"},
+		registry.Spec{ID: 6, URL: "http://127.0.0.1:6", Model: "llama", Role: registry.RolePrefill},
+		registry.Spec{ID: 7, URL: "http://127.0.0.1:7", Model: "qwen"}, registry.Spec{ID: 8, URL: "http://127.0.0.1:8", Model: "mistral"})
 	llama, llamaPrefill, qwen := app.routers[1], app.pds[1].Prefill, app.routers[0]
 	waitUntil(t, "the discovered workers in their models' cores, and mistral's refused", func() bool {
 		_, a := llama.Fleet.StatusOf(5)
@@ -160,20 +166,10 @@ func TestReplicaSyncTwoModels(t *testing.T) {
 		"--nats-store-dir", t.TempDir(), "--router-id", "a"))
 	url := a.nats.plane.srv.ClientURL()
 	b := launchFrontend(t, append(append([]string(nil), common...), "--nats-url", url, "--router-id", "b"))
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for _, spec := range []registry.Spec{{ID: 5, URL: "http://127.0.0.1:5", Model: "llama"},
-		{ID: 6, URL: "http://127.0.0.1:6", Model: "llama", Role: registry.RolePrefill},
-		{ID: 7, URL: "http://127.0.0.1:7", Model: "qwen"}} {
-		go func() {
-			_ = natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{TTL: 2 * time.Second}, true)
-		}()
-	}
+	registerInBucket(t, url, registry.Spec{ID: 5, URL: "http://127.0.0.1:5", Model: "llama"},
+		registry.Spec{ID: 6, URL: "http://127.0.0.1:6", Model: "llama", Role: registry.RolePrefill},
+		registry.Spec{ID: 7, URL: "http://127.0.0.1:7", Model: "qwen"})
+	ctx := context.Background()
 	known := func(app *frontendApp) bool {
 		_, l := app.routers[1].Fleet.StatusOf(5)
 		_, p := app.pds[1].Prefill.Fleet.StatusOf(6)

@@ -89,13 +89,15 @@ func (c *cores) RemoveWorker(id uint64) error {
 // sync): a request routed to a prefill worker is charged on that model's prefill core, one routed to a
 // decode worker on its decode core, even when both hops of a disaggregated request share its id.
 func (c *cores) ApplyRemote(routerID string, ev router.LoadEvent) error {
-	rs := c.all()
-	for _, r := range rs {
-		if _, ok := r.Fleet.Get(ev.Worker.WorkerID); ok {
-			return r.ApplyRemote(routerID, ev)
+	// Every remote event comes here: look through the cores in place rather than list them (c.all).
+	for i, r := range c.rs {
+		for _, core := range [2]*router.Router{r, c.pds[i].Prefill} {
+			if _, ok := core.Fleet.Get(ev.Worker.WorkerID); ok {
+				return core.ApplyRemote(routerID, ev)
+			}
 		}
 	}
-	return rs[0].ApplyRemote(routerID, ev) // its answer: unknown worker
+	return c.rs[0].ApplyRemote(routerID, ev) // its answer: unknown worker
 }
 
 // ReconcileRemote applies another replica's active list to every core: each frees only what it charges
