@@ -50,6 +50,11 @@ type IndexerConfig struct {
 	// against the final index, each time after writing ColdMB MiB of other memory, its fastest time kept
 	// (IndexerRun.ColdFloorMicros). Default 0: no cold floor.
 	ColdMB int
+	// Again times every query a second time at once, after its timed run (IndexerRun.AgainMicros): the
+	// same query with its path just read, so that what the first run's tail has beyond the second's is
+	// the memory it found cold, not the index's work or a wait for a writer. It adds the second reads
+	// to the load. Default false.
+	Again bool
 	// Seed seeds the partition of requests over workers. Default 42.
 	Seed uint64
 	// Blocks maps hash ids to tokens.
@@ -265,6 +270,9 @@ type IndexerRun struct {
 	// of several, it is steady from run to run where the p99 under writes is not: a change to the index
 	// can be judged by it.
 	ColdFloorMicros Summary `json:"cold_floor_query_us"`
+	// AgainMicros summarizes the second run of every query, at once after the timed one (IndexerConfig.
+	// Again; zero without it).
+	AgainMicros Summary `json:"again_query_us"`
 	// Runtime is what the Go runtime did during the timed run (GC pauses, goroutines' wait for a core).
 	Runtime RuntimeStats `json:"runtime"`
 	// LoadAvg is the machine's load average (1, 5, 15 min) when the run ended: the other work that shared
@@ -312,6 +320,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	}
 	type result struct {
 		lat     []int64
+		again   []int64
 		matches int64
 		err     error
 	}
@@ -326,7 +335,9 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 			defer wg.Done()
 			tl := w.timeline[r]
 			lat := make([]int64, 0, len(tl)*cfg.Duplicate)
+			var again []int64
 			var out []prefix.Score
+			var hashes []uint64 // the query's hashes, just written as a router's are (it hashes the prompt before it asks)
 			var matches int64
 			var pending int64
 			for i := range tl {
@@ -336,12 +347,18 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 						time.Sleep(d)
 					}
 				}
-				local := w.local[e.req]
+				hashes = append(hashes[:0], w.local[e.req]...)
+				local := hashes
 				for d := 0; d < cfg.Duplicate; d++ {
 					id := uint64(e.worker) + uint64(d)*uint64(cfg.Workers) + 1
 					q0 := time.Now()
 					out = x.FindMatches(local, out[:0])
 					lat = append(lat, time.Since(q0).Nanoseconds())
+					if cfg.Again {
+						q1 := time.Now()
+						out = x.FindMatches(local, out[:0])
+						again = append(again, time.Since(q1).Nanoseconds())
+					}
 					matches += int64(len(out))
 					switch {
 					case e.nOps == 0:
@@ -368,7 +385,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 			if progress != nil {
 				progress.Add(pending)
 			}
-			results[r] = result{lat: lat, matches: matches}
+			results[r] = result{lat: lat, again: again, matches: matches}
 		}(r)
 	}
 	wg.Wait()
@@ -403,13 +420,14 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 		Workers: cfg.Workers * cfg.Duplicate, Queries: w.Queries * k, Events: w.Events * k,
 		QueryBlocks: w.QueryBlocks * k, StoredBlocks: w.StoredBlocks * k, RemovedBlocks: w.RemovedBlocks * k,
 		IndexEntries: x.Size()}
-	var all []int64
+	var all, again []int64
 	var matches int64
 	for _, res := range results {
 		if res.err != nil {
 			return nil, res.err
 		}
 		all = append(all, res.lat...)
+		again = append(again, res.again...)
 		matches += res.matches
 	}
 	ops := float64(run.Queries + run.Events)
@@ -424,6 +442,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	}
 	run.latencies = NanosToMicros(all)
 	run.QueryMicros = Summarize(run.latencies)
+	run.AgainMicros = Summarize(NanosToMicros(again))
 	if run.Queries > 0 {
 		run.MeanMatches = float64(matches) / float64(run.Queries)
 	}

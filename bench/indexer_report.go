@@ -43,14 +43,12 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 			FormatNum(float64(w.QueryBlocks * int64(w.cfg.Duplicate))), FormatNum(float64(w.StoredBlocks * int64(w.cfg.Duplicate))), FormatNum(float64(w.RemovedBlocks * int64(w.cfg.Duplicate)))}}})
 
 	// The headline: how long a read takes while the writes run, per offered rate, and what the index costs.
-	head := Table{Title: "FindMatches latency while the writes run", Columns: []string{"duration", "offered stored blocks/s", "achieved event blocks/s", "p50 µs", "p99 µs", "p999 µs", "max µs", "quiescent p50/p99/p999 µs", "floor p50/p99/p999 µs", "cold floor p50/p99/p999 µs", "keeping up"}}
+	head := Table{Title: "FindMatches latency while the writes run", Columns: []string{"duration", "offered stored blocks/s", "achieved event blocks/s", "p50 µs", "p99 µs", "p999 µs", "max µs", "quiescent p50/p99/p999 µs", "floor p50/p99/p999 µs", "cold floor p50/p99/p999 µs", "again p50/p99/p999 µs", "keeping up"}}
 	rt := Table{Title: "Go runtime during the timed run", Columns: []string{"duration", "GC cycles", "GC CPU %", "GC pause total ms", "GC pause max µs", "runnable→running p99 µs", "p999 µs", "load average at end"}}
 	mem := Table{Title: "Index memory", Columns: []string{"duration", "shards", "(block, worker) entries", "tree positions (Σ shards)", "live heap MB", "bytes per (block, worker)"}}
 	for _, r := range runs {
-		off, keep, cold := "unpaced", "—", "—"
-		if c := r.ColdFloorMicros; c.Count > 0 {
-			cold = F(c.P50, 1) + " / " + F(c.P99, 1) + " / " + F(c.P999, 1)
-		}
+		off, keep := "unpaced", "—"
+		cold, again := triple(r.ColdFloorMicros), triple(r.AgainMicros)
 		if r.OfferedSeconds > 0 {
 			off = FormatNum(float64(r.StoredBlocks) / r.OfferedSeconds)
 			keep = "yes"
@@ -60,7 +58,7 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 		}
 		head.Rows = append(head.Rows, []string{runLabel(r), off, FormatNum(r.EventBlocksPerSec), F(r.QueryMicros.P50, 1), F(r.QueryMicros.P99, 1), F(r.QueryMicros.P999, 1), F(r.QueryMicros.Max, 1),
 			F(r.QuiescentMicros.P50, 1) + " / " + F(r.QuiescentMicros.P99, 1) + " / " + F(r.QuiescentMicros.P999, 1),
-			F(r.FloorMicros.P50, 1) + " / " + F(r.FloorMicros.P99, 1) + " / " + F(r.FloorMicros.P999, 1), cold, keep})
+			F(r.FloorMicros.P50, 1) + " / " + F(r.FloorMicros.P99, 1) + " / " + F(r.FloorMicros.P999, 1), cold, again, keep})
 		rt.Rows = append(rt.Rows, []string{runLabel(r), strconv.FormatUint(r.Runtime.GCCycles, 10), F(100*r.Runtime.GCCPUFraction, 1), F(r.Runtime.GCPauseMicros/1e3, 2),
 			F(r.Runtime.GCPauseMaxMicros, 0), F(r.Runtime.SchedP99Micros, 0), F(r.Runtime.SchedP999Micros, 0), r.LoadAvg})
 		mem.Rows = append(mem.Rows, []string{runLabel(r), strconv.Itoa(w.cfg.Shards), FormatNum(float64(r.IndexEntries)), FormatNum(float64(r.Positions)), F(float64(r.IndexBytes)/1e6, 1), F(r.BytesPerEntry, 1)})
@@ -97,4 +95,12 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 		rep.AddPlot("sweep_throughput.svg", "Achieved vs offered block throughput", (&LinePlot{Title: "Achieved vs offered blocks/s", XLabel: "offered blocks/s", YLabel: "achieved blocks/s", LogX: true, LogY: true, Diagonal: true, Series: []Series{achieved}}).SVG())
 		rep.AddPlot("sweep_latency.svg", "Query p99 vs offered rate", (&LinePlot{Title: "Query p99 vs offered ops/s", XLabel: "offered ops/s", YLabel: "p99 (µs)", LogX: true, Series: []Series{p99}}).SVG())
 	}
+}
+
+// triple formats a summary's p50 / p99 / p999, or "—" when it has no samples.
+func triple(s Summary) string {
+	if s.Count == 0 {
+		return "—"
+	}
+	return F(s.P50, 1) + " / " + F(s.P99, 1) + " / " + F(s.P999, 1)
 }

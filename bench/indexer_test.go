@@ -33,7 +33,7 @@ func synthTrace(n int) *Trace {
 func TestIndexerBenchConsistent(t *testing.T) {
 	cfg := DefaultIndexerConfig()
 	cfg.Workers, cfg.Duplicate, cfg.BlockSize, cfg.CapacityBlocks, cfg.Shards, cfg.Replayers = 5, 2, 128, 40, 2, 3
-	cfg.ColdMB = 1
+	cfg.ColdMB, cfg.Again = 1, true
 	tr := synthTrace(300)
 	w, err := PrepareIndexer(tr, cfg)
 	if err != nil {
@@ -62,6 +62,10 @@ func TestIndexerBenchConsistent(t *testing.T) {
 		if run.ColdFloorMicros.Count != 300 || run.ColdFloorMicros.Min <= 0 {
 			t.Fatalf("cold floor %+v", run.ColdFloorMicros)
 		}
+		// Again: every query (each of the two duplicates') timed a second time.
+		if run.AgainMicros.Count != 600 || run.AgainMicros.Min <= 0 {
+			t.Fatalf("again %+v", run.AgainMicros)
+		}
 		if run.LoadAvg == "" && runtime.GOOS == "linux" {
 			t.Fatal("no load average on linux")
 		}
@@ -70,7 +74,7 @@ func TestIndexerBenchConsistent(t *testing.T) {
 		}
 	}
 	// Split stores chain correctly: the index ends identical. Without ColdMB there is no cold floor.
-	cfg.MaxBatchBlocks, cfg.ColdMB = 3, 0
+	cfg.MaxBatchBlocks, cfg.ColdMB, cfg.Again = 3, 0, false
 	ws, err := PrepareIndexer(tr, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +83,8 @@ func TestIndexerBenchConsistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.ColdFloorMicros.Count != 0 {
-		t.Fatalf("cold floor without ColdMB: %+v", run.ColdFloorMicros)
+	if run.ColdFloorMicros.Count != 0 || run.AgainMicros.Count != 0 {
+		t.Fatalf("cold floor without ColdMB %+v, again without Again %+v", run.ColdFloorMicros, run.AgainMicros)
 	}
 	if ws.Stores <= w.Stores || ws.StoredBlocks != w.StoredBlocks || int64(run.IndexEntries) != 2*w.HeldBlocks {
 		t.Fatalf("split stores: %d events (unsplit %d), %d entries, want %d", ws.Stores, w.Stores, run.IndexEntries, 2*w.HeldBlocks)

@@ -205,6 +205,7 @@ func benchIndexer(args []string) error {
 	fs.IntVar(&cfg.Replayers, "replayers", cfg.Replayers, "goroutines replaying worker timelines")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request → worker partition")
 	fs.IntVar(&cfg.ColdMB, "cold-mb", cfg.ColdMB, "also report the cold floor: each request replayed 3 times after writing N MiB of other memory, fastest kept (0: skip)")
+	fs.BoolVar(&cfg.Again, "again", cfg.Again, "also time every query a second time at once (the \"again\" column: the same read with its path in the cache)")
 	fs.IntVar(&cfg.MaxBatchBlocks, "max-batch-blocks", cfg.MaxBatchBlocks, "split Stored events into events of at most N blocks, one Apply each (0: one event per request)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "wall time the trace is compressed into (0: as fast as possible)")
 	sweep := fs.Bool("sweep", false, "sweep the offered rate: durations from --sweep-max down to --sweep-min, then one unpaced run")

@@ -3,12 +3,17 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 )
 
 // TestBenchSubcommands runs every bench subcommand on tiny inputs and checks the reports land in --out.
+// againSummary matches a run's again summary in the indexer report holding the 40-request trace's 80
+// queries (two ids a worker).
+var againSummary = regexp.MustCompile(`"again_query_us":\s*\{\s*"count":\s*80,`)
+
 func TestBenchSubcommands(t *testing.T) {
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
@@ -24,7 +29,7 @@ func TestBenchSubcommands(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"indexer", []string{"indexer", "--trace", trace, "--workers", "4", "--duplicate", "2", "--block-size", "64", "--sweep", "--sweep-max", "200ms", "--sweep-min", "50ms", "--sweep-steps", "2", "--cold-mb", "1"}},
+		{"indexer", []string{"indexer", "--trace", trace, "--workers", "4", "--duplicate", "2", "--block-size", "64", "--sweep", "--sweep-max", "200ms", "--sweep-min", "50ms", "--sweep-steps", "2", "--cold-mb", "1", "--again"}},
 		{"oracle", []string{"oracle", "--trace", trace, "--workers", "2,4", "--capacity", "20"}},
 		{"route", []string{"route", "--workers", "4", "--prompt-tokens", "256", "--indexed-blocks", "1k", "--decisions", "50"}},
 		{"tokenizer", []string{"tokenizer", "--root", root, "--tokenizers", filepath.Join(root, "testdata", "tokenizers", "llama2", "tokenizer.json"), "--bytes", "4096", "--cold-runs", "1", "--warm-runs", "1"}},
@@ -38,6 +43,12 @@ func TestBenchSubcommands(t *testing.T) {
 			for _, f := range []string{"report.json", "report.md"} {
 				if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 					t.Fatalf("%s: %v", f, err)
+				}
+			}
+			if tc.name == "indexer" { // --again reaches the report: the second reads of 80 queries in every run
+				md, _ := os.ReadFile(filepath.Join(out, "report.json"))
+				if n := len(againSummary.FindAll(md, -1)); n != 3 {
+					t.Fatalf("again summaries with 80 samples in report.json: %d, want 3 runs", n)
 				}
 			}
 			svgs, _ := filepath.Glob(filepath.Join(out, "*.svg"))
