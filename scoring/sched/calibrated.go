@@ -144,6 +144,14 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 		load = max(load, scoring.SoleSharerWeight)
 	}
 	mask, offer, allowed, eligible := m.eligibility(sreq, exclude)
+	// The holder's head in progress: its charge drained for the costs alone (drain.go), put back after.
+	drainAt, drained := -1, uint64(0)
+	if cfg.TrackPrefillTokens {
+		drainAt, drained = m.drainHolder(scores, ov, &h, f, tiered)
+		if drained > 0 {
+			m.lines[drainAt].prefill -= drained
+		}
+	}
 	var (
 		best            = -1
 		bestCost, bestK float64
@@ -264,6 +272,9 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 		case k == bestK:
 			tied = append(tied, uint64(i))
 		}
+	}
+	if drained > 0 {
+		m.lines[drainAt].prefill += drained
 	}
 	if len(tied) > 1 {
 		// One draw among the tied (an idle fleet and a new prompt tie everywhere).

@@ -118,6 +118,8 @@ type Machine struct {
 	// prefilling is Σ lines[i].prefilling, the fleet's requests routed and not yet at their first token
 	// (kept by publish): the kvroute cost's load.
 	prefilling int64
+	// pfIdle counts the targets with no queued prefill (drain.go).
+	pfIdle int
 
 	sc scratch
 }
@@ -138,6 +140,10 @@ type target struct {
 	// routing history instead (per-worker degradation).
 	pendingSince int64
 	approx       bool
+	// pf is the local requests whose prefill is charged here, in routing order, and pfSince when the
+	// first of them became the head (drain.go).
+	pf      []pfReq
+	pfSince int64
 }
 
 // line is the load of a target that every decision reads, kept in one dense slice so the candidate loop
@@ -279,6 +285,7 @@ func (m *Machine) RemoveWorker(now time.Time, id uint64) []Released {
 func (m *Machine) reindex() {
 	m.lines = make([]line, len(m.list))
 	m.prefilling = 0
+	m.pfIdle = len(m.list)
 	m.tmpl = make([]candTmpl, len(m.list))
 	m.pos = newPosTable(len(m.list))
 	m.sc.memo = m.sc.memo[:0]
@@ -295,6 +302,12 @@ func (m *Machine) publish(t *target) {
 	s := t.t.Snapshot()
 	l := &m.lines[t.i]
 	m.prefilling += int64(s.PrefillingRequests) - int64(l.prefilling)
+	if l.prefill == 0 {
+		m.pfIdle--
+	}
+	if s.ActivePrefillTokens == 0 {
+		m.pfIdle++
+	}
 	l.prefill, l.decode, l.unique = s.ActivePrefillTokens, s.ActiveDecodeBlocks, uint32(s.UniqueBlocks)
 	l.active, l.prefilling = uint32(s.ActiveRequests), uint32(s.PrefillingRequests)
 }
@@ -361,6 +374,7 @@ func (m *Machine) PrefillDone(now time.Time, id string) ([]Released, error) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRequest, id)
 	}
 	m.publish(t)
+	m.pfDone(t, id, now.UnixNano())
 	m.observeFirstToken(now, id)
 	if m.observe != nil {
 		m.observe(LoadEvent{Kind: LoadPrefillDone, RequestID: id, Worker: t.key})
@@ -378,6 +392,7 @@ func (m *Machine) Free(now time.Time, id string) ([]Released, error) {
 	delete(m.obs, id)
 	t.t.Free(id)
 	m.publish(t)
+	m.pfDone(t, id, now.UnixNano())
 	if m.observe != nil {
 		m.observe(LoadEvent{Kind: LoadFree, RequestID: id, Worker: t.key})
 	}

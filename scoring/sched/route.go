@@ -86,6 +86,7 @@ type scratch struct {
 	// blocks with the request's own (for calibration when it is committed).
 	calibrated bool
 	chosenK    float64
+	now        int64 // the decision's time (ns): the drain of a prefill in progress
 	cands      []scoring.Candidate
 	tgts       []*target
 	ov         []uint32
@@ -186,6 +187,7 @@ func (m *Machine) sessionPin(now time.Time, req *Request) (*scoring.WorkerKey, b
 // decide selects a worker for req with the given overlap scores and commits the decision.
 func (m *Machine) decide(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score,
 	pin *scoring.WorkerKey, pinRank bool) (Decision, error) {
+	m.sc.now = now.UnixNano()
 	t, sel, reuse, err := m.choose(req, chain, isl, scores, pin, pinRank)
 	if err != nil {
 		return Decision{}, err
@@ -203,6 +205,7 @@ func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
 	}
 	chain, isl := m.chainOf(req)
 	scores, pin, pinRank := m.prepare(now, req)
+	m.sc.now = now.UnixNano()
 	t, sel, _, err := m.choose(req, chain, isl, scores, pin, pinRank)
 	if err != nil {
 		return Decision{}, err
@@ -311,6 +314,9 @@ func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64,
 	}
 	m.active[req.ID] = t
 	m.publish(t)
+	if trackPf == nil && m.cfg.TrackPrefillTokens || trackPf != nil && *trackPf {
+		m.pfPush(t, req.ID, uint64(max(isl-int(sel.Overlap)*m.cfg.BlockSize, 0)), now.UnixNano())
+	}
 	if m.observe != nil {
 		ev := LoadEvent{Kind: LoadAdd, RequestID: req.ID, Worker: t.key, SeqHashes: append([]uint64(nil), chain...), ISL: isl,
 			OverlapBlocks: sel.Overlap, ExpectedOutputTokens: req.OSL, AssumeKVReuse: reuse, TrackPrefillTokens: trackPf}

@@ -1,0 +1,90 @@
+package sched
+
+import "github.com/kvroute/kvroute/scoring/prefix"
+
+// The charge of a prefill in progress on a conversation's holder. The load tracker charges a request's
+// uncached tokens to its worker until its first token, while the engine prefills a long prompt in chunks
+// of max_num_batched_tokens over many steps: a worker in the last chunks of a 100k-token prompt looks as
+// busy as when it began, and a conversation's next turn, its previous turn still running there, leaves
+// the worker holding its context for a shorter queue elsewhere (32 workers at ×12 / ×16: most of the
+// preset's gap to llm-d's hit rate; docs/benchmarks.md, fleet lab). For that decision alone the cost does
+// not count the charge of the prefill the holder has started (drainHolder); every other worker, the
+// replica credit, the calibration and the holder's charge itself stay as they are.
+
+// pfReq is a local request whose prefill is charged on a target, in routing order: its id, the charge
+// (tokens) and when it was routed (ns).
+type pfReq struct {
+	id     string
+	charge uint64
+	at     int64
+}
+
+// drainIdleTenths is the least share of the fleet, in tenths, with no queued prefill for a holder's
+// started prefill to be drained: on a busier fleet the next turn's wait behind it is what balances the
+// load (the 8-worker mocker profile at ×4, where a few workers are idle, lost 0.1 points of hit rate
+// with one more worker in ten).
+const drainIdleTenths = 3
+
+// pfPush records a calibrated decision's prefill charge on t (none: nothing to drain).
+func (m *Machine) pfPush(t *target, id string, charge uint64, now int64) {
+	if charge == 0 || !m.sc.calibrated {
+		return
+	}
+	if len(t.pf) == 0 {
+		t.pfSince = now
+	}
+	t.pf = append(t.pf, pfReq{id: id, charge: charge, at: now})
+}
+
+// pfDone removes a request from t's prefill order at its first token or its end; when it was the head,
+// the next request becomes the head now.
+func (m *Machine) pfDone(t *target, id string, now int64) {
+	for j := range t.pf {
+		if t.pf[j].id == id {
+			if j == 0 {
+				t.pfSince = now
+			}
+			t.pf = append(t.pf[:j], t.pf[j+1:]...)
+			return
+		}
+	}
+}
+
+// pfHead is the request at the head of t's prefill order (false: none), dropping those no longer active
+// on t (expired or forgotten).
+func (m *Machine) pfHead(t *target) (pfReq, bool) {
+	for len(t.pf) > 0 {
+		if m.active[t.pf[0].id] == t {
+			return t.pf[0], true
+		}
+		t.pf = t.pf[1:]
+	}
+	return pfReq{}, false
+}
+
+// drainHolder is the holder's index and how much of its charge a calibrated decision leaves out (-1, 0:
+// none): the charge of the request at the head of its prefill order, once the engine has started it, and
+// only
+//   - on the sole worker with the longest overlap (not on a tie: no single context to follow),
+//   - where the request's context is live there and one running request alone holds it (h.sole: its
+//     previous turn) and the context is at least as long as what the request adds (f),
+//   - for a head longer than one step's token budget (a shorter one ends within the step),
+//   - while at least drainIdleTenths of the fleet has no queued prefill.
+func (m *Machine) drainHolder(scores []prefix.Score, ov []uint32, h *holding, f float64, tiered bool) (int, uint64) {
+	i := m.sc.most
+	if i < 0 || tiered || !h.sole || h.live < f || 10*m.pfIdle < drainIdleTenths*len(m.lines) {
+		return -1, 0
+	}
+	most, key := ov[i], prefix.WorkerKey(m.list[i].key)
+	for j := range scores {
+		if scores[j].Blocks >= most && scores[j].Worker != key {
+			return -1, 0
+		}
+	}
+	t := m.list[i]
+	r, ok := m.pfHead(t)
+	if !ok || m.tmpl[i].maxBatched == 0 || r.charge <= m.tmpl[i].maxBatched || m.sc.now <= max(t.pfSince, r.at) {
+		return -1, 0
+	}
+	return i, min(r.charge, m.lines[i].prefill)
+}

@@ -1,0 +1,63 @@
+package sched
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// TestHolderStartedPrefill: worker 1 holds a conversation's 3,000-block context, its previous turn still
+// running there (decoding: the one active request sharing it), and an unrelated 20,000-token prompt
+// routed there at 1 s, far longer than a step's 512-token budget. The next turn, 100 tokens more, does
+// not leave its context for the idle workers once the engine has started that prompt (at 2 s: its charge
+// is not counted on the holder), and leaves when it arrives with it (at 1 s: nothing started yet).
+func TestHolderStartedPrefill(t *testing.T) {
+	for _, c := range []struct {
+		at   int64
+		stay bool
+	}{{2, true}, {1, false}} {
+		cfg := scoring.DefaultConfig()
+		cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
+		cfg.PredictedTTL = scoring.SomeDuration(0)
+		seed := uint64(1)
+		m, err := New(cfg, nil, Options{Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id := range 4 {
+			m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1), MaxNumBatchedTokens: 512})
+		}
+		pin := scoring.WorkerKey{WorkerID: 1}
+		ctx := prompt(1, 3000)[:3000]
+		if _, _, err := m.Route(time.Unix(0, 0), &Request{ID: "prev", Local: ctx, ISL: 3000, Pin: &pin, Matched: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.PrefillDone(time.Unix(0, 5e8), "prev"); err != nil {
+			t.Fatal(err)
+		}
+		long := make([]uint64, 20000)
+		for i := range long {
+			long[i] = uint64(i+1) * 7919
+		}
+		if _, _, err := m.Route(time.Unix(1, 0), &Request{ID: "long", Local: long, ISL: 20000, Pin: &pin, Matched: true}); err != nil {
+			t.Fatal(err)
+		}
+		d, _, err := m.Route(time.Unix(c.at, 0), &Request{ID: "next", Local: prompt(1, 3000)[:3100], ISL: 3100,
+			Scores: onWorker1(3000), Matched: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stay := d.Worker.WorkerID == 1; stay != c.stay {
+			t.Errorf("next turn at %d s went to worker %d (stay on 1: %v)", c.at, d.Worker.WorkerID, c.stay)
+		}
+		// The drain is for the decision alone: worker 1 keeps the whole charge.
+		want := uint64(20000)
+		if c.stay {
+			want += 100
+		}
+		if m.lines[0].prefill != want {
+			t.Errorf("worker 1's charge after the decision is %d, want %d", m.lines[0].prefill, want)
+		}
+	}
+}
