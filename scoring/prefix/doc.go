@@ -171,6 +171,14 @@
 // at 1,000 workers p50 3.6–5.4 → 2.8–3.7 µs and p99 10.3–17.0 → 8.8–12.4 µs; at 10,000 workers (7,000
 // Scores a query) p50 11.8 → 6.3 µs, p99 24.6 → 17.7 µs.
 //
+// Where there is no AVX-512 (AMD before Zen 4, most Intel client parts), emit_amd64.s has an AVX2 +
+// BMI1 kernel: a Score a step, its slot found by TZCNT, which reads no register but its source, so the
+// slots do not wait on the keys' loads as the scalar loop's BSF does on AMD. On a Zen 3 (EPYC, no
+// AVX-512): 2.07–2.09 → 0.90–0.91 ns a Score (BenchmarkEmit); emitting was a third of a query's CPU
+// there. In the bench under writes, two pairs alternately: p50 6.8–7.1 → 5.6–5.9 µs at 20 s and 5.5–6.1
+// → 4.5–4.9 µs at 4 s, the same query again (warm) p99 16.9–17.1 → 10.7–10.9 µs; the first read's p99,
+// cold, did not move (docs/benchmarks.md, "The same query again").
+//
 // What is left is memory, not instructions. The trace's queries replayed with nothing writing but 4 MB
 // of other data read between them (a one-off experiment: a test replaying the built index) (what a reader meets after the writers ran on its core) have p50
 // 5.3–8.3 µs and p99 22–72 µs, against p50 3.0 µs back to back; with 64 MB between them (nothing

@@ -105,3 +105,36 @@ four:
 done:
 	VZEROUPPER
 	RET
+
+// func emitAVX2(dst *Score, keys *WorkerKey, set uint64, depth uint32)
+//
+// The same Scores as emitAVX512, for CPUs with AVX2 and BMI1 but not AVX-512 (AMD before Zen 4, most
+// Intel client parts): one slot a step, TZCNT for its index and BLSR to clear it, the key's 16 bytes
+// loaded and ORed with the tail (depth and zeros in the upper half) and stored as one 32-byte Score.
+// The scalar loop's BSF reads its destination register on AMD, which the compiler gives the key loaded
+// the step before, so every Score waited for the previous key's load; here the index does not depend on
+// any load (the XOR breaks TZCNT's false dependency on the Intel parts that have one).
+TEXT ·emitAVX2(SB), NOSPLIT, $0-28
+	MOVQ    dst+0(FP), DI
+	MOVQ    keys+8(FP), SI
+	MOVQ    set+16(FP), AX
+	MOVLQZX depth+24(FP), BX
+	VMOVQ   BX, X1
+	VPERM2I128 $0x08, Y1, Y1, Y1 // Y1 = [0, 0 | depth, 0]
+
+loop2:
+	TESTQ  AX, AX
+	JZ     done2
+	XORL   DX, DX
+	TZCNTQ AX, DX
+	BLSRQ  AX, AX
+	SHLQ   $4, DX
+	VMOVDQU (SI)(DX*1), X0
+	VPOR   Y1, Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ   $32, DI
+	JMP    loop2
+
+done2:
+	VZEROUPPER
+	RET
