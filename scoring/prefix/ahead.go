@@ -4,13 +4,15 @@ package prefix
 // caller about to query several views (the shards of actors/indexer) can step all their walks in turn
 // first: each walk is a chain of dependent loads (node, child set, next node), and stepped in turn the
 // chains' cache misses overlap instead of following one another. FindMatchesQuery then finds the path
-// in the cache. A step reads what the walk reads at a node (the node, its child set, the start of its
-// run or its chunk sums) and writes only the Ahead. The zero value is done; Reset starts it.
+// in the cache. A step reads what the walk reads at a node (the node, its child set) and prefetches the
+// start of the next node's run and chunk sums (touch2: on amd64 a prefetch, which retires without
+// waiting for its line, where a load held the steps behind it until its miss was served; the cold floor's
+// p99 15.6 against 18.3 µs, five pairs). It writes only the Ahead. The zero value is done; Reset starts it.
 type Ahead struct {
 	v     *View
 	node  uint32
 	steps uint32
-	sink  uint64 // the loads' results, so that they are not dropped
+	sink  uint64 // touch2's results, so that loads made for it are not dropped
 }
 
 // aheadSteps bounds the nodes an Ahead visits: the first levels of a path are the ones every query
@@ -43,11 +45,13 @@ func (a *Ahead) Step(q *Query) bool {
 	}
 	a.node, a.steps = c, a.steps+1
 	cd := &a.v.nodes[c]
+	sums, run := &a.sink, &a.sink
 	if len(cd.sums) > 0 {
-		a.sink += cd.sums[0]
+		sums = &cd.sums[0]
 	}
 	if len(cd.hashes) > 1 {
-		a.sink += cd.hashes[1]
+		run = &cd.hashes[1]
 	}
+	a.sink += touch2(sums, run)
 	return true
 }
