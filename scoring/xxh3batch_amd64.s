@@ -176,3 +176,138 @@ last:
 	VZEROUPPER
 	MOVQ R8, ret+56(FP)
 	RET
+
+// The AVX2 form: 4 blocks per iteration in 256-bit vectors (CPUs without AVX-512, AMD before Zen 4
+// and most Intel client parts). Sixteen vector registers: Y10/Y11 the keys, Y13 the avalanche
+// multiplier, Y14 64·PRIME64_1, Y15 the low-32 mask; Y0–Y8 and Y12 work (the avalanche takes the
+// multiplier's high half into Y12 each time), Y9 holds blocks 0–1's sums while blocks 2–3 are folded.
+
+// MULFOLD2 is MULFOLD on 256-bit vectors: the masked VPSHUFD becomes a shuffle and a blend.
+#define MULFOLD2(a, b, ah, bh, p01, p10, p11, t) \
+	VPSRLQ   $32, a, ah;          \
+	VPSRLQ   $32, b, bh;          \
+	VPMULUDQ bh, a, p01;          \
+	VPMULUDQ b, ah, p10;          \
+	VPMULUDQ bh, ah, p11;         \
+	VPMULUDQ b, a, a;             \
+	VPSRLQ   $32, a, t;           \
+	VPAND    Y15, p10, bh;        \
+	VPADDQ   t, bh, t;            \
+	VPADDQ   p01, t, t;           \
+	VPSRLQ   $32, p10, p10;       \
+	VPADDQ   p10, p11, p11;       \
+	VPSRLQ   $32, t, ah;          \
+	VPADDQ   ah, p11, p11;        \
+	VPSHUFD  $0xa0, t, ah;        \
+	VPBLENDD $0xaa, ah, a, a;     \
+	VPXOR    a, p11, a
+
+// PAIR2(off, s) leaves in s the sums of blocks off and off+1's folds: lanes 0 and 2 block off's
+// products 0+2 and 1+3, lanes 1 and 3 block off+1's. Row words 0–3 then 4–7 of each block, xored with
+// the keys, unpacked into even and odd words of the two blocks, folded, and the two halves added.
+#define PAIR2(off, s) \
+	VPXOR       (off*64)(SI), Y10, Y0;      \
+	VPXOR       (off*64+32)(SI), Y11, Y1;   \
+	VPXOR       (off*64+64)(SI), Y10, Y2;   \
+	VPXOR       (off*64+96)(SI), Y11, Y3;   \
+	VPUNPCKLQDQ Y2, Y0, Y4;                 \
+	VPUNPCKHQDQ Y2, Y0, Y5;                 \
+	MULFOLD2(Y4, Y5, Y0, Y2, Y6, Y7, Y8, Y12); \
+	VPUNPCKLQDQ Y3, Y1, Y5;                 \
+	VPUNPCKHQDQ Y3, Y1, Y0;                 \
+	MULFOLD2(Y5, Y0, Y1, Y2, Y3, Y6, Y7, Y8); \
+	VPADDQ      Y4, Y5, s
+
+// SUMS4 adds block b's two lanes into lane b of Y5 (Y9: blocks 0–1, Y4: blocks 2–3), then 64·PRIME64_1.
+#define SUMS4 \
+	VPERM2I128 $0x20, Y4, Y9, Y5; \
+	VPERM2I128 $0x31, Y4, Y9, Y6; \
+	VPADDQ     Y5, Y6, Y5;        \
+	VPADDQ     Y14, Y5, Y5
+
+// AVALANCHE4 finishes the four hashes in Y5 and stores them at (DI); the 64-bit multiply is built from
+// three 32×32→64 ones (lo·lo + (hi·lo + lo·hi)<<32).
+#define AVALANCHE4 \
+	VPSRLQ   $32, Y13, Y12;       \
+	VPSRLQ   $37, Y5, Y6;         \
+	VPXOR    Y6, Y5, Y5;          \
+	VPMULUDQ Y13, Y5, Y6;         \
+	VPSRLQ   $32, Y5, Y7;         \
+	VPMULUDQ Y13, Y7, Y7;         \
+	VPMULUDQ Y12, Y5, Y8;         \
+	VPADDQ   Y7, Y8, Y7;          \
+	VPSLLQ   $32, Y7, Y7;         \
+	VPADDQ   Y7, Y6, Y5;          \
+	VPSRLQ   $32, Y5, Y6;         \
+	VPXOR    Y6, Y5, Y5;          \
+	VMOVDQU  Y5, (DI)
+
+#define ADVANCE4 \
+	ADDQ $256, SI;                \
+	ADDQ $32, DI;                 \
+	ADDQ $32, BX
+
+// func hashChain16x4AVX2(tokens *uint32, groups int, keys *[8]uint64, prev uint64, local *uint64, chain *uint64, start bool) uint64
+TEXT ·hashChain16x4AVX2(SB), NOSPLIT, $0-64
+	MOVQ tokens+0(FP), SI
+	MOVQ groups+8(FP), CX
+	MOVQ keys+16(FP), AX
+	MOVQ prev+24(FP), R8
+	MOVQ local+32(FP), DI
+	MOVQ chain+40(FP), BX
+
+	VMOVDQU      (AX), Y10               // keys k0…k3
+	VMOVDQU      32(AX), Y11             // keys k4…k7
+	VPCMPEQQ     Y15, Y15, Y15
+	VPSRLQ       $32, Y15, Y15           // low-32 mask
+	MOVQ         $0x8dde6c617af2a1c0, AX // 64·PRIME64_1, wrapped
+	VMOVQ        AX, X14
+	VPBROADCASTQ X14, Y14
+	MOVQ         $0x165667919e3779f9, AX // avalanche multiplier
+	VMOVQ        AX, X13
+	VPBROADCASTQ X13, Y13
+	MOVQ         $0x9e3779b97f4a7c15, R9 // chainMul
+
+	// The first group alone: there is no chain to run beside it yet.
+	PAIR2(0, Y9)
+	PAIR2(2, Y4)
+	SUMS4
+	AVALANCHE4
+
+	CMPB start+48(FP), $0
+	JEQ  advance4
+	MOVQ  (DI), AX
+	MOVQ  AX, R8
+	RORQ  $29, R8
+	MOVQ  $0xf1de83e19937733d, R10 // chainMul⁻¹ mod 2⁶⁴
+	IMULQ R10, R8
+	XORQ  AX, R8
+
+advance4:
+	ADVANCE4
+	DECQ CX
+	JZ   last4
+
+loop4:
+	// This group's vector work with the previous group's chain spread through it.
+	PAIR2(0, Y9)
+	CHAIN(-32)
+	CHAIN(-24)
+	PAIR2(2, Y4)
+	CHAIN(-16)
+	CHAIN(-8)
+	SUMS4
+	AVALANCHE4
+	ADVANCE4
+	DECQ CX
+	JNZ  loop4
+
+last4:
+	CHAIN(-32)
+	CHAIN(-24)
+	CHAIN(-16)
+	CHAIN(-8)
+
+	VZEROUPPER
+	MOVQ R8, ret+56(FP)
+	RET

@@ -8,3 +8,9 @@ const haveBatchHash = false
 func hashChainBatch(tokens []uint32, seed, prev uint64, start bool, local, chain []uint64) (int, uint64) {
 	return 0, prev
 }
+
+const haveBatchAVX512 = false
+
+var batchWide = false
+
+func batchBlocks() int { return 8 }

@@ -37,14 +37,26 @@ func batchSeed(rng *rand.Rand, i int) uint64 {
 	return rng.Uint64()
 }
 
-// TestBatchHashMatchesScalar: the vector kernel gives hash16Tokens (and XXH3 itself) for every block it
-// takes and ChainStep from the given value, or from the first block, for the chain, takes every whole
-// group of 8 blocks, and writes nothing past them.
+// TestBatchHashMatchesScalar: each vector kernel the CPU has gives hash16Tokens (and XXH3 itself) for
+// every block it takes and ChainStep from the given value, or from the first block, for the chain,
+// takes every whole group of its 8 (AVX-512) or 4 (AVX2) blocks, and writes nothing past them.
 func TestBatchHashMatchesScalar(t *testing.T) {
 	if !haveBatchHash {
 		t.Skip("no batched block hash on this CPU")
 	}
+	defer func() { batchWide = haveBatchAVX512 }()
+	for _, wide := range []bool{true, false} {
+		if wide && !haveBatchAVX512 {
+			continue
+		}
+		batchWide = wide
+		t.Run(map[bool]string{true: "avx512", false: "avx2"}[wide], testBatchHash)
+	}
+}
+
+func testBatchHash(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
+	g := batchBlocks()
 	for i := range 400 {
 		blocks := i % 41
 		tokens := batchTokens(rng, 16*blocks+rng.IntN(16))
@@ -56,7 +68,7 @@ func TestBatchHashMatchesScalar(t *testing.T) {
 		}
 		start := i%3 == 0
 		done, last := hashChainBatch(tokens, seed, prev, start, local[:blocks], chain[:blocks])
-		if done != blocks/8*8 {
+		if done != blocks/g*g {
 			t.Fatalf("%d blocks: kernel took %d", blocks, done)
 		}
 		want := prev
