@@ -12,6 +12,13 @@
 // VPSHUFD under the odd-dword mask K1 writes low32(cross) over the high half of p00 in place.
 // Z30 holds 0x00000000ffffffff in every lane. The other arguments are scratch registers.
 #define MULFOLD(a, b, ah, bh, p01, p10, p11, t) \
+	MULPARTS(VPANDQ, Z30, a, b, ah, bh, p01, p10, p11, t); \
+	VPSHUFD  $0xa0, t, K1, a;     \
+	VPXORQ   a, p11, a
+
+// MULPARTS leaves the 128-bit products' high words in p11, their low 32 bits in a and the cross sum in
+// t, for both widths: AND is the width's VPAND and m its low-32 mask.
+#define MULPARTS(AND, m, a, b, ah, bh, p01, p10, p11, t) \
 	VPSRLQ   $32, a, ah;          \
 	VPSRLQ   $32, b, bh;          \
 	VPMULUDQ bh, a, p01;          \
@@ -19,15 +26,33 @@
 	VPMULUDQ bh, ah, p11;         \
 	VPMULUDQ b, a, a;             \
 	VPSRLQ   $32, a, t;           \
-	VPANDQ   Z30, p10, bh;        \
+	AND      m, p10, bh;          \
 	VPADDQ   t, bh, t;            \
 	VPADDQ   p01, t, t;           \
 	VPSRLQ   $32, p10, p10;       \
 	VPADDQ   p10, p11, p11;       \
 	VPSRLQ   $32, t, ah;          \
-	VPADDQ   ah, p11, p11;        \
-	VPSHUFD  $0xa0, t, K1, a;     \
-	VPXORQ   a, p11, a
+	VPADDQ   ah, p11, p11
+
+// ARGS loads the arguments both kernels share: tokens SI, groups CX, keys AX, prev R8, local DI,
+// chain BX.
+#define ARGS \
+	MOVQ tokens+0(FP), SI;        \
+	MOVQ groups+8(FP), CX;        \
+	MOVQ keys+16(FP), AX;         \
+	MOVQ prev+24(FP), R8;         \
+	MOVQ local+32(FP), DI;        \
+	MOVQ chain+40(FP), BX
+
+// STARTCHAIN: a prompt's first block is its own chain value; the chain starts from the one value that
+// ChainStep takes to it, rotr(h, 29)·chainMul⁻¹ ^ h, h the first hash at (DI).
+#define STARTCHAIN \
+	MOVQ  (DI), AX;               \
+	MOVQ  AX, R8;                 \
+	RORQ  $29, R8;                \
+	MOVQ  $0xf1de83e19937733d, R10; \
+	IMULQ R10, R8;                \
+	XORQ  AX, R8
 
 // CHAIN is ChainStep on the local hash at off(DI), writing the chain value to off(BX).
 #define CHAIN(off) \
@@ -85,19 +110,15 @@
 	VPXORQ     Z21, Z20, Z20;     \
 	VMOVDQU64  Z20, (DI)
 
-#define ADVANCE \
-	ADDQ $512, SI;                \
-	ADDQ $64, DI;                 \
-	ADDQ $64, BX
+// ADVANCE moves past a group: in bytes of tokens, out bytes of hashes and of chain values.
+#define ADVANCE(in, out) \
+	ADDQ $in, SI;                 \
+	ADDQ $out, DI;                \
+	ADDQ $out, BX
 
 // func hashChain16x8AVX512(tokens *uint32, groups int, keys *[8]uint64, prev uint64, local *uint64, chain *uint64, start bool) uint64
 TEXT ·hashChain16x8AVX512(SB), NOSPLIT, $0-64
-	MOVQ tokens+0(FP), SI
-	MOVQ groups+8(FP), CX
-	MOVQ keys+16(FP), AX
-	MOVQ prev+24(FP), R8
-	MOVQ local+32(FP), DI
-	MOVQ chain+40(FP), BX
+	ARGS
 
 	VMOVDQU64    (AX), Z31               // keys k0…k7, in block word order
 	VPTERNLOGQ   $0xff, Z30, Z30, Z30
@@ -121,19 +142,12 @@ TEXT ·hashChain16x8AVX512(SB), NOSPLIT, $0-64
 	SUMS2
 	AVALANCHE
 
-	// A prompt's first block is its own chain value: start the chain from the one value that
-	// ChainStep takes to it, rotr(h, 29)·chainMul⁻¹ ^ h.
 	CMPB start+48(FP), $0
 	JEQ  advance
-	MOVQ  (DI), AX
-	MOVQ  AX, R8
-	RORQ  $29, R8
-	MOVQ  $0xf1de83e19937733d, R10 // chainMul⁻¹ mod 2⁶⁴
-	IMULQ R10, R8
-	XORQ  AX, R8
+	STARTCHAIN
 
 advance:
-	ADVANCE
+	ADVANCE(512, 64)
 	DECQ CX
 	JZ   last
 
@@ -159,7 +173,7 @@ loop:
 	SUMS2
 	CHAIN(-8)
 	AVALANCHE
-	ADVANCE
+	ADVANCE(512, 64)
 	DECQ CX
 	JNZ  loop
 
@@ -184,20 +198,7 @@ last:
 
 // MULFOLD2 is MULFOLD on 256-bit vectors: the masked VPSHUFD becomes a shuffle and a blend.
 #define MULFOLD2(a, b, ah, bh, p01, p10, p11, t) \
-	VPSRLQ   $32, a, ah;          \
-	VPSRLQ   $32, b, bh;          \
-	VPMULUDQ bh, a, p01;          \
-	VPMULUDQ b, ah, p10;          \
-	VPMULUDQ bh, ah, p11;         \
-	VPMULUDQ b, a, a;             \
-	VPSRLQ   $32, a, t;           \
-	VPAND    Y15, p10, bh;        \
-	VPADDQ   t, bh, t;            \
-	VPADDQ   p01, t, t;           \
-	VPSRLQ   $32, p10, p10;       \
-	VPADDQ   p10, p11, p11;       \
-	VPSRLQ   $32, t, ah;          \
-	VPADDQ   ah, p11, p11;        \
+	MULPARTS(VPAND, Y15, a, b, ah, bh, p01, p10, p11, t); \
 	VPSHUFD  $0xa0, t, ah;        \
 	VPBLENDD $0xaa, ah, a, a;     \
 	VPXOR    a, p11, a
@@ -242,19 +243,9 @@ last:
 	VPXOR    Y6, Y5, Y5;          \
 	VMOVDQU  Y5, (DI)
 
-#define ADVANCE4 \
-	ADDQ $256, SI;                \
-	ADDQ $32, DI;                 \
-	ADDQ $32, BX
-
 // func hashChain16x4AVX2(tokens *uint32, groups int, keys *[8]uint64, prev uint64, local *uint64, chain *uint64, start bool) uint64
 TEXT ·hashChain16x4AVX2(SB), NOSPLIT, $0-64
-	MOVQ tokens+0(FP), SI
-	MOVQ groups+8(FP), CX
-	MOVQ keys+16(FP), AX
-	MOVQ prev+24(FP), R8
-	MOVQ local+32(FP), DI
-	MOVQ chain+40(FP), BX
+	ARGS
 
 	VMOVDQU      (AX), Y10               // keys k0…k3
 	VMOVDQU      32(AX), Y11             // keys k4…k7
@@ -276,15 +267,10 @@ TEXT ·hashChain16x4AVX2(SB), NOSPLIT, $0-64
 
 	CMPB start+48(FP), $0
 	JEQ  advance4
-	MOVQ  (DI), AX
-	MOVQ  AX, R8
-	RORQ  $29, R8
-	MOVQ  $0xf1de83e19937733d, R10 // chainMul⁻¹ mod 2⁶⁴
-	IMULQ R10, R8
-	XORQ  AX, R8
+	STARTCHAIN
 
 advance4:
-	ADVANCE4
+	ADVANCE(256, 32)
 	DECQ CX
 	JZ   last4
 
@@ -298,7 +284,7 @@ loop4:
 	CHAIN(-8)
 	SUMS4
 	AVALANCHE4
-	ADVANCE4
+	ADVANCE(256, 32)
 	DECQ CX
 	JNZ  loop4
 
