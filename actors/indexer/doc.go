@@ -94,7 +94,14 @@
 // overlap; the walks then find their paths in the cache. The trace's queries at 1,000 workers with 1 or
 // 4 MB of other memory read before each, with and without walking ahead alternately in one process,
 // six pairs at load 11–12: p50 4.3–6.4 against 4.8–7.3 µs, p90 8.1–12.0 against 9.7–15.5 µs, p99 lower
-// in five of the six; back to back (all in the cache) p50 2.6–2.7 µs both.
+// in five of the six; back to back (all in the cache) p50 2.6–2.7 µs both. A step prefetches the next
+// node's run and chunk sums rather than loading them (a load that misses holds the steps behind it): cold
+// floor p99 18.3 → 15.6 µs, mean of five pairs on a Zen 3.
+//
+// What the p99 under writes is: `kvroute bench indexer --again` times each query a second time at once.
+// At 20 s pacing the first read's p99 is 31–34 µs and the second's 10.6–11.5 µs (docs/benchmarks.md, "The
+// same query again"): the tail is the first read of a path the caches lost since the conversation's last
+// turn, not a wait for a writer (a compute loop timed at the same moment has p99 3.75 µs).
 //
 // Why a pair of reader counters per shard, not one reader slot per query: entering the four views costs a
 // query four atomic adds on lines the writers read at every write (and four more to leave), and under the
