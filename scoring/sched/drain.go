@@ -25,6 +25,18 @@ type pfReq struct {
 // with one more worker in ten).
 const drainIdleTenths = 3
 
+// On a fleet of at least drainWideFleet targets two more decisions drain the holder's head: a
+// conversation's context cached idle there (its previous turn ended; only a shorter prefix, the system
+// prompt, is live), at least as long as what the request adds, while at least drainIdleContextTenths of
+// the fleet has no queued prefill; and the head need not have started (at ×16 on 32 workers a next turn
+// and an unrelated long prompt arrive at the same instant, and the turn left an 18–20k-token context for
+// it). On 8 workers either breaks rows that pass (the mocker profile ×4 99.65 → 95.72 % of pooled, the 8B
+// profile seed 42 ×1 95.02 → 92.05 %), hence the fleet bound; docs/benchmarks.md, fleet lab.
+const (
+	drainWideFleet         = 16
+	drainIdleContextTenths = 5
+)
+
 // pfPush records a calibrated decision's prefill charge on t (none: nothing to drain).
 func (m *Machine) pfPush(t *target, id string, charge uint64, now int64) {
 	if charge == 0 || !m.sc.calibrated {
@@ -71,10 +83,19 @@ func (m *Machine) pfHead(t *target) (pfReq, bool) {
 //     cached idle behind a live system prompt is not following a running turn (one such decision moved
 //     the 8B profile's seed-6 row at ×1 from 93.8 to 91.8 % of pooled),
 //   - for a head longer than one step's token budget (a shorter one ends within the step),
-//   - while at least drainIdleTenths of the fleet has no queued prefill.
+//   - while at least drainIdleTenths of the fleet has no queued prefill;
+//
+// and on a fleet of drainWideFleet or more also where the context is cached idle on the holder (above),
+// and for a head not yet started.
 func (m *Machine) drainHolder(scores []prefix.Score, ov []uint32, h *holding, f float64, tiered bool) (int, uint64) {
-	i := m.sc.most
-	if i < 0 || tiered || !h.sole || h.live < f || h.live < h.cached || 10*m.pfIdle < drainIdleTenths*len(m.lines) {
+	i, n := m.sc.most, len(m.lines)
+	if i < 0 || tiered {
+		return -1, 0
+	}
+	wide := n >= drainWideFleet
+	live := h.sole && h.live >= f && h.live >= h.cached && 10*m.pfIdle >= drainIdleTenths*n
+	idle := wide && h.live < h.cached && h.cached-h.live >= f && 10*m.pfIdle >= drainIdleContextTenths*n
+	if !live && !idle {
 		return -1, 0
 	}
 	most, key := ov[i], prefix.WorkerKey(m.list[i].key)
@@ -85,7 +106,7 @@ func (m *Machine) drainHolder(scores []prefix.Score, ov []uint32, h *holding, f 
 	}
 	t := m.list[i]
 	r, ok := m.pfHead(t)
-	if !ok || m.tmpl[i].maxBatched == 0 || r.charge <= m.tmpl[i].maxBatched || m.sc.now <= max(t.pfSince, r.at) {
+	if !ok || m.tmpl[i].maxBatched == 0 || r.charge <= m.tmpl[i].maxBatched || !wide && m.sc.now <= max(t.pfSince, r.at) {
 		return -1, 0
 	}
 	return i, min(r.charge, m.lines[i].prefill)

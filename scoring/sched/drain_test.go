@@ -61,3 +61,52 @@ func TestHolderStartedPrefill(t *testing.T) {
 		}
 	}
 }
+
+// TestHolderIdleContextWideFleet: worker 1 holds a conversation's 3,000-block context cached idle (the
+// engines report it; no request there shares it: its previous turn ended) and an unrelated
+// 40,000-token prompt is routed there at 1 s. The next turn, 100 tokens more, arriving at the same
+// instant, stays with its context on 16 workers (the prompt's charge is left out though it has not
+// started), and leaves for an idle worker on 4 (neither the idle context nor an unstarted head is
+// drained on a small fleet).
+func TestHolderIdleContextWideFleet(t *testing.T) {
+	for _, c := range []struct {
+		workers int
+		at      int64
+		stay    bool
+	}{{16, 1, true}, {4, 1, false}} {
+		cfg := scoring.DefaultConfig()
+		cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
+		cfg.PredictedTTL = scoring.SomeDuration(0)
+		seed := uint64(1)
+		m, err := New(cfg, nil, Options{Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id := range c.workers {
+			m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1), MaxNumBatchedTokens: 512})
+		}
+		pin := scoring.WorkerKey{WorkerID: 1}
+		long := make([]uint64, 40000)
+		for i := range long {
+			long[i] = uint64(i+1) * 7919
+		}
+		if _, _, err := m.Route(time.Unix(1, 0), &Request{ID: "long", Local: long, ISL: 40000, Pin: &pin, Matched: true}); err != nil {
+			t.Fatal(err)
+		}
+		d, _, err := m.Route(time.Unix(c.at, 0), &Request{ID: "next", Local: prompt(1, 3000)[:3100], ISL: 3100,
+			Scores: onWorker1(3000), Matched: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stay := d.Worker.WorkerID == 1; stay != c.stay {
+			t.Errorf("%d workers, next turn at %d s went to worker %d (stay on 1: %v)", c.workers, c.at, d.Worker.WorkerID, c.stay)
+		}
+		want := uint64(40000)
+		if c.stay {
+			want += 100
+		}
+		if m.lines[0].prefill != want {
+			t.Errorf("%d workers: worker 1's charge after the decision is %d, want %d", c.workers, m.lines[0].prefill, want)
+		}
+	}
+}
