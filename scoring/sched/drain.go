@@ -32,9 +32,18 @@ const drainIdleTenths = 3
 // and an unrelated long prompt arrive at the same instant, and the turn left an 18–20k-token context for
 // it). On 8 workers either breaks rows that pass (the mocker profile ×4 99.65 → 95.72 % of pooled, the 8B
 // profile seed 42 ×1 95.02 → 92.05 %), hence the fleet bound; docs/benchmarks.md, fleet lab.
+//
+// For the idle context (not for a running turn's) the head's charge is not left out whole: the cost
+// leaves out what the engine has prefilled of it, estimated from the time since the head started (its
+// routing, or the previous head's first token) at the calibrated α seconds per token, and
+// drainIdleRestTenths of the rest (of all of it for a head not yet started); the other 4 in 10 of the
+// rest stay, as the wait the next turn would have behind an unrelated long prompt. Left out whole, that
+// wait costs seed 2 ×4 its TTFT p90 (0.542 → 0.566 s, llm-d 0.552); so, 0.551 s and every 32-worker cell
+// of seeds 42 / 1 / 2 / 3 passes (5 in 10 passes too, 4 in 10 does not: docs/benchmarks.md).
 const (
 	drainWideFleet         = 16
 	drainIdleContextTenths = 5
+	drainIdleRestTenths    = 6
 )
 
 // pfPush records a calibrated decision's prefill charge on t (none: nothing to drain).
@@ -85,8 +94,8 @@ func (m *Machine) pfHead(t *target) (pfReq, bool) {
 //   - for a head longer than one step's token budget (a shorter one ends within the step),
 //   - while at least drainIdleTenths of the fleet has no queued prefill;
 //
-// and on a fleet of drainWideFleet or more also where the context is cached idle on the holder (above),
-// and for a head not yet started.
+// and on a fleet of drainWideFleet or more also where the context is cached idle on the holder (above;
+// only in part, drainPart), and for a head not yet started.
 func (m *Machine) drainHolder(scores []prefix.Score, ov []uint32, h *holding, f float64, tiered bool) (int, uint64) {
 	i, n := m.sc.most, len(m.lines)
 	if i < 0 || tiered {
@@ -106,8 +115,25 @@ func (m *Machine) drainHolder(scores []prefix.Score, ov []uint32, h *holding, f 
 	}
 	t := m.list[i]
 	r, ok := m.pfHead(t)
-	if !ok || m.tmpl[i].maxBatched == 0 || r.charge <= m.tmpl[i].maxBatched || !wide && m.sc.now <= max(t.pfSince, r.at) {
+	since := max(t.pfSince, r.at)
+	if !ok || m.tmpl[i].maxBatched == 0 || r.charge <= m.tmpl[i].maxBatched || !wide && m.sc.now <= since {
 		return -1, 0
 	}
-	return i, min(r.charge, m.lines[i].prefill)
+	c := r.charge
+	if !live {
+		c = m.drainPart(c, m.sc.now-since)
+	}
+	return i, min(c, m.lines[i].prefill)
+}
+
+// drainPart is how much of a head's charge an idle-context decision leaves out, elapsed ns after the head
+// started: the tokens prefilled by then at the calibrated α and drainIdleRestTenths tenths of the rest
+// (all of the charge before α is fit).
+func (m *Machine) drainPart(charge uint64, elapsed int64) uint64 {
+	a, _, _, _ := m.cal.Fit()
+	if a <= 0 {
+		return charge
+	}
+	done := min(charge, uint64(max(float64(elapsed)/1e9, 0)/a))
+	return done + (charge-done)*drainIdleRestTenths/10
 }

@@ -110,3 +110,23 @@ func TestHolderIdleContextWideFleet(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainPart: an idle-context decision leaves out the head's whole charge before α is fit, and then
+// what the engine has prefilled of it at α (1,024 tokens a second here) and 6 in 10 of the rest.
+func TestDrainPart(t *testing.T) {
+	m := &Machine{cal: scoring.NewCalibrator()}
+	if got := m.drainPart(40000, 5e9); got != 40000 {
+		t.Errorf("before the fit: %d, want 40000", got)
+	}
+	for range scoring.MinSamples {
+		m.cal.Observe(1.0/1024, 0)
+	}
+	for _, c := range []struct {
+		elapsed int64
+		want    uint64
+	}{{0, 24000}, {-1, 24000}, {10e9, 10240 + 17856}, {50e9, 40000}} {
+		if got := m.drainPart(40000, c.elapsed); got != c.want {
+			t.Errorf("%d ns after the head started: %d, want %d", c.elapsed, got, c.want)
+		}
+	}
+}
