@@ -1,11 +1,64 @@
 package sched
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
 )
+
+// drainFleet returns a machine of n workers (block size 1, no predicted TTL, a step budget of 512 tokens).
+func drainFleet(t *testing.T, n int) *Machine {
+	t.Helper()
+	cfg := scoring.DefaultConfig()
+	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
+	cfg.PredictedTTL = scoring.SomeDuration(0)
+	seed := uint64(1)
+	m, err := New(cfg, nil, Options{Seed: &seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range n {
+		m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1), MaxNumBatchedTokens: 512})
+	}
+	return m
+}
+
+// routeLong pins an unrelated prompt of n tokens to worker 1 at second at.
+func routeLong(t *testing.T, m *Machine, at int64, n int) {
+	t.Helper()
+	long := make([]uint64, n)
+	for i := range long {
+		long[i] = uint64(i+1) * 7919
+	}
+	pin := scoring.WorkerKey{WorkerID: 1}
+	if _, _, err := m.Route(time.Unix(at, 0), &Request{ID: "long", Local: long, ISL: n, Pin: &pin, Matched: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNextTurn routes the conversation's next turn (3,000 blocks cached on worker 1, 100 more) at second
+// at and checks whether it stayed on worker 1 and that worker 1 kept the charge of the long prompt (and
+// the turn's 100 tokens when it stayed): the drain is for the decision alone.
+func checkNextTurn(t *testing.T, m *Machine, at int64, long uint64, stay bool, what string) {
+	t.Helper()
+	d, _, err := m.Route(time.Unix(at, 0), &Request{ID: "next", Local: prompt(1, 3000)[:3100], ISL: 3100,
+		Scores: onWorker1(3000), Matched: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Worker.WorkerID == 1; got != stay {
+		t.Errorf("%s: next turn at %d s went to worker %d (stay on 1: %v)", what, at, d.Worker.WorkerID, stay)
+	}
+	want := long
+	if stay {
+		want += 100
+	}
+	if m.lines[0].prefill != want {
+		t.Errorf("%s: worker 1's charge after the decision is %d, want %d", what, m.lines[0].prefill, want)
+	}
+}
 
 // TestHolderStartedPrefill: worker 1 holds a conversation's 3,000-block context, its previous turn still
 // running there (decoding: the one active request sharing it), and an unrelated 20,000-token prompt
@@ -17,17 +70,7 @@ func TestHolderStartedPrefill(t *testing.T) {
 		at   int64
 		stay bool
 	}{{2, true}, {1, false}} {
-		cfg := scoring.DefaultConfig()
-		cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
-		cfg.PredictedTTL = scoring.SomeDuration(0)
-		seed := uint64(1)
-		m, err := New(cfg, nil, Options{Seed: &seed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for id := range 4 {
-			m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1), MaxNumBatchedTokens: 512})
-		}
+		m := drainFleet(t, 4)
 		pin := scoring.WorkerKey{WorkerID: 1}
 		ctx := prompt(1, 3000)[:3000]
 		if _, _, err := m.Route(time.Unix(0, 0), &Request{ID: "prev", Local: ctx, ISL: 3000, Pin: &pin, Matched: true}); err != nil {
@@ -36,29 +79,8 @@ func TestHolderStartedPrefill(t *testing.T) {
 		if _, err := m.PrefillDone(time.Unix(0, 5e8), "prev"); err != nil {
 			t.Fatal(err)
 		}
-		long := make([]uint64, 20000)
-		for i := range long {
-			long[i] = uint64(i+1) * 7919
-		}
-		if _, _, err := m.Route(time.Unix(1, 0), &Request{ID: "long", Local: long, ISL: 20000, Pin: &pin, Matched: true}); err != nil {
-			t.Fatal(err)
-		}
-		d, _, err := m.Route(time.Unix(c.at, 0), &Request{ID: "next", Local: prompt(1, 3000)[:3100], ISL: 3100,
-			Scores: onWorker1(3000), Matched: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if stay := d.Worker.WorkerID == 1; stay != c.stay {
-			t.Errorf("next turn at %d s went to worker %d (stay on 1: %v)", c.at, d.Worker.WorkerID, c.stay)
-		}
-		// The drain is for the decision alone: worker 1 keeps the whole charge.
-		want := uint64(20000)
-		if c.stay {
-			want += 100
-		}
-		if m.lines[0].prefill != want {
-			t.Errorf("worker 1's charge after the decision is %d, want %d", m.lines[0].prefill, want)
-		}
+		routeLong(t, m, 1, 20000)
+		checkNextTurn(t, m, c.at, 20000, c.stay, "4 workers")
 	}
 }
 
@@ -71,43 +93,11 @@ func TestHolderStartedPrefill(t *testing.T) {
 func TestHolderIdleContextWideFleet(t *testing.T) {
 	for _, c := range []struct {
 		workers int
-		at      int64
 		stay    bool
-	}{{16, 1, true}, {4, 1, false}} {
-		cfg := scoring.DefaultConfig()
-		cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
-		cfg.PredictedTTL = scoring.SomeDuration(0)
-		seed := uint64(1)
-		m, err := New(cfg, nil, Options{Seed: &seed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for id := range c.workers {
-			m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1), MaxNumBatchedTokens: 512})
-		}
-		pin := scoring.WorkerKey{WorkerID: 1}
-		long := make([]uint64, 40000)
-		for i := range long {
-			long[i] = uint64(i+1) * 7919
-		}
-		if _, _, err := m.Route(time.Unix(1, 0), &Request{ID: "long", Local: long, ISL: 40000, Pin: &pin, Matched: true}); err != nil {
-			t.Fatal(err)
-		}
-		d, _, err := m.Route(time.Unix(c.at, 0), &Request{ID: "next", Local: prompt(1, 3000)[:3100], ISL: 3100,
-			Scores: onWorker1(3000), Matched: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if stay := d.Worker.WorkerID == 1; stay != c.stay {
-			t.Errorf("%d workers, next turn at %d s went to worker %d (stay on 1: %v)", c.workers, c.at, d.Worker.WorkerID, c.stay)
-		}
-		want := uint64(40000)
-		if c.stay {
-			want += 100
-		}
-		if m.lines[0].prefill != want {
-			t.Errorf("%d workers: worker 1's charge after the decision is %d, want %d", c.workers, m.lines[0].prefill, want)
-		}
+	}{{16, true}, {4, false}} {
+		m := drainFleet(t, c.workers)
+		routeLong(t, m, 1, 40000)
+		checkNextTurn(t, m, 1, 40000, c.stay, strconv.Itoa(c.workers)+" workers")
 	}
 }
 
