@@ -14,7 +14,7 @@ import "golang.org/x/sys/cpu"
 //
 // Without AVX-512, hashChain16x4AVX2 does the same 4 blocks at a time in 256-bit vectors, the
 // avalanche's 64-bit multiply built from 32-bit ones.
-var haveBatchHash = batchWide || cpu.X86.HasAVX2
+var haveBatchHash = haveBatchAVX512 || cpu.X86.HasAVX2
 
 // batchWide selects the AVX-512 kernel; a variable so that tests can run the AVX2 one where both exist.
 var batchWide = haveBatchAVX512
@@ -47,7 +47,7 @@ func hashChainBatch(tokens []uint32, seed, prev uint64, start bool, local, chain
 	}
 	keys := wordKeys(seed)
 	if !batchWide {
-		return 4 * groups, hashChain16x4AVX2(&tokens[0], groups, &keys, prev, &local[0], &chain[0], start)
+		return g * groups, hashChain16x4AVX2(&tokens[0], groups, &keys, prev, &local[0], &chain[0], start)
 	}
-	return 8 * groups, hashChain16x8AVX512(&tokens[0], groups, &keys, prev, &local[0], &chain[0], start)
+	return g * groups, hashChain16x8AVX512(&tokens[0], groups, &keys, prev, &local[0], &chain[0], start)
 }
