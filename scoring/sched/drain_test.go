@@ -8,17 +8,10 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// drainFleet returns a machine of n workers (block size 1, no predicted TTL, a step budget of 512 tokens).
+// drainFleet is sharedMachine (predict-on-route off) over n workers with a step budget of 512 tokens.
 func drainFleet(t *testing.T, n int) *Machine {
 	t.Helper()
-	cfg := scoring.DefaultConfig()
-	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
-	cfg.PredictedTTL = scoring.SomeDuration(0)
-	seed := uint64(1)
-	m, err := New(cfg, nil, Options{Seed: &seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := sharedMachine(t, 0, 0)
 	for id := range n {
 		m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1), MaxNumBatchedTokens: 512})
 	}
