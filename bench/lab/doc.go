@@ -34,6 +34,12 @@
 //   - run.go: Config, Run (every arm × every arrival speedup, runs in parallel, each single-threaded),
 //     goodput per SLO over the sweep (bench.Goodput) and the goodput knee by bisection over the arrival
 //     speedup; report.go: tables and plots through bench.Report.
+//   - seeds.go: RunSeeds, the same lab under several seeds (`--seeds`): the seed moves a long-context
+//     fleet's hit rate by several points in every arm (tie-breaks, token values, a generated workload's
+//     draws), so a single seed's cell can be won or lost by luck. Each (arm, speedup) cell is summarized
+//     over the seeds (mean, standard deviation, range of % of pooled and TTFT p90, seeds at ≥ 95 % of
+//     pooled) and held, seed by seed, against the best of the peer arms of that seed's run (llmd and
+//     sglang by default, `--peers`): seeds won on hit rate and on TTFT p90, and the margins.
 //   - timeline.go: each swept run over model time — per Window of arrivals the engines' hit rate and
 //     TTFT p90, and for the arms whose cost is learned (Calibrated: the kvroute preset's machine) the
 //     fit Machine.Calibration reports (α, β, γ, observations) every CalibrationEvery — as tables and

@@ -672,3 +672,79 @@ func TestExplainComputedCharge(t *testing.T) {
 		t.Fatalf("computed %d (forgone %d of %d), best cached %+v; want the skip counted", d.Computed, d.ComputedForgone, d.Forgone, b)
 	}
 }
+
+// TestRunSeeds: a study's runs are the lab's own runs under each seed (the workload built per seed), and
+// its cells summarize them: the mean, the standing against the peer seed by seed, the 95 % count.
+func TestRunSeeds(t *testing.T) {
+	tr := &bench.Trace{Requests: headTrace(t).Requests[:120]}
+	cfg := DefaultConfig()
+	cfg.Arms = []string{ArmKV, ArmSGLang, ArmRandom}
+	cfg.ArrivalSpeedups = []float64{4}
+	cfg.Workers, cfg.KneeSLO = 4, 0
+	var built []uint64
+	load := func(seed uint64) (string, *bench.Trace, Images, error) {
+		built = append(built, seed)
+		return "head", tr, nil, nil
+	}
+	seeds := []uint64{3, 9, 11}
+	st, err := RunSeeds(context.Background(), cfg, seeds, []string{ArmSGLang, ArmLLMD}, load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(built, seeds) || !slices.Equal(st.Peers, []string{ArmSGLang}) || len(st.Runs) != 3 || len(st.Cells) != 3 {
+		t.Fatalf("built %v, peers %v, %d runs, %d cells", built, st.Peers, len(st.Runs), len(st.Cells))
+	}
+	var kvPct, sgPct, kvP90, sgP90 [3]float64
+	for i, s := range seeds {
+		c := cfg
+		c.Seed, c.Blocks.Seed = s, s
+		one, err := Run(context.Background(), c, "head", tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ja, _ := json.Marshal(one.Points)
+		jb, _ := json.Marshal(st.Runs[i].Points)
+		if !bytes.Equal(ja, jb) {
+			t.Fatalf("seed %d: the study's run differs from the lab's", s)
+		}
+		pooled := one.Pooled.HitRate
+		kvPct[i], sgPct[i] = 100*one.Points[0].HitRate/pooled, 100*one.Points[1].HitRate/pooled
+		kvP90[i], sgP90[i] = one.Points[0].TTFT.P90, one.Points[1].TTFT.P90
+	}
+	if r0, r1 := st.Runs[0].Points[2], st.Runs[1].Points[2]; r0.TTFT == r1.TTFT && r0.HitRate == r1.HitRate {
+		t.Fatal("the two seeds gave the random arm the same run")
+	}
+	kv := st.Cells[0]
+	if kv.Arm != ArmKV || !kv.Peered || st.Cells[1].Peered || !st.Cells[2].Peered {
+		t.Fatalf("cells %+v", st.Cells)
+	}
+	if math.Abs(kv.OfPooled.Mean-(kvPct[0]+kvPct[1]+kvPct[2])/3) > 1e-9 || kv.OfPooled.Min != min(kvPct[0], kvPct[1], kvPct[2]) {
+		t.Fatalf("kv of pooled %+v, seeds %v", kv.OfPooled, kvPct)
+	}
+	wins, fast, at95, hitMargin, p90Margin := 0, 0, 0, 0.0, 0.0
+	for i := range seeds {
+		hitMargin += (kvPct[i] - sgPct[i]) / 3
+		p90Margin += (sgP90[i] - kvP90[i]) / 3
+		if kvPct[i] >= sgPct[i] {
+			wins++
+		}
+		if kvP90[i] <= sgP90[i] {
+			fast++
+		}
+		if kvPct[i] >= 95 {
+			at95++
+		}
+	}
+	if kv.HitWins != wins || kv.TTFTWins != fast || kv.AtLeast95 != at95 ||
+		math.Abs(kv.HitMargin.Mean-hitMargin) > 1e-9 || math.Abs(kv.TTFTMargin.Mean-p90Margin) > 1e-9 {
+		t.Fatalf("kv against sglang %+v: wins %d, faster %d, ≥ 95 %% %d", kv, wins, fast, at95)
+	}
+	if md := bench.MarkdownTable(st.Tables()[1]); !bytes.Contains([]byte(md), []byte("| kv | 4.00 |")) {
+		t.Fatalf("standing table:\n%s", md)
+	}
+	for _, bad := range [][]uint64{nil, {1, 1}} {
+		if _, err := RunSeeds(context.Background(), cfg, bad, nil, load); err == nil {
+			t.Fatalf("seeds %v: no error", bad)
+		}
+	}
+}

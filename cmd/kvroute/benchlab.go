@@ -43,6 +43,8 @@ func benchLab(args []string) error {
 	fs.DurationVar(&cfg.Window, "window", cfg.Window, "length of the report's time windows (hit rate and TTFT p90 by arrival time), model time")
 	fs.DurationVar(&cfg.CalibrationEvery, "calibration-every", cfg.CalibrationEvery, "period of the samples of the kvroute cost's learned calibration, model time")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the arms' random choices, the token blocks and generated workloads")
+	seeds := fs.String("seeds", "", "comma-separated seeds: the whole lab under each, summarized per arm and rate over them, every arm held against the best --peers arm seed by seed (replaces --seed)")
+	peers := fs.String("peers", strings.Join(lab.PeerArms, ","), "with --seeds: the arms the others are held against")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -87,41 +89,102 @@ func benchLab(args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	var t *bench.Trace
-	name := *workload
-	if name == "trace" {
-		if t, err = loadTrace(*trace, *minutes); err != nil {
-			return err
-		}
-		name = filepath.Base(*trace)
-	} else {
-		gen.Kind = name
-		if t, cfg.Images, err = lab.GenerateImages(gen); err != nil {
-			return err
-		}
+	load, err := labWorkload(*workload, *trace, *minutes, gen)
+	if err != nil {
+		return err
 	}
-	rep := bench.NewReport("lab", args)
+	if *seeds != "" {
+		return benchLabSeeds(cfg, c, args, *seeds, *peers, load)
+	}
+	name, t, images, err := load(cfg.Seed)
+	if err != nil {
+		return err
+	}
+	cfg.Images = images
 	fmt.Fprintf(os.Stderr, "lab: %s, %d requests over %.0f s, %d images, %d workers, profile %s, arms %v, arrival speedups %v\n",
 		name, len(t.Requests), t.Span().Seconds(), len(cfg.Images), cfg.Workers, cfg.Profile, cfg.Arms, cfg.ArrivalSpeedups)
+	return labReport(c, args, func() (any, func(*bench.Report), error) {
+		res, err := lab.Run(context.Background(), cfg, name, t)
+		return res, func(rep *bench.Report) { lab.FillReport(rep, res) }, err
+	})
+}
+
+// labReport times run (under the profiler flags), then writes its report and its lab.json.
+func labReport(c benchCommon, args []string, run func() (any, func(*bench.Report), error)) error {
+	rep := bench.NewReport("lab", args)
 	stop, err := c.startProfile()
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	res, err := lab.Run(context.Background(), cfg, name, t)
+	v, fill, err := run()
 	stop()
 	if err != nil {
 		return err
 	}
 	rep.Duration = time.Since(start).Seconds()
-	lab.FillReport(rep, res)
+	fill(rep)
 	if err := finish(rep, *c.out); err != nil {
 		return err
 	}
-	// lab.json is the result alone: no wall-clock or machine field, so the same flags give the same bytes.
-	js, err := json.MarshalIndent(res, "", "  ")
+	return writeLabJSON(*c.out, v)
+}
+
+// writeLabJSON writes lab.json: the result alone, no wall-clock or machine field, so the same flags give
+// the same bytes.
+func writeLabJSON(dir string, v any) error {
+	js, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(*c.out, "lab.json"), append(js, '\n'), 0o644)
+	return os.WriteFile(filepath.Join(dir, "lab.json"), append(js, '\n'), 0o644)
+}
+
+// labWorkload returns the lab's workload by seed: the trace (its first minutes, the same requests under
+// every seed) or a generated workload drawn with the seed. A trace is read once.
+func labWorkload(kind, trace string, minutes float64, gen lab.GenConfig) (lab.Workload, error) {
+	if kind == "trace" {
+		t, err := loadTrace(trace, minutes)
+		if err != nil {
+			return nil, err
+		}
+		name := filepath.Base(trace)
+		return func(uint64) (string, *bench.Trace, lab.Images, error) { return name, t, nil, nil }, nil
+	}
+	return func(seed uint64) (string, *bench.Trace, lab.Images, error) {
+		g := gen
+		g.Kind, g.Seed = kind, seed
+		t, images, err := lab.GenerateImages(g)
+		return kind, t, images, err
+	}, nil
+}
+
+// benchLabSeeds runs the lab under every seed of list and reports the study (lab.SeedStudy).
+func benchLabSeeds(cfg lab.Config, c benchCommon, args []string, list, peers string, load lab.Workload) error {
+	var seeds []uint64
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		s, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return fmt.Errorf("--seeds: %q is not a seed", f)
+		}
+		seeds = append(seeds, s)
+	}
+	var ps []string
+	for _, p := range strings.Split(peers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if _, err := lab.LookupArm(p); err != nil {
+				return fmt.Errorf("--peers: %w", err)
+			}
+			ps = append(ps, p)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "lab: seeds %v, %d workers, profile %s, arms %v, arrival speedups %v, peers %v\n",
+		seeds, cfg.Workers, cfg.Profile, cfg.Arms, cfg.ArrivalSpeedups, ps)
+	return labReport(c, args, func() (any, func(*bench.Report), error) {
+		st, err := lab.RunSeeds(context.Background(), cfg, seeds, ps, load)
+		return st, func(rep *bench.Report) { lab.FillSeedReport(rep, st) }, err
+	})
 }

@@ -21,6 +21,7 @@ func TestBenchLab(t *testing.T) {
 		{"trace", []string{"--trace", trace, "--minutes", "0.5", "--modes", "kv,llmd", "--sweep-arrival", "1,4", "--knee-steps", "1"}},
 		{"generated", []string{"--workload", "fanout", "--gen-duration", "20s", "--modes", "sglang", "--profile", "llama8b-h100", "--knee-slo", "0"}},
 		{"images", []string{"--workload", "docqa", "--gen-duration", "20s", "--modes", "kv", "--knee-slo", "0"}},
+		{"seeds", []string{"--workload", "tenants", "--gen-duration", "20s", "--modes", "kv,sglang", "--seeds", "1,2", "--knee-steps", "1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,6 +89,31 @@ func TestBenchLab(t *testing.T) {
 	}
 	if code := runBench([]string{"lab", "--trace", trace, "--profile-file", bad}); code != 1 {
 		t.Fatalf("misspelt profile field exit %d", code)
+	}
+	// --seeds: the study's tables, each seed's generated workload drawn anew.
+	md, err := os.ReadFile(filepath.Join(dir, "seeds", "a", "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Over 2 seeds (1, 2; tenants", "Against the best of sglang", "| kv | 1.00 |", "seed 1 | seed 2", "Goodput knee"} {
+		if !strings.Contains(string(md), want) {
+			t.Fatalf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+	var study struct {
+		Runs []struct {
+			Trace struct{ Requests int } `json:"trace"`
+		} `json:"runs"`
+	}
+	js, err := os.ReadFile(filepath.Join(dir, "seeds", "a", "lab.json"))
+	if err != nil || json.Unmarshal(js, &study) != nil || len(study.Runs) != 2 {
+		t.Fatalf("lab.json: %v, %d runs", err, len(study.Runs))
+	}
+	for _, args := range [][]string{{"--seeds", "1,x"}, {"--seeds", "1", "--peers", "nope"}, {"--seeds", "3,3"}} {
+		if code := runBench(append([]string{"lab", "--workload", "tenants", "--gen-duration", "10s", "--modes", "kv", "--knee-slo", "0",
+			"--out", filepath.Join(dir, "bad")}, args...)); code != 1 {
+			t.Fatalf("%v: exit %d", args, code)
+		}
 	}
 	if code := runBench([]string{"lab", "--workload", "nope"}); code != 1 {
 		t.Fatalf("unknown workload exit %d", code)
