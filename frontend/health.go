@@ -180,7 +180,8 @@ func (m *Monitor) check(ctx context.Context, spec registry.Spec) {
 	}
 }
 
-// applyMetrics feeds the worker's own KV capacity and usage to the busy thresholds.
+// applyMetrics feeds the worker's own KV capacity and usage to the busy thresholds, and the index's count
+// of its cached blocks to the scheduler.
 func (m *Monitor) applyMetrics(spec registry.Spec, met client.Metrics) {
 	if spec.TotalKVBlocks == 0 && met.NumGPUBlocks > 0 {
 		m.r.SetCapacity(spec.ID, met.NumGPUBlocks, 0)
@@ -197,7 +198,12 @@ func (m *Monitor) applyMetrics(spec registry.Spec, met client.Metrics) {
 		if r < len(met.Engines) {
 			usage = met.Engines[r].KVUsage
 		}
-		m.r.SetKVUsage(scoring.WorkerKey{WorkerID: spec.ID, DPRank: uint32(r)}, uint64(usage*float64(total)+0.5))
+		k := scoring.WorkerKey{WorkerID: spec.ID, DPRank: uint32(r)}
+		m.r.SetKVUsage(k, uint64(usage*float64(total)+0.5))
+		if spec.Events != "" || spec.Topic != "" {
+			// The index holds its blocks: which caches have room is the kvroute cost's.
+			m.r.SyncCachedBlocks(k)
+		}
 	}
 }
 

@@ -105,6 +105,16 @@ func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
 		}
 		return true
 	})
+	// The scrape hands the scheduler each worker's cached blocks (the index's count): its free KV room.
+	testutil.Within(t, 15*time.Second, "free KV blocks known", func() bool {
+		for _, l := range r.Loads() {
+			st, _ := r.Fleet.StatusOf(l.Worker.WorkerID)
+			if l.FreeKVBlocks < 0 || st.IndexedBlocks == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	proxy.down.Store(true)
 	testutil.Within(t, 15*time.Second, "worker 1 unhealthy", func() bool {
 		st, _ := r.Fleet.StatusOf(1)

@@ -230,6 +230,13 @@ func (r *Router) SetKVUsage(k scoring.WorkerKey, usedBlocks uint64) {
 	r.sched.setKVUsage(k, usedBlocks)
 }
 
+// SyncCachedBlocks hands the scheduler the index's count of the KV blocks a worker rank's events have
+// it holding, so the kvroute cost knows which caches have room (scoring/sched's room.go). The health
+// monitor calls it on every metrics scrape of a worker that publishes KV events.
+func (r *Router) SyncCachedBlocks(k scoring.WorkerKey) {
+	r.sched.setCachedBlocks(k, uint64(r.Index.Blocks(prefix.WorkerKey(k))))
+}
+
 // SetCapacity records the KV capacity (blocks per rank) and token budget a worker reports about
 // itself, used when its registration gave none.
 func (r *Router) SetCapacity(id uint64, totalKVBlocks, maxBatchedTokens int) {

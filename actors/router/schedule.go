@@ -389,6 +389,13 @@ func (s *scheduler) setKVUsage(k scoring.WorkerKey, used uint64) {
 	s.mu.Unlock()
 }
 
+// setCachedBlocks records the index's count of a worker rank's cached blocks.
+func (s *scheduler) setCachedBlocks(k scoring.WorkerKey, blocks uint64) {
+	s.mu.Lock()
+	s.m.SetCachedBlocks(k, blocks)
+	s.mu.Unlock()
+}
+
 // setCapacity records a worker's KV capacity and token budget learned from the worker itself.
 func (s *scheduler) setCapacity(id uint64, totalKVBlocks, maxBatched int) {
 	s.mu.Lock()

@@ -108,6 +108,10 @@ func (a *machineArm) syncKV() {
 	for w := range a.f.Workers {
 		if used, ok := a.f.KVUsed(w); ok {
 			a.m.SetKVUsage(Key(w), used)
+			if a.f.index != nil && a.m.Config().UseKVEvents {
+				// As the health monitor does for a worker with KV events: the index's count of its blocks.
+				a.m.SetCachedBlocks(Key(w), uint64(a.f.index.WorkerBlocks(prefix.WorkerKey(Key(w)))))
+			}
 		}
 	}
 }

@@ -175,6 +175,8 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	if !cfg.TrackPrefillTokens {
 		q0 = 0
 	}
+	// Evictions are charged only while some eligible worker has room for the request (room.go).
+	charge := m.chargeEvictions(mask, ov, fisl, fbs, q0)
 	// The common case (nothing filtered, no lower tiers) on a CPU with AVX-512 takes the vector kernel
 	// (vectorCosts: the same operations eight candidates at a time) and the vector argmin over its
 	// arrays (vectorArgmin: least cost, then least k, the ties in order); the scalar loop after it is
@@ -188,6 +190,9 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 			a.creditBelow = hSettled
 		}
 		cost, ks := m.vectorCosts(&a, ov, chain, reuse && nchain != 0)
+		if charge {
+			m.chargeVector(cost, ov, fisl, fbs, q0)
+		}
 		if returnCosts {
 			for i, c := range cost {
 				costs = append(costs, scoring.CandidateCost{Worker: tmpl[i].worker, Overlap: ov[i], Cost: c})
@@ -259,6 +264,9 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 			}
 		}
 		cost := scoring.SharedCost(q, u, dead, k, tmpl[i].totalKV, bs, gamma, load, saved)
+		if charge && l.room > 0 {
+			cost += scoring.EvictionWeight * evicted(l, ov[i], fisl, fbs, q0)
+		}
 		if returnCosts {
 			costs = append(costs, scoring.CandidateCost{Worker: tmpl[i].worker, Overlap: ov[i], Cost: cost})
 		}

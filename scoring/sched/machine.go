@@ -120,6 +120,8 @@ type Machine struct {
 	prefilling int64
 	// pfIdle counts the targets with no queued prefill (drain.go).
 	pfIdle int
+	// roomy counts the spacious targets: more than half of their KV capacity free (room.go).
+	roomy int
 
 	sc scratch
 }
@@ -144,6 +146,11 @@ type target struct {
 	// first of them became the head (drain.go).
 	pf      []pfReq
 	pfSince int64
+	// cached is how many KV blocks the engines' events have the target holding (SetCachedBlocks),
+	// cachedKnown whether it was reported.
+	cached      uint64
+	cachedKnown bool
+	spacious    bool // counted in Machine.roomy
 }
 
 // line is the load of a target that every decision reads, kept in one dense slice so the candidate loop
@@ -154,7 +161,9 @@ type line struct {
 	unique     uint32
 	active     uint32
 	prefilling uint32
-	_          uint32
+	// room is 1 + the blocks of the target's KV capacity its engines' events leave free (room.go), 0
+	// while its cached blocks or its capacity are unknown.
+	room uint32
 }
 
 // totalKV is the target's KV capacity in blocks: its registration's, else what it reported (0: unknown).
@@ -289,11 +298,14 @@ func (m *Machine) reindex() {
 	m.tmpl = make([]candTmpl, len(m.list))
 	m.pos = newPosTable(len(m.list))
 	m.sc.memo = m.sc.memo[:0]
+	m.roomy = 0
 	for i, t := range m.list {
 		t.i = i
 		m.pos.put(t.key, i)
 		m.tmpl[i] = candTmpl{worker: t.key, totalKV: t.totalKV(), maxBatched: t.maxBatched(), device: t.w.Device}
 		m.publish(t)
+		t.spacious = false
+		m.setRoom(t)
 	}
 }
 
@@ -363,6 +375,7 @@ func (m *Machine) SetCapacity(id uint64, totalKVBlocks, maxBatched int) {
 			t.learnedBatched = uint64(maxBatched)
 		}
 		m.tmpl[t.i].totalKV, m.tmpl[t.i].maxBatched = t.totalKV(), t.maxBatched()
+		m.setRoom(t)
 	}
 }
 
@@ -422,13 +435,16 @@ type TargetLoad struct {
 	Load      load.Snapshot
 	Healthy   bool
 	Predicted bool // events stopped: blocks predicted from routing history
+	// FreeKVBlocks is its KV capacity less the blocks the index has it holding (room.go), -1 while
+	// either is unknown.
+	FreeKVBlocks int64
 }
 
 // Loads appends every target's load to dst.
 func (m *Machine) Loads(dst []TargetLoad) []TargetLoad {
 	for i, t := range m.list {
 		l := &m.lines[i]
-		dst = append(dst, TargetLoad{Worker: t.key, Healthy: t.healthy, Predicted: t.approx,
+		dst = append(dst, TargetLoad{Worker: t.key, Healthy: t.healthy, Predicted: t.approx, FreeKVBlocks: int64(l.room) - 1,
 			Load: load.Snapshot{ActivePrefillTokens: l.prefill, ActiveDecodeBlocks: l.decode, UniqueBlocks: int(l.unique),
 				ActiveRequests: int(l.active), PrefillingRequests: int(l.prefilling)}})
 	}
