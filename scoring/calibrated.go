@@ -35,14 +35,16 @@ import "math"
 // policies do.
 const WorkWeight = 8
 
-// EvictionWeight prices, per token, what a request's uncached tokens evict from a worker's KV cache
-// when another eligible worker has room for all of them beside its queued prefill (and only then: on a
-// fleet whose caches are all full, or all have room, every worker evicts alike and the term is off). A
-// cached block evicted is recomputed only if it is asked for again, so it costs less than a dead copy
-// (WorkWeight). Without it the holders of a shared system prompt kept every new conversation on a large
-// fleet, their caches churning while the rest stayed empty: 32 workers on the 8B profile 77–94 % of the
-// pooled oracle, on the 70B profile 57–90 % (llm-d and SGLang 88–96 %); with it 98 % and 90–94 %. The
-// lab gives the same 32-worker rows from 0.5 to 2 (docs/benchmarks.md).
+// EvictionWeight prices, per token, what a request's uncached tokens evict from a worker's KV cache,
+// charged only while some eligible worker has more than half of its cache free and room for the whole
+// request (scoring/sched's room.go: on a fleet whose caches are all full, or all have room, every
+// worker evicts alike and nothing is charged). A cached block evicted is recomputed only if it is asked
+// for again, so it costs less than a dead copy (WorkWeight). Without it the holders of a shared system
+// prompt kept every new conversation on a large fleet, their caches churning while the rest stayed
+// empty: 32 workers at ×0.5 / ×1 / ×2 on the 8B profile 77 / 82 / 94 % of the pooled oracle, with it
+// 98 / 98 / 98 % (SGLang's router 93 %); on the 70B profile at ×0.25 / ×0.5 / ×1 57 / 75 / 90 → 91 / 93 /
+// 93 % (docs/benchmarks.md, four seeds each). In an earlier form charged wherever any worker had room,
+// 0.5 and 2 gave the 8B profile's 32-worker rows within 0.6 points of 1.
 const EvictionWeight = 1
 
 // SoleSharerWeight is the least price per token of a replica whose prefix one active request alone

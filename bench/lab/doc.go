@@ -17,7 +17,8 @@
 //     usage) and Request (prompt, local block hashes, prefix chain).
 //   - arms.go, machine.go, sglang.go: the built-in arms, every one the production scheduler
 //     (scoring/sched's Machine, as actors/router drives it: workers registered with their capacity,
-//     scraped KV usage through SetKVUsage, Tick on the scrape period) with another configuration,
+//     scraped KV usage through SetKVUsage and, for the arms that read KV events, the index's count of
+//     each worker's cached blocks through SetCachedBlocks, Tick on the scrape period) with another configuration,
 //     selector or index: kv (the router's defaults: the kvroute preset's learned cost), kv-dynamo
 //     (--router-preset dynamo: Dynamo's cost), kv-approx (no events: the machine's approximate
 //     index), kv-scale8, kv-nopredict (the kvroute preset without predict-on-route), round-robin, random,

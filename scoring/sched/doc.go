@@ -23,7 +23,10 @@
 // The kvroute preset's select is its own loop (calibrated.go); with nothing filtered and no lower tiers
 // it runs as AVX-512 kernels eight candidates a step (calcost_amd64.s: the scalar loop's operations in
 // its order, bit for bit, TestCostKernel), select about halved from 256 workers up (docs/benchmarks.md,
-// "Whole routing decision"); the scalar loop stays for the rest, other CPUs and GOAMD64=v3 up.
+// "Whole routing decision"); the scalar loop stays for the rest, other CPUs and GOAMD64=v3 up. Its
+// inputs beyond the load rows: the holder's started prefill left out (drain.go) and, while some worker's
+// cache is more than half empty, what a request would evict elsewhere (room.go, from the index's count of
+// each worker's cached blocks, SetCachedBlocks), added to the kernel's costs in Go.
 //
 // The queue follows Dynamo's. It has one heap per policy class (scoring/policy: the classes of
 // --router-policy-config, or one synthetic class from --router-queue-threshold and
