@@ -175,8 +175,9 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	if !cfg.TrackPrefillTokens {
 		q0 = 0
 	}
-	// Evictions are charged only while some eligible worker has room for the request (room.go).
-	charge := m.chargeEvictions(mask, ov, fisl, fbs, q0)
+	// Evictions are charged only while some eligible worker has room for the request (room.go): nil, or
+	// each target's charge.
+	evict := m.evictions(mask, ov, fisl, fbs, q0)
 	// The common case (nothing filtered, no lower tiers) on a CPU with AVX-512 takes the vector kernel
 	// (vectorCosts: the same operations eight candidates at a time) and the vector argmin over its
 	// arrays (vectorArgmin: least cost, then least k, the ties in order); the scalar loop after it is
@@ -190,8 +191,8 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 			a.creditBelow = hSettled
 		}
 		cost, ks := m.vectorCosts(&a, ov, chain, reuse && nchain != 0)
-		if charge {
-			m.chargeVector(cost, ov, fisl, fbs, q0)
+		for i, e := range evict {
+			cost[i] += e
 		}
 		if returnCosts {
 			for i, c := range cost {
@@ -264,8 +265,8 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 			}
 		}
 		cost := scoring.SharedCost(q, u, dead, k, tmpl[i].totalKV, bs, gamma, load, saved)
-		if charge && l.room > 0 {
-			cost += scoring.EvictionWeight * evicted(l, ov[i], fisl, fbs, q0)
+		if evict != nil {
+			cost += evict[i]
 		}
 		if returnCosts {
 			costs = append(costs, scoring.CandidateCost{Worker: tmpl[i].worker, Overlap: ov[i], Cost: cost})

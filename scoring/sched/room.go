@@ -2,6 +2,7 @@ package sched
 
 import (
 	"math"
+	"slices"
 
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -65,13 +66,29 @@ func evicted(l *line, ov uint32, fisl, fbs, q0 float64) float64 {
 	return max(fisl-float64(ov)*fbs-max(room, 0), 0)
 }
 
-// chargeEvictions reports whether a decision charges evictions: some eligible spacious target has room
-// for the request (mask: eligibility's, nil when every target is eligible; ov: device overlaps by
-// target).
-func (m *Machine) chargeEvictions(mask []uint8, ov []uint32, fisl, fbs, q0 float64) bool {
-	if m.roomy == 0 {
-		return false
+// evictions is every target's eviction charge (scoring.EvictionWeight a token evicted; 0 where its room
+// is unknown) when some eligible spacious target has room for the request, else nil (mask:
+// eligibility's, nil when every target is eligible; ov: device overlaps by target). The charges go in a
+// scratch slice the decision adds to the costs, so the candidate loop, which runs for every decision,
+// carries one nil check instead of the charge's arithmetic. On a fleet with no spacious worker (a busy
+// one) it is one comparison.
+func (m *Machine) evictions(mask []uint8, ov []uint32, fisl, fbs, q0 float64) []float64 {
+	if m.roomy == 0 || !m.roomFor(mask, ov, fisl, fbs, q0) {
+		return nil
 	}
+	ev := slices.Grow(m.sc.evict[:0], len(m.lines))[:len(m.lines)]
+	for i := range m.lines {
+		ev[i] = 0
+		if l := &m.lines[i]; l.room > 0 {
+			ev[i] = scoring.EvictionWeight * evicted(l, ov[i], fisl, fbs, q0)
+		}
+	}
+	m.sc.evict = ev
+	return ev
+}
+
+// roomFor reports whether some eligible spacious target has room for the request.
+func (m *Machine) roomFor(mask []uint8, ov []uint32, fisl, fbs, q0 float64) bool {
 	for i := range m.lines {
 		l := &m.lines[i]
 		if spacious(l.room, m.tmpl[i].totalKV) && (mask == nil || mask[i] == candEligible) && evicted(l, ov[i], fisl, fbs, q0) == 0 {
@@ -79,13 +96,4 @@ func (m *Machine) chargeEvictions(mask []uint8, ov []uint32, fisl, fbs, q0 float
 		}
 	}
 	return false
-}
-
-// chargeVector adds the eviction charge to the vector kernel's costs (every target eligible).
-func (m *Machine) chargeVector(cost []float64, ov []uint32, fisl, fbs, q0 float64) {
-	for i := range cost {
-		if l := &m.lines[i]; l.room > 0 {
-			cost[i] += scoring.EvictionWeight * evicted(l, ov[i], fisl, fbs, q0)
-		}
-	}
 }

@@ -78,6 +78,7 @@ type Released struct {
 
 // scratch is the per-decision scratch, reused by every decision of the machine.
 type scratch struct {
+	evict  []float64 // room.go's charges
 	chain  []uint64
 	scores []prefix.Score
 	side   []prefix.Score
