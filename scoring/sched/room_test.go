@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -24,12 +25,12 @@ func roomFleet(t *testing.T, cached ...int) *Machine {
 	return m
 }
 
-// newConversation asks where a 110-token prompt goes whose first 10 tokens (a system prompt) worker 1
+// newConversation asks where a 104-token prompt goes whose first 4 tokens (a system prompt) worker 1
 // holds: the worker and every candidate's cost.
 func newConversation(t *testing.T, m *Machine) (uint64, []scoring.CandidateCost) {
 	t.Helper()
-	d, err := m.Query(time.Unix(1, 0), &Request{ID: "new", Local: prompt(5, 10)[:110], ISL: 110,
-		Scores: onWorker1(10), Matched: true, ReturnCosts: true})
+	d, err := m.Query(time.Unix(1, 0), &Request{ID: "new", Local: prompt(5, 4), ISL: 104,
+		Scores: onWorker1(4), Matched: true, ReturnCosts: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func newConversation(t *testing.T, m *Machine) (uint64, []scoring.CandidateCost)
 
 // TestEvictionCharge: a new conversation leaves the full holder of its system prompt for a spacious
 // worker (the holder's 100 uncached tokens evict as many cached ones, charged at
-// scoring.EvictionWeight; a copy of the 10-token prompt elsewhere costs WorkWeight a token), and the
+// scoring.EvictionWeight; a copy of the 4-token prompt elsewhere costs WorkWeight a token), and the
 // charge is off whenever no eligible worker with more than half its cache free has room for the whole
 // request: every cost then equals the decision's without counts.
 func TestEvictionCharge(t *testing.T) {
@@ -48,7 +49,7 @@ func TestEvictionCharge(t *testing.T) {
 	}
 	if w, costs := newConversation(t, roomFleet(t, 300, 0, 0)); w == 1 {
 		t.Fatalf("holder full, workers 2 and 3 empty: went to the holder (costs %+v)", costs)
-	} else if got, want := costs[0].Cost-base[0].Cost, float64(100*scoring.EvictionWeight); got != want {
+	} else if got, want := costs[0].Cost-base[0].Cost, float64(100*scoring.EvictionWeight); math.Abs(got-want) > 1e-9 {
 		t.Fatalf("the full holder's charge is %v, want %v (100 tokens evicted)", got, want)
 	}
 	neutral := []struct {
@@ -69,7 +70,7 @@ func TestEvictionCharge(t *testing.T) {
 		}
 	}
 	// The prefill queued on a worker takes its room: 200 free blocks less 100 tokens routed there leave
-	// 100, too few for the request's 110, so the costs are those of the same fleet without counts.
+	// 100, too few for the request's 104, so the costs are those of the same fleet without counts.
 	queued := func(m *Machine) *Machine {
 		pin := scoring.WorkerKey{WorkerID: 2}
 		if _, _, err := m.Route(time.Unix(0, 0), &Request{ID: "queued", Local: prompt(9, 0)[:100], ISL: 100, Pin: &pin, Matched: true}); err != nil {
@@ -81,9 +82,9 @@ func TestEvictionCharge(t *testing.T) {
 	if _, costs := newConversation(t, queued(roomFleet(t, 300, 100, 300))); !slices.Equal(costs, want) {
 		t.Errorf("worker 2's room taken by its queued prefill: costs %+v, want %+v", costs, want)
 	}
-	if _, costs := newConversation(t, queued(roomFleet(t, 300, 100, 0))); costs[0].Cost != want[0].Cost+100*scoring.EvictionWeight ||
-		costs[1].Cost != want[1].Cost+10*scoring.EvictionWeight || costs[2].Cost != want[2].Cost {
-		t.Errorf("worker 3 empty: costs %+v, want the holder charged 100 evicted tokens and worker 2 10 (%+v)", costs, want)
+	if _, costs := newConversation(t, queued(roomFleet(t, 300, 100, 0))); math.Abs(costs[0].Cost-want[0].Cost-100*scoring.EvictionWeight) > 1e-9 ||
+		math.Abs(costs[1].Cost-want[1].Cost-4*scoring.EvictionWeight) > 1e-9 || costs[2].Cost != want[2].Cost {
+		t.Errorf("worker 3 empty: costs %+v, want the holder charged 100 evicted tokens and worker 2 4 (%+v)", costs, want)
 	}
 	// A count reported then the worker's capacity learned: the room follows (SetCapacity).
 	m := sharedMachine(t, 0, 0)
