@@ -200,7 +200,7 @@ func (m *Monitor) applyMetrics(spec registry.Spec, met client.Metrics) {
 		}
 		k := scoring.WorkerKey{WorkerID: spec.ID, DPRank: uint32(r)}
 		m.r.SetKVUsage(k, uint64(usage*float64(total)+0.5))
-		if spec.Events != "" || spec.Topic != "" {
+		if spec.PublishesEvents() {
 			// The index holds its blocks: which caches have room is the kvroute cost's.
 			m.r.SyncCachedBlocks(k)
 		}
@@ -216,7 +216,7 @@ func (m *Monitor) checkCompat(spec registry.Spec, met client.Metrics) {
 		m.r.SetDegraded(spec.ID, reason)
 		return
 	}
-	if m.cfg.SelfTest && (spec.Events != "" || spec.Topic != "") {
+	if m.cfg.SelfTest && spec.PublishesEvents() {
 		m.selfTests.Go(selfTest, func() { m.SelfTest(context.Background(), spec) })
 	}
 }

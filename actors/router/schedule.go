@@ -360,7 +360,7 @@ func (s *scheduler) tick() {
 func (s *scheduler) eventHealth(stale time.Duration, fleet *worker.Fleet) (toApprox, toEvents []uint64) {
 	last := map[uint64]time.Time{}
 	for _, m := range fleet.Mirrors() {
-		if m.Spec.Events != "" || m.Spec.Topic != "" {
+		if m.Spec.PublishesEvents() {
 			last[m.Spec.ID] = m.LastBatch()
 		}
 	}

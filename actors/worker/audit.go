@@ -60,7 +60,7 @@ func (f *Fleet) Audit(now time.Time) []uint64 {
 	var changed []uint64
 	for _, m := range f.Mirrors() {
 		reason := ""
-		if (m.Spec.Events != "" || m.Spec.Topic != "") && now.Sub(m.added) >= grace {
+		if m.Spec.PublishesEvents() && now.Sub(m.added) >= grace {
 			reason = f.problem(m, grace)
 		}
 		old := ""

@@ -114,6 +114,10 @@ const z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=
 // MMSchemeBlockMMInfos is the legacy multimodal hashing scheme (Spec.MMScheme).
 const MMSchemeBlockMMInfos = "block_mm_infos"
 
+// PublishesEvents reports whether the worker reports its KV blocks as events, on its own endpoint (Events)
+// or on the router's bound socket (Topic).
+func (s *Spec) PublishesEvents() bool { return s.Events != "" || s.Topic != "" }
+
 // TakesHexMMIDs reports whether the worker's engine takes image ids as the unpadded 16-hex mm_hash
 // (SGLang, TensorRT-LLM) rather than vLLM's 64-character uuid.
 func (s *Spec) TakesHexMMIDs() bool { return s.Engine == EngineSGLang || s.Engine == EngineTRTLLM }
@@ -267,7 +271,7 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("%w: worker %d: api_key must be printable ASCII without spaces", ErrBadSpec, s.ID)
 		}
 	}
-	if s.Replay != "" && s.Events == "" && s.Topic == "" {
+	if s.Replay != "" && !s.PublishesEvents() {
 		return fmt.Errorf("%w: worker %d: replay given without events or topic", ErrBadSpec, s.ID)
 	}
 	// Rank r connects to the endpoints offset by r (the fleet does not check them again), so the last
