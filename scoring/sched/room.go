@@ -41,10 +41,11 @@ func (m *Machine) SetCachedBlocks(k scoring.WorkerKey, blocks uint64) {
 func (m *Machine) setRoom(t *target) {
 	l := &m.lines[t.i]
 	var room uint32
-	if c := t.totalKV(); t.cachedKnown && c > 0 {
+	c := t.totalKV()
+	if t.cachedKnown && c > 0 {
 		room = 1 + uint32(min(c-min(t.cached, c), math.MaxUint32-1))
 	}
-	if is := spacious(room, t.totalKV()); is != t.spacious {
+	if is := spacious(room, c); is != t.spacious {
 		if is {
 			m.roomy++
 		} else {
