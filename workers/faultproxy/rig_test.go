@@ -140,7 +140,11 @@ func (rg *rig) startWorker(s *simWorker) (*mocker.Worker, error) {
 // re-pointed). A subscriber connected to the worker itself loses its connection when the worker dies; the
 // proxy shows that with a cut for as long as the worker is down, unless the rig models a relay that hides
 // it (hideDisconnects).
-func (rg *rig) restart(s *simWorker) {
+func (rg *rig) restart(s *simWorker) { rg.t.Helper(); rg.restartWith(s, nil) }
+
+// restartWith restarts s as restart does and calls between(old) once the old engine is closed (it publishes
+// nothing more) and before the new one starts: faults set there by seq see the old engine's final count.
+func (rg *rig) restartWith(s *simWorker, between func(old *mocker.Worker)) {
 	rg.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,6 +161,9 @@ func (rg *rig) restart(s *simWorker) {
 		}()
 	}
 	_ = s.w.Close()
+	if between != nil {
+		between(s.w)
+	}
 	w, err := rg.startWorker(s)
 	if err != nil {
 		rg.t.Fatalf("restart worker %d: %v", s.id, err)
