@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -740,6 +742,37 @@ func TestRunSeeds(t *testing.T) {
 		t.Fatalf("kv against sglang %+v: wins %d, faster %d, ≥ 95 %% %d", kv, wins, fast, at95)
 	}
 	if md := bench.MarkdownTable(st.Tables()[1]); !bytes.Contains([]byte(md), []byte("| kv | 4.00 |")) {
+		t.Fatalf("standing table:\n%s", md)
+	}
+	// The serving bound: no knee here, so the largest goodput SLO; every peer within it in this light run.
+	if st.ServingSLO != slices.Max(cfg.SLOs) || kv.Served != 3 || kv.ServedHitWins != wins {
+		t.Fatalf("serving SLO %v, kv %+v, wins %d", st.ServingSLO, kv, wins)
+	}
+	// A bound at the lowest of the seeds' SGLang TTFT p90s: only the seeds whose SGLang met it are held against it.
+	bound := slices.Min(sgP90[:])
+	for _, r := range st.Runs {
+		r.KneeSLO = bound
+	}
+	st.summarize()
+	served, servedWins, servedMargin := 0, 0, 0.0
+	for i := range seeds {
+		if sgP90[i] <= bound {
+			served++
+			servedMargin += kvPct[i] - sgPct[i]
+			if kvPct[i] >= sgPct[i] {
+				servedWins++
+			}
+		}
+	}
+	if served == 3 {
+		t.Fatalf("SGLang's TTFT p90 %v: the bound %v excludes no seed", sgP90, bound)
+	}
+	kv = st.Cells[0]
+	if st.ServingSLO != bound || kv.Served != served || kv.ServedHitWins != servedWins ||
+		math.Abs(kv.ServedHitMargin.Mean-servedMargin/float64(served)) > 1e-9 || kv.HitWins != wins {
+		t.Fatalf("bound %v: kv %+v, want %d served, %d won", bound, kv, served, servedWins)
+	}
+	if md := bench.MarkdownTable(st.Tables()[1]); !strings.Contains(md, fmt.Sprintf("%d of 3 | %d of %d |", served, servedWins, served)) {
 		t.Fatalf("standing table:\n%s", md)
 	}
 	for _, bad := range [][]uint64{nil, {1, 1}} {

@@ -30,6 +30,9 @@ type SeedStudy struct {
 	Runs []*Result `json:"runs"`
 	// Cells summarize each (arm, arrival speedup) over the seeds, in the runs' point order.
 	Cells []SeedCell `json:"cells"`
+	// ServingSLO is the TTFT p90 bound (s) a peer must meet to count in the cells' Served figures: the
+	// runs' knee SLO, else the largest of their goodput SLOs (0: none, no Served figures).
+	ServingSLO float64 `json:"serving_slo_s,omitempty"`
 }
 
 // Spread is a figure over the seeds.
@@ -64,6 +67,12 @@ func spread(xs []float64) Spread {
 // TTFTWins those where its TTFT p90 is at most the best peer's, HitMargin is the arm's % of pooled less
 // the best peer's and TTFTMargin the best peer's TTFT p90 less the arm's (positive: the arm is ahead).
 // AtLeast95 counts the seeds at or above 95 % of pooled.
+//
+// A peer past its own knee can win on hit rate by serving nobody in time (llm-d's scorer herds a prefix
+// every request shares onto one worker: every request hits, TTFT p90 in minutes). The Served figures
+// hold the arm against the best peer that met the study's ServingSLO in the same seed's run: Served
+// counts the seeds where one did, ServedHitWins those where the arm's hit rate is at least that peer's,
+// ServedHitMargin the arm's % of pooled less that peer's over those seeds.
 type SeedCell struct {
 	Arm            string  `json:"arm"`
 	ArrivalSpeedup float64 `json:"arrival_speedup"`
@@ -75,6 +84,10 @@ type SeedCell struct {
 	TTFTWins       int     `json:"ttft_wins,omitempty"`
 	HitMargin      Spread  `json:"hit_margin_pct"`
 	TTFTMargin     Spread  `json:"ttft_margin_s"`
+
+	Served          int    `json:"served_seeds,omitempty"`
+	ServedHitWins   int    `json:"served_hit_wins,omitempty"`
+	ServedHitMargin Spread `json:"served_hit_margin_pct"`
 }
 
 // PeerArms are the arms a policy is held against by default: the llm-d-style and SGLang-style routers.
@@ -120,12 +133,16 @@ func RunSeeds(ctx context.Context, cfg Config, seeds []uint64, peers []string, l
 // speedups).
 func (st *SeedStudy) summarize() {
 	first := st.Runs[0].Points
+	st.ServingSLO = st.Runs[0].KneeSLO
+	if st.ServingSLO == 0 && len(st.Runs[0].SLOs) > 0 {
+		st.ServingSLO = slices.Max(st.Runs[0].SLOs)
+	}
 	st.Cells = make([]SeedCell, len(first))
 	for i, p := range first {
 		c := &st.Cells[i]
 		c.Arm, c.ArrivalSpeedup = p.Arm, p.ArrivalSpeedup
 		c.Peered = len(st.Peers) > 0 && !slices.Contains(st.Peers, p.Arm)
-		var of, p90, hm, tm []float64
+		var of, p90, hm, tm, sm []float64
 		for _, r := range st.Runs {
 			q := r.Points[i]
 			pct := ofPooled(r, &q)
@@ -136,11 +153,21 @@ func (st *SeedStudy) summarize() {
 			if !c.Peered {
 				continue
 			}
-			bestHit, bestP90 := math.Inf(-1), math.Inf(1)
+			bestHit, bestP90, servedHit := math.Inf(-1), math.Inf(1), math.Inf(-1)
 			for _, o := range r.Points {
 				if o.ArrivalSpeedup == q.ArrivalSpeedup && slices.Contains(st.Peers, o.Arm) {
 					bestHit, bestP90 = max(bestHit, ofPooled(r, &o)), min(bestP90, ttftP90(&o))
+					if st.ServingSLO > 0 && ttftP90(&o) <= st.ServingSLO {
+						servedHit = max(servedHit, ofPooled(r, &o))
+					}
 				}
+			}
+			if !math.IsInf(servedHit, -1) {
+				c.Served++
+				if pct >= servedHit {
+					c.ServedHitWins++
+				}
+				sm = append(sm, pct-servedHit)
 			}
 			if pct >= bestHit {
 				c.HitWins++
@@ -153,6 +180,9 @@ func (st *SeedStudy) summarize() {
 		c.OfPooled, c.TTFTP90 = spread(of), spread(p90)
 		if c.Peered {
 			c.HitMargin, c.TTFTMargin = spread(hm), spread(tm)
+		}
+		if len(sm) > 0 {
+			c.ServedHitMargin = spread(sm)
 		}
 	}
 }
@@ -186,14 +216,27 @@ func (st *SeedStudy) Tables() []bench.Table {
 		vs := bench.Table{Title: fmt.Sprintf("Against the best of %s in each seed's run", strings.Join(st.Peers, " / ")),
 			Columns: []string{"arm", "arrival ×", "hit rate ≥ best peer", "of pooled margin, points: mean (min–max)",
 				"TTFT p90 ≤ best peer", "TTFT p90 margin s: mean (min–max)"}}
+		if st.ServingSLO > 0 {
+			slo := bench.FormatNum(st.ServingSLO)
+			vs.Columns = append(vs.Columns, "seeds with a peer at TTFT p90 ≤ "+slo+" s", "hit rate ≥ best such peer",
+				"of pooled margin to it, points: mean (min–max)")
+		}
 		for _, c := range st.Cells {
 			if !c.Peered {
 				continue
 			}
-			vs.Rows = append(vs.Rows, []string{c.Arm, bench.F(c.ArrivalSpeedup, 2), fmt.Sprintf("%d of %d", c.HitWins, n),
+			row := []string{c.Arm, bench.F(c.ArrivalSpeedup, 2), fmt.Sprintf("%d of %d", c.HitWins, n),
 				fmt.Sprintf("%s (%s – %s)", bench.F(c.HitMargin.Mean, 2), bench.F(c.HitMargin.Min, 2), bench.F(c.HitMargin.Max, 2)),
 				fmt.Sprintf("%d of %d", c.TTFTWins, n),
-				fmt.Sprintf("%s (%s – %s)", bench.F(c.TTFTMargin.Mean, 3), bench.F(c.TTFTMargin.Min, 3), bench.F(c.TTFTMargin.Max, 3))})
+				fmt.Sprintf("%s (%s – %s)", bench.F(c.TTFTMargin.Mean, 3), bench.F(c.TTFTMargin.Min, 3), bench.F(c.TTFTMargin.Max, 3))}
+			if st.ServingSLO > 0 {
+				margin := "–"
+				if c.Served > 0 {
+					margin = fmt.Sprintf("%s (%s – %s)", bench.F(c.ServedHitMargin.Mean, 2), bench.F(c.ServedHitMargin.Min, 2), bench.F(c.ServedHitMargin.Max, 2))
+				}
+				row = append(row, fmt.Sprintf("%d of %d", c.Served, n), fmt.Sprintf("%d of %d", c.ServedHitWins, c.Served), margin)
+			}
+			vs.Rows = append(vs.Rows, row)
 		}
 		out = append(out, vs)
 	}
@@ -257,4 +300,7 @@ func FillSeedReport(rep *bench.Report, st *SeedStudy) {
 		"Virtual time: every figure is simulated model time; each seed's run is deterministic, and so is the study.",
 		"Of pooled = a seed's hit rate over that seed's pooled oracle; the best peer is taken seed by seed, within the same run.",
 		"TTFT p90 of a point with failed requests counts as missing every SLO (and loses against a peer that has none).")
+	if st.ServingSLO > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("The last columns of the standing hold each arm against the best peer whose TTFT p90 met %s s in the same seed's run (the knee SLO, else the largest goodput SLO): a peer past its own knee is not what the arm's hit rate is measured against.", bench.FormatNum(st.ServingSLO)))
+	}
 }
