@@ -40,7 +40,9 @@
 //     draws), so a single seed's cell can be won or lost by luck. Each (arm, speedup) cell is summarized
 //     over the seeds (mean, standard deviation, range of % of pooled and TTFT p90, seeds at ≥ 95 % of
 //     pooled) and held, seed by seed, against the best of the peer arms of that seed's run (llmd and
-//     sglang by default, `--peers`): seeds won on hit rate and on TTFT p90, and the margins.
+//     sglang by default, `--peers`): seeds won on hit rate and on TTFT p90, and the margins; and, on hit
+//     rate, against the best peer that met the serving bound (the knee SLO, else the largest goodput
+//     SLO) in that run, since a peer past its own knee can hit everything by serving nobody in time.
 //   - timeline.go: each swept run over model time — per Window of arrivals the engines' hit rate and
 //     TTFT p90, and for the arms whose cost is learned (Calibrated: the kvroute preset's machine) the
 //     fit Machine.Calibration reports (α, β, γ, observations) every CalibrationEvery — as tables and
