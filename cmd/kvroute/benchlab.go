@@ -43,7 +43,7 @@ func benchLab(args []string) error {
 	fs.DurationVar(&cfg.Window, "window", cfg.Window, "length of the report's time windows (hit rate and TTFT p90 by arrival time), model time")
 	fs.DurationVar(&cfg.CalibrationEvery, "calibration-every", cfg.CalibrationEvery, "period of the samples of the kvroute cost's learned calibration, model time")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the arms' random choices, the token blocks and generated workloads")
-	seeds := fs.String("seeds", "", "comma-separated seeds: the whole lab under each, summarized per arm and rate over them, every arm held against the best --peers arm seed by seed (replaces --seed)")
+	seeds := fs.String("seeds", "", "comma-separated seeds: the whole lab under each, summarized per arm and rate over them, every arm held against the best --peers arm seed by seed, and on hit rate against the best one that met the knee SLO (else the largest of --slos) (replaces --seed)")
 	peers := fs.String("peers", strings.Join(lab.PeerArms, ","), "with --seeds: the arms the others are held against")
 	if err := parse(fs, args); err != nil {
 		return err
