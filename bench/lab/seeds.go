@@ -156,9 +156,10 @@ func (st *SeedStudy) summarize() {
 			bestHit, bestP90, servedHit := math.Inf(-1), math.Inf(1), math.Inf(-1)
 			for _, o := range r.Points {
 				if o.ArrivalSpeedup == q.ArrivalSpeedup && slices.Contains(st.Peers, o.Arm) {
-					bestHit, bestP90 = max(bestHit, ofPooled(r, &o)), min(bestP90, ttftP90(&o))
-					if st.ServingSLO > 0 && ttftP90(&o) <= st.ServingSLO {
-						servedHit = max(servedHit, ofPooled(r, &o))
+					hit, oP90 := ofPooled(r, &o), ttftP90(&o)
+					bestHit, bestP90 = max(bestHit, hit), min(bestP90, oP90)
+					if st.ServingSLO > 0 && oP90 <= st.ServingSLO {
+						servedHit = max(servedHit, hit)
 					}
 				}
 			}
