@@ -20,6 +20,9 @@ type IndexerResult struct {
 		MaxWorkerBlocks int   `json:"max_worker_blocks"`
 	} `json:"workload_per_copy"`
 	Runs []*IndexerRun `json:"runs"`
+	// Memory is what a dependent load costs on the machine that ran the bench (MeasureMemoryLatency), the
+	// largest buffer the size of the index.
+	Memory []MemoryLatency `json:"memory_latency,omitempty"`
 }
 
 func runLabel(r *IndexerRun) string {
@@ -29,9 +32,10 @@ func runLabel(r *IndexerRun) string {
 	return strconv.FormatFloat(r.OfferedSeconds, 'g', 4, 64) + " s"
 }
 
-// FillIndexerReport adds the tables and plots of an indexer bench to rep.
-func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*IndexerRun) {
-	res := &IndexerResult{Config: w.cfg, Trace: t.Stats(), Runs: runs}
+// FillIndexerReport adds the tables and plots of an indexer bench to rep; loads (IndexMemoryLatencies,
+// may be nil) puts the reads in units of the machine's cache misses.
+func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*IndexerRun, loads []MemoryLatency) {
+	res := &IndexerResult{Config: w.cfg, Trace: t.Stats(), Runs: runs, Memory: loads}
 	res.Workload.Queries, res.Workload.Stores, res.Workload.Removes = w.Queries, w.Stores, w.Removes
 	res.Workload.QueryBlocks, res.Workload.StoredBlocks, res.Workload.RemovedBlocks = w.QueryBlocks, w.StoredBlocks, w.RemovedBlocks
 	res.Workload.CapacityBlocks, res.Workload.MaxWorkerBlocks = w.cfg.capacity(), w.MaxWorkerBlocks
@@ -64,6 +68,9 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 		mem.Rows = append(mem.Rows, []string{runLabel(r), strconv.Itoa(w.cfg.Shards), FormatNum(float64(r.IndexEntries)), FormatNum(float64(r.Positions)), F(float64(r.IndexBytes)/1e6, 1), F(r.BytesPerEntry, 1)})
 	}
 	rep.Tables = append([]Table{head, rt, mem}, rep.Tables...)
+	if len(res.Memory) > 0 {
+		rep.Tables = append(rep.Tables, memoryTable(res.Memory, runs))
+	}
 
 	tab := Table{Title: "Runs", Columns: []string{"duration", "elapsed s", "offered ops/s", "achieved ops/s", "offered blocks/s", "achieved blocks/s", "event blocks/s", "query p50 µs", "query p99 µs", "query p999 µs", "quiescent p50/p99 µs", "matches/query", "keeping up"}}
 	var cdf []Series
@@ -95,6 +102,26 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 		rep.AddPlot("sweep_throughput.svg", "Achieved vs offered block throughput", (&LinePlot{Title: "Achieved vs offered blocks/s", XLabel: "offered blocks/s", YLabel: "achieved blocks/s", LogX: true, LogY: true, Diagonal: true, Series: []Series{achieved}}).SVG())
 		rep.AddPlot("sweep_latency.svg", "Query p99 vs offered rate", (&LinePlot{Title: "Query p99 vs offered ops/s", XLabel: "offered ops/s", YLabel: "p99 (µs)", LogX: true, Series: []Series{p99}}).SVG())
 	}
+}
+
+// memoryTable is the machine's dependent-load latency at each measured size; the largest size's row also
+// gives each run's read p99 as that many dependent loads.
+func memoryTable(mem []MemoryLatency, runs []*IndexerRun) Table {
+	tab := Table{Title: "One dependent load on this machine (pointer chase over random cache lines)", Columns: []string{"buffer MiB", "ns per load", "read p99 in such loads, per run"}}
+	for i, m := range mem {
+		in := "—"
+		if i == len(mem)-1 && m.Nanos > 0 {
+			in = ""
+			for k, r := range runs {
+				if k > 0 {
+					in += ", "
+				}
+				in += runLabel(r) + ": " + F(r.QueryMicros.P99*1e3/m.Nanos, 0)
+			}
+		}
+		tab.Rows = append(tab.Rows, []string{F(float64(m.Bytes)/(1<<20), 0), F(m.Nanos, 1), in})
+	}
+	return tab
 }
 
 // triple formats a summary's p50 / p99 / p999, or "—" when it has no samples.

@@ -117,7 +117,8 @@ func TestReportFromKnownSamples(t *testing.T) {
 	run.QueryMicros = Summarize(run.latencies)
 	w := &IndexerWorkload{cfg: DefaultIndexerConfig()}
 	rep := NewReport("indexer", []string{"--trace", "x"})
-	FillIndexerReport(rep, synthTrace(3), w, []*IndexerRun{run, run})
+	mem := []MemoryLatency{{Bytes: 1 << 20, Nanos: 10}, {Bytes: 64 << 20, Nanos: 99}}
+	FillIndexerReport(rep, synthTrace(3), w, []*IndexerRun{run, run}, mem)
 	// The headline: read latency while the writes run, then the full runs table.
 	if head := rep.Tables[0]; head.Title != "FindMatches latency while the writes run" || head.Rows[0][3] != "500.0" || head.Rows[0][4] != "990.0" || head.Rows[0][5] != "999.0" {
 		t.Fatalf("headline %q, p50/p99/p999 cells %v", head.Title, head.Rows[0][3:6])
@@ -140,6 +141,7 @@ func TestReportFromKnownSamples(t *testing.T) {
 			Runs []struct {
 				Q Summary `json:"query_us"`
 			} `json:"runs"`
+			Memory []MemoryLatency `json:"memory_latency"`
 		} `json:"data"`
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
@@ -152,8 +154,12 @@ func TestReportFromKnownSamples(t *testing.T) {
 	if q := back.Data.Runs[0].Q; q.P50 != 500 || q.P99 != 990 || q.P999 != 999 || q.Mean != 500.5 {
 		t.Fatalf("report.json summary %+v", q)
 	}
+	if len(back.Data.Memory) != 2 || back.Data.Memory[1] != mem[1] {
+		t.Fatalf("report.json memory latency %+v", back.Data.Memory)
+	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	for _, want := range []string{"| 2 s |", "query_latency_cdf.svg", "sweep_throughput.svg"} {
+	// The p99 (990 µs) in loads of the largest buffer's 99 ns: 10,000.
+	for _, want := range []string{"| 2 s |", "query_latency_cdf.svg", "sweep_throughput.svg", "| 1 | 10.0 | — |", "| 64 | 99.0 | 2 s: 10000, 2 s: 10000 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("report.md lacks %q:\n%s", want, md)
 		}

@@ -249,7 +249,8 @@ func benchIndexer(args []string) error {
 		runs = append(runs, run)
 	}
 	stop()
-	bench.FillIndexerReport(rep, t, w, runs)
+	fmt.Fprintln(os.Stderr, "measuring a dependent load at 1 MiB, 32 MiB and the index's size…")
+	bench.FillIndexerReport(rep, t, w, runs, bench.IndexMemoryLatencies(runs))
 	rep.Notes = append(rep.Notes,
 		"One op is one FindMatches query (timed on the replaying goroutine) or one Stored/Removed event sent to the sharded indexer; blocks/s = query blocks + stored blocks per second (Dynamo's block throughput); event blocks/s = (stored + removed) blocks per second.",
 		"Elapsed time ends after a Flush of every shard, so achieved rates include the write backlog.")

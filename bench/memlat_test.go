@@ -1,0 +1,45 @@
+package bench
+
+import "testing"
+
+// TestChaseBufferIsOneCycle: the chase visits every line once before it comes back to the first, so a
+// measurement's loads spread over the whole buffer.
+func TestChaseBufferIsOneCycle(t *testing.T) {
+	for _, lines := range []int{2, 3, 64, 1000} {
+		buf := chaseBuffer(lines)
+		seen := make([]bool, lines)
+		p := uint64(0)
+		for step := range lines {
+			if p%(chaseLine/8) != 0 || p >= uint64(len(buf)) {
+				t.Fatalf("%d lines: step %d lands at word %d", lines, step, p)
+			}
+			l := p / (chaseLine / 8)
+			if seen[l] {
+				t.Fatalf("%d lines: line %d visited twice within %d steps", lines, l, step)
+			}
+			seen[l] = true
+			p = buf[p]
+		}
+		if p != 0 {
+			t.Fatalf("%d lines: after a lap the chase is at word %d, not the start", lines, p)
+		}
+	}
+}
+
+// TestMeasureMemoryLatency: the buffer is the requested size in whole lines (at least two), and a load
+// takes a positive time.
+func TestMeasureMemoryLatency(t *testing.T) {
+	for _, tc := range []struct{ ask, want int64 }{{1, 2 * chaseLine}, {64 << 10, 64 << 10}, {100*chaseLine + 5, 100 * chaseLine}} {
+		m := MeasureMemoryLatency(tc.ask)
+		if m.Bytes != tc.want || m.Nanos <= 0 {
+			t.Fatalf("MeasureMemoryLatency(%d) = %+v, want %d bytes and a positive time", tc.ask, m, tc.want)
+		}
+	}
+	got := IndexMemoryLatencies([]*IndexerRun{{IndexBytes: 40 << 20}, {IndexBytes: 48 << 20}})
+	if len(got) != 3 || got[0].Bytes != 1<<20 || got[1].Bytes != 32<<20 || got[2].Bytes != 48<<20 {
+		t.Fatalf("IndexMemoryLatencies sizes %+v, want 1 MiB, 32 MiB and the largest heap", got)
+	}
+	if got := IndexMemoryLatencies([]*IndexerRun{{IndexBytes: 4 << 20}}); len(got) != 2 {
+		t.Fatalf("an index under 32 MiB adds no size: %+v", got)
+	}
+}
