@@ -191,9 +191,20 @@
 // a warm floor of 2.3–2.5 and 5.7–6.5 µs): walking ahead is worth a fifth of the cold p99 (13.5–13.9 µs
 // without it), and entering the views and walking ahead alone take half of a cold query (p50 2.2 of 4.2
 // µs, p99 6.3 of 11.8 µs): chains of dependent misses. Tried and not kept (docs/benchmarks.md, "The cold
-// floor, and what did not shorten it"): a flat open-addressing child table instead of the Go map of a
-// node with many children (the map's header and directory are shared by every query and stay cached; a
-// lookup's own miss is one either way); prefetching the query's hashes or the worker keys, walking ahead
+// floor, and what did not shorten it"): prefetching the query's hashes or the worker keys, walking ahead
 // further or also touching each run's end. The bench's query hashes come from memory (the router's are
 // just computed): copied before the clock starts, the cold p99 is 9.7 µs instead of 11.1.
+//
+// Child tables (node.go's children): a node with more than eight children keeps them in an
+// open-addressing table (linear probing, backward-shift deletion) in the slice that holds a small set's
+// children, instead of a Go map. A lookup reads the node's slice header and the slot its hash lands on; the
+// map read its header, directory, table and group, four dependent loads. On the 4 MiB cold floor that
+// did not show (the roots' map headers and directories stay cached between queries), but under the
+// trace's paced writes, where nothing of a path survives between two turns of a conversation, it does:
+// the bench on the 1,000-worker trace, three pairs alternately, p99 at 20 s 49.0–54.0 → 43.6–45.6 µs,
+// at 4 s 29.8–33.7 → 26.9–34.0 µs, unpaced writes 8.2–9.4 → 9.8–13.6 M event blocks/s, memory 47.0–47.2
+// → 47.0–47.1 B per (block, worker); the node is 8 bytes smaller (no map pointer). On the machine of
+// those runs a dependent load into a buffer the size of the index costs 280–330 ns (the bench's
+// memory-latency table), three times a bare-metal DRAM access: nested page tables, so each cold line is
+// also a TLB miss (docs/benchmarks.md, "What a cold read costs").
 package prefix

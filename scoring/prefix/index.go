@@ -90,7 +90,7 @@ type Index struct {
 	// whether the slot arrays changed.
 	track      bool
 	dirty      []uint32
-	kidLog     []kidOp // changes of child maps since the last Sync (node.kidsFull ones excepted)
+	kidLog     []kidOp // changes of child tables since the last Sync (node.kidsFull ones excepted)
 	slotsDirty bool
 }
 

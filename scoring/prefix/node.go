@@ -186,18 +186,36 @@ type kid struct {
 }
 
 // children is a node's child set. The first child is inline (most nodes have at most one, and the query
-// path then touches nothing outside the node), up to maxInlineKids in a slice, more in a map.
+// path then touches nothing outside the node), up to maxInlineKids in a slice, more in an
+// open-addressing table kept in the same slice (the end of a shared system prompt, where every
+// conversation branches, has thousands). The table is one array of slots, so a lookup reads the slot
+// its hash lands on and the few after it: a Go map read its header, directory, table and group first,
+// four dependent loads, each a cache and TLB miss on a query whose path went cold (docs/benchmarks.md,
+// "What a cold read costs").
 type children struct {
 	first kid
-	n     int               // children while m is nil
-	rest  []kid             // children 2..n while m is nil
-	m     map[uint64]uint32 // every child, once there are more than maxInlineKids
+	rest  []kid  // children 2..n; in a table, its slots (a power of two; node 0, the root, marks a free one)
+	n     uint32 // children
+	table bool   // rest is a table and first is unused
 }
 
+// minKidTable is a new table's size: the ninth child finds it under half full.
+const minKidTable = 32
+
+// kidHome is hash h's first slot in a table of 2^k slots (a multiply-shift: the local hashes are already
+// uniform, the multiply only spreads any structure in them over the top bits).
+func kidHome(h uint64, k int) int { return int((h * 0x9e3779b97f4a7c15) >> (64 - k)) }
+
 func (c *children) get(h uint64) (uint32, bool) {
-	if c.m != nil {
-		k, ok := c.m[h]
-		return k, ok
+	if c.table {
+		k := bits.TrailingZeros(uint(len(c.rest)))
+		mask := len(c.rest) - 1
+		for i := kidHome(h, k); ; i = (i + 1) & mask {
+			s := &c.rest[i]
+			if s.node == 0 || s.hash == h {
+				return s.node, s.node != 0
+			}
+		}
 	}
 	if c.n == 0 {
 		return 0, false
@@ -213,33 +231,56 @@ func (c *children) get(h uint64) (uint32, bool) {
 	return 0, false
 }
 
-func (c *children) len() int {
-	if c.m != nil {
-		return len(c.m)
-	}
-	return c.n
-}
+func (c *children) len() int { return int(c.n) }
 
+// add adds child k under hash h, or replaces the child under h in a table.
 func (c *children) add(h uint64, k uint32) {
 	switch {
-	case c.m != nil:
-		c.m[h] = k
+	case c.table:
+		c.put(h, k)
 	case c.n == 0:
 		c.first, c.n = kid{h, k}, 1
 	case c.n < maxInlineKids:
 		c.rest = append(c.rest, kid{h, k})
 		c.n++
 	default:
-		m := make(map[uint64]uint32, 2*maxInlineKids)
-		c.each(func(x kid) { m[x.hash] = x.node })
-		m[h] = k
-		*c = children{m: m}
+		t := children{table: true, rest: make([]kid, minKidTable)}
+		c.each(func(x kid) { t.put(x.hash, x.node) })
+		t.put(h, k)
+		*c = t
+	}
+}
+
+// put sets h's child in a table, doubling it first when it would be more than three quarters full.
+func (c *children) put(h uint64, node uint32) {
+	if 4*(int(c.n)+1) > 3*len(c.rest) {
+		old := c.rest
+		c.rest, c.n = make([]kid, 2*len(old)), 0
+		for _, s := range old {
+			if s.node != 0 {
+				c.put(s.hash, s.node)
+			}
+		}
+	}
+	k := bits.TrailingZeros(uint(len(c.rest)))
+	mask := len(c.rest) - 1
+	for i := kidHome(h, k); ; i = (i + 1) & mask {
+		s := &c.rest[i]
+		if s.node == 0 {
+			*s = kid{h, node}
+			c.n++
+			return
+		}
+		if s.hash == h {
+			s.node = node
+			return
+		}
 	}
 }
 
 func (c *children) remove(h uint64) {
-	if c.m != nil {
-		delete(c.m, h)
+	if c.table {
+		c.drop(h)
 		return
 	}
 	if c.n == 0 {
@@ -264,10 +305,43 @@ func (c *children) remove(h uint64) {
 	}
 }
 
+// drop removes h from a table by backward shift: the slots after it that probed past it move up, so
+// that no lookup meets a hole before its key.
+func (c *children) drop(h uint64) {
+	k := bits.TrailingZeros(uint(len(c.rest)))
+	mask := len(c.rest) - 1
+	i := kidHome(h, k)
+	for ; c.rest[i].hash != h; i = (i + 1) & mask {
+		if c.rest[i].node == 0 {
+			return // absent
+		}
+	}
+	if c.rest[i].node == 0 {
+		return
+	}
+	for j := i; ; {
+		j = (j + 1) & mask
+		s := c.rest[j]
+		if s.node == 0 {
+			break
+		}
+		// s stays if its home lies cyclically in (i, j]: a lookup for it never passes slot i.
+		if home := kidHome(s.hash, k); (i < j && i < home && home <= j) || (i > j && (i < home || home <= j)) {
+			continue
+		}
+		c.rest[i] = s
+		i = j
+	}
+	c.rest[i] = kid{}
+	c.n--
+}
+
 func (c *children) each(fn func(kid)) {
-	if c.m != nil {
-		for h, k := range c.m {
-			fn(kid{h, k})
+	if c.table {
+		for _, s := range c.rest {
+			if s.node != 0 {
+				fn(s)
+			}
 		}
 		return
 	}
@@ -310,7 +384,7 @@ func (n *node) numKids() int                  { return n.kids.len() }
 // addKid adds child c under its first hash h to node n.
 func (ix *Index) addKid(n uint32, h uint64, c uint32) {
 	nd := &ix.nodes[n]
-	inline := nd.kids.m == nil
+	inline := !nd.kids.table
 	nd.kids.add(h, c)
 	ix.kidChanged(n, inline, kidOp{node: n, hash: h, child: c})
 }
@@ -318,27 +392,27 @@ func (ix *Index) addKid(n uint32, h uint64, c uint32) {
 // removeKid removes the child with first hash h from node n.
 func (ix *Index) removeKid(n uint32, h uint64) {
 	nd := &ix.nodes[n]
-	inline := nd.kids.m == nil
+	inline := !nd.kids.table
 	nd.kids.remove(h)
 	ix.kidChanged(n, inline, kidOp{node: n, hash: h, del: true})
 }
 
-// kidChanged records a child-set change of node n for Sync: a child map (a node with many children, such
-// as the end of a shared system prompt where every conversation branches) is updated in the view by the
-// logged change, not copied whole; an inline set is copied whole.
+// kidChanged records a child-set change of node n for Sync: a child table (a node with many children,
+// such as the end of a shared system prompt where every conversation branches) is updated in the view by
+// the logged change, not copied whole; an inline set is copied whole.
 func (ix *Index) kidChanged(n uint32, wasInline bool, op kidOp) {
 	ix.touch(n)
 	nd := &ix.nodes[n]
 	switch {
-	case !ix.track || nd.kids.m == nil || nd.kidsFull:
+	case !ix.track || !nd.kids.table || nd.kidsFull:
 	case wasInline:
-		nd.kidsFull = true // just became a map
+		nd.kidsFull = true // just became a table
 	default:
 		ix.kidLog = append(ix.kidLog, op)
 	}
 }
 
-// kidOp is one logged change of a child map.
+// kidOp is one logged change of a child table.
 type kidOp struct {
 	node  uint32
 	child uint32

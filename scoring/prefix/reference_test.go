@@ -341,11 +341,18 @@ func checkInvariants(ix *Index) error {
 				return err
 			}
 		}
-		if nd.kids.m != nil && (nd.kids.n != 0 || nd.kids.rest != nil) {
-			return fmt.Errorf("node %d: both kid forms", n)
-		}
-		if nd.kids.m == nil && nd.kids.n != len(nd.kids.rest)+min(nd.kids.n, 1) {
-			return fmt.Errorf("node %d: %d kids, %d in rest", n, nd.kids.n, len(nd.kids.rest))
+		if t := len(nd.kids.rest); nd.kids.table {
+			used := 0
+			for _, s := range nd.kids.rest {
+				if s.node != 0 {
+					used++
+				}
+			}
+			if nd.kids.first != (kid{}) || t < minKidTable || t&(t-1) != 0 || used != int(nd.kids.n) || 4*used > 3*t {
+				return fmt.Errorf("node %d: kid table of %d slots, %d used, %d counted, first %+v", n, t, used, nd.kids.n, nd.kids.first)
+			}
+		} else if int(nd.kids.n) != t+min(int(nd.kids.n), 1) {
+			return fmt.Errorf("node %d: %d kids, %d in rest", n, nd.kids.n, t)
 		}
 		var err error
 		nd.eachKid(func(c uint32) {

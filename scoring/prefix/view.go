@@ -1,7 +1,6 @@
 package prefix
 
 import (
-	"maps"
 	"math/bits"
 	"slices"
 )
@@ -55,13 +54,11 @@ func (ix *Index) Sync(v *View) {
 		}
 		d.workers.inl = src.workers.inl
 		d.workers.ext = append(d.workers.ext[:0], src.workers.ext...)
-		d.kids.first, d.kids.n = src.kids.first, src.kids.n
-		d.kids.rest = append(d.kids.rest[:0], src.kids.rest...)
-		switch {
-		case src.kids.m == nil:
-			d.kids.m = nil
-		case src.kidsFull || d.kids.m == nil:
-			d.kids.m = maps.Clone(src.kids.m)
+		// A table's changes are replayed from the log below unless it was replaced (kidsFull); the rest is
+		// copied, a table slot for slot.
+		if !src.kids.table || src.kidsFull || !d.kids.table {
+			d.kids.first, d.kids.n, d.kids.table = src.kids.first, src.kids.n, src.kids.table
+			d.kids.rest = append(d.kids.rest[:0], src.kids.rest...)
 		}
 		// Whole chunks inside the part of the run the view already had are unchanged too.
 		keep := min(len(d.sums), len(src.sums), wholeChunks(src.start, int(src.synced)))
@@ -69,13 +66,13 @@ func (ix *Index) Sync(v *View) {
 		d.parent, d.live, d.start = src.parent, src.live, src.start
 		src.synced = uint32(len(src.hashes))
 	}
-	// Child maps copied whole above already hold their logged changes.
+	// Child tables copied whole above already hold their logged changes.
 	for _, op := range ix.kidLog {
-		if src := &ix.nodes[op.node]; src.kids.m != nil && !src.kidsFull {
-			if m := v.nodes[op.node].kids.m; op.del {
-				delete(m, op.hash)
+		if src := &ix.nodes[op.node]; src.kids.table && !src.kidsFull {
+			if d := &v.nodes[op.node].kids; op.del {
+				d.remove(op.hash)
 			} else {
-				m[op.hash] = op.child
+				d.add(op.hash, op.child)
 			}
 		}
 	}
