@@ -2,6 +2,7 @@ package bench
 
 import (
 	"runtime/metrics"
+	"syscall"
 )
 
 // RuntimeStats is what the Go runtime did to the process during a run: what, beside the code measured,
@@ -20,6 +21,11 @@ type RuntimeStats struct {
 	SchedP999Micros float64 `json:"sched_p999_us"`
 	// GCCPUFraction is the share of the process's CPU time spent in GC (marking, assists, pauses).
 	GCCPUFraction float64 `json:"gc_cpu_fraction"`
+	// PageFaults is the process's minor page faults (getrusage): first touches of memory the heap took
+	// from the OS. A growing index faults its new pages in as it writes them; on a VM that backs the guest
+	// with small pages each costs microseconds, and in a process's first run of the index bench at 4 s
+	// pacing they were most of the writers' CPU (docs/benchmarks.md).
+	PageFaults int64 `json:"page_faults"`
 }
 
 var runtimeSamples = []string{
@@ -30,8 +36,11 @@ var runtimeSamples = []string{
 	"/cpu/classes/total:cpu-seconds",
 }
 
-// runtimeSnapshot is one read of runtimeSamples.
-type runtimeSnapshot []metrics.Sample
+// runtimeSnapshot is one read of runtimeSamples, and the process's minor page faults then (-1: unknown).
+type runtimeSnapshot struct {
+	s      []metrics.Sample
+	faults int64
+}
 
 func readRuntime() runtimeSnapshot {
 	s := make([]metrics.Sample, len(runtimeSamples))
@@ -39,12 +48,25 @@ func readRuntime() runtimeSnapshot {
 		s[i].Name = name
 	}
 	metrics.Read(s)
-	return s
+	return runtimeSnapshot{s: s, faults: minorFaults()}
 }
 
-// since returns what happened between snapshot a and b.
-func (b runtimeSnapshot) since(a runtimeSnapshot) RuntimeStats {
-	var r RuntimeStats
+// minorFaults returns the process's minor page faults so far, or -1.
+func minorFaults() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return int64(ru.Minflt)
+}
+
+// since returns what happened between snapshot sa and sb.
+func (sb runtimeSnapshot) since(sa runtimeSnapshot) RuntimeStats {
+	a, b := sa.s, sb.s
+	r := RuntimeStats{PageFaults: -1}
+	if sa.faults >= 0 && sb.faults >= 0 {
+		r.PageFaults = sb.faults - sa.faults
+	}
 	if a[0].Value.Kind() == metrics.KindUint64 {
 		r.GCCycles = b[0].Value.Uint64() - a[0].Value.Uint64()
 	}
