@@ -9,7 +9,7 @@ import (
 // Bytes, one random cache line after another, each load's address taken from the one before it (what a
 // tree walk whose path is not in the cache does). The index bench reports it beside its read latency,
 // so that a p99 can be read as a count of misses on the machine that measured it: on the 2-vCPU VM
-// of docs/benchmarks.md a miss into a buffer the size of the index costs ~280 ns, three times a
+// of docs/benchmarks.md a miss into a buffer the size of the index costs 280–330 ns, about three times a
 // bare-metal DRAM access.
 type MemoryLatency struct {
 	Bytes int64   `json:"bytes"`

@@ -175,20 +175,24 @@ func (t *handleTable) deleteAt(i int) {
 		delete(t.more, t.slots[i].eh())
 	}
 	for j := t.next(i); t.slots[j].idp != 0; j = t.next(j) {
-		k := t.home(t.slots[j].eh())
-		// The entry at j may move to i unless its home lies cyclically in (i, j].
-		if i <= j {
-			if i < k && k <= j {
-				continue
-			}
-		} else if i < k || k <= j {
-			continue
+		if !probeStays(i, t.home(t.slots[j].eh()), j) {
+			t.slots[i] = t.slots[j]
+			i = j
 		}
-		t.slots[i] = t.slots[j]
-		i = j
 	}
 	t.slots[i] = hslot{}
 	t.n--
+}
+
+// probeStays reports, for backward-shift deletion from a linear-probing table, whether the entry at slot
+// j, whose home slot is home, stays when slot i before it in its probe run is emptied: it does when home
+// lies cyclically in (i, j], since a lookup for it starts after i and never passes the hole. Otherwise it
+// moves into i. Shared by the handle tables and the child tables (node.go).
+func probeStays(i, home, j int) bool {
+	if i <= j {
+		return i < home && home <= j
+	}
+	return i < home || home <= j
 }
 
 // reset forgets every handle and releases the memory.

@@ -206,16 +206,21 @@ const minKidTable = 32
 // uniform, the multiply only spreads any structure in them over the top bits).
 func kidHome(h uint64, k int) int { return int((h * 0x9e3779b97f4a7c15) >> (64 - k)) }
 
+// slot returns the table slot holding h, or the free slot that ends h's probe run, and whether h is
+// there.
+func (c *children) slot(h uint64) (int, bool) {
+	mask := len(c.rest) - 1
+	for i := kidHome(h, bits.TrailingZeros(uint(len(c.rest)))); ; i = (i + 1) & mask {
+		if s := &c.rest[i]; s.node == 0 || s.hash == h {
+			return i, s.node != 0
+		}
+	}
+}
+
 func (c *children) get(h uint64) (uint32, bool) {
 	if c.table {
-		k := bits.TrailingZeros(uint(len(c.rest)))
-		mask := len(c.rest) - 1
-		for i := kidHome(h, k); ; i = (i + 1) & mask {
-			s := &c.rest[i]
-			if s.node == 0 || s.hash == h {
-				return s.node, s.node != 0
-			}
-		}
+		i, ok := c.slot(h)
+		return c.rest[i].node, ok
 	}
 	if c.n == 0 {
 		return 0, false
@@ -262,20 +267,11 @@ func (c *children) put(h uint64, node uint32) {
 			}
 		}
 	}
-	k := bits.TrailingZeros(uint(len(c.rest)))
-	mask := len(c.rest) - 1
-	for i := kidHome(h, k); ; i = (i + 1) & mask {
-		s := &c.rest[i]
-		if s.node == 0 {
-			*s = kid{h, node}
-			c.n++
-			return
-		}
-		if s.hash == h {
-			s.node = node
-			return
-		}
+	i, ok := c.slot(h)
+	if !ok {
+		c.n++
 	}
+	c.rest[i] = kid{h, node}
 }
 
 func (c *children) remove(h uint64) {
@@ -308,29 +304,17 @@ func (c *children) remove(h uint64) {
 // drop removes h from a table by backward shift: the slots after it that probed past it move up, so
 // that no lookup meets a hole before its key.
 func (c *children) drop(h uint64) {
-	k := bits.TrailingZeros(uint(len(c.rest)))
-	mask := len(c.rest) - 1
-	i := kidHome(h, k)
-	for ; c.rest[i].hash != h; i = (i + 1) & mask {
-		if c.rest[i].node == 0 {
-			return // absent
-		}
-	}
-	if c.rest[i].node == 0 {
+	i, ok := c.slot(h)
+	if !ok {
 		return
 	}
-	for j := i; ; {
-		j = (j + 1) & mask
-		s := c.rest[j]
-		if s.node == 0 {
-			break
+	k := bits.TrailingZeros(uint(len(c.rest)))
+	mask := len(c.rest) - 1
+	for j := (i + 1) & mask; c.rest[j].node != 0; j = (j + 1) & mask {
+		if s := c.rest[j]; !probeStays(i, kidHome(s.hash, k), j) {
+			c.rest[i] = s
+			i = j
 		}
-		// s stays if its home lies cyclically in (i, j]: a lookup for it never passes slot i.
-		if home := kidHome(s.hash, k); (i < j && i < home && home <= j) || (i > j && (i < home || home <= j)) {
-			continue
-		}
-		c.rest[i] = s
-		i = j
 	}
 	c.rest[i] = kid{}
 	c.n--
