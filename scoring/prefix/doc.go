@@ -136,7 +136,8 @@
 //
 // What a query costs on its own: the slowest queries of the conversation trace are the longest (3,000–
 // 7,000 blocks), whose runs are compared hash by hash from memory in every shard that holds a part of
-// the prefix, and paths of 20 or more nodes. Replayed against the final index with nothing writing, the
+// the prefix (a path there is short: 1–2 nodes in 88 % of a shard's walks, at most 11; docs/benchmarks.md,
+// "How long a query's paths are"). Replayed against the final index with nothing writing, the
 // fastest of three passes per request ("floor" in kvroute bench indexer) has p50 3.4–4.5 µs and p99
 // 13–18 µs at 1,000 workers, 4 shards (load average 5–25): comparing runs is about 45 % of the query's
 // CPU, emitting ~1,000 scores 25 %, child lookups and worker-set intersections the rest. A least-squares
