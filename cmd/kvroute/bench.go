@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -208,12 +210,16 @@ func benchIndexer(args []string) error {
 	fs.BoolVar(&cfg.Again, "again", cfg.Again, "also time every query a second time at once (the \"again\" column: the same read with its path in the cache)")
 	fs.IntVar(&cfg.MaxBatchBlocks, "max-batch-blocks", cfg.MaxBatchBlocks, "split Stored events into events of at most N blocks, one Apply each (0: one event per request)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "wall time the trace is compressed into (0: as fast as possible)")
-	sweep := fs.Bool("sweep", false, "sweep the offered rate: durations from --sweep-max down to --sweep-min, then one unpaced run")
+	sweep := fs.Bool("sweep", false, "sweep the offered rate: durations from --sweep-max down to --sweep-min, then an unpaced run (see --unpaced-runs)")
 	sweepMax := fs.Duration("sweep-max", 20*time.Second, "longest sweep duration (lowest offered rate)")
 	sweepMin := fs.Duration("sweep-min", 250*time.Millisecond, "shortest sweep duration (highest offered rate)")
 	steps := fs.Int("sweep-steps", 6, "sweep steps")
+	unpacedRuns := fs.Int("unpaced-runs", 3, "replays of an unpaced run (one replay lasts a second or two, and its rate moves by half between replays on a shared machine): the report's row is the replay with the median event blocks/s, every replay's rate is in the notes")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *unpacedRuns < 1 {
+		return fmt.Errorf("--unpaced-runs: %d, want at least 1", *unpacedRuns)
 	}
 	t, err := loadTrace(*trace, *minutes)
 	if err != nil {
@@ -239,14 +245,15 @@ func benchIndexer(args []string) error {
 		if d > 0 {
 			label = d.String()
 		}
-		p := bench.NewProgress(os.Stderr, "indexer "+label, (w.Queries+w.Events)*int64(cfg.Duplicate))
-		run, err := w.RunIndexer(d, p)
-		p.Done()
+		run, rates, err := replayIndexer(w, d, label, *unpacedRuns, (w.Queries+w.Events)*int64(cfg.Duplicate))
 		if err != nil {
 			stop()
 			return err
 		}
 		runs = append(runs, run)
+		if len(rates) > 1 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("The unpaced row is the median of %d replays by event blocks/s; each replay's: %s M/s.", len(rates), strings.Join(rates, ", ")))
+		}
 	}
 	stop()
 	fmt.Fprintln(os.Stderr, "measuring a dependent load at 1 MiB, 32 MiB and the index's size…")
@@ -255,6 +262,35 @@ func benchIndexer(args []string) error {
 		"One op is one FindMatches query (timed on the replaying goroutine) or one Stored/Removed event sent to the sharded indexer; blocks/s = query blocks + stored blocks per second (Dynamo's block throughput); event blocks/s = (stored + removed) blocks per second.",
 		"Elapsed time ends after a Flush of every shard, so achieved rates include the write backlog.")
 	return finish(rep, *c.out)
+}
+
+// replayIndexer replays w compressed into d (0: unpaced) and returns the run. An unpaced replay is made n
+// times and the one with the median event blocks/s is returned, with every replay's rate in M/s (fresh
+// indexer each time).
+func replayIndexer(w *bench.IndexerWorkload, d time.Duration, label string, n int, ops int64) (*bench.IndexerRun, []string, error) {
+	if d > 0 {
+		n = 1
+	}
+	var reps []*bench.IndexerRun
+	for i := range n {
+		l := label
+		if n > 1 {
+			l = fmt.Sprintf("%s %d/%d", label, i+1, n)
+		}
+		p := bench.NewProgress(os.Stderr, "indexer "+l, ops)
+		run, err := w.RunIndexer(d, p)
+		p.Done()
+		if err != nil {
+			return nil, nil, err
+		}
+		reps = append(reps, run)
+	}
+	rates := make([]string, len(reps))
+	for i, r := range reps {
+		rates[i] = fmt.Sprintf("%.2f", r.EventBlocksPerSec/1e6)
+	}
+	slices.SortFunc(reps, func(a, b *bench.IndexerRun) int { return cmp.Compare(a.EventBlocksPerSec, b.EventBlocksPerSec) })
+	return reps[len(reps)/2], rates, nil
 }
 
 func benchOracle(args []string) error {

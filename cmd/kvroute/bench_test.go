@@ -14,6 +14,9 @@ import (
 // queries (two ids a worker).
 var againSummary = regexp.MustCompile(`"again_query_us":\s*\{\s*"count":\s*80,`)
 
+// unpacedNote is the note of --unpaced-runs (default 3): every replay's rate.
+var unpacedNote = regexp.MustCompile(`median of 3 replays by event blocks/s; each replay's: [0-9.]+, [0-9.]+, [0-9.]+ M/s`)
+
 func TestBenchSubcommands(t *testing.T) {
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
@@ -50,6 +53,9 @@ func TestBenchSubcommands(t *testing.T) {
 				if n := len(againSummary.FindAll(md, -1)); n != 3 {
 					t.Fatalf("again summaries with 80 samples in report.json: %d, want 3 runs", n)
 				}
+				if !unpacedNote.Match(md) { // the unpaced run was replayed three times, the median kept
+					t.Fatalf("report.json has no note of three unpaced replays")
+				}
 			}
 			svgs, _ := filepath.Glob(filepath.Join(out, "*.svg"))
 			if len(svgs) == 0 {
@@ -62,5 +68,8 @@ func TestBenchSubcommands(t *testing.T) {
 	}
 	if code := runBench([]string{"indexer"}); code != 1 {
 		t.Fatalf("missing --trace exit %d", code)
+	}
+	if code := runBench([]string{"indexer", "--trace", "x", "--unpaced-runs", "0"}); code != 1 {
+		t.Fatalf("--unpaced-runs 0 exit %d", code)
 	}
 }
