@@ -265,9 +265,8 @@ func benchIndexer(args []string) error {
 }
 
 // replayIndexer replays w compressed into d (0: unpaced) and returns the run. An unpaced replay is made n
-// times and the one with the median event blocks/s (the slower middle one of an even count) is returned,
-// with every replay's rate in M/s (fresh
-// indexer each time).
+// times, each on a fresh indexer, and the one with the median event blocks/s (the slower middle one of an
+// even count) is returned, with every replay's rate in M/s.
 func replayIndexer(w *bench.IndexerWorkload, d time.Duration, label string, n int, ops int64) (*bench.IndexerRun, []string, error) {
 	if d > 0 {
 		n = 1
