@@ -43,6 +43,12 @@
 //     sglang by default, `--peers`): seeds won on hit rate and on TTFT p90, and the margins; and, on hit
 //     rate, against the best peer that met the serving bound (the knee SLO, else the largest goodput
 //     SLO) in that run, since a peer past its own knee can hit everything by serving nobody in time.
+//     A seed counts as both when the arm is at or above the best peer's hit rate and at or under its
+//     TTFT p90 in the same run.
+//   - suite.go: RunSuite, a list of cases (a workload on a profile and a fleet, swept over arrival
+//     speedups) run as seed studies with the same seeds and peers (`--suite standing`: StandingCases,
+//     the trace and every generated workload on the three profiles at 8 and 32 workers), every cell in
+//     one table and a tally of the cells and (cell, seed) pairs that meet each line of the standing.
 //   - timeline.go: each swept run over model time — per Window of arrivals the engines' hit rate and
 //     TTFT p90, and for the arms whose cost is learned (Calibrated: the kvroute preset's machine) the
 //     fit Machine.Calibration reports (α, β, γ, observations) every CalibrationEvery — as tables and

@@ -64,7 +64,7 @@ func spread(xs []float64) Spread {
 // SeedCell is one (arm, arrival speedup) over the seeds. OfPooled is the hit rate over the pooled
 // oracle's of the same seed, in percent. Against the best peer of each seed (not for a peer arm, nor
 // when no peer ran): HitWins counts the seeds where the arm's hit rate is at least the best peer's,
-// TTFTWins those where its TTFT p90 is at most the best peer's, HitMargin is the arm's % of pooled less
+// TTFTWins those where its TTFT p90 is at most the best peer's, BothWins those where both hold, HitMargin is the arm's % of pooled less
 // the best peer's and TTFTMargin the best peer's TTFT p90 less the arm's (positive: the arm is ahead).
 // AtLeast95 counts the seeds at or above 95 % of pooled.
 //
@@ -82,6 +82,7 @@ type SeedCell struct {
 	Peered         bool    `json:"peered"`
 	HitWins        int     `json:"hit_wins,omitempty"`
 	TTFTWins       int     `json:"ttft_wins,omitempty"`
+	BothWins       int     `json:"both_wins,omitempty"`
 	HitMargin      Spread  `json:"hit_margin_pct"`
 	TTFTMargin     Spread  `json:"ttft_margin_s"`
 
@@ -170,12 +171,10 @@ func (st *SeedStudy) summarize() {
 				}
 				sm = append(sm, pct-servedHit)
 			}
-			if pct >= bestHit {
-				c.HitWins++
-			}
-			if ttftP90(&q) <= bestP90 {
-				c.TTFTWins++
-			}
+			hit, fast := pct >= bestHit, ttftP90(&q) <= bestP90
+			c.HitWins += b2i(hit)
+			c.TTFTWins += b2i(fast)
+			c.BothWins += b2i(hit && fast)
 			hm, tm = append(hm, pct-bestHit), append(tm, bestP90-ttftP90(&q))
 		}
 		c.OfPooled, c.TTFTP90 = spread(of), spread(p90)
@@ -216,7 +215,7 @@ func (st *SeedStudy) Tables() []bench.Table {
 	if len(st.Peers) > 0 {
 		vs := bench.Table{Title: fmt.Sprintf("Against the best of %s in each seed's run", strings.Join(st.Peers, " / ")),
 			Columns: []string{"arm", "arrival ×", "hit rate ≥ best peer", "of pooled margin, points: mean (min–max)",
-				"TTFT p90 ≤ best peer", "TTFT p90 margin s: mean (min–max)"}}
+				"TTFT p90 ≤ best peer", "TTFT p90 margin s: mean (min–max)", "both"}}
 		if st.ServingSLO > 0 {
 			slo := bench.FormatNum(st.ServingSLO)
 			vs.Columns = append(vs.Columns, "seeds with a peer at TTFT p90 ≤ "+slo+" s", "hit rate ≥ best such peer",
@@ -229,7 +228,8 @@ func (st *SeedStudy) Tables() []bench.Table {
 			row := []string{c.Arm, bench.F(c.ArrivalSpeedup, 2), fmt.Sprintf("%d of %d", c.HitWins, n),
 				fmt.Sprintf("%s (%s – %s)", bench.F(c.HitMargin.Mean, 2), bench.F(c.HitMargin.Min, 2), bench.F(c.HitMargin.Max, 2)),
 				fmt.Sprintf("%d of %d", c.TTFTWins, n),
-				fmt.Sprintf("%s (%s – %s)", bench.F(c.TTFTMargin.Mean, 3), bench.F(c.TTFTMargin.Min, 3), bench.F(c.TTFTMargin.Max, 3))}
+				fmt.Sprintf("%s (%s – %s)", bench.F(c.TTFTMargin.Mean, 3), bench.F(c.TTFTMargin.Min, 3), bench.F(c.TTFTMargin.Max, 3)),
+				fmt.Sprintf("%d of %d", c.BothWins, n)}
 			if st.ServingSLO > 0 {
 				margin := "–"
 				if c.Served > 0 {

@@ -45,6 +45,7 @@ func benchLab(args []string) error {
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the arms' random choices, the token blocks and generated workloads")
 	seeds := fs.String("seeds", "", "comma-separated seeds: the whole lab under each, summarized per arm and rate over them, every arm held against the best --peers arm seed by seed, and on hit rate against the best one that met the knee SLO (else the largest of --slos) (replaces --seed)")
 	peers := fs.String("peers", strings.Join(lab.PeerArms, ","), "with --seeds: the arms the others are held against")
+	suite := fs.String("suite", "", "run a suite of seed studies instead of one workload: "+lab.SuiteStanding+" (the trace, when --trace names one, and every generated workload on every profile at 8 and 32 workers; --workload, --profile, --workers, --sweep-arrival and --knee-slo are the suite's)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -88,6 +89,21 @@ func benchLab(args []string) error {
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if *suite != "" {
+		list := *seeds
+		if list == "" {
+			list = strconv.FormatUint(cfg.Seed, 10)
+		}
+		loads := map[string]lab.Workload{} // the trace is read once for all its cases
+		return benchLabSuite(cfg, c, args, *suite, list, *peers, func(kind string) (lab.Workload, error) {
+			if w, ok := loads[kind]; ok {
+				return w, nil
+			}
+			w, err := labWorkload(kind, *trace, *minutes, gen)
+			loads[kind] = w
+			return w, err
+		}, *trace != "")
 	}
 	load, err := labWorkload(*workload, *trace, *minutes, gen)
 	if err != nil {
@@ -161,6 +177,20 @@ func labWorkload(kind, trace string, minutes float64, gen lab.GenConfig) (lab.Wo
 
 // benchLabSeeds runs the lab under every seed of list and reports the study (lab.SeedStudy).
 func benchLabSeeds(cfg lab.Config, c benchCommon, args []string, list, peers string, load lab.Workload) error {
+	seeds, ps, err := seedsAndPeers(list, peers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "lab: seeds %v, %d workers, profile %s, arms %v, arrival speedups %v, peers %v\n",
+		seeds, cfg.Workers, cfg.Profile, cfg.Arms, cfg.ArrivalSpeedups, ps)
+	return labReport(c, args, func() (any, func(*bench.Report), error) {
+		st, err := lab.RunSeeds(context.Background(), cfg, seeds, ps, load)
+		return st, func(rep *bench.Report) { lab.FillSeedReport(rep, st) }, err
+	})
+}
+
+// seedsAndPeers parses --seeds and --peers.
+func seedsAndPeers(list, peers string) ([]uint64, []string, error) {
 	var seeds []uint64
 	for _, f := range strings.Split(list, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -168,7 +198,7 @@ func benchLabSeeds(cfg lab.Config, c benchCommon, args []string, list, peers str
 		}
 		s, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return fmt.Errorf("--seeds: %q is not a seed", f)
+			return nil, nil, fmt.Errorf("--seeds: %q is not a seed", f)
 		}
 		seeds = append(seeds, s)
 	}
@@ -176,15 +206,29 @@ func benchLabSeeds(cfg lab.Config, c benchCommon, args []string, list, peers str
 	for _, p := range strings.Split(peers, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			if _, err := lab.LookupArm(p); err != nil {
-				return fmt.Errorf("--peers: %w", err)
+				return nil, nil, fmt.Errorf("--peers: %w", err)
 			}
 			ps = append(ps, p)
 		}
 	}
-	fmt.Fprintf(os.Stderr, "lab: seeds %v, %d workers, profile %s, arms %v, arrival speedups %v, peers %v\n",
-		seeds, cfg.Workers, cfg.Profile, cfg.Arms, cfg.ArrivalSpeedups, ps)
+	return seeds, ps, nil
+}
+
+// benchLabSuite runs the named suite (lab.StandingCases; the trace's cases only when withTrace) under
+// every seed of list and reports it (lab.Suite).
+func benchLabSuite(cfg lab.Config, c benchCommon, args []string, name, list, peers string,
+	load func(string) (lab.Workload, error), withTrace bool) error {
+	if name != lab.SuiteStanding {
+		return fmt.Errorf("--suite: unknown suite %q (have %s)", name, lab.SuiteStanding)
+	}
+	seeds, ps, err := seedsAndPeers(list, peers)
+	if err != nil {
+		return err
+	}
+	cases := lab.StandingCases(withTrace)
+	fmt.Fprintf(os.Stderr, "lab: suite %s, %d cases, seeds %v, arms %v, peers %v\n", name, len(cases), seeds, cfg.Arms, ps)
 	return labReport(c, args, func() (any, func(*bench.Report), error) {
-		st, err := lab.RunSeeds(context.Background(), cfg, seeds, ps, load)
-		return st, func(rep *bench.Report) { lab.FillSeedReport(rep, st) }, err
+		s, err := lab.RunSuite(context.Background(), cfg, cases, seeds, ps, load)
+		return s, func(rep *bench.Report) { lab.FillSuiteReport(rep, s) }, err
 	})
 }

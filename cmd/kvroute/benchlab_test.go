@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestBenchLab runs `kvroute bench lab` twice on a generated workload and on a trace, and checks that
+// TestBenchLab runs `kvroute bench lab` twice on a generated workload, on a trace and as a suite, and checks that
 // lab.json is the same bytes for the same flags.
 func TestBenchLab(t *testing.T) {
 	dir := t.TempDir()
@@ -22,6 +22,8 @@ func TestBenchLab(t *testing.T) {
 		{"generated", []string{"--workload", "fanout", "--gen-duration", "20s", "--modes", "sglang", "--profile", "llama8b-h100", "--knee-slo", "0"}},
 		{"images", []string{"--workload", "docqa", "--gen-duration", "20s", "--modes", "kv", "--knee-slo", "0"}},
 		{"seeds", []string{"--workload", "tenants", "--gen-duration", "20s", "--modes", "kv,sglang", "--seeds", "1,2", "--knee-steps", "1"}},
+		// The standing suite without a trace: every generated workload's cases.
+		{"suite", []string{"--suite", "standing", "--gen-duration", "4s", "--gen-rate", "2", "--modes", "kv,sglang", "--seeds", "1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,7 +33,14 @@ func TestBenchLab(t *testing.T) {
 				if code := runBench(append([]string{"lab"}, append(tc.args, "--out", out)...)); code != 0 {
 					t.Fatalf("exit %d", code)
 				}
-				for _, f := range []string{"report.json", "report.md", "ttft_p90.svg"} {
+				files := []string{"report.json", "report.md", "ttft_p90.svg"}
+				if tc.name == "suite" {
+					files = files[:2]
+					if md, _ := os.ReadFile(filepath.Join(out, "report.md")); !bytes.Contains(md, []byte("## Standing over 40 cases, seeds 1, against the best of sglang")) {
+						t.Fatalf("suite report:\n%.600s", md)
+					}
+				}
+				for _, f := range files {
 					if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 						t.Fatalf("%s: %v", f, err)
 					}
@@ -46,6 +55,9 @@ func TestBenchLab(t *testing.T) {
 				prev = js
 			}
 		})
+	}
+	if code := runBench([]string{"lab", "--suite", "no-such-suite", "--out", filepath.Join(dir, "bad")}); code == 0 {
+		t.Fatal("an unknown suite ran")
 	}
 	// A profile file: an engine ten times slower than the mocker's prefill shows in the TTFT.
 	slow := filepath.Join(dir, "slow.json")
