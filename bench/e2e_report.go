@@ -39,6 +39,9 @@ type ArmResult struct {
 	OutputTokens     int64   `json:"output_tokens"`
 	HitRate          float64 `json:"hit_rate"`
 	PredictedHitRate float64 `json:"predicted_hit_rate"`
+	// PlacedHitRate is the hit rate ideal LRU caches of the engines' capacity would get on the arm's
+	// placement (Oracle.PlacedHitRate; the fleet lab's runs only).
+	PlacedHitRate float64 `json:"placed_hit_rate,omitempty"`
 	// Imbalance is the time average, over load samples with any request in flight, of max/mean
 	// in-flight requests per worker; RequestImbalance is max/mean requests routed per worker.
 	Imbalance        float64 `json:"imbalance"`

@@ -45,7 +45,41 @@ func (o *Oracle) PooledHitRate(t *Trace, capacityBlocks int) (OracleResult, erro
 	return o.run(t, "pooled", capacityBlocks)
 }
 
+// PlacedHitRate: a fleet of ideal LRU caches of capacityBlocks each, request i served by worker[i]
+// (negative: not served, no hit): the reuse a router's placement allows, without the engines' timing
+// (blocks of running requests that cannot be evicted, prefill in flight, the free queue's order). Held
+// against the pooled oracle it is the part of the gap the placement makes; against the engines' hit
+// rate on the same placement, the part the engines' timing makes.
+func (o *Oracle) PlacedHitRate(t *Trace, worker []int, capacityBlocks int) (OracleResult, error) {
+	if capacityBlocks <= 0 || len(worker) != len(t.Requests) {
+		return OracleResult{}, fmt.Errorf("bench: placed oracle: capacity %d, %d placements for %d requests", capacityBlocks, len(worker), len(t.Requests))
+	}
+	caches := map[int]*lru{}
+	return o.place(t, "placed", capacityBlocks, func(i int) *lru {
+		w := worker[i]
+		if w < 0 {
+			return nil
+		}
+		c := caches[w]
+		if c == nil {
+			c = newLRU(capacityBlocks)
+			caches[w] = c
+		}
+		return c
+	})
+}
+
 func (o *Oracle) run(t *Trace, name string, capacity int) (OracleResult, error) {
+	if capacity == 0 {
+		return o.place(t, name, 0, nil)
+	}
+	cache := newLRU(capacity)
+	return o.place(t, name, capacity, func(int) *lru { return cache })
+}
+
+// place runs the trace through the cache each request is placed on (cacheOf, nil for one unbounded
+// cache; a nil cache: the request is not served).
+func (o *Oracle) place(t *Trace, name string, capacity int, cacheOf func(i int) *lru) (OracleResult, error) {
 	if err := o.Blocks.Validate(); err != nil {
 		return OracleResult{}, err
 	}
@@ -54,11 +88,8 @@ func (o *Oracle) run(t *Trace, name string, capacity int) (OracleResult, error) 
 	}
 	res := OracleResult{Name: name, CapacityBlocks: capacity, Requests: len(t.Requests)}
 	var seen map[uint64]struct{}
-	var cache *lru
-	if capacity == 0 {
+	if cacheOf == nil {
 		seen = make(map[uint64]struct{})
-	} else {
-		cache = newLRU(capacity)
 	}
 	var chunks []Chunk
 	var evicted []uint64
@@ -66,6 +97,14 @@ func (o *Oracle) run(t *Trace, name string, capacity int) (OracleResult, error) 
 	for i := range t.Requests {
 		r := &t.Requests[i]
 		chunks = o.Blocks.AppendChunks(chunks[:0], r, o.BlockSize)
+		var cache *lru
+		if cacheOf != nil {
+			if cache = cacheOf(i); cache == nil {
+				allBlocks += int64(len(chunks))
+				res.PromptTokens += int64(o.Blocks.PromptLen(r))
+				continue
+			}
+		}
 		hit := 0
 		for hit < len(chunks) {
 			k := chunks[hit].Key()

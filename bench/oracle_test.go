@@ -36,6 +36,30 @@ func TestOracles(t *testing.T) {
 	if _, err := o.PooledHitRate(tr, 0); err == nil {
 		t.Fatal("zero capacity accepted")
 	}
+
+	// Placed: every request on one worker is the pooled oracle of that worker's capacity.
+	one, err := o.PlacedHitRate(tr, []int{0, 0, 0, 0}, 3)
+	if err != nil || one.HitTokens != p.HitTokens || one.PromptTokens != p.PromptTokens || one.Name != "placed" {
+		t.Fatalf("placed on one worker %+v (%v), pooled %+v", one, err, p)
+	}
+	// Requests 1 and 3 on worker 0, 2 and 4 on worker 1 (3 blocks each, nothing evicted): request 3 hits
+	// 1,2 (8 tokens) on worker 0; request 4 finds nothing of chain 1 on worker 1.
+	split, err := o.PlacedHitRate(tr, []int{0, 1, 0, 1}, 3)
+	if err != nil || split.HitTokens != 8 || split.PromptTokens != 38 {
+		t.Fatalf("placed on two workers %+v (%v)", split, err)
+	}
+	// Request 1 not served: request 3 misses what it would have cached (its prompt tokens still count),
+	// and request 4 hits what request 3 computed: 8 tokens.
+	lost, err := o.PlacedHitRate(tr, []int{-1, 1, 0, 0}, 3)
+	if err != nil || lost.HitTokens != 8 || lost.PromptTokens != 38 || lost.Requests != 4 {
+		t.Fatalf("placed with an unserved request %+v (%v)", lost, err)
+	}
+	if _, err := o.PlacedHitRate(tr, []int{0, 0}, 3); err == nil {
+		t.Fatal("placements of the wrong length accepted")
+	}
+	if _, err := o.PlacedHitRate(tr, []int{0, 0, 0, 0}, 0); err == nil {
+		t.Fatal("zero capacity accepted for the placed oracle")
+	}
 }
 
 func TestLRULeafFirst(t *testing.T) {

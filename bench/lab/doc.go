@@ -34,7 +34,11 @@
 //     events are re-keyed with kvevents.RekeyImages, as the worker actor does with an image token id.
 //   - run.go: Config, Run (every arm × every arrival speedup, runs in parallel, each single-threaded),
 //     goodput per SLO over the sweep (bench.Goodput) and the goodput knee by bisection over the arrival
-//     speedup; report.go: tables and plots through bench.Report.
+//     speedup; report.go: tables and plots through bench.Report. Each point also has its placed oracle
+//     (bench.Oracle.PlacedHitRate): ideal LRU caches of the engines' capacity on the arm's own
+//     placement, so the gap to the pooled oracle splits into what the placement cost (pooled − placed)
+//     and what the engines' timing cost (placed − engines: blocks held by running requests, recency at
+//     release rather than arrival; under load the engines can beat it).
 //   - seeds.go: RunSeeds, the same lab under several seeds (`--seeds`): the seed moves a long-context
 //     fleet's hit rate by several points in every arm (tie-breaks, token values, a generated workload's
 //     draws), so a single seed's cell can be won or lost by luck. Each (arm, speedup) cell is summarized

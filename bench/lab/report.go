@@ -12,14 +12,15 @@ import (
 func (r *Result) Tables() []bench.Table {
 	pooled := r.Pooled.HitRate
 	pts := bench.Table{Title: fmt.Sprintf("Arms × arrival speedup (%s, profile %s, %d workers)", r.Workload, r.Profile, r.Workers),
-		Columns: []string{"arm", "arrival ×", "offered req/s", "hit rate", "of pooled", "predicted", "TTFT p50", "TTFT p90", "TTFT p99",
+		Columns: []string{"arm", "arrival ×", "offered req/s", "hit rate", "of pooled", "placed, of pooled", "predicted", "TTFT p50", "TTFT p90", "TTFT p99",
 			"ITL mean ms", "ITL p90 ms", "E2E mean", "imbalance", "utilization", "preempt", "failed"}}
 	for _, p := range r.Points {
-		of := "–"
+		of, placed := "–", "–"
 		if pooled > 0 {
 			of = bench.F(100*p.HitRate/pooled, 0) + " %"
+			placed = bench.F(100*p.PlacedHitRate/pooled, 1) + " %"
 		}
-		pts.Rows = append(pts.Rows, []string{p.Arm, bench.F(p.ArrivalSpeedup, 2), bench.F(p.OfferedRPS, 2), bench.Pct(p.HitRate), of,
+		pts.Rows = append(pts.Rows, []string{p.Arm, bench.F(p.ArrivalSpeedup, 2), bench.F(p.OfferedRPS, 2), bench.Pct(p.HitRate), of, placed,
 			bench.Pct(p.PredictedHitRate), bench.F(p.TTFT.P50, 3), bench.F(p.TTFT.P90, 3), bench.F(p.TTFT.P99, 3),
 			bench.F(1000*p.ITL.Mean, 1), bench.F(1000*p.ITL.P90, 1), bench.F(p.E2E.Mean, 2), bench.F(p.Imbalance, 2),
 			bench.Pct(p.Utilization), fmt.Sprint(p.Preemptions), fmt.Sprint(p.Failed)})

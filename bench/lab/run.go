@@ -203,6 +203,9 @@ func runJobs(ctx context.Context, cfg *Config, tr *bench.Trace, jobs []*job) err
 				return
 			}
 			r := bench.SummarizeArm(run)
+			if r.PlacedHitRate, j.err = placedHitRate(cfg, tr, run); j.err != nil {
+				return
+			}
 			j.out, j.tl = &r, tl
 		}()
 	}
@@ -213,6 +216,24 @@ func runJobs(ctx context.Context, cfg *Config, tr *bench.Trace, jobs []*job) err
 		}
 	}
 	return ctx.Err()
+}
+
+// placedHitRate is the hit rate ideal LRU caches of the profile's capacity get on the run's placement
+// (bench.Oracle.PlacedHitRate): the pooled oracle less it is what the placement cost, it less the
+// engines' hit rate what their timing cost.
+func placedHitRate(cfg *Config, tr *bench.Trace, run *bench.ArmRun) (float64, error) {
+	worker := make([]int, len(tr.Requests))
+	for i := range worker {
+		worker[i] = -1
+	}
+	for _, s := range run.Samples {
+		if s.Index >= 0 && s.Index < len(worker) && s.Err == "" {
+			worker[s.Index] = s.Worker
+		}
+	}
+	o := bench.Oracle{Blocks: cfg.Blocks, BlockSize: cfg.BlockSize}
+	res, err := o.PlacedHitRate(tr, worker, cfg.profile.NumGPUBlocks)
+	return res.HitRate, err
 }
 
 // Run simulates every arm at every speedup on the workload tr (named name), then bisects each arm's

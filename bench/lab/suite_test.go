@@ -151,3 +151,37 @@ func TestStandingCases(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacedOracle: the placed oracle is the pooled one when one worker serves everything; on a fleet
+// it is at most the unbounded oracle, and a placement that splits the agentic loops (round-robin) gets
+// less of it than kv's. (It is a model, not a bound on the engines: recency at arrival, not at release,
+// and no blocks held by running requests; here the engines get no more than it.)
+func TestPlacedOracle(t *testing.T) {
+	tr := &bench.Trace{Requests: headTrace(t).Requests[:120]}
+	cfg := DefaultConfig()
+	cfg.Arms, cfg.ArrivalSpeedups, cfg.KneeSLO = []string{ArmKV, ArmRoundRobin}, []float64{4}, 0
+	cfg.Workers = 1
+	res, err := Run(context.Background(), cfg, "head", tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Points {
+		if p.PlacedHitRate != res.Pooled.HitRate {
+			t.Fatalf("%s on one worker: placed %v, pooled %v", p.Arm, p.PlacedHitRate, res.Pooled.HitRate)
+		}
+	}
+	// Agentic tool loops on 4 workers: a loop's turns reuse its prefix only where its earlier turns ran.
+	gc := DefaultGenConfig(GenAgentic)
+	gc.Duration = time.Minute
+	if tr, _, err = GenerateImages(gc); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Workers = 4
+	if res, err = Run(context.Background(), cfg, GenAgentic, tr); err != nil {
+		t.Fatal(err)
+	}
+	kv, rr := res.Points[0], res.Points[1]
+	if kv.PlacedHitRate > res.Unbounded.HitRate || kv.PlacedHitRate < kv.HitRate || rr.PlacedHitRate >= kv.PlacedHitRate {
+		t.Fatalf("placed: kv %v (engines %v), round-robin %v, unbounded %v", kv.PlacedHitRate, kv.HitRate, rr.PlacedHitRate, res.Unbounded.HitRate)
+	}
+}
