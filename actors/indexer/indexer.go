@@ -230,6 +230,28 @@ func (x *Indexer) FindMatches(local []uint64, out []prefix.Score) []prefix.Score
 // more shards is read one shard after another.
 const maxAhead = 8
 
+// LogEvictions starts or stops logging, in every shard, the device blocks the workers' Removed events
+// take away (prefix.Index.LogEvictions), for TakeEvicted.
+func (x *Indexer) LogEvictions(on bool) {
+	for _, s := range x.shards {
+		s.mu.Lock()
+		s.idx.LogEvictions(on)
+		s.mu.Unlock()
+	}
+}
+
+// TakeEvicted appends every shard's logged removals to dst (each shard's in the order applied; a
+// worker's events are all on one shard) and empties the logs. Control plane: the router takes them on
+// its metrics scrape.
+func (x *Indexer) TakeEvicted(dst []prefix.Evicted) []prefix.Evicted {
+	for _, s := range x.shards {
+		s.mu.Lock()
+		dst = s.idx.TakeEvicted(dst)
+		s.mu.Unlock()
+	}
+	return dst
+}
+
 // Blocks returns the number of blocks indexed for one worker rank.
 func (x *Indexer) Blocks(w prefix.WorkerKey) int {
 	x.mu.Lock()

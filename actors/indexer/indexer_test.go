@@ -1,7 +1,9 @@
 package indexer
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
@@ -286,5 +288,41 @@ func TestClearBetweenBatches(t *testing.T) {
 			t.Fatalf("round %d: the batch sent after the clear is gone", i)
 		}
 		_ = x.Send(1, &ClearWorker{WorkerID: 1})
+	}
+}
+
+// TestEvictionLog: with logging on, the device removals of workers on every shard come back from
+// TakeEvicted (local hash and depth), once; host-tier removals and logging off keep nothing.
+func TestEvictionLog(t *testing.T) {
+	x := newIndexer(t, 2)
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpStore, Blocks: chain(100, 10, 3)}}})
+	_ = x.Apply(&Apply{WorkerID: 2, Ops: []Op{{Kind: OpStore, Blocks: chain(200, 20, 2)}}})
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpRemove, Hashes: []uint64{12}}}})
+	x.Flush()
+	if got := x.TakeEvicted(nil); len(got) != 0 {
+		t.Fatalf("logged while off: %v", got)
+	}
+	x.LogEvictions(true)
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpRemove, Hashes: []uint64{11}}}})
+	_ = x.Apply(&Apply{WorkerID: 2, Ops: []Op{
+		{Kind: OpRemove, Hashes: []uint64{21}},
+		{Kind: OpStore, Blocks: chain(300, 30, 1), Medium: scoring.MediumHostPinned},
+		{Kind: OpRemove, Hashes: []uint64{30}, Medium: scoring.MediumHostPinned},
+	}})
+	x.Flush()
+	got := x.TakeEvicted(nil)
+	slices.SortFunc(got, func(a, b prefix.Evicted) int { return cmp.Compare(a.Worker.WorkerID, b.Worker.WorkerID) })
+	want := []prefix.Evicted{{Worker: prefix.WorkerKey{WorkerID: 1}, Local: 101, Depth: 1}, {Worker: prefix.WorkerKey{WorkerID: 2}, Local: 201, Depth: 1}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("logged %v, want %v", got, want)
+	}
+	if got := x.TakeEvicted(nil); len(got) != 0 {
+		t.Fatalf("taken twice: %v", got)
+	}
+	x.LogEvictions(false)
+	_ = x.Apply(&Apply{WorkerID: 1, Ops: []Op{{Kind: OpRemove, Hashes: []uint64{10}}}})
+	x.Flush()
+	if got := x.TakeEvicted(nil); len(got) != 0 {
+		t.Fatalf("logged after off: %v", got)
 	}
 }

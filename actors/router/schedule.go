@@ -105,6 +105,10 @@ type scheduler struct {
 	mu      sync.Mutex // guards m and waiters
 	m       *sched.Machine
 	waiters map[string]chan sched.Released
+
+	// keepsAges mirrors m.KeepsAges; evictedAt is when the index's evictions were last taken (ns).
+	keepsAges atomic.Bool
+	evictedAt atomic.Int64
 }
 
 // indexAdapter lets the machine read the sharded index and write its predicted blocks into it.
@@ -132,6 +136,8 @@ func newScheduler(cfg scoring.Config, index *indexer.Indexer, clk clock.Clock, s
 	}
 	s := &scheduler{index: index, clock: clk, metrics: m, m: mc, waiters: make(map[string]chan sched.Released)}
 	s.cfg.Store(mc.Config())
+	s.keepsAges.Store(mc.KeepsAges())
+	index.LogEvictions(mc.KeepsAges())
 	return s, nil
 }
 
@@ -187,6 +193,8 @@ func (s *scheduler) setConfig(cfg scoring.Config) error {
 		return err
 	}
 	s.cfg.Store(s.m.Config())
+	s.keepsAges.Store(s.m.KeepsAges())
+	s.index.LogEvictions(s.m.KeepsAges())
 	s.deliver(rel)
 	return nil
 }
@@ -264,7 +272,11 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		OSL: req.ExpectedOutputTokens, Sequences: req.Sequences, ReturnCosts: req.ReturnCosts, Exclude: req.Exclude, Session: req.Session,
 		PolicyClass: req.PolicyClass}
 	var wait chan sched.Released
+	evicted := s.takeEvicted(tf)
 	s.mu.Lock()
+	if len(evicted) > 0 {
+		s.m.Evicted(evicted)
+	}
 	d, queued, err := s.m.Route(tf, &mreq)
 	if queued {
 		wait = make(chan sched.Released, 1)
@@ -394,6 +406,18 @@ func (s *scheduler) setCachedBlocks(k scoring.WorkerKey, blocks uint64) {
 	s.mu.Lock()
 	s.m.SetCachedBlocks(k, blocks)
 	s.mu.Unlock()
+}
+
+// takeEvicted takes the index's log of the engines' evictions (age.go) when the kvroute preset keeps
+// eviction ages and sched.EvictedEvery has passed since the last take, else nil. It runs before the
+// decision takes the scheduler's lock: the take locks each shard as the index's control reads do, at
+// most once per EvictedEvery, and Machine.Evicted does not depend on the order two takes apply in.
+func (s *scheduler) takeEvicted(now time.Time) []prefix.Evicted {
+	last, at := s.evictedAt.Load(), now.UnixNano()
+	if !s.keepsAges.Load() || at-last < int64(sched.EvictedEvery) || !s.evictedAt.CompareAndSwap(last, at) {
+		return nil
+	}
+	return s.index.TakeEvicted(nil)
 }
 
 // setCapacity records a worker's KV capacity and token budget learned from the worker itself.

@@ -26,6 +26,9 @@ type machineArm struct {
 	// explain, when set, routes with ReturnCosts and records why a better-cached worker was skipped
 	// (the learning arms; the decision is the same, TestExplainKeepsDecisions).
 	explain *explainer
+	// evicted is the index's eviction log as last taken, evictedAt when (takeEvicted).
+	evicted   []prefix.Evicted
+	evictedAt time.Time
 }
 
 var (
@@ -65,6 +68,10 @@ func newMachineArm(f *Fleet, seed uint64, cfg scoring.Config, ix sched.Index, se
 	}
 	learns := cfg.Mode == scoring.ModeKV && cfg.Preset == scoring.PresetKVRoute && cfg.Temperature == 0 && sel == nil
 	a := &machineArm{f: f, m: m, learns: learns}
+	if f.index != nil && m.KeepsAges() {
+		// As the router does: the index logs the engines' evictions, handed over on each scrape.
+		f.index.LogEvictions(true)
+	}
 	if learns {
 		a.explain = &explainer{pending: f.pending}
 	}
@@ -116,9 +123,21 @@ func (a *machineArm) syncKV() {
 	}
 }
 
+// takeEvicted hands the machine the index's log of evictions every sched.EvictedEvery, at a decision,
+// as the router does.
+func (a *machineArm) takeEvicted(now time.Time) {
+	if a.f.index == nil || !a.m.KeepsAges() || now.Sub(a.evictedAt) < sched.EvictedEvery {
+		return
+	}
+	a.evictedAt = now
+	a.evicted = a.f.index.TakeEvicted(a.evicted[:0])
+	a.m.Evicted(a.evicted)
+}
+
 // Route implements Scheduler.
 func (a *machineArm) Route(now time.Time, r *Request) (Route, error) {
 	a.syncKV()
+	a.takeEvicted(now)
 	req := &sched.Request{ID: r.ID, Local: r.Local, Chain: r.Chain, ISL: r.ISL}
 	if a.explain != nil {
 		req.ReturnCosts = true

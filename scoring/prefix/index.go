@@ -82,9 +82,13 @@ type Index struct {
 	workers   []*workerState // by slot; nil for a free slot
 	freeSlots []uint32
 
-	size  int    // Σ handles over every slot, lower-tier slots included
-	sink  uint32 // keeps handleTable.touch from being optimized away
-	stats Stats
+	// evicted logs the device blocks the workers' Removed events take away, while logEvicted is set
+	// (LogEvictions), up to maxEvictedLog of them until TakeEvicted empties it.
+	evicted    []Evicted
+	logEvicted bool
+	size       int    // Σ handles over every slot, lower-tier slots included
+	sink       uint32 // keeps handleTable.touch from being optimized away
+	stats      Stats
 
 	// With a View attached (NewView), the nodes written since the last Sync, each flagged dirty, and
 	// whether the slot arrays changed.
@@ -308,6 +312,12 @@ func (ix *Index) removeOne(s uint32, eh uint64) bool {
 		return false
 	}
 	ix.stats.RemovedBlocks++
+	if ix.logEvicted && len(ix.evicted) < maxEvictedLog && ix.tiers[s].tier == TierDevice {
+		if n, off := ix.locate(ws.handles.id(i)); off >= 0 && n != deadNode {
+			nd := &ix.nodes[n]
+			ix.evicted = append(ix.evicted, Evicted{Worker: ws.key, Local: nd.hashes[off], Depth: nd.start + uint32(off)})
+		}
+	}
 	if ws.handles.count(i) > 1 {
 		ws.handles.decr(i)
 		return true
@@ -591,6 +601,34 @@ func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 		for ix.tryMerge(uint32(n)) {
 		}
 	}
+}
+
+// Evicted is a device block a worker's engine removed (a Removed event): its local block hash and its
+// depth in the prompt (0: the first block). A vLLM-style engine removes a cached block only to reuse it,
+// and frees a request's blocks last block first, so the removal of a request's last block says that what
+// the engine evicts now was released when that request ended (scoring/sched's age.go).
+type Evicted struct {
+	Worker WorkerKey
+	Local  uint64
+	Depth  uint32
+}
+
+// maxEvictedLog bounds the eviction log between two TakeEvicted: removals beyond it are not logged.
+const maxEvictedLog = 1 << 16
+
+// LogEvictions starts or stops logging the device blocks Removed events take away (TakeEvicted).
+func (ix *Index) LogEvictions(on bool) {
+	ix.logEvicted = on
+	if !on {
+		ix.evicted = nil
+	}
+}
+
+// TakeEvicted appends the logged removals, in the order they were applied, to dst and empties the log.
+func (ix *Index) TakeEvicted(dst []Evicted) []Evicted {
+	dst = append(dst, ix.evicted...)
+	ix.evicted = ix.evicted[:0]
+	return dst
 }
 
 // WorkerBlocks is the number of engine hashes w holds (Dynamo's tree size of a worker).

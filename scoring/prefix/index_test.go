@@ -586,3 +586,43 @@ func TestCascadeLeavesDeadHandles(t *testing.T) {
 		t.Fatalf("%d positions, want 64", got)
 	}
 }
+
+// TestEvictionLog: with logging on, each removal is logged with the block's local hash and depth, in
+// the order applied, whatever node the block sits in; TakeEvicted empties the log; off, nothing is kept.
+func TestEvictionLog(t *testing.T) {
+	ix := New()
+	if err := ix.Store(wk(1), 0, false, blocks(10, 100, 6)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Remove(wk(1), []uint64{105}); err != nil { // not logged yet
+		t.Fatal(err)
+	}
+	if got := ix.TakeEvicted(nil); len(got) != 0 {
+		t.Fatalf("logged while off: %v", got)
+	}
+	ix.LogEvictions(true)
+	// Worker 2 shares the first three blocks, then branches: blocks in two nodes.
+	if err := ix.Store(wk(2), 0, false, append(blocks(10, 200, 3), blocks(50, 300, 2)...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Remove(wk(1), []uint64{104, 103}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Remove(wk(2), []uint64{301, 202}); err != nil {
+		t.Fatal(err)
+	}
+	_ = ix.Remove(wk(2), []uint64{999}) // unknown: not logged
+	want := []Evicted{{wk(1), 14, 4}, {wk(1), 13, 3}, {wk(2), 51, 4}, {wk(2), 12, 2}}
+	got := ix.TakeEvicted(nil)
+	if !slices.Equal(got, want) {
+		t.Fatalf("logged %v, want %v", got, want)
+	}
+	if got := ix.TakeEvicted(got[:0]); len(got) != 0 {
+		t.Fatalf("log not emptied: %v", got)
+	}
+	ix.LogEvictions(false)
+	_ = ix.Remove(wk(1), []uint64{102})
+	if got := ix.TakeEvicted(nil); len(got) != 0 {
+		t.Fatalf("logged after off: %v", got)
+	}
+}

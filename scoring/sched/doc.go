@@ -26,7 +26,9 @@
 // "Whole routing decision"); the scalar loop stays for the rest, other CPUs and GOAMD64=v3 up. Its
 // inputs beyond the load rows: the holder's started prefill left out (drain.go) and, while some worker's
 // cache is more than half empty, what a request would evict elsewhere (room.go, from the index's count of
-// each worker's cached blocks, SetCachedBlocks), added to the kernel's costs in Go.
+// each worker's cached blocks, SetCachedBlocks), and once every cache is full, how recently freed the
+// blocks each engine evicts are (age.go, from the requests' ends and the index's log of evictions,
+// Evicted), added to the kernel's costs in Go.
 //
 // The queue follows Dynamo's. It has one heap per policy class (scoring/policy: the classes of
 // --router-policy-config, or one synthetic class from --router-queue-threshold and

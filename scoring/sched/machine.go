@@ -150,7 +150,8 @@ type target struct {
 	// cachedKnown whether it was reported.
 	cached      uint64
 	cachedKnown bool
-	spacious    bool // counted in Machine.roomy
+	spacious    bool   // counted in Machine.roomy
+	age         lruAge // the engine's eviction order (age.go)
 }
 
 // line is the load of a target that every decision reads, kept in one dense slice so the candidate loop
@@ -403,6 +404,7 @@ func (m *Machine) Free(now time.Time, id string) ([]Released, error) {
 	}
 	delete(m.active, id)
 	delete(m.obs, id)
+	m.ageFreed(t, id, now.UnixNano())
 	t.t.Free(id)
 	m.publish(t)
 	m.pfDone(t, id, now.UnixNano())
@@ -438,15 +440,22 @@ type TargetLoad struct {
 	// FreeKVBlocks is its KV capacity less the blocks the index has it holding (room.go), -1 while
 	// either is unknown.
 	FreeKVBlocks int64
+	// EvictingFreedAt is when the blocks its engine evicts now were freed (age.go): zero while it has
+	// evicted nothing, the Unix epoch while it has evicted only blocks whose release is not recorded.
+	EvictingFreedAt time.Time
 }
 
 // Loads appends every target's load to dst.
 func (m *Machine) Loads(dst []TargetLoad) []TargetLoad {
 	for i, t := range m.list {
 		l := &m.lines[i]
-		dst = append(dst, TargetLoad{Worker: t.key, Healthy: t.healthy, Predicted: t.approx, FreeKVBlocks: int64(l.room) - 1,
+		tl := TargetLoad{Worker: t.key, Healthy: t.healthy, Predicted: t.approx, FreeKVBlocks: int64(l.room) - 1,
 			Load: load.Snapshot{ActivePrefillTokens: l.prefill, ActiveDecodeBlocks: l.decode, UniqueBlocks: int(l.unique),
-				ActiveRequests: int(l.active), PrefillingRequests: int(l.prefilling)}})
+				ActiveRequests: int(l.active), PrefillingRequests: int(l.prefilling)}}
+		if t.age.evictedAt > 0 {
+			tl.EvictingFreedAt = time.Unix(0, t.age.evictedAt)
+		}
+		dst = append(dst, tl)
 	}
 	return dst
 }

@@ -75,7 +75,7 @@ func evicted(l *line, ov uint32, fisl, fbs, q0 float64) float64 {
 // one) it is one comparison.
 func (m *Machine) evictions(mask []uint8, ov []uint32, fisl, fbs, q0 float64) []float64 {
 	if m.roomy == 0 || !m.roomFor(mask, ov, fisl, fbs, q0) {
-		return nil
+		return m.ageCharges(ov, fisl, fbs)
 	}
 	ev := slices.Grow(m.sc.evict[:0], len(m.lines))[:len(m.lines)]
 	for i := range m.lines {

@@ -314,6 +314,7 @@ func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64,
 		return Decision{}, err
 	}
 	m.active[req.ID] = t
+	m.ageRouted(t, req)
 	m.publish(t)
 	if trackPf == nil && m.cfg.TrackPrefillTokens || trackPf != nil && *trackPf {
 		m.pfPush(t, req.ID, uint64(max(isl-int(sel.Overlap)*m.cfg.BlockSize, 0)), now.UnixNano())
