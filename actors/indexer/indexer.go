@@ -241,8 +241,8 @@ func (x *Indexer) LogEvictions(on bool) {
 }
 
 // TakeEvicted appends every shard's logged removals to dst (each shard's in the order applied; a
-// worker's events are all on one shard) and empties the logs. Control plane: the router takes them on
-// its metrics scrape.
+// worker's events are all on one shard) and empties the logs. The router takes them at a decision at
+// most every sched.EvictedEvery, outside its scheduler lock.
 func (x *Indexer) TakeEvicted(dst []prefix.Evicted) []prefix.Evicted {
 	for _, s := range x.shards {
 		s.mu.Lock()

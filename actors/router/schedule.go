@@ -106,8 +106,7 @@ type scheduler struct {
 	m       *sched.Machine
 	waiters map[string]chan sched.Released
 
-	// keepsAges mirrors m.KeepsAges; evictedAt is when the index's evictions were last taken (ns).
-	keepsAges atomic.Bool
+	// evictedAt is when the index's evictions were last taken (ns).
 	evictedAt atomic.Int64
 }
 
@@ -136,7 +135,6 @@ func newScheduler(cfg scoring.Config, index *indexer.Indexer, clk clock.Clock, s
 	}
 	s := &scheduler{index: index, clock: clk, metrics: m, m: mc, waiters: make(map[string]chan sched.Released)}
 	s.cfg.Store(mc.Config())
-	s.keepsAges.Store(mc.KeepsAges())
 	index.LogEvictions(mc.KeepsAges())
 	return s, nil
 }
@@ -193,7 +191,6 @@ func (s *scheduler) setConfig(cfg scoring.Config) error {
 		return err
 	}
 	s.cfg.Store(s.m.Config())
-	s.keepsAges.Store(s.m.KeepsAges())
 	s.index.LogEvictions(s.m.KeepsAges())
 	s.deliver(rel)
 	return nil
@@ -414,7 +411,7 @@ func (s *scheduler) setCachedBlocks(k scoring.WorkerKey, blocks uint64) {
 // most once per EvictedEvery, and Machine.Evicted does not depend on the order two takes apply in.
 func (s *scheduler) takeEvicted(now time.Time) []prefix.Evicted {
 	last, at := s.evictedAt.Load(), now.UnixNano()
-	if !s.keepsAges.Load() || at-last < int64(sched.EvictedEvery) || !s.evictedAt.CompareAndSwap(last, at) {
+	if !sched.KeepsAges(s.config()) || at-last < int64(sched.EvictedEvery) || !s.evictedAt.CompareAndSwap(last, at) {
 		return nil
 	}
 	return s.index.TakeEvicted(nil)

@@ -69,7 +69,7 @@ func newMachineArm(f *Fleet, seed uint64, cfg scoring.Config, ix sched.Index, se
 	learns := cfg.Mode == scoring.ModeKV && cfg.Preset == scoring.PresetKVRoute && cfg.Temperature == 0 && sel == nil
 	a := &machineArm{f: f, m: m, learns: learns}
 	if f.index != nil && m.KeepsAges() {
-		// As the router does: the index logs the engines' evictions, handed over on each scrape.
+		// As the router does: the index logs the engines' evictions, handed over by takeEvicted.
 		f.index.LogEvictions(true)
 	}
 	if learns {

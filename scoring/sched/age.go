@@ -65,8 +65,11 @@ type leafRelease struct {
 
 // KeepsAges reports whether the machine keeps eviction ages (age.go): the kvroute preset with the
 // engines' KV events. Its owner then logs the index's evictions and hands them to Evicted.
-func (m *Machine) KeepsAges() bool {
-	return m.cfg.Preset == scoring.PresetKVRoute && m.cfg.UseKVEvents
+func (m *Machine) KeepsAges() bool { return KeepsAges(m.cfg) }
+
+// KeepsAges reports whether a machine with configuration cfg keeps eviction ages.
+func KeepsAges(cfg *scoring.Config) bool {
+	return cfg.Preset == scoring.PresetKVRoute && cfg.UseKVEvents
 }
 
 // ageRouted records the last block of a request routed to t.
