@@ -116,9 +116,14 @@ func TestZMQSubscriberReconstructsGroundTruth(t *testing.T) {
 			must(t, err)
 			t.Cleanup(func() { w.Close() })
 			z := startZMQMirror(t, w.EventsEndpoint(0), w.ReplayEndpoint(0))
-			// Warm up until the subscriber is connected and caught up, and has had a live batch (which ends
-			// the join's repeated catch-ups: a batch of the warm-up may have come by catch-up alone), so that
-			// the withheld batches are mid-stream gaps (recovered by replay), not the slow-joiner window.
+			// Warm up until the subscriber is connected and caught up, and has had a live batch after its
+			// connect catch-up ran (which ends the join's repeated catch-ups: a batch of the warm-up may have
+			// come by catch-up alone), so that the withheld batches are mid-stream gaps (recovered by replay),
+			// not the slow-joiner window. The connect is seen by the subscriber's socket monitor, which can
+			// be read after live batches already were: a CI run under load armed the drops before it, and the
+			// late connect catch-up then replayed both withheld batches before any gap showed (Gaps 0).
+			liveAtConnect := uint64(0)
+			connected := false
 			for i := 0; ; i++ {
 				b, _ := json.Marshal(map[string]any{"prompt": seq(50_000+i*100, 20), "max_tokens": 1})
 				if _, err := httpPost(w.URL()+"/v1/completions", b); err != nil {
@@ -129,7 +134,11 @@ func TestZMQSubscriberReconstructsGroundTruth(t *testing.T) {
 				caught := z.batches > 0 && z.lastSeq == w.PublishedBatches(0)-1
 				z.mu.Unlock()
 				st := z.sub.Stats()
-				caught = caught && st.Batches > st.ReplayedBatches
+				live := st.Batches - st.ReplayedBatches
+				if st.Connects > 0 && !connected {
+					connected, liveAtConnect = true, live
+				}
+				caught = caught && connected && live > liveAtConnect
 				if caught {
 					break
 				}
