@@ -66,7 +66,11 @@ func spread(xs []float64) Spread {
 // when no peer ran): HitWins counts the seeds where the arm's hit rate is at least the best peer's,
 // TTFTWins those where its TTFT p90 is at most the best peer's, BothWins those where both hold, HitMargin is the arm's % of pooled less
 // the best peer's and TTFTMargin the best peer's TTFT p90 less the arm's (positive: the arm is ahead).
-// AtLeast95 counts the seeds at or above 95 % of pooled.
+// AtLeast95 counts the seeds at or above 95 % of pooled. ITL is the arm's mean inter-token latency (the
+// requests' mean gaps, averaged) over the best peer's of the same seed (1: as fast; above: slower), and
+// ITLWins counts the seeds where it is at most 1: a policy that packs requests onto the workers holding
+// their prefix can win hit rate and TTFT while every token after the first waits behind a larger decode
+// batch.
 //
 // A peer past its own knee can win on hit rate by serving nobody in time (llm-d's scorer herds a prefix
 // every request shares onto one worker: every request hits, TTFT p90 in minutes). The Served figures
@@ -85,6 +89,8 @@ type SeedCell struct {
 	BothWins       int     `json:"both_wins,omitempty"`
 	HitMargin      Spread  `json:"hit_margin_pct"`
 	TTFTMargin     Spread  `json:"ttft_margin_s"`
+	ITLWins        int     `json:"itl_wins,omitempty"`
+	ITL            Spread  `json:"itl_over_best_peer"`
 
 	Served          int    `json:"served_seeds,omitempty"`
 	ServedHitWins   int    `json:"served_hit_wins,omitempty"`
@@ -143,7 +149,7 @@ func (st *SeedStudy) summarize() {
 		c := &st.Cells[i]
 		c.Arm, c.ArrivalSpeedup = p.Arm, p.ArrivalSpeedup
 		c.Peered = len(st.Peers) > 0 && !slices.Contains(st.Peers, p.Arm)
-		var of, p90, hm, tm, sm []float64
+		var of, p90, hm, tm, sm, itl []float64
 		for _, r := range st.Runs {
 			q := r.Points[i]
 			pct := ofPooled(r, &q)
@@ -154,11 +160,11 @@ func (st *SeedStudy) summarize() {
 			if !c.Peered {
 				continue
 			}
-			bestHit, bestP90, servedHit := math.Inf(-1), math.Inf(1), math.Inf(-1)
+			bestHit, bestP90, servedHit, bestITL := math.Inf(-1), math.Inf(1), math.Inf(-1), math.Inf(1)
 			for _, o := range r.Points {
 				if o.ArrivalSpeedup == q.ArrivalSpeedup && slices.Contains(st.Peers, o.Arm) {
 					hit, oP90 := ofPooled(r, &o), ttftP90(&o)
-					bestHit, bestP90 = max(bestHit, hit), min(bestP90, oP90)
+					bestHit, bestP90, bestITL = max(bestHit, hit), min(bestP90, oP90), min(bestITL, o.ITL.Mean)
 					if st.ServingSLO > 0 && oP90 <= st.ServingSLO {
 						servedHit = max(servedHit, hit)
 					}
@@ -176,6 +182,10 @@ func (st *SeedStudy) summarize() {
 			c.TTFTWins += b2i(fast)
 			c.BothWins += b2i(hit && fast)
 			hm, tm = append(hm, pct-bestHit), append(tm, bestP90-ttftP90(&q))
+			if bestITL > 0 && !math.IsInf(bestITL, 1) {
+				itl = append(itl, q.ITL.Mean/bestITL)
+				c.ITLWins += b2i(q.ITL.Mean <= bestITL)
+			}
 		}
 		c.OfPooled, c.TTFTP90 = spread(of), spread(p90)
 		if c.Peered {
@@ -183,6 +193,9 @@ func (st *SeedStudy) summarize() {
 		}
 		if len(sm) > 0 {
 			c.ServedHitMargin = spread(sm)
+		}
+		if len(itl) > 0 {
+			c.ITL = spread(itl)
 		}
 	}
 }

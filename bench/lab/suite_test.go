@@ -75,25 +75,32 @@ func TestRunSuite(t *testing.T) {
 			if c.Arm != ArmKV {
 				continue
 			}
-			both := 0
+			both, itlWins := 0, 0
 			for _, r := range st.Runs {
-				var kv, bestHit, bestP90 = 0.0, math.Inf(-1), math.Inf(1)
-				var kvP90 float64
+				var kv, bestHit, bestP90, bestITL = 0.0, math.Inf(-1), math.Inf(1), math.Inf(1)
+				var kvP90, kvITL float64
 				for _, p := range r.Points {
 					if p.ArrivalSpeedup != c.ArrivalSpeedup {
 						continue
 					}
 					hit := p.HitRate / r.Pooled.HitRate
 					if p.Arm == ArmKV {
-						kv, kvP90 = hit, p.TTFT.P90
+						kv, kvP90, kvITL = hit, p.TTFT.P90, p.ITL.Mean
 					} else {
-						bestHit, bestP90 = max(bestHit, hit), min(bestP90, p.TTFT.P90)
+						bestHit, bestP90, bestITL = max(bestHit, hit), min(bestP90, p.TTFT.P90), min(bestITL, p.ITL.Mean)
 					}
 				}
 				if kv >= bestHit && kvP90 <= bestP90 {
 					both++
 				}
+				if kvITL <= bestITL {
+					itlWins++
+				}
 			}
+			if c.ITLWins != itlWins || c.ITL.Mean <= 0 {
+				t.Fatalf("kv at ×%v: ITL wins %d, want %d (ITL over the best peer's %v)", c.ArrivalSpeedup, c.ITLWins, itlWins, c.ITL.Mean)
+			}
+			want.ITLPairs += itlWins
 			if c.BothWins != both || both > min(c.HitWins, c.TTFTWins) {
 				t.Fatalf("kv at ×%v: both %d, want %d (hit %d, TTFT %d)", c.ArrivalSpeedup, c.BothWins, both, c.HitWins, c.TTFTWins)
 			}
@@ -108,7 +115,8 @@ func TestRunSuite(t *testing.T) {
 	}
 	tally := s.Tally()
 	if len(tally) != 1 || tally[0].Arm != ArmKV || tally[0].Cells != 3 || tally[0].Pairs != 6 ||
-		tally[0].BothPairs != want.BothPairs || tally[0].HitPairs != want.HitPairs || tally[0].At95 != want.At95 {
+		tally[0].BothPairs != want.BothPairs || tally[0].HitPairs != want.HitPairs || tally[0].At95 != want.At95 ||
+		tally[0].ITLPairs != want.ITLPairs || tally[0].ITLWorst <= 0 {
 		t.Fatalf("tally %+v, want %+v", tally, want)
 	}
 	tables := s.Tables()
