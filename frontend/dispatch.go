@@ -140,9 +140,15 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 	}
 }
 
-// finish frees a routed request (idempotent: an already freed id is not an error here).
+// finish frees a routed request (idempotent: an already freed id is not an error here). A stream's
+// chunks count its generated tokens (one per chunk, as for --router-track-output-blocks); the router
+// learns the decode from them. A non-streamed response's first token is its end: nothing to learn.
 func (a *OpenAIAPI) finish(j *job) {
-	_ = a.R.Free(j.id)
+	tokens := 0
+	if j.stream && j.firstAt != 0 {
+		tokens = j.chunks
+	}
+	_ = a.R.FreeOutput(j.id, tokens)
 }
 
 // routingHeaders sets the routing explanation headers every response carries (and, for a frontend with

@@ -59,6 +59,18 @@ const EvictionWeight = 1
 // row at 94.5 %.
 const EvictionAgeWeight = 0.5
 
+// DecodeContextWeight prices a second of decode time spent reading KV cache (a request's tokens' wait
+// on the context decoded beside it, and the others' wait on its context; scoring/sched's decode.go)
+// against a second of its time to first token. DecodeStallWeight prices the same for a prefill's chunks
+// sharing the decode's steps: a request's uncached tokens, which every request active on the worker
+// waits through, and the prefill it will decode beside. Both are scaled by Config.DecodeWeight
+// (--router-decode-weight, 0 by default). Chosen by the fleet lab (docs/benchmarks.md): at weight 1 the
+// inter-token latency is at most the best peer's in 95 of the standing's 132 cells instead of 35.
+const (
+	DecodeContextWeight = 0.25
+	DecodeStallWeight   = 0.5
+)
+
 // SoleSharerWeight is the least price per token of a replica whose prefix one active request alone
 // holds on its holder. That request is as likely the same conversation's previous turn, still running
 // when the next one arrives (no one else will share its context: the copy is dead when it ends), as
@@ -170,3 +182,55 @@ func (c *Calibrator) Gamma() float64 {
 func (c *Calibrator) Fit() (alpha, beta, gamma float64, n int) {
 	return c.alpha, c.beta, c.Gamma(), c.n
 }
+
+// DecodeFit learns a decode step's time per generated token against two things a worker does beside
+// the request: the context it decodes (C, blocks read every step) and the prefill it runs (P, tokens per
+// second, whose chunks share the decode's steps): t = a + b·C + c·P seconds per token, by least squares
+// with exponential forgetting. Fitting P beside C keeps a worker's prefill out of b (on a busy fleet the
+// workers decoding most also prefill most). Not safe for concurrent use.
+type DecodeFit struct {
+	// Forget is the weight an old observation keeps at each new one. Default 0.995.
+	Forget float64
+
+	n                                 int
+	w, sx, sp, sy, sxx, spp, sxp, sxy float64
+	spy                               float64
+	a, b, c                           float64
+}
+
+// NewDecodeFit returns a fit with the defaults.
+func NewDecodeFit() *DecodeFit { return &DecodeFit{Forget: 0.995} }
+
+// Observe records one request's mean time per generated token against the context and the prefill
+// rate its worker had beside it.
+func (f *DecodeFit) Observe(perToken, ctx, prefill float64) {
+	if !(perToken > 0) || math.IsInf(perToken, 0) || !(ctx >= 0) || !(prefill >= 0) || math.IsInf(ctx+prefill, 0) {
+		return
+	}
+	g := f.Forget
+	f.w, f.sx, f.sp, f.sy = f.w*g+1, f.sx*g+ctx, f.sp*g+prefill, f.sy*g+perToken
+	f.sxx, f.spp, f.sxp = f.sxx*g+ctx*ctx, f.spp*g+prefill*prefill, f.sxp*g+ctx*prefill
+	f.sxy, f.spy = f.sxy*g+ctx*perToken, f.spy*g+prefill*perToken
+	f.n++
+	if f.n < MinSamples {
+		return
+	}
+	mx, mp, my := f.sx/f.w, f.sp/f.w, f.sy/f.w
+	vxx, vpp, vxp := f.sxx/f.w-mx*mx, f.spp/f.w-mp*mp, f.sxp/f.w-mx*mp
+	cxy, cpy := f.sxy/f.w-mx*my, f.spy/f.w-mp*my
+	det := vxx*vpp - vxp*vxp
+	switch {
+	case vxx > 1e-9*(1+mx*mx) && det > 1e-9*vxx*vpp:
+		f.b, f.c = (cxy*vpp-cpy*vxp)/det, (cpy*vxx-cxy*vxp)/det
+	case vxx > 1e-9*(1+mx*mx):
+		f.b, f.c = cxy/vxx, 0 // the prefill rate did not vary apart from the context
+	default:
+		f.b, f.c = 0, 0
+	}
+	f.b, f.c = max(f.b, 0), max(f.c, 0)
+	f.a = my - f.b*mx - f.c*mp
+}
+
+// Fit reports a, b (seconds per token per context block), c (seconds per token per prefill token/s)
+// and the observations so far; b and c are 0 until MinSamples observations.
+func (f *DecodeFit) Fit() (a, b, c float64, n int) { return f.a, f.b, f.c, f.n }

@@ -163,6 +163,10 @@ type Config struct {
 	// The kvroute cost applies to kv-mode decisions at temperature 0 without a per-request override of
 	// Dynamo's weights; those, and every other mode, use Dynamo's selection.
 	Preset Preset
+	// DecodeWeight scales the kvroute cost's charges for the decode a request adds where it goes
+	// (DecodeContextWeight, DecodeStallWeight; scoring/sched decode.go); 0 routes on the time to first
+	// token alone. Default 0 (docs/router.md: what 1 gains in inter-token latency and costs in hit rate).
+	DecodeWeight float64
 	// SelectionPolicy is default (linear logit) or lmetric. Default default.
 	SelectionPolicy SelectionPolicy
 	// WorkerType selects the decode-router special case when WorkerDecode. Default aggregated.
@@ -258,6 +262,7 @@ func DefaultConfig() Config {
 		Temperature:               0,
 		SelectionPolicy:           PolicyDefault,
 		Preset:                    PresetKVRoute,
+		DecodeWeight:              0,
 		UseKVEvents:               true,
 		TTL:                       120 * time.Second,
 		ApproxWorkerCapacity:      1 << 20,
@@ -359,6 +364,7 @@ func (c *Config) Validate() error {
 		{"shared_cache_multiplier", c.SharedCacheMultiplier},
 		{"decode_active_request_weight", c.DecodeActiveRequestWeight},
 		{"router_temperature", c.Temperature},
+		{"router_decode_weight", c.DecodeWeight},
 		{"encoder_cuda_to_cpu_ratio", c.EncoderCudaToCPURatio},
 	} {
 		if err := weight(f.name, f.v); err != nil {

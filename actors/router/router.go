@@ -205,7 +205,11 @@ func (r *Router) Route(ctx context.Context, req *RouteRequest) (RouteResult, err
 func (r *Router) PrefillDone(id string) error { return r.sched.prefillDone(id) }
 
 // Free ends a routed request.
-func (r *Router) Free(id string) error { return r.sched.free(id) }
+func (r *Router) Free(id string) error { return r.sched.free(id, 0) }
+
+// FreeOutput ends a routed request that streamed tokens generated tokens, one per chunk (0: not
+// counted): the kvroute cost learns its decode from them (scoring/sched decode.go).
+func (r *Router) FreeOutput(id string, tokens int) error { return r.sched.free(id, tokens) }
 
 // SetHealthy takes a worker out of routing (unhealthy: it leaves the candidate set and its blocks leave
 // the index) or brings it back (healthy: it is resynced from its event stream, then routable again).
@@ -261,6 +265,13 @@ func (r *Router) Loads() []sched.TargetLoad { return r.sched.loads() }
 
 // Waiting is the number of requests the scheduler holds (queue and minimum-workers gate).
 func (r *Router) Waiting() int { return r.sched.waiting() }
+
+// DecodeCalibration reports what the kvroute cost has learned of the fleet's decode from the requests
+// ended with FreeOutput: a seconds per generated token on a worker decoding nothing, b more per context
+// block decoded beside a request, the observations, and the mean output length (scoring/sched decode.go).
+func (r *Router) DecodeCalibration() (a, b float64, n int, meanOutput float64) {
+	return r.sched.decodeCalibration()
+}
 
 // RecordOutput reports a request's generated tokens so far (for output-block tracking).
 func (r *Router) RecordOutput(id string, tokens int) { r.sched.recordOutput(id, tokens) }

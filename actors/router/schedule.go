@@ -323,7 +323,7 @@ func (s *scheduler) cancel(id string, wait chan sched.Released, cause error) err
 	s.mu.Unlock()
 	if !withdrawn {
 		if r := <-wait; r.Err == nil { // sent under mu before Cancel could run
-			_ = s.free(id)
+			_ = s.free(id, 0)
 		}
 	}
 	return cause
@@ -338,10 +338,13 @@ func (s *scheduler) prefillDone(id string) error {
 	return err
 }
 
-// free ends a request (completion, error, cancel).
-func (s *scheduler) free(id string) error {
+// free ends a request (completion, error, cancel) that generated tokens (0: not counted).
+func (s *scheduler) free(id string, tokens int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if tokens > 0 {
+		s.m.RecordOutput(id, tokens)
+	}
 	rel, err := s.m.Free(s.now(), id)
 	s.deliver(rel)
 	return err
@@ -457,6 +460,13 @@ func (s *scheduler) loads() []sched.TargetLoad {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m.Loads(nil)
+}
+
+// decodeCalibration is the machine's decode fit (Router.DecodeCalibration).
+func (s *scheduler) decodeCalibration() (a, b float64, n int, meanOut float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.DecodeCalibration()
 }
 
 // activeList hands emit the machine's active list under the lock (Router.ActiveLists).

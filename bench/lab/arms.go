@@ -17,6 +17,7 @@ const (
 	ArmKVApprox    = "kv-approx"
 	ArmKVScale8    = "kv-scale8"
 	ArmKVNoPredict = "kv-nopredict"
+	ArmKVDecode    = "kv-decode"
 	ArmRoundRobin  = "round-robin"
 	ArmRandom      = "random"
 	ArmLeastLoaded = "least-loaded"
@@ -48,6 +49,11 @@ var Arms = []Arm{
 	{ArmKVNoPredict, "kv without predict-on-route (--router-predicted-ttl-secs 0): only the engines' KV events say what is cached", func(f *Fleet, seed uint64) (Scheduler, error) {
 		c := modeConfig(f, scoring.ModeKV)
 		c.PredictedTTL = scoring.SomeDuration(0)
+		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
+	}},
+	{ArmKVDecode, "kv with --router-decode-weight 1: the kvroute cost with the decode a request adds where it goes", func(f *Fleet, seed uint64) (Scheduler, error) {
+		c := modeConfig(f, scoring.ModeKV)
+		c.DecodeWeight = 1
 		return newMachineArm(f, seed, c, primaryIndex{f.index}, nil)
 	}},
 	{ArmRoundRobin, "scoring/sched, mode round-robin", func(f *Fleet, seed uint64) (Scheduler, error) {

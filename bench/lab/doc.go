@@ -21,7 +21,8 @@
 //     each worker's cached blocks through SetCachedBlocks, Tick on the scrape period) with another configuration,
 //     selector or index: kv (the router's defaults: the kvroute preset's learned cost), kv-dynamo
 //     (--router-preset dynamo: Dynamo's cost), kv-approx (no events: the machine's approximate
-//     index), kv-scale8, kv-nopredict (the kvroute preset without predict-on-route), round-robin, random,
+//     index), kv-scale8, kv-nopredict (the kvroute preset without predict-on-route), kv-decode (the preset
+//     with the decode a request adds: --router-decode-weight 1), round-robin, random,
 //     least-loaded, llmd (bench.LLMDSelector) and sglang (bench.SGLangSelector over its own approximate
 //     tree of routed prompts, since SGLang's router never reads KV events).
 //   - profile.go: engine profiles (below).

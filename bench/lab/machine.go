@@ -92,7 +92,8 @@ func (a *machineArm) Calibration() (Calibration, bool) {
 		return Calibration{}, false
 	}
 	alpha, beta, gamma, n := a.m.Calibration()
-	return Calibration{Alpha: alpha, Beta: beta, Gamma: gamma, N: n}, true
+	_, db, dn, out := a.m.DecodeCalibration()
+	return Calibration{Alpha: alpha, Beta: beta, Gamma: gamma, N: n, DecodeB: db, DecodeN: dn, MeanOutput: out}, true
 }
 
 func released(rel []sched.Released) []Released {
@@ -164,6 +165,9 @@ func (a *machineArm) PrefillDone(now time.Time, id string) []Released {
 	rel, _ := a.m.PrefillDone(now, id) // unknown ids (a failed dispatch) are not the run's concern
 	return released(rel)
 }
+
+// Output implements OutputRecorder.
+func (a *machineArm) Output(id string, tokens int) { a.m.RecordOutput(id, tokens) }
 
 // Free implements Scheduler.
 func (a *machineArm) Free(now time.Time, id string) []Released {

@@ -55,6 +55,13 @@ type Scheduler interface {
 	Free(now time.Time, id string) []Released
 }
 
+// OutputRecorder is implemented by a scheduler that learns from what a request generated: the lab tells
+// it a request's output tokens when the request ends, before Free, as a router's frontend counts the
+// tokens it streamed.
+type OutputRecorder interface {
+	Output(id string, tokens int)
+}
+
 // Ticker is implemented by a scheduler with timers of its own (expiry); the lab calls Tick every
 // MetricsInterval.
 type Ticker interface {

@@ -413,6 +413,9 @@ func (s *sim) stepEnd(w int) {
 				smp.ITL = float64(s.now-sr.first) / 1e9 / float64(p.Output-1)
 			}
 			delete(s.byID, p.ID)
+			if o, ok := s.sched.(OutputRecorder); ok {
+				o.Output(p.ID, p.Output)
+			}
 			s.release(s.sched.Free(now, p.ID))
 		}
 	}

@@ -31,6 +31,12 @@ type Calibration struct {
 	Gamma float64 `json:"gamma_per_block"`
 	// N counts the observations (prefill completions) so far.
 	N int `json:"observations"`
+	// DecodeB is the decode fit's extra seconds per generated token per context block decoded beside
+	// a request, DecodeN its observations (completed requests) and MeanOutput the mean output length the
+	// decode charge assumes (scoring/sched decode.go).
+	DecodeB    float64 `json:"decode_b_s_per_token_block"`
+	DecodeN    int     `json:"decode_observations"`
+	MeanOutput float64 `json:"mean_output_tokens"`
 }
 
 // Window is what the requests arriving in [Start, Start+Window) saw.
@@ -126,7 +132,7 @@ func (r *Result) timelineTables() []bench.Table {
 		w := tls[0].WindowS
 		wt := bench.Table{Title: fmt.Sprintf("Windows of %s s by arrival time (arrival ×%s): hit rate / TTFT p90 (s)", bench.FormatNum(w), bench.FormatNum(x)),
 			Columns: []string{"from s"}}
-		ct := bench.Table{Title: fmt.Sprintf("Learned calibration at each window's end (arrival ×%s): γ per block / α µs per token / observations", bench.FormatNum(x)),
+		ct := bench.Table{Title: fmt.Sprintf("Learned calibration at each window's end (arrival ×%s): γ per block / α µs per token / observations / decode b ns per token per block / mean output tokens", bench.FormatNum(x)),
 			Columns: []string{"at s"}}
 		var learners []*Timeline
 		for _, tl := range tls {
@@ -162,7 +168,7 @@ func (r *Result) timelineTables() []bench.Table {
 			for _, tl := range learners {
 				cell := "–"
 				if c := calibrationAt(tl.Calibration, end); c != nil {
-					cell = fmt.Sprintf("%.3g / %s / %d", c.Gamma, bench.F(1e6*c.Alpha, 2), c.N)
+					cell = fmt.Sprintf("%.3g / %s / %d / %s / %s", c.Gamma, bench.F(1e6*c.Alpha, 2), c.N, bench.F(1e9*c.DecodeB, 2), bench.F(c.MeanOutput, 0))
 				}
 				crow = append(crow, cell)
 			}

@@ -178,6 +178,8 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	// Evictions are charged only while some eligible worker has room for the request (room.go): nil, or
 	// each target's charge.
 	evict := m.evictions(mask, ov, fisl, fbs, q0)
+	// The decode the request adds where it goes (decode.go), with the evictions' charges.
+	evict = m.decodeCharges(evict, ov, fisl, fbs)
 	// The common case (nothing filtered, no lower tiers) on a CPU with AVX-512 takes the vector kernel
 	// (vectorCosts: the same operations eight candidates at a time) and the vector argmin over its
 	// arrays (vectorArgmin: least cost, then least k, the ties in order); the scalar loop after it is

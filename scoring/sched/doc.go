@@ -28,7 +28,8 @@
 // cache is more than half empty, what a request would evict elsewhere (room.go, from the index's count of
 // each worker's cached blocks, SetCachedBlocks), and once every cache is full, how recently freed the
 // blocks each engine evicts are (age.go, from the requests' ends and the index's log of evictions,
-// Evicted), added to the kernel's costs in Go.
+// Evicted), and the decode the request adds where it goes (decode.go, from the decode the fleet's
+// requests reported at their ends: RecordOutput before Free), added to the kernel's costs in Go.
 //
 // The queue follows Dynamo's. It has one heap per policy class (scoring/policy: the classes of
 // --router-policy-config, or one synthetic class from --router-queue-threshold and

@@ -115,6 +115,18 @@ type Machine struct {
 	// routed requests it waits on.
 	cal *scoring.Calibrator
 	obs map[string]calObs
+	// dcal learns the decode step against the context decoded beside a request, dreq holds the active
+	// requests' parts of it, ctxs every target's decoded context by index (decode.go), and meanOut / outW
+	// the fleet's forgetting mean of output lengths (its sum and weight).
+	dcal          *scoring.DecodeFit
+	dreq          map[string]decodeReq
+	ctxs          []float64
+	meanOut, outW float64
+	// pfg is every target's prefill tokens routed, each weighted e^((at − pfT0)/prefillRateTau) (the
+	// recent prefill rate, decode.go); itlSum / itlW the fleet's forgetting mean of inter-token gaps.
+	pfg          []float64
+	pfT0         int64
+	itlSum, itlW float64
 	// prefilling is Σ lines[i].prefilling, the fleet's requests routed and not yet at their first token
 	// (kept by publish): the kvroute cost's load.
 	prefilling int64
@@ -150,8 +162,10 @@ type target struct {
 	// cachedKnown whether it was reported.
 	cached      uint64
 	cachedKnown bool
-	spacious    bool   // counted in Machine.roomy
-	age         lruAge // the engine's eviction order (age.go)
+	spacious    bool    // counted in Machine.roomy
+	ctx         float64 // the context blocks of the requests decoding here, each counted whole (decode.go)
+	pfg         float64 // Machine.pfg's entry
+	age         lruAge  // the engine's eviction order (age.go)
 }
 
 // line is the load of a target that every decision reads, kept in one dense slice so the candidate loop
@@ -201,6 +215,7 @@ func New(cfg scoring.Config, index Index, opt Options) (*Machine, error) {
 		active: make(map[string]*target), remote: make(map[string]map[string]struct{}), waitByID: make(map[string]*waiting),
 		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), patience: opt.MinWorkersPatience,
 		cal: scoring.NewCalibrator(), obs: make(map[string]calObs),
+		dcal: scoring.NewDecodeFit(), dreq: make(map[string]decodeReq),
 		pos: newPosTable(0)}
 	if err := m.pq.init(&cfg, opt.Policy, opt.Start); err != nil {
 		return nil, err
@@ -284,6 +299,7 @@ func (m *Machine) RemoveWorker(now time.Time, id uint64) []Released {
 		if t.key.WorkerID == id {
 			delete(m.active, rid)
 			delete(m.obs, rid)
+			delete(m.dreq, rid)
 		}
 	}
 	m.sess.removeWorker(id)
@@ -297,6 +313,8 @@ func (m *Machine) reindex() {
 	m.prefilling = 0
 	m.pfIdle = len(m.list)
 	m.tmpl = make([]candTmpl, len(m.list))
+	m.ctxs = make([]float64, len(m.list))
+	m.pfg = make([]float64, len(m.list))
 	m.pos = newPosTable(len(m.list))
 	m.sc.memo = m.sc.memo[:0]
 	m.roomy = 0
@@ -304,6 +322,8 @@ func (m *Machine) reindex() {
 		t.i = i
 		m.pos.put(t.key, i)
 		m.tmpl[i] = candTmpl{worker: t.key, totalKV: t.totalKV(), maxBatched: t.maxBatched(), device: t.w.Device}
+		m.ctxs[i] = t.ctx
+		m.pfg[i] = t.pfg
 		m.publish(t)
 		t.spacious = false
 		m.setRoom(t)
@@ -390,6 +410,7 @@ func (m *Machine) PrefillDone(now time.Time, id string) ([]Released, error) {
 	m.publish(t)
 	m.pfDone(t, id, now.UnixNano())
 	m.observeFirstToken(now, id)
+	m.decodeFirst(t, id, now.UnixNano())
 	if m.observe != nil {
 		m.observe(LoadEvent{Kind: LoadPrefillDone, RequestID: id, Worker: t.key})
 	}
@@ -405,6 +426,7 @@ func (m *Machine) Free(now time.Time, id string) ([]Released, error) {
 	delete(m.active, id)
 	delete(m.obs, id)
 	m.ageFreed(t, id, now.UnixNano())
+	m.decodeFreed(t, id, now.UnixNano(), true)
 	t.t.Free(id)
 	m.publish(t)
 	m.pfDone(t, id, now.UnixNano())
@@ -417,7 +439,11 @@ func (m *Machine) Free(now time.Time, id string) ([]Released, error) {
 // RecordOutput reports a request's generated tokens so far (output-block tracking).
 func (m *Machine) RecordOutput(id string, tokens int) {
 	t := m.active[id]
-	if t == nil || !m.cfg.TrackOutputBlocks {
+	if t == nil {
+		return
+	}
+	m.decodeOutput(id, tokens)
+	if !m.cfg.TrackOutputBlocks {
 		return
 	}
 	if t.t.RecordOutput(id, tokens) {
@@ -478,6 +504,7 @@ func (m *Machine) Tick(now time.Time) []Released {
 		for _, id := range ids {
 			delete(m.active, id)
 			delete(m.obs, id)
+			m.decodeFreed(t, id, now.UnixNano(), false)
 		}
 	}
 	rel := m.expireGate(now, nil)

@@ -80,6 +80,20 @@ func BenchmarkSelectionPass(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
+			// The same with the decode charged (--router-decode-weight 1: decode.go's pass over the targets).
+			b.Run("calibrated/decode-weight-1", func(b *testing.B) {
+				plain := m.cfg
+				dcfg := *plain
+				dcfg.DecodeWeight = 1
+				m.cfg = &dcfg
+				defer func() { m.cfg = plain }()
+				for range b.N {
+					if _, _, err := m.calibrated(&sreq, scores, scores, false, chain, 8192, true, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
+			})
 			for i := range rows {
 				rows[i].Overlap = 0
 			}

@@ -88,6 +88,7 @@ type scratch struct {
 	calibrated bool
 	chosenK    float64
 	now        int64 // the decision's time (ns): the drain of a prefill in progress
+	osl        int   // the request's expected output tokens (0: unknown), for the decode charge
 	cands      []scoring.Candidate
 	tgts       []*target
 	ov         []uint32
@@ -243,6 +244,7 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	}
 	m.sc.calibrated = m.useCalibrated(req)
 	if m.sc.calibrated {
+		m.sc.osl = req.OSL
 		m.rr++
 		t, sel, err = m.calibrated(&sreq, scores, primary, tiered, chain, isl, reuse, req.Exclude)
 		return t, sel, reuse, err
@@ -315,6 +317,7 @@ func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64,
 	}
 	m.active[req.ID] = t
 	m.ageRouted(t, req)
+	m.decodeRouted(t, req.ID, isl, max(isl-int(sel.Overlap)*m.cfg.BlockSize, 0), now.UnixNano())
 	m.publish(t)
 	if trackPf == nil && m.cfg.TrackPrefillTokens || trackPf != nil && *trackPf {
 		m.pfPush(t, req.ID, uint64(max(isl-int(sel.Overlap)*m.cfg.BlockSize, 0)), now.UnixNano())
