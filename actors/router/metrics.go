@@ -122,6 +122,8 @@ type loadCollector struct {
 	approx         *prometheus.Desc
 	// per policy class queue (--router-policy-config; one "default" class without it)
 	clsReq, clsISL, clsCached *prometheus.Desc
+	// the kvroute cost's learned fits (scoring.Calibrator, scoring.DecodeFit)
+	alpha, gamma, decA, decB, meanOut, fitObs *prometheus.Desc
 }
 
 func newLoadCollector(s *scheduler) *loadCollector {
@@ -137,6 +139,13 @@ func newLoadCollector(s *scheduler) *loadCollector {
 		clsISL:   prometheus.NewDesc("kvroute_router_queue_class_pending_isl_tokens", "Prompt tokens of the requests waiting in a policy class's queue.", []string{"policy_class"}, nil),
 		clsCached: prometheus.NewDesc("kvroute_router_queue_class_pending_cached_tokens", "Cached prompt tokens (best eligible worker) of the requests waiting in a policy class's queue.",
 			[]string{"policy_class"}, nil),
+		alpha: prometheus.NewDesc("kvroute_router_prefill_seconds_per_token", "kvroute cost: learned prefill time per prompt token on an idle worker (α).", nil, nil),
+		gamma: prometheus.NewDesc("kvroute_router_prefill_slowdown_per_block", "kvroute cost: learned prefill slowdown per active block (γ, the prior until the fit is trusted).", nil, nil),
+		decA:  prometheus.NewDesc("kvroute_router_decode_seconds_per_token", "kvroute cost: learned time per generated token on a worker decoding nothing else (--router-decode-weight > 0).", nil, nil),
+		decB: prometheus.NewDesc("kvroute_router_decode_seconds_per_token_block", "kvroute cost: learned extra time per generated token per context block decoded beside it (--router-decode-weight > 0).",
+			nil, nil),
+		meanOut: prometheus.NewDesc("kvroute_router_mean_output_tokens", "kvroute cost: the fleet's recent mean output length, for requests without an expected one (--router-decode-weight > 0).", nil, nil),
+		fitObs:  prometheus.NewDesc("kvroute_router_calibration_observations_total", "kvroute cost: observations of each learned fit (prefill: first tokens; decode: ended streams).", []string{"fit"}, nil),
 	}
 }
 
@@ -149,6 +158,12 @@ func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.clsReq
 	ch <- c.clsISL
 	ch <- c.clsCached
+	ch <- c.alpha
+	ch <- c.gamma
+	ch <- c.decA
+	ch <- c.decB
+	ch <- c.meanOut
+	ch <- c.fitObs
 }
 
 func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
@@ -169,6 +184,16 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.clsISL, prometheus.GaugeValue, float64(q.RawISLTokens), q.Class)
 		ch <- prometheus.MustNewConstMetric(c.clsCached, prometheus.GaugeValue, float64(q.CachedTokens), q.Class)
 	}
+	alpha, _, gamma, n := c.s.calibration()
+	a, b, dn, mean := c.s.decodeCalibration()
+	for _, g := range []struct {
+		d *prometheus.Desc
+		v float64
+	}{{c.alpha, alpha}, {c.gamma, gamma}, {c.decA, a}, {c.decB, b}, {c.meanOut, mean}} {
+		ch <- prometheus.MustNewConstMetric(g.d, prometheus.GaugeValue, g.v)
+	}
+	ch <- prometheus.MustNewConstMetric(c.fitObs, prometheus.CounterValue, float64(n), "prefill")
+	ch <- prometheus.MustNewConstMetric(c.fitObs, prometheus.CounterValue, float64(dn), "decode")
 	ev := c.s.index.EventCounts()
 	for _, e := range ev {
 		ch <- prometheus.MustNewConstMetric(c.apps, prometheus.CounterValue, float64(e.Count), e.Status, e.Type)

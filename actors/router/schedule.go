@@ -462,6 +462,13 @@ func (s *scheduler) loads() []sched.TargetLoad {
 	return s.m.Loads(nil)
 }
 
+// calibration is the machine's prefill fit (α, β, γ in use, observations).
+func (s *scheduler) calibration() (alpha, beta, gamma float64, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Calibration()
+}
+
 // decodeCalibration is the machine's decode fit (Router.DecodeCalibration).
 func (s *scheduler) decodeCalibration() (a, b float64, n int, meanOut float64) {
 	s.mu.Lock()
