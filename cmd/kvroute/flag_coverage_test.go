@@ -77,6 +77,7 @@ var flagEvidence = map[string][]string{
 	"router-mode":                             {"scoring/testdata/scenarios/modes.txt"},
 	"router-predicted-ttl-secs":               {"scoring/testdata/scenarios/predicted.txt", "frontend: TestE2EPredictedTTLBeatsEventDelay"},
 	"router-preset":                           {"scoring/testdata/scenarios/calibrated.txt", "actors/router: TestHostTierCreditedWithHostWeight"},
+	"router-decode-weight":                    {"scoring/sched: TestDecodeCharge", "scoring/sched: TestPrefillStall", "actors/router: TestFreeOutputTeachesTheDecode"},
 	"router-prefill-load-model":               {"scoring: TestValidate"},
 	"router-prefill-load-scale":               {"scoring/testdata/scenarios/cost_settings.txt"},
 	"router-selection-policy":                 {"scoring/testdata/scenarios/cost_settings.txt"},
