@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/internal/clock"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -18,20 +17,12 @@ import (
 // they had a first token; Free, and FreeOutput of a request that streamed one token or none, teach
 // nothing. At the default weight 0 nothing is kept.
 func TestFreeOutputTeachesTheDecode(t *testing.T) {
-	system := actors.NewSystem(nil)
 	rcfg := DefaultConfig(4)
 	reg := prometheus.NewRegistry()
 	rcfg.Registerer = reg
 	fc := clock.NewFake(time.Unix(1000, 0)) // each step 10 ms: every prefill and decode takes time
 	rcfg.Clock = fc
-	r, err := New(system, rcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		r.Stop()
-		system.Shutdown()
-	})
+	r := startRouter(t, rcfg)
 	cfg := r.Config()
 	cfg.DecodeWeight = 1
 	if err := r.SetConfig(cfg); err != nil {

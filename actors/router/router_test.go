@@ -82,10 +82,16 @@ func overlapOf(r *Router, tokens []uint32, id uint64) uint32 {
 
 func newRouter(t *testing.T, blockSize int) *Router {
 	t.Helper()
-	system := actors.NewSystem(nil)
 	cfg := DefaultConfig(blockSize)
 	cfg.Worker.InitialBackoff = 10 * time.Millisecond
 	cfg.Worker.BackoffWindow = time.Second
+	return startRouter(t, cfg)
+}
+
+// startRouter starts a router of cfg in an actor system of its own, both stopped at the test's end.
+func startRouter(t *testing.T, cfg Config) *Router {
+	t.Helper()
+	system := actors.NewSystem(nil)
 	r, err := New(system, cfg)
 	if err != nil {
 		t.Fatal(err)

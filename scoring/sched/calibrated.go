@@ -367,14 +367,13 @@ func (m *Machine) tierOverlaps(scores []prefix.Score) (host, disk []uint32) {
 	return host, disk
 }
 
-// observeRouted remembers a calibrated decision for calibration: the work ahead of and in the request and the
-// worker's active blocks, before the charge.
-func (m *Machine) observeRouted(now time.Time, id string, t *target, isl int, overlap uint32) {
+// observeRouted remembers a calibrated decision for calibration: the work ahead of and in the request (its
+// u uncached tokens) and the worker's active blocks, before the charge.
+func (m *Machine) observeRouted(now time.Time, id string, t *target, u int) {
 	if !m.sc.calibrated {
 		return
 	}
 	l := &m.lines[t.i]
-	u := max(isl-int(overlap)*m.cfg.BlockSize, 0)
 	m.obs[id] = calObs{at: now.UnixNano(), work: float64(l.prefill) + float64(u), blocks: m.sc.chosenK}
 }
 

@@ -34,8 +34,31 @@ import (
 // The context charge waits for both fits (scoring.MinSamples requests ended), the last stall for a mean
 // gap; the first stall needs nothing learned.
 
-// outputForget is the weight the mean output length keeps at each completed request.
+// outputForget is the weight the fleet's mean output length and mean gap between tokens keep at each
+// completed request.
 const outputForget = 0.99
+
+// forgetMean is a mean with exponential forgetting: each add keeps outputForget of the weight before.
+type forgetMean struct{ sum, w float64 }
+
+func (f *forgetMean) add(x float64) {
+	f.sum = f.sum*outputForget + x*(1-outputForget)
+	f.w = f.w*outputForget + (1 - outputForget)
+}
+
+// mean is the mean so far, 0 before any add.
+func (f *forgetMean) mean() float64 {
+	if f.w <= 0 {
+		return 0
+	}
+	return f.sum / f.w
+}
+
+// decodes reports whether the machine keeps and charges the decode a request adds: the kvroute preset's
+// kv mode with --router-decode-weight above 0.
+func (m *Machine) decodes() bool {
+	return m.cfg.Preset == scoring.PresetKVRoute && m.cfg.Mode == scoring.ModeKV && m.cfg.DecodeWeight != 0
+}
 
 // decodeReq is what the machine keeps of an active request for the decode calibration: its context
 // blocks (charged to its target's context), when its first token came (ns, 0: not yet) and its
@@ -52,7 +75,7 @@ type decodeReq struct {
 // not charged (--router-decode-weight 0, the default; another preset or mode): the map entry and the
 // rate's update cost the decision 0.2–0.4 µs at 256 workers (docs/benchmarks.md).
 func (m *Machine) decodeRouted(t *target, id string, isl, u int, now int64) {
-	if m.cfg.Preset != scoring.PresetKVRoute || m.cfg.Mode != scoring.ModeKV || m.cfg.DecodeWeight == 0 {
+	if !m.decodes() {
 		return
 	}
 	if m.pfT0 == 0 || float64(now-m.pfT0) > 200*prefillRateTau {
@@ -116,24 +139,25 @@ func (m *Machine) decodeFreed(t *target, id string, now int64, learn bool) {
 		return
 	}
 	if r.out > 0 {
-		m.meanOut = m.meanOut*outputForget + float64(r.out)*(1-outputForget)
-		m.outW = m.outW*outputForget + (1 - outputForget)
+		m.outMean.add(float64(r.out))
 	}
 	if r.first > 0 && r.out >= 2 && now > r.first {
 		itl := float64(now-r.first) / 1e9 / float64(r.out-1)
 		m.dcal.Observe(itl, (r.ctxFirst+t.ctx)/2, (r.pfFirst+m.prefillRate(t, now))/2)
-		m.itlSum = m.itlSum*outputForget + itl*(1-outputForget)
-		m.itlW = m.itlW*outputForget + (1 - outputForget)
+		m.gapMean.add(itl)
 	}
 	m.setCtx(t, t.ctx-r.blocks)
 }
 
 // prefillRate is t's recent prefill rate, tokens per second.
-func (m *Machine) prefillRate(t *target, now int64) float64 {
+func (m *Machine) prefillRate(t *target, now int64) float64 { return t.pfg * m.rateOfPfg(now) }
+
+// rateOfPfg turns a target's pfg into its prefill rate at now, tokens per second (0 before any routing).
+func (m *Machine) rateOfPfg(now int64) float64 {
 	if m.pfT0 == 0 {
 		return 0
 	}
-	return t.pfg * math.Exp(-float64(now-m.pfT0)/prefillRateTau) / (prefillRateTau / 1e9)
+	return math.Exp(-float64(now-m.pfT0)/prefillRateTau) / (prefillRateTau / 1e9)
 }
 
 // prefillRateTau is the time constant (ns) of a target's recent prefill rate: about the span of a
@@ -157,10 +181,7 @@ func (m *Machine) expectedOutput(osl int) float64 {
 	if osl > 0 {
 		return float64(osl)
 	}
-	if m.outW <= 0 {
-		return 0
-	}
-	return m.meanOut / m.outW
+	return m.outMean.mean()
 }
 
 // decodePer is the context charge's factor w · DecodeContextWeight · O · b / α for a request expecting o
@@ -178,11 +199,7 @@ func (m *Machine) decodePer(o float64) float64 {
 // tokens will decode beside there (its recent prefill rate × the request's decode span at the fleet's
 // mean gap between tokens), weighted by DecodeStallWeight; 0 while nothing is known.
 func (m *Machine) stallPer(o float64) float64 {
-	if m.itlW <= 0 || m.pfT0 == 0 {
-		return 0
-	}
-	rate := math.Exp(-float64(m.sc.now-m.pfT0)/prefillRateTau) / (prefillRateTau / 1e9) // per unit of pfg
-	return m.cfg.DecodeWeight * scoring.DecodeStallWeight * rate * o * m.itlSum / m.itlW
+	return m.cfg.DecodeWeight * scoring.DecodeStallWeight * m.rateOfPfg(m.sc.now) * o * m.gapMean.mean()
 }
 
 // decodeCharges adds every target's decode charges for a request of fisl tokens (blocks of fbs) with
@@ -190,7 +207,7 @@ func (m *Machine) stallPer(o float64) float64 {
 // context charge, and the prefill stalls both ways — its uncached tokens, whose chunks every request
 // active there waits through (DecodeStallWeight a token each), and the prefill it will decode beside.
 func (m *Machine) decodeCharges(extra []float64, ov []uint32, fisl, fbs float64) []float64 {
-	if m.cfg.Preset != scoring.PresetKVRoute || m.cfg.DecodeWeight == 0 {
+	if !m.decodes() {
 		return extra
 	}
 	o := m.expectedOutput(m.sc.osl)

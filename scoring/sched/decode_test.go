@@ -182,7 +182,7 @@ func TestPrefillStall(t *testing.T) {
 	// rate over its decode span (its expected gaps at the fleet's mean gap).
 	_, b, _, _ := m.DecodeCalibration()
 	alpha, _, _, _ := m.Calibration()
-	meanGap := m.itlSum / m.itlW
+	meanGap := m.gapMean.mean()
 	for _, osl := range []int{1, 1001} {
 		c := ask(osl)
 		ctxCharge := scoring.DecodeContextWeight * float64(osl) * b / alpha * (300 + 3*100)

@@ -116,17 +116,16 @@ type Machine struct {
 	cal *scoring.Calibrator
 	obs map[string]calObs
 	// dcal learns the decode step against the context decoded beside a request, dreq holds the active
-	// requests' parts of it, ctxs every target's decoded context by index (decode.go), and meanOut / outW
-	// the fleet's forgetting mean of output lengths (its sum and weight).
-	dcal          *scoring.DecodeFit
-	dreq          map[string]decodeReq
-	ctxs          []float64
-	meanOut, outW float64
+	// requests' parts of it, ctxs every target's decoded context by index (decode.go), and outMean and
+	// gapMean the fleet's recent mean output length and gap between tokens.
+	dcal             *scoring.DecodeFit
+	dreq             map[string]decodeReq
+	ctxs             []float64
+	outMean, gapMean forgetMean
 	// pfg is every target's prefill tokens routed, each weighted e^((at − pfT0)/prefillRateTau) (the
-	// recent prefill rate, decode.go); itlSum / itlW the fleet's forgetting mean of inter-token gaps.
-	pfg          []float64
-	pfT0         int64
-	itlSum, itlW float64
+	// recent prefill rate, decode.go).
+	pfg  []float64
+	pfT0 int64
 	// prefilling is Σ lines[i].prefilling, the fleet's requests routed and not yet at their first token
 	// (kept by publish): the kvroute cost's load.
 	prefilling int64

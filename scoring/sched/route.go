@@ -310,17 +310,18 @@ func (m *Machine) commit(now time.Time, t *target, req *Request, chain []uint64,
 	if req.Override != nil {
 		trackPf = req.Override.TrackPrefillTokens
 	}
-	m.observeRouted(now, req.ID, t, isl, sel.Overlap)
+	u := max(isl-int(sel.Overlap)*m.cfg.BlockSize, 0) // the request's uncached tokens there
+	m.observeRouted(now, req.ID, t, u)
 	if err := t.t.AddRequest(load.Request{ID: req.ID, SeqHashes: chain, ISL: isl, OverlapBlocks: sel.Overlap,
 		ExpectedOutputTokens: req.OSL, Sequences: req.Sequences, AssumeKVReuse: &reuse, TrackPrefillTokens: trackPf, Now: now}); err != nil {
 		return Decision{}, err
 	}
 	m.active[req.ID] = t
 	m.ageRouted(t, req)
-	m.decodeRouted(t, req.ID, isl, max(isl-int(sel.Overlap)*m.cfg.BlockSize, 0), now.UnixNano())
+	m.decodeRouted(t, req.ID, isl, u, now.UnixNano())
 	m.publish(t)
 	if trackPf == nil && m.cfg.TrackPrefillTokens || trackPf != nil && *trackPf {
-		m.pfPush(t, req.ID, uint64(max(isl-int(sel.Overlap)*m.cfg.BlockSize, 0)), now.UnixNano())
+		m.pfPush(t, req.ID, uint64(u), now.UnixNano())
 	}
 	if m.observe != nil {
 		ev := LoadEvent{Kind: LoadAdd, RequestID: req.ID, Worker: t.key, SeqHashes: append([]uint64(nil), chain...), ISL: isl,
