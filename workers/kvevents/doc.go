@@ -84,7 +84,10 @@
 //     reached a newly connected publisher is recovered at that worker's next batch (its seq shows the
 //     gap), not before.
 //  3. Subscriber only: each time the SUB socket (re)connects (a socket-monitor PAIR reports the
-//     handshake), the stream catches up before reading on. A fresh stream replays everything buffered
+//     handshake), the stream catches up before reading on. The reader reads the monitor before every SUB
+//     message, not only when the helper wakes it: the handshake event is queued before any message of
+//     its connection, so the catch-up always precedes them (TestConnectPrecedesItsMessages); a new
+//     engine's batch read first, under our last+1, would pass as in order. A fresh stream replays everything buffered
 //     from 0 (ZMQ's slow-joiner window and the router starting after the worker). A stream that has
 //     state replays from its last seq and checks that the publisher still holds the same payload under
 //     it (xxh3 digest): if so the outage is filled in; if not, the engine restarted while we were away
