@@ -214,6 +214,7 @@ func benchIndexer(args []string) error {
 	sweepMax := fs.Duration("sweep-max", 20*time.Second, "longest sweep duration (lowest offered rate)")
 	sweepMin := fs.Duration("sweep-min", 250*time.Millisecond, "shortest sweep duration (highest offered rate)")
 	steps := fs.Int("sweep-steps", 6, "sweep steps")
+	hugeMiB := hugePagesFlag(fs)
 	unpacedRuns := fs.Int("unpaced-runs", 3, "replays of an unpaced run (one replay lasts a second or two, and its rate moves by half between replays on a shared machine): the report's row is the replay with the median event blocks/s (the slower middle one of an even count), every replay's rate is in the notes")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -225,6 +226,11 @@ func benchIndexer(args []string) error {
 	if err != nil {
 		return err
 	}
+	stopHuge, err := startHugePages(*hugeMiB, nil)
+	if err != nil {
+		return err
+	}
+	defer stopHuge()
 	rep := bench.NewReport("indexer", args)
 	fmt.Fprintf(os.Stderr, "preparing %d requests over %d × %d workers…\n", len(t.Requests), cfg.Workers, cfg.Duplicate)
 	w, err := bench.PrepareIndexer(t, cfg)

@@ -32,6 +32,7 @@ type opsFlags struct {
 	service      *string
 	grace        *time.Duration
 	drain        *time.Duration
+	hugePages    *int
 }
 
 // envSeconds reads a seconds value (Dynamo's *_SECS variables) as a duration default.
@@ -113,6 +114,7 @@ func addOpsFlags(fs *flag.FlagSet) (*opsFlags, error) {
 	}
 	o.grace = fs.Duration("graceful-shutdown-grace-period", grace, "on SIGTERM: /ready turns 503 and requests in flight get this long while new ones are still served (ends early when none is in flight) [$DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS, seconds]")
 	o.drain = fs.Duration("graceful-shutdown-timeout", drain, "then the listener closes and what is still in flight gets this long before it is cancelled [$DYN_HTTP_GRACEFUL_SHUTDOWN_TIMEOUT_SECS, seconds]")
+	o.hugePages = hugePagesFlag(fs)
 	alias(fs, "busy-threshold", "active-decode-blocks-threshold")
 	alias(fs, "router-busy-threshold", "active-decode-blocks-threshold")
 	for _, r := range refusedFlags {

@@ -184,15 +184,17 @@ func (f *frontendFlags) check(fs *flag.FlagSet) error {
 
 // frontendApp is a running frontend: router, HTTP server, the actor system.
 type frontendApp struct {
-	system *actor.ActorSystem
-	router *router.Router
-	pool   *frontend.WorkerPool
-	server *frontend.Server
-	api    *frontend.OpenAIAPI
-	probes *frontend.Probes
-	drain  frontend.DrainConfig
-	log    *slog.Logger
-	mon    *frontend.Monitor // the first model's
+	// hugeStop ends --huge-pages' periodic advice of the heap.
+	hugeStop func()
+	system   *actor.ActorSystem
+	router   *router.Router
+	pool     *frontend.WorkerPool
+	server   *frontend.Server
+	api      *frontend.OpenAIAPI
+	probes   *frontend.Probes
+	drain    frontend.DrainConfig
+	log      *slog.Logger
+	mon      *frontend.Monitor // the first model's
 	// pds are every model's prefill side (prefill router core) of disaggregated serving, in --model
 	// order; pmons check their workers.
 	pds   []*frontend.Disagg
@@ -225,6 +227,9 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	name := sms[0].name
 	app := &frontendApp{system: actors.NewSystem(nil), model: sms[0].m, name: name, log: log,
 		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
+	if app.hugeStop, err = startHugePages(*f.ops.hugePages, log); err != nil {
+		return nil, err
+	}
 	app.pool = frontend.NewWorkerPool(client.DefaultConfig())
 	ms := modelSetup{f: f, cfg: cfg, reg: reg, log: log, multi: len(sms) > 1,
 		fm: frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})}
@@ -571,6 +576,9 @@ func enableMM(api *frontend.OpenAIAPI, f *frontendFlags, prober *mm.Prober, inli
 
 // stop drains the HTTP server within the configured cap (frontend.Drain), then stops the rest.
 func (a *frontendApp) stop() {
+	if a.hugeStop != nil {
+		defer a.hugeStop()
+	}
 	if a.server != nil {
 		if a.ln != nil {
 			frontend.Drain(a.server, a.models, a.probes, a.drain, a.log)

@@ -62,14 +62,15 @@ func (a intAlias) Set(s string) error {
 // routerFlags are kvroute router's flags. addRouterFlags is the one place they are registered, so the
 // command and the flag coverage test see the same set.
 type routerFlags struct {
-	cfg      scoring.Config
-	port     *int
-	host     *string
-	log      *logFlags
-	bind     *bindFlags
-	identity *time.Duration
-	srv      serverFlags
-	workers  workerFlags
+	cfg       scoring.Config
+	port      *int
+	host      *string
+	log       *logFlags
+	bind      *bindFlags
+	identity  *time.Duration
+	hugePages *int
+	srv       serverFlags
+	workers   workerFlags
 }
 
 // routerRefuses are flags of the shared router and logging tables that the standalone router has nothing
@@ -108,6 +109,7 @@ func addRouterFlags(fs *flag.FlagSet) (*routerFlags, error) {
 	alias(fs, "host", "http-host")
 	rf.bind = registerBindFlag(fs)
 	rf.identity = identityCheckFlag(fs)
+	rf.hugePages = hugePagesFlag(fs)
 	rf.srv.register(fs)
 	fs.Var(&rf.workers, "worker", "a worker: id=1,url=http://...,events=tcp://...,replay=tcp://... (repeatable)")
 	return rf, nil
@@ -142,6 +144,12 @@ func runRouter(args []string) int {
 		return 2
 	}
 	bind, identity, sf, workers, port, host := rf.bind, rf.identity, &rf.srv, rf.workers, rf.port, rf.host
+	stopHuge, err := startHugePages(*rf.hugePages, log)
+	if err != nil {
+		fmt.Fprintln(errOut, "kvroute router:", err)
+		return 2
+	}
+	defer stopHuge()
 
 	system := actors.NewSystem(nil)
 	rcfg := router.DefaultConfig(cfg.BlockSize)

@@ -1,0 +1,146 @@
+package hugepage
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+	"unsafe"
+)
+
+const (
+	madvHugepage = 14 // MADV_HUGEPAGE
+	hugeSize     = 2 << 20
+)
+
+// Reserve grows the Go heap by n bytes that nothing touches, advises the heap's mappings MADV_HUGEPAGE
+// and releases the bytes again (a GC runs): the heap's next n bytes of pages are faulted in as huge
+// pages. It returns ErrUnsupported where the kernel refuses the advice.
+func Reserve(n int) (*Heap, Stats, error) {
+	if mode, err := Mode(); err != nil || mode == "never" {
+		return nil, Stats{}, fmt.Errorf("%w (THP mode %q, %v)", ErrUnsupported, mode, err)
+	}
+	if n < hugeSize {
+		n = hugeSize
+	}
+	buf := make([]byte, n)
+	h := &Heap{anchor: uintptr(unsafe.Pointer(unsafe.SliceData(buf))), seen: map[span]bool{}}
+	st, err := h.Advise()
+	runtime.KeepAlive(buf)
+	buf = nil
+	runtime.GC()
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	return h, st, nil
+}
+
+// Advise advises the heap's mappings not advised before (those the runtime mapped since, as the heap
+// grew).
+func (h *Heap) Advise() (Stats, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	for _, s := range heapSpans(maps, h.anchor) {
+		if h.seen[s] {
+			continue
+		}
+		if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, s.start, s.end-s.start, madvHugepage); e != 0 {
+			if errors.Is(e, syscall.EINVAL) {
+				return st, ErrUnsupported
+			}
+			return st, e
+		}
+		h.seen[s] = true
+		st.Mappings++
+		st.Bytes += int(s.end - s.start)
+	}
+	return st, nil
+}
+
+// mapping is one line of /proc/self/maps: its range, whether it is readable and writable, and whether
+// it is anonymous (no file, no name).
+type mapping struct {
+	start, end uintptr
+	rw, anon   bool
+}
+
+func parseMaps(maps []byte) []mapping {
+	var out []mapping
+	sc := bufio.NewScanner(bytes.NewReader(maps))
+	for sc.Scan() {
+		f := bytes.Fields(sc.Bytes())
+		if len(f) < 5 {
+			continue
+		}
+		dash := bytes.IndexByte(f[0], '-')
+		if dash < 0 {
+			continue
+		}
+		s, err1 := strconv.ParseUint(string(f[0][:dash]), 16, 64)
+		e, err2 := strconv.ParseUint(string(f[0][dash+1:]), 16, 64)
+		if err1 != nil || err2 != nil || e <= s {
+			continue
+		}
+		// Anonymous: no inode and no name but an anon_name (kernels with CONFIG_ANON_VMA_NAME, where the
+		// Go runtime names its heap "[anon: Go: heap]").
+		anon := string(f[4]) == "0" && (len(f) == 5 || bytes.HasPrefix(f[5], []byte("[anon:")))
+		out = append(out, mapping{start: uintptr(s), end: uintptr(e), rw: bytes.HasPrefix(f[1], []byte("rw")), anon: anon})
+	}
+	return out
+}
+
+// heapSpans returns the read-write parts, rounded inward to huge pages, of the run of adjacent anonymous
+// mappings that contains addr (the runtime's arenas: mapped read-write, or reserved without access).
+func heapSpans(maps []byte, addr uintptr) []span {
+	ms := parseMaps(maps)
+	at := -1
+	for i, m := range ms {
+		if m.anon && m.start <= addr && addr < m.end {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return nil
+	}
+	lo, hi := at, at
+	for lo > 0 && ms[lo-1].anon && ms[lo-1].end == ms[lo].start {
+		lo--
+	}
+	for hi+1 < len(ms) && ms[hi+1].anon && ms[hi+1].start == ms[hi].end {
+		hi++
+	}
+	var out []span
+	for _, m := range ms[lo : hi+1] {
+		s := (m.start + hugeSize - 1) &^ (hugeSize - 1)
+		e := m.end &^ (hugeSize - 1)
+		if m.rw && e > s {
+			out = append(out, span{s, e})
+		}
+	}
+	return out
+}
+
+// Mode is the host's THP mode: always, madvise or never (the bracketed word of
+// /sys/kernel/mm/transparent_hugepage/enabled).
+func Mode() (string, error) {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return "", err
+	}
+	_, rest, ok := bytes.Cut(b, []byte("["))
+	word, _, ok2 := bytes.Cut(rest, []byte("]"))
+	if !ok || !ok2 {
+		return "", fmt.Errorf("THP mode: unexpected %q", bytes.TrimSpace(b))
+	}
+	return string(word), nil
+}

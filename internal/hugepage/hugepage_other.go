@@ -1,0 +1,12 @@
+//go:build !linux
+
+package hugepage
+
+// Reserve is Linux-only: elsewhere it returns ErrUnsupported.
+func Reserve(n int) (*Heap, Stats, error) { return nil, Stats{}, ErrUnsupported }
+
+// Advise is Linux-only.
+func (h *Heap) Advise() (Stats, error) { return Stats{}, ErrUnsupported }
+
+// Mode is Linux-only.
+func Mode() (string, error) { return "", ErrUnsupported }

@@ -1,0 +1,113 @@
+//go:build linux
+
+package hugepage
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+func TestHeapSpans(t *testing.T) {
+	maps := []byte(`00400000-004ac000 r-xp 00000000 fe:00 9978127                            /usr/bin/kvroute
+2185a0000000-2185a4000000 rw-p 00000000 00:00 0 
+2185a4000000-2185a5c00000 ---p 00000000 00:00 0 
+2185a5c00000-2185ac500000 rw-p 00000000 00:00 0                          [anon: Go: heap]
+2185ac500000-2185b0000000 ---p 00000000 00:00 0 
+2185b0000000-2185b0400000 rw-p 00000000 00:00 0 
+2185c0000000-2185c4000000 rw-p 00000000 00:00 0 
+7f1b2fd5c000-7f1b2ff00000 rw-p 00000000 00:00 0 
+7ffec67cc000-7ffec67ed000 rw-p 00000000 00:00 0                          [stack]
+`)
+	got := heapSpans(maps, 0x2185a6000000)
+	want := []span{{0x2185a0000000, 0x2185a4000000}, {0x2185a5c00000, 0x2185ac400000}, {0x2185b0000000, 0x2185b0400000}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("heap spans %x, want %x (the adjacent anonymous run, read-write parts rounded inward to 2 MiB)", got, want)
+	}
+	if got := heapSpans(maps, 0x7ffec67cd000); got != nil {
+		t.Fatalf("a named mapping is not the heap: %x", got)
+	}
+	if got := heapSpans(maps, 0x1000); got != nil {
+		t.Fatalf("an unmapped address: %x", got)
+	}
+}
+
+// vmFlags returns the VmFlags of the mapping of /proc/self/smaps that contains addr.
+func vmFlags(t *testing.T, addr uintptr) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	in := false
+	for sc.Scan() {
+		line := sc.Text()
+		if fs := strings.Fields(line); len(fs) > 0 && strings.Contains(fs[0], "-") && !strings.HasSuffix(fs[0], ":") {
+			lo, hi, _ := strings.Cut(fs[0], "-")
+			s, err1 := strconv.ParseUint(lo, 16, 64)
+			e, err2 := strconv.ParseUint(hi, 16, 64)
+			in = err1 == nil && err2 == nil && uintptr(s) <= addr && addr < uintptr(e)
+			continue
+		}
+		if in && strings.HasPrefix(line, "VmFlags:") {
+			return strings.Fields(strings.TrimPrefix(line, "VmFlags:"))
+		}
+	}
+	t.Fatalf("no mapping holds %#x", addr)
+	return nil
+}
+
+func advised(t *testing.T, addr uintptr) bool {
+	for _, f := range vmFlags(t, addr) {
+		if f == "hg" {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReserveThenGrowth: the reservation's mapping is advised (VmFlags hg), the heap's later growth is
+// not until Advise runs, and then is.
+func TestReserveThenGrowth(t *testing.T) {
+	h, st, err := Reserve(16 << 20)
+	if errors.Is(err, ErrUnsupported) {
+		t.Skip("this kernel has no transparent huge pages")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mappings == 0 || st.Bytes < 16<<20 {
+		t.Fatalf("reserve advised %+v, want at least the 16 MiB reserved", st)
+	}
+	if !advised(t, h.anchor) {
+		t.Fatalf("the reservation's mapping is not advised: VmFlags %v", vmFlags(t, h.anchor))
+	}
+	// More than the heap has free at once: the runtime maps new arena space, which it does not advise.
+	// (It may start in free heap space; its last byte is in the new mapping.)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	grown := make([]byte, int(ms.HeapIdle)+64<<20)
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(grown))) + uintptr(len(grown)) - 1
+	if advised(t, at) {
+		t.Fatalf("heap growth at %#x is advised before Advise ran; the test needs a fresh mapping", at)
+	}
+	st, err = h.Advise()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mappings == 0 || !advised(t, at) {
+		t.Fatalf("after Advise (%+v) the grown heap at %#x: VmFlags %v", st, at, vmFlags(t, at))
+	}
+	if again, _ := h.Advise(); again.Mappings != 0 {
+		t.Fatalf("a second pass advised %+v again", again)
+	}
+	runtime.KeepAlive(grown)
+}
