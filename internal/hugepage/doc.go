@@ -12,11 +12,14 @@
 // alternately, one process each):
 //
 //	                       4 KiB pages              --huge-pages 1536
-//	4 s (2.2 M blocks/s)   p99 17.2–19.5 µs         p99 10.8–11.2 µs   (p999 51–60 → 40–78 µs)
-//	20 s (0.45 M/s)        p99 19.9–20.1 µs         p99 15.1–17.1 µs
+//	4 s (2.2 M blocks/s)   p99 18.0–20.0 µs         p99 10.4–11.8 µs   (p999 42–80 → 37–45 µs)
+//	20 s (0.45 M/s)        p99 17.8–21.1 µs         p99 15.1–16.6 µs
+//	unpaced writes         10.8–12.2 M blocks/s     14.3–15.9 M blocks/s
 //
 // The host set to THP "always" gave the same (4 s: p99 10.7–11.0 µs; 20 s: 14.7–16.7 µs); the resident
-// set did not grow (620–750 MB either way).
+// set did not grow (620–750 MB either way). It depends on the host: on a guest whose host backs it with
+// small pages (an earlier machine of docs/benchmarks.md, THP "always") the bench got worse, since a
+// guest's huge page does not shorten the host's walk. Hence off by default, and a bench to decide.
 //
 // # How
 //
