@@ -421,7 +421,15 @@ func TestE2EKilledWorkerMigrates(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		go func() { results <- s.post(t, "/v1/chat/completions", chatBody(s.name, prompt, `,"max_tokens":64`)) }()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Kill it once all four are routed and in flight (not after a guessed delay: under load the posts
+	// may not have reached the router yet).
+	deadline := time.Now().Add(10 * time.Second)
+	for s.router.ActiveRequests() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 4 requests in flight", s.router.ActiveRequests())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	_ = victim.Close()
 	moved := 0
 	for i := 0; i < 4; i++ {
@@ -433,8 +441,8 @@ func TestE2EKilledWorkerMigrates(t *testing.T) {
 			moved++
 		}
 	}
-	// At 0.5× speed 64 output tokens take far longer than 50 ms: every request was still pending on the
-	// victim when it died, and each one finished on the other worker.
+	// At 0.5× speed 64 output tokens take seconds: every request was still pending when the victim
+	// died, and each one finished on the other worker.
 	if moved != 4 {
 		t.Fatalf("%d of 4 pending requests moved to the surviving worker", moved)
 	}
