@@ -107,7 +107,7 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 // memoryTable is the machine's dependent-load latency at each measured size; the largest size's row also
 // gives each run's read p99 as that many dependent loads.
 func memoryTable(mem []MemoryLatency, runs []*IndexerRun) Table {
-	tab := Table{Title: "One dependent load on this machine (pointer chase over random cache lines)", Columns: []string{"buffer MiB", "ns per load", "read p99 in such loads, per run"}}
+	tab := Table{Title: "One dependent load on this machine (pointer chase over random cache lines)", Columns: []string{"buffer MiB", "ns per load", "ns per load, 2 MiB pages", "read p99 in such loads, per run"}}
 	for i, m := range mem {
 		in := "—"
 		if i == len(mem)-1 && m.Nanos > 0 {
@@ -119,7 +119,11 @@ func memoryTable(mem []MemoryLatency, runs []*IndexerRun) Table {
 				in += runLabel(r) + ": " + F(r.QueryMicros.P99*1e3/m.Nanos, 0)
 			}
 		}
-		tab.Rows = append(tab.Rows, []string{F(float64(m.Bytes)/(1<<20), 0), F(m.Nanos, 1), in})
+		huge := "—"
+		if m.HugeNanos > 0 {
+			huge = F(m.HugeNanos, 1)
+		}
+		tab.Rows = append(tab.Rows, []string{F(float64(m.Bytes)/(1<<20), 0), F(m.Nanos, 1), huge, in})
 	}
 	return tab
 }

@@ -3,6 +3,9 @@ package bench
 import (
 	"math/rand/v2"
 	"time"
+	"unsafe"
+
+	"github.com/kvroute/kvroute/internal/hugepage"
 )
 
 // MemoryLatency is what one dependent load costs on this machine: a pointer chase through a buffer of
@@ -14,6 +17,9 @@ import (
 type MemoryLatency struct {
 	Bytes int64   `json:"bytes"`
 	Nanos float64 `json:"ns_per_load"`
+	// HugeNanos is the same chase through a buffer mapped with 2 MiB transparent huge pages (Linux, THP
+	// not "never"; 0 where none could be had): what --huge-pages can give the index on this host.
+	HugeNanos float64 `json:"ns_per_load_huge_pages,omitempty"`
 }
 
 // chaseLine is the stride of the chase: one cache line.
@@ -27,7 +33,27 @@ const chaseSteps = 1 << 20
 // lap or chaseSteps loads of warm-up, whichever is fewer, and returns the mean time per load.
 func MeasureMemoryLatency(bytes int64) MemoryLatency {
 	lines := max(int(bytes/chaseLine), 2)
-	buf := chaseBuffer(lines)
+	buf := make([]uint64, lines*chaseLine/8)
+	return MemoryLatency{Bytes: int64(lines) * chaseLine, Nanos: chase(buf, lines)}
+}
+
+// MeasureHugeMemoryLatency is MeasureMemoryLatency through a buffer of 2 MiB pages (hugepage.Mapped),
+// in HugeNanos; where the host has none, HugeNanos is 0.
+func MeasureHugeMemoryLatency(bytes int64) MemoryLatency {
+	lines := max(int(bytes/chaseLine), 2)
+	m := MemoryLatency{Bytes: int64(lines) * chaseLine}
+	raw, release, err := hugepage.Mapped(lines * chaseLine)
+	if err != nil {
+		return m
+	}
+	defer release()
+	m.HugeNanos = chase(unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(raw))), lines*chaseLine/8), lines)
+	return m
+}
+
+// chase lays buf out (chaseBuffer) and returns the mean time of one dependent load through it.
+func chase(buf []uint64, lines int) float64 {
+	chaseBuffer(buf, lines)
 	p := uint64(0)
 	for range min(lines, chaseSteps) {
 		p = buf[p]
@@ -38,14 +64,13 @@ func MeasureMemoryLatency(bytes int64) MemoryLatency {
 	}
 	el := time.Since(start)
 	chaseSink = p
-	return MemoryLatency{Bytes: int64(lines) * chaseLine, Nanos: float64(el.Nanoseconds()) / chaseSteps}
+	return float64(el.Nanoseconds()) / chaseSteps
 }
 
-// chaseBuffer lays lines cache lines out as one random cycle: the first word of each line is the
+// chaseBuffer lays lines cache lines of buf out as one random cycle: the first word of each line is the
 // index (in words) of the next line's first word.
-func chaseBuffer(lines int) []uint64 {
+func chaseBuffer(buf []uint64, lines int) {
 	const words = chaseLine / 8
-	buf := make([]uint64, lines*words)
 	order := make([]uint32, lines)
 	for i := range order {
 		order[i] = uint32(i)
@@ -58,14 +83,14 @@ func chaseBuffer(lines int) []uint64 {
 	for i, l := range order {
 		buf[int(l)*words] = uint64(order[(i+1)%lines]) * words
 	}
-	return buf
 }
 
 // chaseSink keeps the chase's result alive, so that the loads are not dropped.
 var chaseSink uint64
 
 // IndexMemoryLatencies measures MeasureMemoryLatency at 1 MiB (cache), 32 MiB (a large last-level
-// cache) and the largest live heap of the runs (the index), capped at 2 GiB.
+// cache) and the largest live heap of the runs (the index), capped at 2 GiB; the largest also through
+// 2 MiB pages (HugeNanos).
 func IndexMemoryLatencies(runs []*IndexerRun) []MemoryLatency {
 	var heap int64
 	for _, r := range runs {
@@ -79,5 +104,6 @@ func IndexMemoryLatencies(runs []*IndexerRun) []MemoryLatency {
 	for i, b := range sizes {
 		out[i] = MeasureMemoryLatency(b)
 	}
+	out[len(out)-1].HugeNanos = MeasureHugeMemoryLatency(sizes[len(sizes)-1]).HugeNanos
 	return out
 }

@@ -1,12 +1,17 @@
 package bench
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvroute/kvroute/internal/hugepage"
+)
 
 // TestChaseBufferIsOneCycle: the chase visits every line once before it comes back to the first, so a
 // measurement's loads spread over the whole buffer.
 func TestChaseBufferIsOneCycle(t *testing.T) {
 	for _, lines := range []int{2, 3, 64, 1000} {
-		buf := chaseBuffer(lines)
+		buf := make([]uint64, lines*chaseLine/8)
+		chaseBuffer(buf, lines)
 		seen := make([]bool, lines)
 		p := uint64(0)
 		for step := range lines {
@@ -41,5 +46,23 @@ func TestMeasureMemoryLatency(t *testing.T) {
 	}
 	if got := IndexMemoryLatencies([]*IndexerRun{{IndexBytes: 4 << 20}}); len(got) != 2 {
 		t.Fatalf("an index under 32 MiB adds no size: %+v", got)
+	}
+}
+
+// TestMeasureHugeMemoryLatency: on a host with transparent huge pages the chase runs through a mapping
+// advised for them (hugepage.Mapped, TestMapped) and takes a positive time; elsewhere HugeNanos is 0.
+func TestMeasureHugeMemoryLatency(t *testing.T) {
+	m := MeasureHugeMemoryLatency(8 << 20)
+	if m.Bytes != 8<<20 {
+		t.Fatalf("MeasureHugeMemoryLatency(8 MiB) = %+v", m)
+	}
+	if _, err := hugepage.Mode(); err != nil {
+		if m.HugeNanos != 0 {
+			t.Fatalf("no THP here (%v), yet HugeNanos %v", err, m.HugeNanos)
+		}
+		t.Skip("no transparent huge pages here")
+	}
+	if m.HugeNanos <= 0 {
+		t.Fatalf("THP available, HugeNanos %v", m.HugeNanos)
 	}
 }

@@ -144,3 +144,28 @@ func Mode() (string, error) {
 	}
 	return string(word), nil
 }
+
+// Mapped returns an anonymous mapping of n bytes (rounded up to huge pages) outside the Go heap, advised
+// MADV_HUGEPAGE before anything touches it, and its release. It holds no Go pointers.
+func Mapped(n int) (buf []byte, release func(), err error) {
+	if mode, err := Mode(); err != nil || mode == "never" {
+		return nil, nil, fmt.Errorf("%w (THP mode %q, %v)", ErrUnsupported, mode, err)
+	}
+	n = (n + hugeSize - 1) &^ (hugeSize - 1)
+	// One huge page more, so that the advised part can start on a huge-page boundary.
+	raw, err := syscall.Mmap(-1, 0, n+hugeSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		return nil, nil, err
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(raw)))
+	off := int((base+hugeSize-1)&^(hugeSize-1) - base)
+	buf = raw[off : off+n : off+n]
+	if err := syscall.Madvise(buf, madvHugepage); err != nil {
+		_ = syscall.Munmap(raw)
+		if errors.Is(err, syscall.EINVAL) {
+			return nil, nil, ErrUnsupported
+		}
+		return nil, nil, err
+	}
+	return buf, func() { _ = syscall.Munmap(raw) }, nil
+}

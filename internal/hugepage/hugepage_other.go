@@ -10,3 +10,6 @@ func (h *Heap) Advise() (Stats, error) { return Stats{}, ErrUnsupported }
 
 // Mode is Linux-only.
 func Mode() (string, error) { return "", ErrUnsupported }
+
+// Mapped is Linux-only.
+func Mapped(n int) (buf []byte, release func(), err error) { return nil, nil, ErrUnsupported }

@@ -111,3 +111,24 @@ func TestReserveThenGrowth(t *testing.T) {
 	}
 	runtime.KeepAlive(grown)
 }
+
+// TestMapped: the mapping is the size asked rounded up to huge pages, starts on a huge-page boundary and
+// is advised (VmFlags hg) before anything touches it.
+func TestMapped(t *testing.T) {
+	buf, release, err := Mapped(3<<20 + 5)
+	if errors.Is(err, ErrUnsupported) {
+		t.Skip("this kernel has no transparent huge pages")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	if len(buf) != 4<<20 || at%hugeSize != 0 {
+		t.Fatalf("Mapped(3 MiB + 5): %d bytes at %#x, want 4 MiB on a 2 MiB boundary", len(buf), at)
+	}
+	if !advised(t, at) || !advised(t, at+uintptr(len(buf))-1) {
+		t.Fatalf("the mapping is not advised: VmFlags %v", vmFlags(t, at))
+	}
+	buf[0], buf[len(buf)-1] = 1, 2
+}
