@@ -117,7 +117,7 @@ func TestReportFromKnownSamples(t *testing.T) {
 	run.QueryMicros = Summarize(run.latencies)
 	w := &IndexerWorkload{cfg: DefaultIndexerConfig()}
 	rep := NewReport("indexer", []string{"--trace", "x"})
-	mem := []MemoryLatency{{Bytes: 1 << 20, Nanos: 10}, {Bytes: 64 << 20, Nanos: 99}}
+	mem := []MemoryLatency{{Bytes: 1 << 20, Nanos: 10}, {Bytes: 64 << 20, Nanos: 99, HugeNanos: 77}}
 	FillIndexerReport(rep, synthTrace(3), w, []*IndexerRun{run, run}, mem)
 	// The headline: read latency while the writes run, then the full runs table.
 	if head := rep.Tables[0]; head.Title != "FindMatches latency while the writes run" || head.Rows[0][3] != "500.0" || head.Rows[0][4] != "990.0" || head.Rows[0][5] != "999.0" {
@@ -159,7 +159,7 @@ func TestReportFromKnownSamples(t *testing.T) {
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
 	// The p99 (990 µs) in loads of the largest buffer's 99 ns: 10,000.
-	for _, want := range []string{"| 2 s |", "query_latency_cdf.svg", "sweep_throughput.svg", "| 1 | 10.0 | — |", "| 64 | 99.0 | 2 s: 10000, 2 s: 10000 |"} {
+	for _, want := range []string{"| 2 s |", "query_latency_cdf.svg", "sweep_throughput.svg", "| 1 | 10.0 | — | — |", "| 64 | 99.0 | 77.0 | 2 s: 10000, 2 s: 10000 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("report.md lacks %q:\n%s", want, md)
 		}

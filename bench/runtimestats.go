@@ -14,6 +14,10 @@ type RuntimeStats struct {
 	// bound of its histogram bucket), in µs.
 	GCPauseMicros    float64 `json:"gc_pause_us"`
 	GCPauseMaxMicros float64 `json:"gc_pause_max_us"`
+	// GCStopMaxMicros is the longest wait of a GC's stop-the-world for every goroutine to stop (bucket
+	// upper bound, µs), part of the pause: long ones come from code that does not reach a preemption
+	// point, or from a vCPU the host did not run.
+	GCStopMaxMicros float64 `json:"gc_stop_max_us"`
 	// SchedP99Micros and SchedP999Micros are quantiles of the time goroutines spent runnable before they
 	// ran (bucket upper bounds, µs): on a machine with more runnable threads than cores, the wait for a
 	// core.
@@ -34,6 +38,7 @@ var runtimeSamples = []string{
 	"/sched/latencies:seconds",
 	"/cpu/classes/gc/total:cpu-seconds",
 	"/cpu/classes/total:cpu-seconds",
+	"/sched/pauses/stopping/gc:seconds",
 }
 
 // runtimeSnapshot is one read of runtimeSamples, and the process's minor page faults then (-1: unknown).
@@ -79,6 +84,14 @@ func (sb runtimeSnapshot) since(sa runtimeSnapshot) RuntimeStats {
 			hi := bucketTop(buckets, i)
 			r.GCPauseMicros += float64(c) * (buckets[i] + hi) / 2 * 1e6
 			r.GCPauseMaxMicros = hi * 1e6
+		}
+	}
+	if a[5].Value.Kind() == metrics.KindFloat64Histogram {
+		counts, buckets := histDelta(a[5].Value.Float64Histogram(), b[5].Value.Float64Histogram())
+		for i, c := range counts {
+			if c != 0 {
+				r.GCStopMaxMicros = bucketTop(buckets, i) * 1e6
+			}
 		}
 	}
 	if a[2].Value.Kind() == metrics.KindFloat64Histogram {

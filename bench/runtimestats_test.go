@@ -35,7 +35,7 @@ func TestRuntimeSinceCountsGC(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 	r := readRuntime().since(a)
-	if r.GCCycles < 2 || r.GCPauseMicros <= 0 || r.GCPauseMaxMicros <= 0 {
+	if r.GCCycles < 2 || r.GCPauseMicros <= 0 || r.GCPauseMaxMicros <= 0 || r.GCStopMaxMicros <= 0 || r.GCStopMaxMicros > r.GCPauseMaxMicros {
 		t.Fatalf("%+v", r)
 	}
 }
