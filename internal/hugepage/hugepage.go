@@ -15,7 +15,7 @@ var ErrUnsupported = errors.New("hugepage: transparent huge pages are not suppor
 type Heap struct {
 	anchor uintptr // an address inside the heap's arenas (the reservation's first byte)
 	mu     sync.Mutex
-	seen   map[span]bool // mappings already advised
+	done   []span // the ranges advised so far, sorted and merged
 	group  routine.Group
 	stop   chan struct{}
 	once   sync.Once
@@ -26,8 +26,53 @@ type span struct{ start, end uintptr }
 
 // Stats is what one pass advised.
 type Stats struct {
-	Mappings int // mappings newly advised
+	Mappings int // ranges newly advised
 	Bytes    int // their size
+}
+
+// uncovered returns the parts of s that no range of done covers (done sorted and merged).
+func uncovered(done []span, s span) []span {
+	var out []span
+	at := s.start
+	for _, d := range done {
+		if d.end <= at || d.start >= s.end {
+			continue
+		}
+		if d.start > at {
+			out = append(out, span{at, d.start})
+		}
+		at = max(at, d.end)
+		if at >= s.end {
+			return out
+		}
+	}
+	if at < s.end {
+		out = append(out, span{at, s.end})
+	}
+	return out
+}
+
+// cover adds s to done, keeping it sorted and merged.
+func cover(done []span, s span) []span {
+	out := make([]span, 0, len(done)+1)
+	for _, d := range done {
+		switch {
+		case d.end < s.start:
+			out = append(out, d)
+		case d.start > s.end:
+			if s.end > s.start {
+				out = append(out, s)
+				s = span{}
+			}
+			out = append(out, d)
+		default:
+			s = span{min(s.start, d.start), max(s.end, d.end)}
+		}
+	}
+	if s.end > s.start {
+		out = append(out, s)
+	}
+	return out
 }
 
 // advise is the periodic pass's goroutine.

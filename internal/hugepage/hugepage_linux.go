@@ -28,7 +28,7 @@ func Reserve(n int) (*Heap, Stats, error) {
 		n = hugeSize
 	}
 	buf := make([]byte, n)
-	h := &Heap{anchor: uintptr(unsafe.Pointer(unsafe.SliceData(buf))), seen: map[span]bool{}}
+	h := &Heap{anchor: uintptr(unsafe.Pointer(unsafe.SliceData(buf)))}
 	st, err := h.Advise()
 	runtime.KeepAlive(buf)
 	buf = nil
@@ -39,8 +39,8 @@ func Reserve(n int) (*Heap, Stats, error) {
 	return h, st, nil
 }
 
-// Advise advises the heap's mappings not advised before (those the runtime mapped since, as the heap
-// grew).
+// Advise advises the parts of the heap's mappings not advised before (those the runtime mapped since,
+// as the heap grew).
 func (h *Heap) Advise() (Stats, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -49,19 +49,18 @@ func (h *Heap) Advise() (Stats, error) {
 		return Stats{}, err
 	}
 	var st Stats
-	for _, s := range heapSpans(maps, h.anchor) {
-		if h.seen[s] {
-			continue
-		}
-		if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, s.start, s.end-s.start, madvHugepage); e != 0 {
-			if errors.Is(e, syscall.EINVAL) {
-				return st, ErrUnsupported
+	for _, m := range heapSpans(maps, h.anchor) {
+		for _, s := range uncovered(h.done, m) {
+			if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, s.start, s.end-s.start, madvHugepage); e != 0 {
+				if errors.Is(e, syscall.EINVAL) {
+					return st, ErrUnsupported
+				}
+				return st, e
 			}
-			return st, e
+			h.done = cover(h.done, s)
+			st.Mappings++
+			st.Bytes += int(s.end - s.start)
 		}
-		h.seen[s] = true
-		st.Mappings++
-		st.Bytes += int(s.end - s.start)
 	}
 	return st, nil
 }

@@ -38,6 +38,29 @@ func TestHeapSpans(t *testing.T) {
 	}
 }
 
+func TestCoverage(t *testing.T) {
+	var done []span
+	for _, s := range []span{{10, 20}, {30, 40}, {20, 30}, {5, 8}, {50, 60}, {8, 9}} {
+		done = cover(done, s)
+	}
+	if want := []span{{5, 9}, {10, 40}, {50, 60}}; fmt.Sprint(done) != fmt.Sprint(want) {
+		t.Fatalf("cover: %v, want %v", done, want)
+	}
+	for _, tc := range []struct {
+		s    span
+		want []span
+	}{
+		{span{0, 100}, []span{{0, 5}, {9, 10}, {40, 50}, {60, 100}}},
+		{span{12, 38}, nil},
+		{span{35, 55}, []span{{40, 50}}},
+		{span{70, 80}, []span{{70, 80}}},
+	} {
+		if got := uncovered(done, tc.s); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("uncovered(%v) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
+
 // vmFlags returns the VmFlags of the mapping of /proc/self/smaps that contains addr.
 func vmFlags(t *testing.T, addr uintptr) []string {
 	t.Helper()
