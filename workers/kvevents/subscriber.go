@@ -357,9 +357,14 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 	return healthy, nil
 }
 
-// readConnects reads every event queued in the monitor, calling onConnect for each handshake.
+// readConnects reads every event queued in the monitor, calling onConnect for each handshake. ZMQ_EVENTS
+// (one call, which also takes in the socket's pending commands) answers the usual "nothing" before a
+// receive is tried (three calls and a message allocated).
 func readConnects(mon *zmq.Socket, onConnect func()) {
 	for {
+		if st, err := mon.GetEvents(); err == nil && st&zmq.POLLIN == 0 {
+			return
+		}
 		ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
 		if err != nil {
 			return
