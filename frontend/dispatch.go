@@ -71,9 +71,6 @@ func (p *WorkerPool) Close() {
 	}
 }
 
-// errWorkerFailed is the class of a worker failure that could not be migrated.
-var errWorkerFailed = errors.New("worker failed")
-
 // dispatch sends the request to the chosen worker, streams or returns its answer, and runs the lifecycle:
 // the first token marks prefill completed, the end (or an error or a client that went away) frees the
 // request. A failure before any byte reached the client is migrated to another worker up to

@@ -33,10 +33,6 @@ var endpointPaths = [numEndpoints]string{"/v1/chat/completions", "/v1/completion
 
 func (e endpoint) path() string { return endpointPaths[e] }
 
-// pooling reports whether e is a pooling endpoint (embeddings, score, rerank): no chat template, no
-// generation, one whole answer.
-func (e endpoint) pooling() bool { return e >= epEmbeddings }
-
 // job is everything the request path needs, copied out of fasthttp's RequestCtx (which is recycled when
 // the handler returns).
 type job struct {

@@ -271,8 +271,7 @@ func contractionExact(s string, j int) int {
 // regexSplitter serves split patterns without a fast path, with HF's "Isolated" behavior: matches and the gaps
 // between them are both words. It is exact for .NET-compatible patterns but slow (tens of MB/s at best).
 type regexSplitter struct {
-	re     *regexp2.Regexp
-	invert bool // "Removed"-style inversion is not supported; kept for error messages
+	re *regexp2.Regexp
 }
 
 func newRegexSplitter(pattern string) (*regexSplitter, error) {

@@ -125,9 +125,9 @@ type Calibrator struct {
 	// Prior is γ before the fit is trusted. Default 1e-5 per block.
 	Prior float64
 
-	n                      int
-	w, sx, sy, sxx, sxy    float64
-	gamma, alpha, beta, r2 float64
+	n                   int
+	w, sx, sy, sxx, sxy float64
+	gamma, alpha, beta  float64
 }
 
 // Calibrator limits.

@@ -132,7 +132,6 @@ type sim struct {
 	left    int   // requests not ended
 	end     int64 // when the last request ended
 	local   []uint64
-	prompt  []uint32
 	loadT   []float64
 	load    [][]float64
 	tick    int64
