@@ -111,7 +111,7 @@ func decodeBody(ctx *fasthttp.RequestCtx, v any) error {
 	if len(body) == 0 {
 		return errorf(ErrBadRequest, "request body is empty")
 	}
-	if err := json.UnmarshalNoEscape(body, v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
 		return errorf(ErrBadRequest, "invalid JSON body: %v", err)
 	}
 	return nil
