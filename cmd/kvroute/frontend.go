@@ -221,16 +221,19 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	sms, perModel, err := loadServedModels(f, log)
+	// Huge pages first: the reservation must come before the heap fills (the models, then the index).
+	hugeStop, err := startHugePages(*f.ops.hugePages, log)
 	if err != nil {
 		return nil, err
 	}
-	name := sms[0].name
-	app := &frontendApp{system: actors.NewSystem(nil), model: sms[0].m, name: name, log: log,
-		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
-	if app.hugeStop, err = startHugePages(*f.ops.hugePages, log); err != nil {
+	sms, perModel, err := loadServedModels(f, log)
+	if err != nil {
+		hugeStop()
 		return nil, err
 	}
+	name := sms[0].name
+	app := &frontendApp{hugeStop: hugeStop, system: actors.NewSystem(nil), model: sms[0].m, name: name, log: log,
+		drain: frontend.DrainConfig{GracePeriod: *f.ops.grace, Timeout: *f.ops.drain}}
 	app.pool = frontend.NewWorkerPool(client.DefaultConfig())
 	ms := modelSetup{f: f, cfg: cfg, reg: reg, log: log, multi: len(sms) > 1,
 		fm: frontend.NewFrontendMetricsWith(reg, frontend.MetricLabels{Model: name, Namespace: *f.ops.namespace})}
