@@ -68,14 +68,11 @@ func eppFleet(t *testing.T, n int) []registry.Spec {
 	return out
 }
 
+// freePort is a port free now, below the kernel's ephemeral range (launchPortRange), so that no
+// connection or bind to port 0 takes it before the command under test binds it.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(launchPortRange(t, 1))
 }
 
 // startEPPTest parses args as kvroute epp does and starts it with kube as the Kubernetes clients.
