@@ -28,12 +28,7 @@ func TestRouterCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildKVRouteBinary(t, root)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := launchPortRange(t, 1) // a process binds it later: below the ephemeral range
 	cmd := exec.Command(bin, "router", "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port), "--block-size", "4",
 		"--worker", "id=7,url=http://127.0.0.1:9", "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
