@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,31 +21,11 @@ import (
 // The compatibility matrix: every publisher dialect × connect/bind × dp 1/2 × restart/gap/duplicate,
 // through real ZMQ sockets into the router, each checked against what the publishing engines hold.
 
-// freePorts returns a base port such that base..base+n-1 are free on 127.0.0.1 (probed just now).
+// freePorts returns a base port such that base..base+n-1 are free now, below the ephemeral range
+// (testutil.PortRange): the publishers bind them after.
 func freePorts(t *testing.T, n int) int {
 	t.Helper()
-	for attempt := 0; attempt < 100; attempt++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := ln.Addr().(*net.TCPAddr).Port
-		lns, ok := []net.Listener{ln}, true
-		for i := 1; i < n && ok; i++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
-			if ok = err == nil; ok {
-				lns = append(lns, l)
-			}
-		}
-		for _, l := range lns {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no free port range")
-	return 0
+	return testutil.PortRange(t, n)
 }
 
 // engine is one dp rank's publishing engine: a kvevents.Publisher writing its dialect, with faults on

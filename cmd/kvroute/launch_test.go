@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"github.com/goccy/go-json"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // TestLaunchScript runs scripts/launch.sh with `kvroute mocker` in place of `vllm serve`: two workers and the
@@ -203,35 +204,7 @@ var testBinary struct {
 // launchPortRange finds n consecutive ports free on every interface (the workers' ZMQ sockets bind tcp://*).
 func launchPortRange(t *testing.T, n int) int {
 	t.Helper()
-	// Below the kernel's ephemeral range: a port checked free here stays free until launch.sh's processes
-	// bind it seconds later, unless something binds it on purpose. Inside that range every outgoing
-	// connection and every bind to port 0 of the test run (ZMQ, HTTP clients, other tests) may take it
-	// meanwhile (a CI run lost the frontend's port that way: "bind: address already in use").
-	lo, hi := 20000, 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if first, err := strconv.Atoi(f[0]); err == nil && first-n > 10000 {
-				lo, hi = 10000, first
-			}
-		}
-	}
-	for range 200 {
-		base := lo + rand.IntN(hi-n-lo)
-		free := true
-		for p := base; p < base+n && free; p++ {
-			ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
-			if err != nil {
-				free = false
-				break
-			}
-			ln.Close()
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
+	return testutil.PortRange(t, n)
 }
 
 type launchChatResult struct {
