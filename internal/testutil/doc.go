@@ -1,5 +1,7 @@
-// Package testutil holds what the module's tests share: one way to wait for a condition, and an HTTP
-// answer held half-sent (WriteHeld) for tests of downloads in flight.
+// Package testutil holds what the module's tests share: one way to wait for a condition, an HTTP
+// answer held half-sent (WriteHeld) for tests of downloads in flight, and free ports for tests that must
+// name them before something binds them (PortRange: below the kernel's ephemeral range, where nothing
+// else of the test run takes them meanwhile).
 //
 // # Overview
 //
