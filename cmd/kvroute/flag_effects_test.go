@@ -128,6 +128,26 @@ func TestLogLevelFilters(t *testing.T) {
 // served model when --model-name is unset; --namespace names /health's instances; --pprof serves /debug/pprof/;
 // --no-mm-routing keeps multimodal routing off for a model whose family is known; --router-event-threads
 // sets the number of index shards; --router-id labels the router's metrics.
+// startFlagFrontend starts kvroute frontend in-process on the model directory, on a loopback port, with
+// one unreachable worker, no health checks and extra flags; it returns what it logged while starting.
+// The app stops when the test ends.
+func startFlagFrontend(t *testing.T, modelDir string, extra ...string) (*frontendApp, string, error) {
+	t.Helper()
+	_, herr := captureCLI(t)
+	args := append([]string{"--model-path", modelDir, "--http-host", "127.0.0.1", "--http-port", "0", "--health-check-interval", "0",
+		"--no-worker-self-test", "--worker", "id=1,url=http://127.0.0.1:9"}, extra...)
+	f, _, code, ok := parseFrontend("frontend", args, nil)
+	if !ok {
+		t.Fatalf("%v: exit %d: %s", args, code, herr.String())
+	}
+	var logged bytes.Buffer
+	app, err := startFrontend(f, newRegistry(), slog.New(slog.NewTextHandler(&logged, nil)))
+	if err == nil {
+		t.Cleanup(app.stop)
+	}
+	return app, logged.String(), err
+}
+
 func TestFrontendOpsFlags(t *testing.T) {
 	modelDir, err := filepath.Abs(filepath.Join("..", "..", defaultModelPath))
 	if err != nil {
@@ -146,20 +166,11 @@ func TestFrontendOpsFlags(t *testing.T) {
 	}
 	start := func(extra ...string) (*frontendApp, string) {
 		t.Helper()
-		_, herr := captureCLI(t)
-		args := append([]string{"--model-path", modelDir, "--http-host", "127.0.0.1", "--http-port", "0", "--health-check-interval", "0",
-			"--no-worker-self-test", "--worker", "id=1,url=http://127.0.0.1:9"}, extra...)
-		f, _, code, ok := parseFrontend("frontend", args, nil)
-		if !ok {
-			t.Fatalf("%v: exit %d: %s", args, code, herr.String())
-		}
-		var logged bytes.Buffer
-		app, err := startFrontend(f, newRegistry(), slog.New(slog.NewTextHandler(&logged, nil)))
+		app, logged, err := startFlagFrontend(t, modelDir, extra...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(app.stop)
-		return app, logged.String()
+		return app, logged
 	}
 
 	def, logged := start()

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -21,8 +23,8 @@ const (
 // and releases the bytes again (a GC runs): the heap's next n bytes of pages are faulted in as huge
 // pages. It returns ErrUnsupported where the kernel refuses the advice.
 func Reserve(n int) (*Heap, Stats, error) {
-	if mode, err := Mode(); err != nil || mode == "never" {
-		return nil, Stats{}, fmt.Errorf("%w (THP mode %q, %v)", ErrUnsupported, mode, err)
+	if err := supported(); err != nil {
+		return nil, Stats{}, err
 	}
 	if n < hugeSize {
 		n = hugeSize
@@ -51,11 +53,8 @@ func (h *Heap) Advise() (Stats, error) {
 	var st Stats
 	for _, m := range heapSpans(maps, h.anchor) {
 		for _, s := range uncovered(h.done, m) {
-			if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, s.start, s.end-s.start, madvHugepage); e != 0 {
-				if errors.Is(e, syscall.EINVAL) {
-					return st, ErrUnsupported
-				}
-				return st, e
+			if err := adviseHuge(s.start, s.end-s.start); err != nil {
+				return st, err
 			}
 			h.done = cover(h.done, s)
 			st.Mappings++
@@ -72,29 +71,85 @@ type mapping struct {
 	rw, anon   bool
 }
 
+// parseMapping reads a mapping's line of /proc/self/maps (the header line of its entry in smaps); ok is
+// false for any other line.
+func parseMapping(line []byte) (m mapping, ok bool) {
+	f := bytes.Fields(line)
+	if len(f) < 5 {
+		return m, false
+	}
+	dash := bytes.IndexByte(f[0], '-')
+	if dash < 0 {
+		return m, false
+	}
+	s, err1 := strconv.ParseUint(string(f[0][:dash]), 16, 64)
+	e, err2 := strconv.ParseUint(string(f[0][dash+1:]), 16, 64)
+	if err1 != nil || err2 != nil || e <= s {
+		return m, false
+	}
+	// Anonymous: no inode and no name but an anon_name (kernels with CONFIG_ANON_VMA_NAME, where the
+	// Go runtime names its heap "[anon: Go: heap]").
+	anon := string(f[4]) == "0" && (len(f) == 5 || bytes.HasPrefix(f[5], []byte("[anon:")))
+	return mapping{start: uintptr(s), end: uintptr(e), rw: bytes.HasPrefix(f[1], []byte("rw")), anon: anon}, true
+}
+
 func parseMaps(maps []byte) []mapping {
 	var out []mapping
 	sc := bufio.NewScanner(bytes.NewReader(maps))
 	for sc.Scan() {
-		f := bytes.Fields(sc.Bytes())
-		if len(f) < 5 {
-			continue
+		if m, ok := parseMapping(sc.Bytes()); ok {
+			out = append(out, m)
 		}
-		dash := bytes.IndexByte(f[0], '-')
-		if dash < 0 {
-			continue
-		}
-		s, err1 := strconv.ParseUint(string(f[0][:dash]), 16, 64)
-		e, err2 := strconv.ParseUint(string(f[0][dash+1:]), 16, 64)
-		if err1 != nil || err2 != nil || e <= s {
-			continue
-		}
-		// Anonymous: no inode and no name but an anon_name (kernels with CONFIG_ANON_VMA_NAME, where the
-		// Go runtime names its heap "[anon: Go: heap]").
-		anon := string(f[4]) == "0" && (len(f) == 5 || bytes.HasPrefix(f[5], []byte("[anon:")))
-		out = append(out, mapping{start: uintptr(s), end: uintptr(e), rw: bytes.HasPrefix(f[1], []byte("rw")), anon: anon})
 	}
 	return out
+}
+
+// eachAdvice calls fn with every mapping of /proc/self/smaps and whether it carries the MADV_HUGEPAGE
+// advice (VmFlags "hg"): what the advice reached, as the kernel reports it.
+func eachAdvice(fn func(m mapping, advised bool)) error {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	var cur mapping
+	for sc.Scan() {
+		line := sc.Bytes()
+		if m, ok := parseMapping(line); ok {
+			cur = m
+			continue
+		}
+		if flags, ok := bytes.CutPrefix(line, []byte("VmFlags:")); ok {
+			fn(cur, slices.Contains(strings.Fields(string(flags)), "hg"))
+		}
+	}
+	return sc.Err()
+}
+
+// AdvisedBytes is the size of the process's anonymous mappings that carry the MADV_HUGEPAGE advice.
+func AdvisedBytes() (int, error) {
+	total := 0
+	err := eachAdvice(func(m mapping, advised bool) {
+		if advised && m.anon {
+			total += int(m.end - m.start)
+		}
+	})
+	return total, err
+}
+
+// IsAdvised reports whether the mapping that holds addr carries the MADV_HUGEPAGE advice.
+func IsAdvised(addr uintptr) (bool, error) {
+	found, yes := false, false
+	err := eachAdvice(func(m mapping, advised bool) {
+		if m.start <= addr && addr < m.end {
+			found, yes = true, advised
+		}
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("hugepage: no mapping holds %#x", addr)
+	}
+	return yes, err
 }
 
 // heapSpans returns the read-write parts, rounded inward to huge pages, of the run of adjacent anonymous
@@ -129,6 +184,25 @@ func heapSpans(maps []byte, addr uintptr) []span {
 	return out
 }
 
+// supported is ErrUnsupported, with the reason, where the host gives no transparent huge pages.
+func supported() error {
+	if mode, err := Mode(); err != nil || mode == "never" {
+		return fmt.Errorf("%w (THP mode %q, %v)", ErrUnsupported, mode, err)
+	}
+	return nil
+}
+
+// adviseHuge advises n bytes from start MADV_HUGEPAGE; a kernel without THP refuses it (ErrUnsupported).
+func adviseHuge(start, n uintptr) error {
+	if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, start, n, madvHugepage); e != 0 {
+		if errors.Is(e, syscall.EINVAL) {
+			return ErrUnsupported
+		}
+		return e
+	}
+	return nil
+}
+
 // Mode is the host's THP mode: always, madvise or never (the bracketed word of
 // /sys/kernel/mm/transparent_hugepage/enabled).
 func Mode() (string, error) {
@@ -147,8 +221,8 @@ func Mode() (string, error) {
 // Mapped returns an anonymous mapping of n bytes (rounded up to huge pages) outside the Go heap, advised
 // MADV_HUGEPAGE before anything touches it, and its release. It holds no Go pointers.
 func Mapped(n int) (buf []byte, release func(), err error) {
-	if mode, err := Mode(); err != nil || mode == "never" {
-		return nil, nil, fmt.Errorf("%w (THP mode %q, %v)", ErrUnsupported, mode, err)
+	if err := supported(); err != nil {
+		return nil, nil, err
 	}
 	n = (n + hugeSize - 1) &^ (hugeSize - 1)
 	// One huge page more, so that the advised part can start on a huge-page boundary.
@@ -159,11 +233,8 @@ func Mapped(n int) (buf []byte, release func(), err error) {
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(raw)))
 	off := int((base+hugeSize-1)&^(hugeSize-1) - base)
 	buf = raw[off : off+n : off+n]
-	if err := syscall.Madvise(buf, madvHugepage); err != nil {
+	if err := adviseHuge(uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(n)); err != nil {
 		_ = syscall.Munmap(raw)
-		if errors.Is(err, syscall.EINVAL) {
-			return nil, nil, ErrUnsupported
-		}
 		return nil, nil, err
 	}
 	return buf, func() { _ = syscall.Munmap(raw) }, nil

@@ -13,3 +13,9 @@ func Mode() (string, error) { return "", ErrUnsupported }
 
 // Mapped is Linux-only.
 func Mapped(n int) (buf []byte, release func(), err error) { return nil, nil, ErrUnsupported }
+
+// AdvisedBytes is Linux-only.
+func AdvisedBytes() (int, error) { return 0, ErrUnsupported }
+
+// IsAdvised is Linux-only.
+func IsAdvised(addr uintptr) (bool, error) { return false, ErrUnsupported }

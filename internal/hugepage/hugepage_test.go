@@ -3,13 +3,9 @@
 package hugepage
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"unsafe"
 )
@@ -61,40 +57,14 @@ func TestCoverage(t *testing.T) {
 	}
 }
 
-// vmFlags returns the VmFlags of the mapping of /proc/self/smaps that contains addr.
-func vmFlags(t *testing.T, addr uintptr) []string {
+// advised is IsAdvised, failing t when smaps cannot say.
+func advised(t *testing.T, addr uintptr) bool {
 	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
+	yes, err := IsAdvised(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	in := false
-	for sc.Scan() {
-		line := sc.Text()
-		if fs := strings.Fields(line); len(fs) > 0 && strings.Contains(fs[0], "-") && !strings.HasSuffix(fs[0], ":") {
-			lo, hi, _ := strings.Cut(fs[0], "-")
-			s, err1 := strconv.ParseUint(lo, 16, 64)
-			e, err2 := strconv.ParseUint(hi, 16, 64)
-			in = err1 == nil && err2 == nil && uintptr(s) <= addr && addr < uintptr(e)
-			continue
-		}
-		if in && strings.HasPrefix(line, "VmFlags:") {
-			return strings.Fields(strings.TrimPrefix(line, "VmFlags:"))
-		}
-	}
-	t.Fatalf("no mapping holds %#x", addr)
-	return nil
-}
-
-func advised(t *testing.T, addr uintptr) bool {
-	for _, f := range vmFlags(t, addr) {
-		if f == "hg" {
-			return true
-		}
-	}
-	return false
+	return yes
 }
 
 // TestReserveThenGrowth: the reservation's mapping is advised (VmFlags hg), the heap's later growth is
@@ -111,7 +81,7 @@ func TestReserveThenGrowth(t *testing.T) {
 		t.Fatalf("reserve advised %+v, want at least the 16 MiB reserved", st)
 	}
 	if !advised(t, h.anchor) {
-		t.Fatalf("the reservation's mapping is not advised: VmFlags %v", vmFlags(t, h.anchor))
+		t.Fatalf("the reservation's mapping at %#x is not advised", h.anchor)
 	}
 	// More than the heap has free at once: the runtime maps new arena space, which it does not advise.
 	// (It may start in free heap space; its last byte is in the new mapping.)
@@ -127,7 +97,7 @@ func TestReserveThenGrowth(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Mappings == 0 || !advised(t, at) {
-		t.Fatalf("after Advise (%+v) the grown heap at %#x: VmFlags %v", st, at, vmFlags(t, at))
+		t.Fatalf("after Advise (%+v) the grown heap at %#x is not advised", st, at)
 	}
 	if again, _ := h.Advise(); again.Mappings != 0 {
 		t.Fatalf("a second pass advised %+v again", again)
@@ -151,7 +121,7 @@ func TestMapped(t *testing.T) {
 		t.Fatalf("Mapped(3 MiB + 5): %d bytes at %#x, want 4 MiB on a 2 MiB boundary", len(buf), at)
 	}
 	if !advised(t, at) || !advised(t, at+uintptr(len(buf))-1) {
-		t.Fatalf("the mapping is not advised: VmFlags %v", vmFlags(t, at))
+		t.Fatalf("the mapping at %#x is not advised", at)
 	}
 	buf[0], buf[len(buf)-1] = 1, 2
 }
