@@ -28,7 +28,7 @@
 //
 // What one op is, per bench:
 //
-//   - indexer: one FindMatches query (timed on the replaying goroutine) or one Stored/Removed event sent
+//   - indexer: one overlap query, the sharded indexer's Match as the router reads it (timed on the replaying goroutine) or one Stored/Removed event sent
 //     as an indexer.Apply. Blocks/s = (query blocks + stored blocks)/s, Dynamo's block throughput.
 //   - route: one routing decision, hash → FindMatches → candidates → Select → AddRequest.
 //   - tokenizer: one Encode of the whole text.

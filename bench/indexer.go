@@ -18,9 +18,10 @@ import (
 // IndexerConfig configures the indexer benchmark: Dynamo's mooncake_bench method
 // against kvroute's sharded indexer (actors/indexer).
 //
-// One op is one overlap query (FindMatches of a request's local block hashes, timed on the caller) or one
-// KV event (a Stored or Removed event of one worker, sent as an indexer.Apply). Blocks/s counts query
-// blocks plus stored blocks, Dynamo's "block throughput"; event blocks/s counts stored plus removed blocks.
+// One op is one overlap query (Match of a request's local block hashes, the router's find_matches: the
+// overlaps in groups, prefix.Matches; timed on the caller) or one KV event (a Stored or Removed event of
+// one worker, sent as an indexer.Apply). Blocks/s counts query blocks plus stored blocks, Dynamo's "block
+// throughput"; event blocks/s counts stored plus removed blocks.
 type IndexerConfig struct {
 	// Workers is the number of synthetic workers the trace is partitioned over (Dynamo
 	// --num-unique-inference-workers). Default 1,000.
@@ -254,9 +255,9 @@ type IndexerRun struct {
 	BlocksPerSec        float64 `json:"blocks_per_s"`
 	// EventBlocksPerSec is (stored + removed blocks) / elapsed: what the write path sustained.
 	EventBlocksPerSec float64 `json:"event_blocks_per_s"`
-	// QueryMicros summarizes FindMatches latency in µs.
+	// QueryMicros summarizes the overlap queries' (Match) latency in µs.
 	QueryMicros Summary `json:"query_us"`
-	// QuiescentMicros summarizes FindMatches latency of every request replayed once more against the
+	// QuiescentMicros summarizes the overlap query latency of every request replayed once more against the
 	// final index from one goroutine with no concurrent writes: the query's own cost, without lock waits
 	// and scheduling delays.
 	QuiescentMicros Summary `json:"quiescent_query_us"`
@@ -336,7 +337,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 			tl := w.timeline[r]
 			lat := make([]int64, 0, len(tl)*cfg.Duplicate)
 			var again []int64
-			var out []prefix.Score
+			var m prefix.Matches
 			var hashes []uint64 // the query's hashes, just written as a router's are (it hashes the prompt before it asks)
 			var matches int64
 			var pending int64
@@ -352,14 +353,14 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 				for d := 0; d < cfg.Duplicate; d++ {
 					id := uint64(e.worker) + uint64(d)*uint64(cfg.Workers) + 1
 					q0 := time.Now()
-					out = x.FindMatches(local, out[:0])
+					x.Match(local, &m)
 					lat = append(lat, time.Since(q0).Nanoseconds())
 					if cfg.Again {
 						q1 := time.Now()
-						out = x.FindMatches(local, out[:0])
+						x.Match(local, &m)
 						again = append(again, time.Since(q1).Nanoseconds())
 					}
-					matches += int64(len(out))
+					matches += int64(m.Len())
 					switch {
 					case e.nOps == 0:
 					case cfg.MaxBatchBlocks > 0:
@@ -395,11 +396,11 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	after := readRuntime()
 	quiet := make([]float64, len(w.local))
 	floor := make([]float64, len(w.local))
-	var out []prefix.Score
+	var m prefix.Matches
 	for pass := range floorPasses {
 		for i, local := range w.local {
 			q0 := time.Now()
-			out = x.FindMatches(local, out[:0])
+			x.Match(local, &m)
 			us := float64(time.Since(q0).Nanoseconds()) / 1e3
 			if pass == 0 {
 				quiet[i], floor[i] = us, us
@@ -460,14 +461,14 @@ const floorPasses = 3
 func coldFloor(x *indexer.Indexer, local [][]uint64, mb int) []float64 {
 	other := make([]uint64, mb<<20/8)
 	best := make([]float64, len(local))
-	var out []prefix.Score
+	var m prefix.Matches
 	for pass := range floorPasses {
 		for i, q := range local {
 			for j := 0; j < len(other); j += 8 {
 				other[j]++
 			}
 			q0 := time.Now()
-			out = x.FindMatches(q, out[:0])
+			x.Match(q, &m)
 			us := float64(time.Since(q0).Nanoseconds()) / 1e3
 			if pass == 0 || us < best[i] {
 				best[i] = us

@@ -22,7 +22,7 @@ import (
 // RouteConfig configures the routing-decision benchmark.
 //
 // One op is one whole routing decision of the production router (actors/router, the path of
-// BenchmarkRouteDecision): block hashing and the prefix chain of the prompt, FindMatches on the sharded
+// BenchmarkRouteDecision): block hashing and the prefix chain of the prompt, Match on the sharded
 // indexer (every shard's readers beside its writer), then the scheduler machine's step under its lock —
 // candidates with load projection, selection, AddRequest on the chosen worker. Freeing the request
 // afterwards (to keep the fleet steady) is not timed. Stage means come from the router's own overhead
@@ -78,7 +78,7 @@ type RouteCell struct {
 	AllocsPerDecision float64 `json:"allocs_per_decision"`
 	BytesPerDecision  float64 `json:"bytes_per_decision"`
 	// StageMicros is the mean time per stage, from the router's overhead histograms: hash (block hashes +
-	// prefix chain), match (FindMatches), decide (the scheduler step: candidates, select, charge).
+	// prefix chain), match (Match), decide (the scheduler step: candidates, select, charge).
 	StageMicros map[string]float64 `json:"stage_mean_us"`
 	// MeanOverlap is the chosen worker's mean overlap in blocks.
 	MeanOverlap float64 `json:"mean_overlap_blocks"`

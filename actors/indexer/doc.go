@@ -11,8 +11,8 @@
 // # Concurrency model
 //
 // Reads never wait for writes. Each shard keeps two views of its tree (left-right): the index's own
-// (prefix.Index embeds its prefix.View) and a copy (prefix.Index.NewView). Readers (FindMatches) run on
-// the caller's goroutine, never touch a mailbox or a lock: they count themselves into the view that
+// (prefix.Index embeds its prefix.View) and a copy (prefix.Index.NewView). Readers (Match, FindMatches)
+// run on the caller's goroutine, never touch a mailbox or a lock: they count themselves into the view that
 // shard.live names, re-check live (retrying only if the writer published in between), read, and count
 // themselves out; a query enters every shard's view before it reads any and leaves each after its walk.
 // The shard actor is the only writer; per write it
@@ -83,10 +83,12 @@
 // op's Medium: device, host, or disk for disk and external; unknown media counted in
 // WorkerStats.OtherTierOps and skipped) or ClearRank → publication of the shard's views; engine restart
 // of a rank → ClearRank; resync → ClearWorker;
-// request path → FindMatches → one prefix.Query (the request's chunk sums, computed as the first shard's
-// walk needs them and reused by the others) → every shard's live view, entered together, their paths
-// walked ahead in turn (prefix.Ahead) → each view's walk → scores (device overlap in Blocks, its
-// continuation on host and disk in Host and Disk).
+// request path → Match (FindMatches for callers that want a Score per worker) → one prefix.Query (the
+// request's chunk sums, computed as the first shard's walk needs them and reused by the others) → every
+// shard's live view, entered together, their paths walked ahead in turn (prefix.Ahead) → each view's
+// walk → groups of worker slots with equal overlap and each view's keys table (prefix.Matches), or Scores
+// (device overlap in Blocks, its continuation on host and disk in Host and Disk) from a view where some
+// worker holds lower-tier blocks.
 //
 // Why walk ahead: a query is mostly cache misses once the writers have run on the reader's core (the
 // caches it finds then: scoring/prefix's doc), and each shard's path is a chain of dependent loads

@@ -193,12 +193,26 @@ func (x *Indexer) Flush() {
 // view first and walks their paths ahead in turn (prefix.Ahead), so that the shards' cache misses
 // overlap, then queries them one after another.
 func (x *Indexer) FindMatches(local []uint64, out []prefix.Score) []prefix.Score {
+	return x.read(local, out, nil)
+}
+
+// Match is FindMatches into m (which it resets): each shard's answer in groups of worker slots with the
+// same overlap (prefix.Matches), rather than a Score per worker. At 1,000 workers a query then writes
+// tens of groups inside the views instead of about a thousand 32-byte Scores; the router's scheduler
+// reads the groups through its own slot → row map (docs/benchmarks.md, "Overlaps in groups").
+func (x *Indexer) Match(local []uint64, m *prefix.Matches) {
+	m.Reset()
+	x.read(local, nil, m)
+}
+
+// read is FindMatches (m nil) or Match.
+func (x *Indexer) read(local []uint64, out []prefix.Score, m *prefix.Matches) []prefix.Score {
 	var q prefix.Query // the query's chunk sums, computed once for every shard
 	q.Reset(local)
 	if len(x.shards) > maxAhead {
 		for _, s := range x.shards {
 			ix, k := s.enter()
-			out = ix.FindMatchesQuery(&q, out)
+			out = readView(ix, &q, out, m)
 			s.leave(k)
 		}
 		return out
@@ -220,10 +234,19 @@ func (x *Indexer) FindMatches(local []uint64, out []prefix.Score) []prefix.Score
 		}
 	}
 	for i, s := range x.shards {
-		out = views[i].FindMatchesQuery(&q, out)
+		out = readView(views[i], &q, out, m)
 		s.leave(ks[i])
 	}
 	return out
+}
+
+// readView queries one view: into m when it is not nil, else appending Scores to out.
+func readView(v *prefix.View, q *prefix.Query, out []prefix.Score, m *prefix.Matches) []prefix.Score {
+	if m != nil {
+		v.Match(q, m)
+		return out
+	}
+	return v.FindMatchesQuery(q, out)
 }
 
 // maxAhead is the most shards whose paths FindMatches walks ahead in turn (prefix.Ahead); an index of

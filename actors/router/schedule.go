@@ -117,6 +117,8 @@ func (a indexAdapter) FindMatches(local []uint64, out []prefix.Score) []prefix.S
 	return a.ix.FindMatches(local, out)
 }
 
+func (a indexAdapter) Match(local []uint64, m *prefix.Matches) { a.ix.Match(local, m) }
+
 func (a indexAdapter) Store(w scoring.WorkerKey, parent uint64, hasParent bool, blocks []prefix.Block) {
 	_ = a.ix.Apply(&indexer.Apply{WorkerID: w.WorkerID, Ops: []indexer.Op{{Kind: indexer.OpStore, DPRank: w.DPRank,
 		Parent: parent, HasParent: hasParent, Blocks: blocks}}})
@@ -220,9 +222,9 @@ func (s *scheduler) removeWorker(id uint64) {
 // routeScratch is the per-decision scratch of the request side (hashes and overlap scores), pooled so
 // the hot path does not allocate.
 type routeScratch struct {
-	local  []uint64
-	chain  []uint64 // the prefix chain of local (scoring.ChainHashes): the blocks' keys in load tracking
-	scores []prefix.Score
+	local   []uint64
+	chain   []uint64 // the prefix chain of local (scoring.ChainHashes): the blocks' keys in load tracking
+	matches prefix.Matches
 }
 
 var scratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
@@ -256,15 +258,15 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 		s.metrics.observeStage(stageBlockHashing, dh)
 	}
 
-	sc.scores = sc.scores[:0]
+	sc.matches.Reset()
 	if s.config().NeedsIndexer() {
-		sc.scores = s.index.FindMatches(sc.local, sc.scores)
+		s.index.Match(sc.local, &sc.matches)
 	}
 	df := sw.elapsed()
 	tf := sw.start.Add(df) // the machine's time: the clock's reading at this boundary
 	s.metrics.observeStage(stageFindMatches, df-dh)
 
-	mreq := sched.Request{ID: req.ID, Local: sc.local, Chain: sc.chain, ISL: isl, Scores: sc.scores, Matched: true,
+	mreq := sched.Request{ID: req.ID, Local: sc.local, Chain: sc.chain, ISL: isl, Matches: &sc.matches, Matched: true,
 		Priority: req.Priority, Strict: req.Strict, Pin: req.Pin, PinRank: req.PinRank, Override: req.Override,
 		OSL: req.ExpectedOutputTokens, Sequences: req.Sequences, ReturnCosts: req.ReturnCosts, Exclude: req.Exclude, Session: req.Session,
 		PolicyClass: req.PolicyClass}

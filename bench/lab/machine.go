@@ -46,6 +46,14 @@ func (p primaryIndex) FindMatches(local []uint64, out []prefix.Score) []prefix.S
 	return p.ix.FindMatches(local, out)
 }
 
+// Match answers in groups (sched.Matcher), as the router's indexer does.
+func (p primaryIndex) Match(local []uint64, m *prefix.Matches) {
+	m.Reset()
+	var q prefix.Query
+	q.Reset(local)
+	p.ix.Match(&q, m)
+}
+
 func (p primaryIndex) Store(w scoring.WorkerKey, parent uint64, hasParent bool, blocks []prefix.Block) {
 	_ = p.ix.Store(prefix.WorkerKey(w), parent, hasParent, blocks) // a rejected store is the index's counter
 }

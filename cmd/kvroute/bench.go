@@ -265,7 +265,7 @@ func benchIndexer(args []string) error {
 	fmt.Fprintln(os.Stderr, "measuring a dependent load at 1 MiB, 32 MiB and the index's size…")
 	bench.FillIndexerReport(rep, t, w, runs, bench.IndexMemoryLatencies(runs))
 	rep.Notes = append(rep.Notes,
-		"One op is one FindMatches query (timed on the replaying goroutine) or one Stored/Removed event sent to the sharded indexer; blocks/s = query blocks + stored blocks per second (Dynamo's block throughput); event blocks/s = (stored + removed) blocks per second.",
+		"One op is one overlap query (the sharded indexer's Match, as the router reads it: overlaps in groups of worker slots; timed on the replaying goroutine) or one Stored/Removed event sent to the sharded indexer; blocks/s = query blocks + stored blocks per second (Dynamo's block throughput); event blocks/s = (stored + removed) blocks per second.",
 		"Elapsed time ends after a Flush of every shard, so achieved rates include the write backlog.")
 	return finish(rep, *c.out)
 }
@@ -433,7 +433,7 @@ func benchRoute(args []string) error {
 	stop()
 	p.Done()
 	bench.FillRouteReport(rep, cfg, cells)
-	rep.Notes = append(rep.Notes, "One op is one whole routing decision of the production router (Router.Route, as BenchmarkRouteDecision): block hashing and the prefix chain, FindMatches on the sharded indexer, then the scheduler step (candidates with load projection, selection in kv mode, AddRequest on the chosen worker). Stage means come from the router's own overhead histograms. The Free that keeps the fleet steady is not timed.",
+	rep.Notes = append(rep.Notes, "One op is one whole routing decision of the production router (Router.Route, as BenchmarkRouteDecision): block hashing and the prefix chain, the overlap query on the sharded indexer (Match), then the scheduler step (candidates with load projection, selection in kv mode, AddRequest on the chosen worker). Stage means come from the router's own overhead histograms. The Free that keeps the fleet steady is not timed.",
 		"Index: prompts of the cell's length (a quarter shared among 64 system prompts), each stored on one worker; queries are indexed prompts with a fresh last quarter.")
 	return finish(rep, *c.out)
 }

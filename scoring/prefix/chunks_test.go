@@ -89,6 +89,9 @@ func TestChunkSumsAgainstReference(t *testing.T) {
 						if !slices.Equal(got, want) {
 							t.Fatalf("op %d %s: %s query of %d blocks: %v, want %v", op, desc, name, len(q), got, want)
 						}
+						if got := matchScores(v, q); !slices.Equal(got, want) {
+							t.Fatalf("op %d %s: %s Match of %d blocks: %v, want %v", op, desc, name, len(q), got, want)
+						}
 					}
 				}
 			}

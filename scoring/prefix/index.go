@@ -132,6 +132,9 @@ func (ix *Index) newSlot(ws *workerState, t slotTier) uint32 {
 		s = ix.freeSlots[k-1]
 		ix.freeSlots = ix.freeSlots[:k-1]
 		ix.workers[s] = ws
+		// The keys table is immutable once a view has it (Matches keep it after the view is left): a
+		// reused slot gets a new table. Appending is safe, tables handed out are never read past their end.
+		ix.keys = slices.Clone(ix.keys)
 		ix.keys[s] = ws.key
 		ix.tiers[s] = t
 	} else {

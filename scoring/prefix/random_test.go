@@ -168,8 +168,12 @@ func compare(ix *Index, ref *refIndex, rng *rand.Rand, alpha int) error {
 		}
 		got := ix.FindMatches(q, nil)
 		sortScores(got)
-		if want := ref.findMatches(q); !slices.Equal(got, want) {
+		want := ref.findMatches(q)
+		if !slices.Equal(got, want) {
 			return fmt.Errorf("query %v: %v, want %v", q, got, want)
+		}
+		if got := matchScores(&ix.View, q); !slices.Equal(got, want) {
+			return fmt.Errorf("query %v: Match %v, want %v", q, got, want)
 		}
 	}
 	return nil

@@ -302,6 +302,9 @@ func runTiersRandom(t *testing.T, seed uint64, ops int) {
 				if !slices.Equal(got, want) {
 					t.Fatalf("op %d %s: view answers %v to %v, index %v", op, desc, got, q, want)
 				}
+				if got := matchScores(view, q); !slices.Equal(got, want) {
+					t.Fatalf("op %d %s: view's Match answers %v to %v, index %v", op, desc, got, q, want)
+				}
 			}
 		}
 	}

@@ -12,7 +12,7 @@ import (
 // handles, block ids and engine hashes stay in the Index.
 type View struct {
 	nodes []node      // by node index; nodes[rootNode] is the root
-	keys  []WorkerKey // by slot, dense so that emitting scores touches one array
+	keys  []WorkerKey // by slot, dense so that emitting scores touches one array; shared with the index, immutable
 	tiers []slotTier  // by slot
 	words int         // bitset words that cover every slot ever used
 	lower int         // live lower-tier slots: FindMatches takes the device-only path while 0
@@ -82,7 +82,7 @@ func (ix *Index) Sync(v *View) {
 	ix.kidLog = ix.kidLog[:0]
 	ix.dirty = ix.dirty[:0]
 	if ix.slotsDirty {
-		v.keys = append(v.keys[:0], ix.keys...)
+		v.keys = ix.keys // immutable but for appends past every holder's end (newSlot)
 		v.tiers = append(v.tiers[:0], ix.tiers...)
 		ix.slotsDirty = false
 	}
@@ -102,13 +102,34 @@ func (v *View) FindMatches(localHashes []uint64, out []Score) []Score {
 // FindMatchesQuery is FindMatches of a prepared query; the chunk sums it computes stay in q for the next
 // view (the other shards of a sharded index).
 func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
-	qh := q.hashes
-	if len(qh) == 0 {
+	if len(q.hashes) == 0 {
 		return out
 	}
 	if v.lower > 0 {
 		return v.findTiered(q, out)
 	}
+	return v.walk(q, out, nil)
+}
+
+// Match adds to m what FindMatchesQuery would append as Scores: the view's answer in groups of slots
+// that hold the same overlap, with the view's worker keys (immutable, so m stays valid after the caller
+// leaves the view). A view where some worker holds lower-tier blocks adds Scores instead.
+func (v *View) Match(q *Query, m *Matches) {
+	if len(q.hashes) == 0 {
+		return
+	}
+	if v.lower > 0 {
+		m.Scores = v.findTiered(q, m.Scores)
+		return
+	}
+	v.walk(q, nil, m)
+	m.parts = append(m.parts, part{keys: v.keys, end: len(m.groups)})
+}
+
+// walk is the device-only query: it appends a Score per worker to out, or, when m is not nil, a Group per
+// bitset word and depth to m (out is then left alone).
+func (v *View) walk(q *Query, out []Score, m *Matches) []Score {
+	qh := q.hashes
 	c, ok := v.nodes[rootNode].child(qh[0])
 	if !ok {
 		return out
@@ -127,12 +148,14 @@ func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
 		active[i] = nd.workers.word(i)
 		total += bits.OnesCount64(active[i])
 	}
-	out = slices.Grow(out, total) // every worker of the first node gets one Score: emit needs the room
+	if m == nil {
+		out = slices.Grow(out, total) // every worker of the first node gets one Score: emit needs the room
+	}
 	depth := 0
 	for {
-		m := matchRun(nd, q)
-		depth = int(nd.start) + m
-		if m < len(nd.hashes) || depth == len(qh) {
+		r := matchRun(nd, q)
+		depth = int(nd.start) + r
+		if r < len(nd.hashes) || depth == len(qh) {
 			break
 		}
 		if c, ok = nd.child(qh[depth]); !ok {
@@ -146,7 +169,11 @@ func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
 		for i, a := range active {
 			x := cw.word(i)
 			if d := a &^ x; d != 0 {
-				out = emit(out, keys[i<<6:], d, uint32(depth))
+				if m != nil {
+					m.groups = append(m.groups, Group{Set: d, Word: uint32(i), Blocks: uint32(depth)})
+				} else {
+					out = emit(out, keys[i<<6:], d, uint32(depth))
+				}
 			}
 			active[i] = a & x
 			alive |= a & x
@@ -156,7 +183,12 @@ func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
 		}
 	}
 	for i, a := range active {
-		if a != 0 {
+		if a == 0 {
+			continue
+		}
+		if m != nil {
+			m.groups = append(m.groups, Group{Set: a, Word: uint32(i), Blocks: uint32(depth)})
+		} else {
 			out = emit(out, keys[i<<6:], a, uint32(depth))
 		}
 	}

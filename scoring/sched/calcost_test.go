@@ -102,7 +102,7 @@ func TestCostKernel(t *testing.T) {
 			defer func(on bool) { haveCostKernel = on }(haveCostKernel)
 			haveCostKernel = kernel
 			sreq := scoring.Request{ISL: isl, ReturnCosts: costs}
-			_, d, err := m.calibrated(&sreq, scores, primary, false, chain, isl, reuse, nil)
+			_, d, err := m.calibrated(&sreq, overlap{scores: scores}, primary, false, chain, isl, reuse, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +129,7 @@ func TestCostKernel(t *testing.T) {
 					m.sc.cost[i], math.Float64bits(m.sc.cost[i]), c.Cost, math.Float64bits(c.Cost))
 			}
 		}
-		h := m.hold(scores, primary, false, chain, isl, reuse)
+		h := m.hold(scores, primary, false, false, chain, isl, reuse)
 		if h.sharers > 0 || h.active >= 2 {
 			credits++
 		}

@@ -36,8 +36,9 @@ type holding struct {
 
 // hold finds the request's holder among scores (primary: the engines' report alone) and what its active
 // requests share of the prompt. The sharers in prefill are the sharers times the holder's share of
-// active requests in prefill (the load tracker counts requests per chain, not per state).
-func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint64, isl int, reuse bool) holding {
+// active requests in prefill (the load tracker counts requests per chain, not per state). grouped: the
+// overlaps came in groups (overlaps has them, with what predictions raised in m.sc.raised).
+func (m *Machine) hold(scores, primary []prefix.Score, grouped, tiered bool, chain []uint64, isl int, reuse bool) holding {
 	var h holding
 	var best float64
 	i := m.sc.most // overlaps' pick: the largest device overlap
@@ -75,12 +76,22 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 	h.sole, h.active = n == 1, n
 	// The holder's score in the engines' report: where overlaps found it (a merge of predictions keeps
 	// primary's scores in their places and appends the workers primary lacks), else a search.
-	j := m.sc.mostAt
-	if tiered || i != m.sc.most || j < 0 || j >= len(primary) || primary[j].Worker != who {
-		j = slices.IndexFunc(primary, func(sc prefix.Score) bool { return sc.Worker == who })
-	}
-	if j >= 0 {
-		h.settled = min(float64(primary[j].Blocks)*bs, h.live)
+	if grouped {
+		settled := best // the holder's overlap in the engines' report: overlaps kept it if a prediction raised it
+		for _, r := range m.sc.raised {
+			if r.target == i {
+				settled = float64(r.primary)
+			}
+		}
+		h.settled = min(settled*bs, h.live)
+	} else {
+		j := m.sc.mostAt
+		if tiered || i != m.sc.most || j < 0 || j >= len(primary) || primary[j].Worker != who {
+			j = slices.IndexFunc(primary, func(sc prefix.Score) bool { return sc.Worker == who })
+		}
+		if j >= 0 {
+			h.settled = min(float64(primary[j].Blocks)*bs, h.live)
+		}
 	}
 	h.sharers = float64(n) * float64(l.prefilling) / float64(l.active)
 	h.queued = float64(int64(l.prefill))
@@ -101,17 +112,17 @@ func (m *Machine) hold(scores, primary []prefix.Score, tiered bool, chain []uint
 // rest of the holder's prefix copied elsewhere is a dead copy, WorkWeight per token: cached idle there
 // (a conversation's last turn, which moves), or still in its first prefill (best-of-N copies, which
 // ride on that prefill and spare nobody a wait).
-func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Score, tiered bool, chain []uint64, isl int,
+func (m *Machine) calibrated(sreq *scoring.Request, src overlap, primary []prefix.Score, tiered bool, chain []uint64, isl int,
 	reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
 	cfg := m.cfg
 	bs := cfg.BlockSize
-	ov := m.overlaps(scores)
+	ov := m.overlaps(src)
 	var host, disk []uint32
 	if tiered {
-		host, disk = m.tierOverlaps(scores)
+		host, disk = m.tierOverlaps(src.scores) // tiered overlaps are never grouped (choose)
 	}
 	gamma := m.cal.Gamma()
-	h := m.hold(scores, primary, tiered, chain, isl, reuse)
+	h := m.hold(src.scores, primary, src.grouped != nil, tiered, chain, isl, reuse)
 	if !cfg.TrackPrefillTokens {
 		h.sharers = 0 // no queued prefill to spare anyone
 	}
@@ -127,7 +138,7 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	if h.sharers > 0 || slow {
 		// The copy saves the sharers the wait at the best copy that exists, not only at the holder.
 		need := uint32((h.settled + float64(bs) - 1) / float64(bs))
-		queue, blocks := m.bestCopy(scores, ov, need)
+		queue, blocks := m.bestCopy(src.scores, src.grouped != nil, ov, need)
 		if h.sharers > 0 {
 			h.queued = min(h.queued, float64(int64(queue)))
 		}
@@ -147,7 +158,7 @@ func (m *Machine) calibrated(sreq *scoring.Request, scores, primary []prefix.Sco
 	// The holder's head in progress: its charge drained for the costs alone (drain.go), put back after.
 	drainAt, drained := -1, uint64(0)
 	if cfg.TrackPrefillTokens {
-		drainAt, drained = m.drainHolder(scores, ov, &h, f, tiered)
+		drainAt, drained = m.drainHolder(ov, &h, f, tiered)
 		if drained > 0 {
 			m.lines[drainAt].prefill -= drained
 		}
@@ -410,11 +421,15 @@ func (m *Machine) busyAt(i int, c *scoring.Candidate) bool {
 // bestCopy is the least queued prefill and the fewest active blocks among the workers holding at least
 // need blocks of the prompt (ov, as overlaps left it), in one pass. A worker holding blocks is one of the
 // scores, whose positions overlaps has just memoised, so only they are visited, not the whole fleet (a
-// prompt is held by a few workers; the fleet has hundreds). need 0 is held by every worker.
-func (m *Machine) bestCopy(scores []prefix.Score, ov []uint32, need uint32) (queue uint64, blocks float64) {
+// prompt is held by a few workers; the fleet has hundreds); with grouped overlaps, every target is. need
+// 0 is held by every worker.
+func (m *Machine) bestCopy(scores []prefix.Score, grouped bool, ov []uint32, need uint32) (queue uint64, blocks float64) {
 	queue, blocks = ^uint64(0), -1
-	if need == 0 {
+	if need == 0 || grouped {
 		for i := range m.lines {
+			if ov[i] < need {
+				continue
+			}
 			l := &m.lines[i]
 			queue = min(queue, l.prefill)
 			if blocks < 0 || l.decode < blocks {

@@ -31,6 +31,17 @@
 // Evicted), and the decode the request adds where it goes (decode.go, from the decode the fleet's
 // requests reported at their ends: RecordOutput before Free), added to the kernel's costs in Go.
 //
+// Overlap in groups (groups.go): the router's indexer answers a query as groups of worker slots with
+// equal overlap (prefix.Matches: some tens a query at 1,000 workers, where Scores are one per worker
+// holding the first block). The machine keeps, per keys table of the index (one a shard; a table is
+// replaced only when a removed worker's slot is reused), a map from slot to target position, built on
+// first sight and dropped when positions change; a decision scatters the groups through it into the
+// per-target overlaps, and merges the predictions there. No Score is written or read and no worker key
+// is looked up. Lower tiers and a queued request's stored overlap are per worker: those expand the
+// groups into Scores (Matches.AppendScores). Either way a decision is the same (TestGroupedOverlaps*):
+// the holder among equal overlaps is the first in target order, which does not depend on the order an
+// index lists workers in.
+//
 // The queue follows Dynamo's. It has one heap per policy class (scoring/policy: the classes of
 // --router-policy-config, or one synthetic class from --router-queue-threshold and
 // --router-queue-policy). A request is classified (its x-dynamo-meta-policy-class, its uncached ISL),

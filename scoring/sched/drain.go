@@ -1,7 +1,5 @@
 package sched
 
-import "github.com/kvroute/kvroute/scoring/prefix"
-
 // The charge of a prefill in progress on a conversation's holder. The load tracker charges a request's
 // uncached tokens to its worker until its first token, while the engine prefills a long prompt in chunks
 // of max_num_batched_tokens over many steps: a worker in the last chunks of a 100k-token prompt looks as
@@ -96,7 +94,7 @@ func (m *Machine) pfHead(t *target) (pfReq, bool) {
 //
 // and on a fleet of drainWideFleet or more also where the context is cached idle on the holder (above;
 // only in part, drainPart), and for a head not yet started.
-func (m *Machine) drainHolder(scores []prefix.Score, ov []uint32, h *holding, f float64, tiered bool) (int, uint64) {
+func (m *Machine) drainHolder(ov []uint32, h *holding, f float64, tiered bool) (int, uint64) {
 	i, n := m.sc.most, len(m.lines)
 	if i < 0 || tiered {
 		return -1, 0
@@ -107,11 +105,8 @@ func (m *Machine) drainHolder(scores []prefix.Score, ov []uint32, h *holding, f 
 	if !live && !idle {
 		return -1, 0
 	}
-	most, key := ov[i], prefix.WorkerKey(m.list[i].key)
-	for j := range scores {
-		if scores[j].Blocks >= most && scores[j].Worker != key {
-			return -1, 0
-		}
+	if !m.sc.sole { // another worker holds as much
+		return -1, 0
 	}
 	t := m.list[i]
 	r, ok := m.pfHead(t)

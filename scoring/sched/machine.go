@@ -78,11 +78,14 @@ type Options struct {
 // the caller must carry out comes back as return values: a decision, the requests released from the
 // queue by a call, the worker transitions of event health.
 type Machine struct {
-	cfg      *scoring.Config
-	index    Index
-	rng      scoring.RNG
-	selector scoring.Selector
-	observe  func(LoadEvent)
+	cfg     *scoring.Config
+	index   Index
+	matcher Matcher // index, when it answers in groups too
+	// slotVictim is the last slot map replaced when maxSlotMaps were kept (groups.go).
+	slotVictim int
+	rng        scoring.RNG
+	selector   scoring.Selector
+	observe    func(LoadEvent)
 
 	list  []*target // routable (worker, rank) targets, in join order
 	lines []line    // lines[i] is list[i]'s load, dense for the candidate loop
@@ -227,6 +230,7 @@ func New(cfg scoring.Config, index Index, opt Options) (*Machine, error) {
 	} else {
 		m.rng = globalRNG{}
 	}
+	m.matcher, _ = index.(Matcher)
 	m.gateOpen = cfg.MinInitialWorkers <= 0
 	m.pred = newPredicted(cfg.PredictTTL())
 	m.sess = newSessions(cfg.SessionAffinityTTL)
@@ -316,6 +320,7 @@ func (m *Machine) reindex() {
 	m.pfg = make([]float64, len(m.list))
 	m.pos = newPosTable(len(m.list))
 	m.sc.memo = m.sc.memo[:0]
+	m.sc.slots = m.sc.slots[:0]
 	m.roomy = 0
 	for i, t := range m.list {
 		t.i = i

@@ -36,11 +36,11 @@ func BenchmarkSelectionPass(b *testing.B) {
 			sreq := scoring.Request{ISL: 8192}
 			b.Run("rows", func(b *testing.B) {
 				for range b.N {
-					m.loadRows(scores, chain, true, false, nil)
+					m.loadRows(overlap{scores: scores}, chain, true, false, nil)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
-			rows, _ := m.loadRows(scores, chain, true, false, nil)
+			rows, _ := m.loadRows(overlap{scores: scores}, chain, true, false, nil)
 			costs := func(b *testing.B) {
 				for range b.N {
 					am, ok := scoring.NewArgmin(&sreq, m.cfg, m.rng)
@@ -67,14 +67,14 @@ func BenchmarkSelectionPass(b *testing.B) {
 			b.Run("offer/busy-thresholds", func(b *testing.B) {
 				for range b.N {
 					am, _ := scoring.NewArgmin(&sreq, &busyCfg, m.rng)
-					m.offer(&am, scores, chain, true, false, nil)
+					m.offer(&am, overlap{scores: scores}, chain, true, false, nil)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
 			// The kvroute preset's decision loop (calibrated cost), which reads the dense rows itself.
 			b.Run("calibrated", func(b *testing.B) {
 				for range b.N {
-					if _, _, err := m.calibrated(&sreq, scores, scores, false, chain, 8192, true, nil); err != nil {
+					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, nil); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -88,7 +88,7 @@ func BenchmarkSelectionPass(b *testing.B) {
 				m.cfg = &dcfg
 				defer func() { m.cfg = plain }()
 				for range b.N {
-					if _, _, err := m.calibrated(&sreq, scores, scores, false, chain, 8192, true, nil); err != nil {
+					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, nil); err != nil {
 						b.Fatal(err)
 					}
 				}

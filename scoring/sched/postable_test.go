@@ -75,7 +75,7 @@ func TestOverlapsFollowScoreOrderAndFleet(t *testing.T) {
 				scores = append(scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64(id)}, Blocks: uint32(1 + rng.IntN(100))})
 			}
 		}
-		ov := m.overlaps(scores)
+		ov := m.overlaps(overlap{scores: scores})
 		want := make([]uint32, len(m.list))
 		for _, s := range scores {
 			if tg := m.find(scoring.WorkerKey(s.Worker)); tg != nil {

@@ -433,7 +433,7 @@ func (m *Machine) drain(now time.Time) []Released {
 			w.scores = m.index.FindMatches(w.req.Local, w.scores[:0])
 		}
 		delete(m.waitByID, w.req.ID)
-		d, err := m.decide(now, &w.req, w.chain, w.isl, w.scores, pin, pinRank)
+		d, err := m.decide(now, &w.req, w.chain, w.isl, w.scores, nil, pin, pinRank)
 		d.Queued, d.ID, d.Ticket = now.Sub(w.arrival), w.req.ID, w.req.Ticket
 		rel = append(rel, Released{Decision: d, Err: err})
 	}
@@ -461,7 +461,7 @@ func (m *Machine) admit(now time.Time, w *waiting, rel []Released) []Released {
 		}
 	}
 	delete(m.waitByID, w.req.ID)
-	d, err := m.decide(now, &w.req, w.chain, w.isl, w.scores, pin, pinRank)
+	d, err := m.decide(now, &w.req, w.chain, w.isl, w.scores, nil, pin, pinRank)
 	d.Queued, d.ID, d.Ticket = now.Sub(w.arrival), w.req.ID, w.req.Ticket
 	return append(rel, Released{Decision: d, Err: err})
 }

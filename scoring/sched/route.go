@@ -24,6 +24,9 @@ type Request struct {
 	// machine's step); otherwise the machine queries its Index.
 	Scores  []prefix.Score
 	Matched bool
+	// Matches, when not nil and Matched, is that overlap in the index's groups instead of Scores
+	// (actors/indexer's Match). The machine reads it during the call only.
+	Matches *prefix.Matches
 	// Priority is nvext.agent_hints.priority / x-dynamo-request-priority (seconds of queue jump);
 	// Strict is x-dynamo-request-strict-priority (absolute tier).
 	Priority float64
@@ -78,11 +81,13 @@ type Released struct {
 
 // scratch is the per-decision scratch, reused by every decision of the machine.
 type scratch struct {
-	evict  []float64 // room.go's charges
-	chain  []uint64
-	scores []prefix.Score
-	side   []prefix.Score
-	merged []prefix.Score
+	evict   []float64 // room.go's charges
+	chain   []uint64
+	scores  []prefix.Score
+	matches prefix.Matches // the machine's own Match, when its index answers in groups
+	slots   []slotRows     // groups.go: slot → target maps of the index's keys tables
+	side    []prefix.Score
+	merged  []prefix.Score
 	// calibrated says the last choice took the kvroute cost, and chosenK is the chosen worker's active
 	// blocks with the request's own (for calibration when it is committed).
 	calibrated bool
@@ -92,8 +97,10 @@ type scratch struct {
 	cands      []scoring.Candidate
 	tgts       []*target
 	ov         []uint32
-	most       int // overlaps: the target with the largest overlap, -1 when none
-	mostAt     int // overlaps: the index in scores of most's score
+	most       int             // overlaps: the target with the largest overlap, -1 when none
+	mostAt     int             // overlaps: the index in scores of most's score
+	sole       bool            // overlaps: no other worker listed has as many blocks as most
+	raised     []raisedOverlap // overlaps: targets whose grouped overlap a prediction raised
 	rows       []scoring.LoadRow
 	caps       []scoring.Capacity
 	targetOf   []int32
@@ -136,13 +143,15 @@ func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, e
 		m.park(now, req, chain, isl, nil)
 		return d, true, nil
 	}
-	scores, pin, pinRank := m.prepare(now, req)
+	scores, grouped, pin, pinRank := m.prepare(now, req)
 	if m.pq.on {
+		// The queue keeps a request's scores while it waits: per worker.
+		scores, grouped = m.ungroup(scores, grouped), nil
 		if queued, err = m.queueOrReject(now, req, chain, isl, scores, pin, pinRank); queued || err != nil {
 			return d, queued, err
 		}
 	}
-	d, err = m.decide(now, req, chain, isl, scores, pin, pinRank)
+	d, err = m.decide(now, req, chain, isl, scores, grouped, pin, pinRank)
 	return d, false, err
 }
 
@@ -157,17 +166,25 @@ func (m *Machine) chainOf(req *Request) ([]uint64, int) {
 	return chain, max(req.ISL, len(req.Local)*m.cfg.BlockSize)
 }
 
-// prepare is what a decision reads before choosing: due predicted-index expiry, the overlap scores (the
-// caller's, or the index's), and the pin (the request's, or its session's).
-func (m *Machine) prepare(now time.Time, req *Request) (scores []prefix.Score, pin *scoring.WorkerKey, pinRank bool) {
+// prepare is what a decision reads before choosing: due predicted-index expiry, the overlap (the
+// caller's, or the index's; in groups when grouped is not nil, else scores), and the pin (the request's,
+// or its session's).
+func (m *Machine) prepare(now time.Time, req *Request) (scores []prefix.Score, grouped *prefix.Matches, pin *scoring.WorkerKey, pinRank bool) {
 	m.pred.expireDue(now)
 	scores = req.Scores
-	if !req.Matched && m.cfg.NeedsIndexer() {
+	switch {
+	case req.Matched:
+		grouped = req.Matches
+	case !m.cfg.NeedsIndexer():
+	case m.matcher != nil:
+		m.matcher.Match(req.Local, &m.sc.matches)
+		grouped = &m.sc.matches
+	default:
 		m.sc.scores = m.index.FindMatches(req.Local, m.sc.scores[:0])
 		scores = m.sc.scores
 	}
 	pin, pinRank = m.sessionPin(now, req)
-	return scores, pin, pinRank
+	return scores, grouped, pin, pinRank
 }
 
 // sessionPin is the pin a request routes under: its own, else its session's bound worker (hard
@@ -186,11 +203,12 @@ func (m *Machine) sessionPin(now time.Time, req *Request) (*scoring.WorkerKey, b
 	return &k, true
 }
 
-// decide selects a worker for req with the given overlap scores and commits the decision.
+// decide selects a worker for req with the given overlap (scores, or grouped when not nil) and commits
+// the decision.
 func (m *Machine) decide(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score,
-	pin *scoring.WorkerKey, pinRank bool) (Decision, error) {
+	grouped *prefix.Matches, pin *scoring.WorkerKey, pinRank bool) (Decision, error) {
 	m.sc.now = now.UnixNano()
-	t, sel, reuse, err := m.choose(req, chain, isl, scores, pin, pinRank)
+	t, sel, reuse, err := m.choose(req, chain, isl, scores, grouped, pin, pinRank)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -206,9 +224,9 @@ func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
 		}
 	}
 	chain, isl := m.chainOf(req)
-	scores, pin, pinRank := m.prepare(now, req)
+	scores, grouped, pin, pinRank := m.prepare(now, req)
 	m.sc.now = now.UnixNano()
-	t, sel, _, err := m.choose(req, chain, isl, scores, pin, pinRank)
+	t, sel, _, err := m.choose(req, chain, isl, scores, grouped, pin, pinRank)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -222,16 +240,30 @@ func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
 
 // choose selects the target for req: the one-pass argmin in the common case, else candidates and the
 // configured selection. reuse is the request's assume_kv_reuse.
-func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.Score, pin *scoring.WorkerKey,
-	pinRank bool) (t *target, sel scoring.Decision, reuse bool, err error) {
+func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.Score, grouped *prefix.Matches,
+	pin *scoring.WorkerKey, pinRank bool) (t *target, sel scoring.Decision, reuse bool, err error) {
 	cfg := m.cfg
-	primary := scores // the engines' own report, before predictions merge in
 	// One pass for both: predictions raise device overlaps only, so the merged scores are tiered when
 	// the engines' are.
-	most, tiered := scanScores(scores)
+	var most uint32
+	var tiered bool
+	if grouped != nil {
+		most, tiered = grouped.Most()
+		if tiered { // lower tiers are weighed per worker
+			scores, grouped = m.ungroup(scores, grouped), nil
+		}
+	} else {
+		most, tiered = scanScores(scores)
+	}
+	src := overlap{scores: scores, grouped: grouped}
+	primary := scores // the engines' own report, before predictions merge in
 	if m.pred.on() {
 		if side := m.pred.scores(chain, most, &m.sc.side); len(side) > 0 {
-			scores = maxScores(scores, side, &m.sc.merged)
+			if grouped != nil {
+				src.side = side // merged by overlaps
+			} else {
+				src.scores = maxScores(scores, side, &m.sc.merged)
+			}
 		}
 	}
 	sreq := scoring.Request{ISL: isl, Override: req.Override, ReturnCosts: req.ReturnCosts}
@@ -246,16 +278,16 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	if m.sc.calibrated {
 		m.sc.osl = req.OSL
 		m.rr++
-		t, sel, err = m.calibrated(&sreq, scores, primary, tiered, chain, isl, reuse, req.Exclude)
+		t, sel, err = m.calibrated(&sreq, src, primary, tiered, chain, isl, reuse, req.Exclude)
 		return t, sel, reuse, err
 	}
 	if am, ok := scoring.NewArgmin(&sreq, cfg, m.rng); ok && m.selector == nil && !tiered {
 		// The common case in one pass over the targets, no candidate slice (argmin).
 		m.rr++
-		t, sel, err = m.argmin(&am, scores, chain, reuse, req.Exclude)
+		t, sel, err = m.argmin(&am, src, chain, reuse, req.Exclude)
 		return t, sel, reuse, err
 	}
-	cands := m.candidates(scores, chain, reuse, req.Exclude, tiered)
+	cands := m.candidates(src, chain, reuse, req.Exclude, tiered)
 	sreq.RoundRobin = m.rr
 	m.rr++
 	if m.selector != nil {
@@ -391,12 +423,12 @@ func (m *Machine) skip(i int, exclude []uint64) bool {
 // argmin is the decision of scoring.Argmin over every routable target: in the common case (the linear
 // policy) as compact load rows (and capacities, with busy thresholds) in one cost loop, otherwise one
 // stack candidate at a time.
-func (m *Machine) argmin(am *scoring.Argmin, scores []prefix.Score, chain []uint64, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
+func (m *Machine) argmin(am *scoring.Argmin, src overlap, chain []uint64, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
 	filter := m.filtering(exclude)
 	var targetOf []int32 // row → target index when targets are left out
 	if am.LoadOnly() {
 		var rows []scoring.LoadRow
-		rows, targetOf = m.loadRows(scores, chain, reuse, filter, exclude)
+		rows, targetOf = m.loadRows(src, chain, reuse, filter, exclude)
 		var caps []scoring.Capacity
 		if am.ReadsCapacity() {
 			caps = m.capacities(targetOf)
@@ -404,7 +436,7 @@ func (m *Machine) argmin(am *scoring.Argmin, scores []prefix.Score, chain []uint
 		am.OfferLoads(rows, caps)
 	} else {
 		am.Ties(m.sc.ties)
-		m.offer(am, scores, chain, reuse, filter, exclude)
+		m.offer(am, src, chain, reuse, filter, exclude)
 	}
 	d, err := am.Decision()
 	if t := am.Ties(nil); t != nil {
@@ -421,21 +453,17 @@ func (m *Machine) argmin(am *scoring.Argmin, scores []prefix.Score, chain []uint
 	return t, d, nil
 }
 
-// loadRows writes a row of cost inputs for every target left in, in one pass over the load lines, then
-// scatters the overlap scores into them. Row i is target i unless targets are left out (filter); then the
-// others' rows are moved up, and targetOf maps a row to its target.
-func (m *Machine) loadRows(scores []prefix.Score, chain []uint64, reuse, filter bool, exclude []uint64) (rows []scoring.LoadRow, targetOf []int32) {
+// loadRows writes a row of cost inputs for every target left in, in one pass over the load lines and
+// the overlaps (overlaps). Row i is target i unless targets are left out (filter); then the others' rows
+// are moved up, and targetOf maps a row to its target.
+func (m *Machine) loadRows(src overlap, chain []uint64, reuse, filter bool, exclude []uint64) (rows []scoring.LoadRow, targetOf []int32) {
+	ov := m.overlaps(src)
 	rows = slices.Grow(m.sc.rows[:0], len(m.lines))[:len(m.lines)]
 	for i := range rows {
 		l := &m.lines[i]
 		r := &rows[i]
 		r.Prefill, r.Decode = l.prefill, l.decode
-		r.Additional, r.Overlap, r.Requests = m.additional(i, l.active, chain, reuse), 0, l.active
-	}
-	for _, sco := range scores {
-		if i, ok := m.pos.find(scoring.WorkerKey(sco.Worker)); ok {
-			rows[i].Overlap = sco.Blocks
-		}
+		r.Additional, r.Overlap, r.Requests = m.additional(i, l.active, chain, reuse), ov[i], l.active
 	}
 	m.sc.rows = rows
 	if !filter {
@@ -471,8 +499,8 @@ func (m *Machine) capacities(targetOf []int32) []scoring.Capacity {
 }
 
 // offer offers every target left in to am as a candidate, one at a time.
-func (m *Machine) offer(am *scoring.Argmin, scores []prefix.Score, chain []uint64, reuse, filter bool, exclude []uint64) {
-	ov := m.overlaps(scores)
+func (m *Machine) offer(am *scoring.Argmin, src overlap, chain []uint64, reuse, filter bool, exclude []uint64) {
+	ov := m.overlaps(src)
 	capacity := am.ReadsCapacity()
 	var c scoring.Candidate
 	for i := range m.list {
@@ -487,53 +515,91 @@ func (m *Machine) offer(am *scoring.Argmin, scores []prefix.Score, chain []uint6
 	}
 }
 
-// overlaps scatters the overlap scores into a slice by target index; m.sc.most is the target with the
-// largest (the first listed among equals), -1 when none.
-func (m *Machine) overlaps(scores []prefix.Score) []uint32 {
+// overlaps scatters the overlap into a slice by target index. m.sc.most is the target with the largest
+// (the first in target order among equals), -1 when none, and m.sc.sole says that no other worker the
+// overlap lists, a target or not, has as many blocks. With groups, the side index's predictions are
+// merged here as maxScores merges them into Scores, and m.sc.raised keeps what they replaced.
+func (m *Machine) overlaps(src overlap) []uint32 {
 	n := len(m.list)
 	ov := slices.Grow(m.sc.ov[:0], n)[:n]
 	clear(ov)
+	var most, top uint32
+	at, atJ, tops := -1, -1, 0
+	scores := src.scores
+	if src.grouped != nil {
+		most, at, top, tops = m.groupOverlaps(src.grouped, ov)
+		scores = src.grouped.Scores
+	}
 	// The index lists workers in an order that rarely changes between decisions, so the position found
 	// for the j-th score last time is checked first (one key compare) before the table is probed.
 	memo := m.sc.memo
-	var most uint32
-	at, atJ := -1, -1
 	for j := range scores {
+		b := scores[j].Blocks
+		if b > top {
+			top, tops = b, 1
+		} else if b == top {
+			tops++
+		}
 		k := scoring.WorkerKey(scores[j].Worker)
+		var i int
 		if j < len(memo) && memo[j].key == k {
-			if i := memo[j].pos; i >= 0 {
-				ov[i] = scores[j].Blocks
-				if scores[j].Blocks > most {
-					most, at, atJ = scores[j].Blocks, int(i), j
-				}
+			i = int(memo[j].pos)
+		} else {
+			var ok bool
+			if i, ok = m.pos.find(k); !ok {
+				i = -1
 			}
+			if j < len(memo) {
+				memo[j] = posMemo{key: k, pos: int32(i)}
+			} else if j == len(memo) {
+				memo = append(memo, posMemo{key: k, pos: int32(i)})
+			}
+		}
+		if i < 0 {
 			continue
 		}
-		i, ok := m.pos.find(k)
-		if !ok {
-			i = -1
-		} else {
-			ov[i] = scores[j].Blocks
-			if scores[j].Blocks > most {
-				most, at, atJ = scores[j].Blocks, i, j
-			}
-		}
-		if j < len(memo) {
-			memo[j] = posMemo{key: k, pos: int32(i)}
-		} else if j == len(memo) {
-			memo = append(memo, posMemo{key: k, pos: int32(i)})
+		ov[i] = b
+		if b > most || b == most && i < at {
+			most, at, atJ = b, i, j
 		}
 	}
 	m.sc.memo = memo
+	m.sc.raised = m.sc.raised[:0]
+	for _, s := range src.side {
+		// Predictions are longer than anything the primary lists (their floor), so a worker the primary
+		// also lists is never counted twice at the top.
+		b := s.Blocks
+		i, ok := m.pos.find(scoring.WorkerKey(s.Worker))
+		if ok && b <= ov[i] {
+			continue
+		}
+		if b > top {
+			top, tops = b, 1
+		} else if b == top {
+			tops++
+		}
+		if !ok {
+			continue
+		}
+		m.sc.raised = append(m.sc.raised, raisedOverlap{target: i, primary: ov[i]})
+		ov[i] = b
+		if b > most || b == most && i < at {
+			most, at = b, i
+		}
+	}
 	m.sc.ov = ov
+	if src.grouped != nil {
+		atJ = -1 // an index into grouped.Scores, not into any list a caller holds
+	}
 	m.sc.most, m.sc.mostAt = at, atJ
+	m.sc.sole = at >= 0 && most == top && tops == 1
 	return ov
 }
 
 // candidates builds one Candidate per routable target: overlap (per tier when tiered), load plus this
 // request's additional blocks, capacity. m.sc.tgts[i] is candidate i's target.
-func (m *Machine) candidates(scores []prefix.Score, chain []uint64, reuse bool, exclude []uint64, tiered bool) []scoring.Candidate {
-	ov := m.overlaps(scores)
+func (m *Machine) candidates(src overlap, chain []uint64, reuse bool, exclude []uint64, tiered bool) []scoring.Candidate {
+	ov := m.overlaps(src)
 	cands := m.sc.cands[:0]
 	tgts := m.sc.tgts[:0]
 	filter := m.filtering(exclude)
@@ -550,7 +616,7 @@ func (m *Machine) candidates(scores []prefix.Score, chain []uint64, reuse bool, 
 		tgts = append(tgts, m.list[i])
 	}
 	if tiered {
-		for _, sco := range scores {
+		for _, sco := range src.scores { // tiered overlaps are never grouped (choose)
 			if sco.Host|sco.Disk == 0 {
 				continue
 			}

@@ -1,0 +1,90 @@
+package prefix
+
+import (
+	"math/bits"
+	"slices"
+)
+
+// Group is an overlap shared by several worker slots of one view: every slot Word*64+b, for each bit b
+// set in Set, holds the query's first Blocks blocks on its device.
+type Group struct {
+	Set    uint64
+	Word   uint32
+	Blocks uint32
+}
+
+// Matches is a query's answer as the walk finds it (View.Match): groups of worker slots with equal
+// overlap, one per bitset word where workers drop out of the path, and each view's worker keys. A query
+// at 1,000 workers writes some tens of Groups where FindMatches writes a 32-byte Score per worker (about
+// 1,000), inside the views; a caller that maps slots to its own rows (scoring/sched caches that map per
+// keys table) never reads a worker key either. Scores holds overlaps given per worker: those of views
+// where some worker holds lower-tier blocks, and those of indexes that answer in Scores.
+//
+// The keys tables are immutable (a reused slot gets a new table), so Matches stays valid after the
+// views are left and while their index is written. A Matches is reused with Reset; it is not safe for
+// concurrent use.
+type Matches struct {
+	Scores []Score
+	groups []Group
+	parts  []part
+}
+
+// part is one view's groups, groups[previous part's end:end], and that view's worker keys by slot.
+type part struct {
+	keys []WorkerKey
+	end  int
+}
+
+// Reset empties m, keeping its buffers.
+func (m *Matches) Reset() {
+	m.Scores, m.groups, m.parts = m.Scores[:0], m.groups[:0], m.parts[:0]
+}
+
+// Parts returns the number of views whose groups m holds.
+func (m *Matches) Parts() int { return len(m.parts) }
+
+// Part returns view i's worker keys by slot and its groups.
+func (m *Matches) Part(i int) (keys []WorkerKey, groups []Group) {
+	start := 0
+	if i > 0 {
+		start = m.parts[i-1].end
+	}
+	return m.parts[i].keys, m.groups[start:m.parts[i].end]
+}
+
+// Len returns the number of workers m gives an overlap for.
+func (m *Matches) Len() int {
+	n := len(m.Scores)
+	for i := range m.groups {
+		n += bits.OnesCount64(m.groups[i].Set)
+	}
+	return n
+}
+
+// Most returns the largest device overlap in m and whether some worker's prefix continues on a host or
+// disk tier.
+func (m *Matches) Most() (most uint32, tiered bool) {
+	var lower uint32
+	for i := range m.Scores {
+		most = max(most, m.Scores[i].Blocks)
+		lower |= m.Scores[i].Host | m.Scores[i].Disk
+	}
+	for i := range m.groups {
+		most = max(most, m.groups[i].Blocks)
+	}
+	return most, lower != 0
+}
+
+// AppendScores appends to out a Score per worker of m: the groups' in the order their walks found them,
+// view by view, then m.Scores. It is what FindMatches of every view would have appended, in another
+// order when some views were tiered.
+func (m *Matches) AppendScores(out []Score) []Score {
+	out = slices.Grow(out, m.Len())
+	for i := range m.parts {
+		keys, groups := m.Part(i)
+		for _, g := range groups {
+			out = emit(out, keys[g.Word<<6:], g.Set, g.Blocks)
+		}
+	}
+	return append(out, m.Scores...)
+}
