@@ -1,6 +1,8 @@
 package indexer
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,5 +49,72 @@ func TestReadersNeverWaitForTheWriter(t *testing.T) {
 		if out := s.views[i].FindMatches(q, nil); len(out) != 1 || out[0] != (prefix.Score{Worker: prefix.WorkerKey{WorkerID: 7}, Blocks: 4}) {
 			t.Fatalf("view %d answers %+v", i, out)
 		}
+	}
+}
+
+// TestMatchesUnderWorkerChurn: readers take Matches while workers join and leave, so that shards reuse
+// freed slots for other workers. Every answer pairs each worker with the overlap only it can have (worker
+// id stores 1 + id%4 blocks of one chain), also when re-read after later writes: a held answer's keys
+// table is never written (a reused slot gets a new one). Run with -race, it also checks that readers
+// and the shard writers share nothing unsynchronized.
+func TestMatchesUnderWorkerChurn(t *testing.T) {
+	x := newIndexer(t, 2)
+	full := chain(100, 0, 4)
+	q := localsOf(full)
+	store := func(id uint64) {
+		blocks := chain(100, id<<8, 1+int(id%4))
+		if err := x.Apply(&Apply{WorkerID: id, Ops: []Op{{Kind: OpStore, Blocks: blocks}}}); err != nil {
+			t.Error(err)
+		}
+	}
+	check := func(scores []prefix.Score) error {
+		for _, s := range scores {
+			if id := s.Worker.WorkerID; id < 1 || id > 40 || s.Blocks != 1+uint32(id%4) {
+				return fmt.Errorf("worker %d with %d blocks", id, s.Blocks)
+			}
+		}
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		present := map[uint64]bool{}
+		for i := range 400 {
+			id := uint64(1 + (i*7)%40)
+			if present[id] {
+				if err := x.RemoveWorker(id); err != nil {
+					t.Error(err)
+				}
+			} else {
+				store(id)
+			}
+			present[id] = !present[id]
+		}
+		x.Flush()
+	}()
+	var held prefix.Matches
+	var heldScores []prefix.Score
+	reads := 0
+	for running := true; running; reads++ {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		var m prefix.Matches
+		x.Match(q, &m)
+		scores := m.AppendScores(nil)
+		if err := check(scores); err != nil {
+			t.Fatalf("read %d: %v", reads, err)
+		}
+		if reads%16 == 0 { // hold this answer; the last one held must not have changed
+			if again := held.AppendScores(nil); !slices.Equal(again, heldScores) {
+				t.Fatalf("read %d: a held answer changed from %v to %v", reads, heldScores, again)
+			}
+			held, heldScores = m, scores
+		}
+	}
+	if reads < 2 {
+		t.Fatalf("%d reads during the churn", reads)
 	}
 }
