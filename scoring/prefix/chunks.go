@@ -7,8 +7,12 @@ import "slices"
 // whole inside its run, the sum over the chunk's positions of term(local hash, position in the chunk).
 // A query computes the same sums over its own hashes, once, for every view it is run against (Query),
 // and compares a run chunk by chunk: one word per 64 positions instead of 64, where a long run of a
-// conversation is otherwise compared in full, from memory, in every shard that holds it. Only the chunk
-// whose sums differ, and the run's unaligned ends, are compared hash by hash.
+// conversation is otherwise compared in full, from memory, in every shard that holds it. The run's
+// unaligned ends (up to 63 positions before its first whole chunk and after its last) have a partial sum
+// each (node.head, node.tail: the same terms over those positions alone), compared when the query covers
+// them; only a chunk or an end whose sums differ is compared hash by hash. A conversation's next turn
+// covers the stored run and goes on past its end, which is rarely on a chunk boundary: the tail's sum
+// spares reading its last positions from memory (docs/benchmarks.md, "Edge sums").
 //
 // The sum is multilinear: Σ h_i·m_i mod 2^64 over the chunk's positions i, each with its own random odd
 // multiplier m_i. Equal hashes give equal sums. One differing hash always changes the sum (m_i is odd, so
@@ -21,7 +25,8 @@ import "slices"
 //
 // A position's depth never changes, so splits hand the whole chunks of the tail over as they are and a
 // merge appends the child's; only a chunk that straddles a merged boundary or a run's growing end is
-// summed again, by Seal, before the index's view is published.
+// summed again, by Seal, before the index's view is published. The edges' sums are recomputed by every
+// Seal of a node written since the last (at most 126 terms), and any write clears them until then.
 const (
 	chunkBits = 6
 	chunkLen  = 1 << chunkBits
@@ -102,15 +107,45 @@ func mergeSums(nd *node, base int, cd *node) {
 	nd.sums = append(nd.sums, cd.sums...)
 }
 
-// seal sums the whole chunks of nd's run that have no sum yet.
+// seal sums the whole chunks of nd's run that have no sum yet, and its edges.
 func (nd *node) seal() {
 	k, n := len(nd.sums), wholeChunks(nd.start, len(nd.hashes))
-	if k >= n {
+	if k < n {
+		off := int((firstChunk(nd.start)+uint32(k))<<chunkBits - nd.start)
+		nd.sums = slices.Grow(nd.sums, n-k)[:n]
+		chunkSums(nd.sums[k:], nd.hashes[off:])
+	}
+	nd.head, nd.tail, nd.edges = 0, 0, n > 0
+	if n == 0 {
 		return
 	}
-	off := int((firstChunk(nd.start)+uint32(k))<<chunkBits - nd.start)
-	nd.sums = slices.Grow(nd.sums, n-k)[:n]
-	chunkSums(nd.sums[k:], nd.hashes[off:])
+	a := headLen(nd.start)
+	if a > 1 {
+		nd.head = partialSum(nd.hashes[1:a], nd.start+1)
+	}
+	if t := a + n*chunkLen; t < len(nd.hashes) {
+		nd.tail = partialSum(nd.hashes[t:], 0)
+	}
+}
+
+// headLen is the number of positions of a run from depth start before its first whole chunk.
+func headLen(start uint32) int { return int(firstChunk(start)<<chunkBits - start) }
+
+// partialSum is the sum of the positions h, which lie inside one chunk from depth (or offset in the
+// chunk) at: the chunk sum's terms of those positions alone.
+func partialSum(h []uint64, at uint32) uint64 {
+	m := chunkMul[at&(chunkLen-1):]
+	m = m[:len(h)]
+	var s0, s1 uint64
+	i := 0
+	for ; i+1 < len(h); i += 2 {
+		s0 += h[i] * m[i]
+		s1 += h[i+1] * m[i+1]
+	}
+	if i < len(h) {
+		s0 += h[i] * m[i]
+	}
+	return s0 + s1
 }
 
 // Seal brings the chunk sums of the nodes written since the last Sync up to date, so that queries of the
@@ -178,20 +213,24 @@ var minSummedRun = func() int {
 // head, the chunk that differs, and what follows the last summed chunk are compared hash by hash.
 func matchRun(nd *node, q *Query) int {
 	run, rest := nd.hashes, q.hashes[nd.start:]
+	whole := len(rest) >= len(run) // the query covers the run: its tail may be compared by sum
 	k := min(len(run), len(rest))
 	run, rest = run[:k], rest[:k]
 	off := 1 // run[0] matched through the child lookup
 	if len(nd.sums) > 0 && k >= minSummedRun {
 		f := firstChunk(nd.start)
-		if a := int(f<<chunkBits - nd.start); a > 1 {
-			if m := commonPrefix(run[1:a], rest[1:a]); m < a-1 {
-				return 1 + m
+		if a := headLen(nd.start); a > 1 {
+			if !nd.edges || partialSum(rest[1:a], nd.start+1) != nd.head {
+				if m := commonPrefix(run[1:a], rest[1:a]); m < a-1 {
+					return 1 + m
+				}
 			}
 			off = a
 		} else {
 			off = a // 0 or 1: the first chunk starts at the run's start or its second position
 		}
-		for i, s := range nd.sums {
+		i := 0
+		for ; i < len(nd.sums); i++ {
 			end := off + chunkLen
 			if end > k {
 				break
@@ -200,10 +239,13 @@ func matchRun(nd *node, q *Query) int {
 			if !ok {
 				break
 			}
-			if qs != s {
+			if qs != nd.sums[i] {
 				return off + commonPrefix(run[off:end], rest[off:end])
 			}
 			off = end
+		}
+		if i == len(nd.sums) && whole && nd.edges && partialSum(rest[off:], 0) == nd.tail {
+			return k
 		}
 	}
 	return off + commonPrefix(run[off:], rest[off:])

@@ -141,6 +141,23 @@ func checkChunks(ix *Index, sealed bool) error {
 		if sealed && len(nd.sums) != len(want) {
 			return fmt.Errorf("node %d sealed with %d of %d sums", n, len(nd.sums), len(want))
 		}
+		if sealed && nd.edges != (len(want) > 0) {
+			return fmt.Errorf("node %d sealed with %d sums, edges %v", n, len(want), nd.edges)
+		}
+		if nd.edges {
+			// The edges' sums are the terms of their positions, each at its place in its chunk.
+			var head, tail uint64
+			a := headLen(nd.start)
+			for i := 1; i < a; i++ {
+				head += nd.hashes[i] * chunkMul[(int(nd.start)+i)%chunkLen]
+			}
+			for i := a + len(nd.sums)*chunkLen; i < len(nd.hashes); i++ {
+				tail += nd.hashes[i] * chunkMul[(int(nd.start)+i)%chunkLen]
+			}
+			if nd.head != head || nd.tail != tail {
+				return fmt.Errorf("node %d (depth %d, run %d): edges %x %x, want %x %x", n, depth, len(nd.hashes), nd.head, nd.tail, head, tail)
+			}
+		}
 		var err error
 		nd.eachKid(func(c uint32) {
 			if err == nil {

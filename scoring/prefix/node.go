@@ -350,6 +350,9 @@ type node struct {
 	parent  uint32   // index of the parent node
 	live    bool     // false once freed
 	dirty   bool     // written since the last Sync (Index.dirty holds it)
+	// edges: head and tail hold the sums of the run's unaligned ends (chunks.go), computed by the last
+	// Seal; cleared whenever the node is written.
+	edges bool
 	// kidsFull: the child set was replaced since the last Sync (Sync copies it whole rather than replaying
 	// Index.kidLog).
 	kidsFull bool
@@ -360,6 +363,9 @@ type node struct {
 	// sums holds the chunk sums (chunks.go) of the chunks that lie whole inside the run, in order; a
 	// prefix of them when the run changed since the last Seal (FindMatches compares the rest hash by hash).
 	sums []uint64
+	// head and tail are the partial chunk sums of the run's positions before its first whole chunk (but
+	// its first position) and after its last; valid while edges.
+	head, tail uint64
 }
 
 func (n *node) child(h uint64) (uint32, bool) { return n.kids.get(h) }
@@ -436,7 +442,9 @@ func (ix *Index) newNode(parent uint32) uint32 {
 
 // touch records that node n's query fields (run, children, workers) changed, for the next Sync.
 func (ix *Index) touch(n uint32) {
-	if nd := &ix.nodes[n]; ix.track && !nd.dirty {
+	nd := &ix.nodes[n]
+	nd.edges = false // the run may change: its edge sums wait for the next Seal
+	if ix.track && !nd.dirty {
 		nd.dirty = true
 		ix.dirty = append(ix.dirty, n)
 	}

@@ -64,6 +64,7 @@ func (ix *Index) Sync(v *View) {
 		keep := min(len(d.sums), len(src.sums), wholeChunks(src.start, int(src.synced)))
 		d.sums = append(d.sums[:keep], src.sums[keep:]...)
 		d.parent, d.live, d.start = src.parent, src.live, src.start
+		d.head, d.tail, d.edges = src.head, src.tail, src.edges
 		src.synced = uint32(len(src.hashes))
 	}
 	// Child tables copied whole above already hold their logged changes.
