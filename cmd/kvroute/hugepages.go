@@ -12,7 +12,7 @@ import (
 // hugePagesFlag is --huge-pages: the MiB of Go heap reserved up front and advised for transparent huge
 // pages (internal/hugepage), for the processes that hold a KV index.
 func hugePagesFlag(fs *flag.FlagSet) *int {
-	return fs.Int("huge-pages", 0, "back the KV index with 2 MiB transparent huge pages on hosts whose THP mode is madvise: reserve this many MiB of Go heap at start (about the index's expected size) advised MADV_HUGEPAGE, and advise the heap's later growth every 10 s; on a 2-vCPU KVM guest, index reads under writes p99 18–21 → 10–17 µs, but slower on a guest whose host uses small pages: compare with kvroute bench indexer (docs/operations.md); Linux only; 0: off")
+	return fs.Int("huge-pages", 0, "back the KV index with 2 MiB transparent huge pages on hosts whose THP mode is madvise: reserve this many MiB of Go heap at start (about the index's expected size) advised MADV_HUGEPAGE, and advise the heap's later growth every 10 s; on a 2-vCPU KVM guest, index reads under writes p99 11–16 → 6–9 µs, but slower on a guest whose host uses small pages: compare with kvroute bench indexer (docs/operations.md); Linux only; 0: off")
 }
 
 // hugePagesAdvisePeriod is how often the heap's growth past the reservation is advised.
