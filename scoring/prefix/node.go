@@ -44,15 +44,6 @@ func (b bitset) empty() bool {
 	return true
 }
 
-// only reports whether slot is the single member.
-func (b bitset) only(slot uint32) bool {
-	n := 0
-	for _, w := range b {
-		n += bits.OnesCount64(w)
-	}
-	return n == 1 && b.has(slot)
-}
-
 func (b bitset) equal(o bitset) bool {
 	if len(b) < len(o) {
 		b, o = o, b
