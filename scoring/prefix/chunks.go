@@ -45,18 +45,7 @@ var chunkMul = func() (m [chunkLen]uint64) {
 }()
 
 // chunkSum returns the sum of the chunk whose hashes are h[:chunkLen].
-func chunkSum(h []uint64) uint64 {
-	h = h[:chunkLen]
-	m := &chunkMul
-	var s0, s1, s2, s3 uint64
-	for i := 0; i < chunkLen; i += 4 {
-		s0 += h[i] * m[i]
-		s1 += h[i+1] * m[i+1]
-		s2 += h[i+2] * m[i+2]
-		s3 += h[i+3] * m[i+3]
-	}
-	return s0 + s1 + s2 + s3
-}
+func chunkSum(h []uint64) uint64 { return partialSum(h[:chunkLen], 0) }
 
 // chunkKernel selects the vector chunk sum where the CPU has it; tests switch it off to compare.
 var chunkKernel = haveChunkKernel
@@ -132,20 +121,22 @@ func (nd *node) seal() {
 func headLen(start uint32) int { return int(firstChunk(start)<<chunkBits - start) }
 
 // partialSum is the sum of the positions h, which lie inside one chunk from depth (or offset in the
-// chunk) at: the chunk sum's terms of those positions alone.
+// chunk) at: the chunk sum's terms of those positions alone (of all of them: chunkSum).
 func partialSum(h []uint64, at uint32) uint64 {
 	m := chunkMul[at&(chunkLen-1):]
 	m = m[:len(h)]
-	var s0, s1 uint64
+	var s0, s1, s2, s3 uint64
 	i := 0
-	for ; i+1 < len(h); i += 2 {
+	for ; i+3 < len(h); i += 4 {
 		s0 += h[i] * m[i]
 		s1 += h[i+1] * m[i+1]
+		s2 += h[i+2] * m[i+2]
+		s3 += h[i+3] * m[i+3]
 	}
-	if i < len(h) {
+	for ; i < len(h); i++ {
 		s0 += h[i] * m[i]
 	}
-	return s0 + s1
+	return s0 + s1 + s2 + s3
 }
 
 // Seal brings the chunk sums of the nodes written since the last Sync up to date, so that queries of the

@@ -64,13 +64,20 @@ func (m *Matches) Len() int {
 // Most returns the largest device overlap in m and whether some worker's prefix continues on a host or
 // disk tier.
 func (m *Matches) Most() (most uint32, tiered bool) {
-	var lower uint32
-	for i := range m.Scores {
-		most = max(most, m.Scores[i].Blocks)
-		lower |= m.Scores[i].Host | m.Scores[i].Disk
-	}
+	most, tiered = MostOf(m.Scores)
 	for i := range m.groups {
 		most = max(most, m.groups[i].Blocks)
+	}
+	return most, tiered
+}
+
+// MostOf returns the largest device overlap in scores and whether some worker's prefix continues on a
+// host or disk tier.
+func MostOf(scores []Score) (most uint32, tiered bool) {
+	var lower uint32
+	for i := range scores {
+		most = max(most, scores[i].Blocks)
+		lower |= scores[i].Host | scores[i].Disk
 	}
 	return most, lower != 0
 }

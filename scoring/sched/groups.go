@@ -69,34 +69,25 @@ func (m *Machine) slotMap(keys []prefix.WorkerKey) []int32 {
 	return c.rows
 }
 
-// groupOverlaps writes the groups' overlaps into ov by target index and returns the largest of them
-// and its target (the first in target order among equals; -1 when none), and the largest overlap of any slot, mapped
-// to a target or not, with how many slots have it.
-func (m *Machine) groupOverlaps(g *prefix.Matches, ov []uint32) (most uint32, at int, top uint32, tops int) {
-	at = -1
+// groupOverlaps writes the groups' overlaps into ov by target index, and offers them to t: every slot
+// as listed, every slot mapped to a target as that target.
+func (m *Machine) groupOverlaps(g *prefix.Matches, ov []uint32, t *overlapTop) {
 	for p := range g.Parts() {
 		keys, groups := g.Part(p)
 		rows := m.slotMap(keys)
 		for _, gr := range groups {
 			base := rows[gr.Word<<6:]
-			if n := bits.OnesCount64(gr.Set); gr.Blocks > top {
-				top, tops = gr.Blocks, n
-			} else if gr.Blocks == top {
-				tops += n
-			}
+			t.listed(gr.Blocks, bits.OnesCount64(gr.Set))
 			for s := gr.Set; s != 0; s &= s - 1 {
 				i := base[bits.TrailingZeros64(s)]
 				if i < 0 {
 					continue
 				}
 				ov[i] = gr.Blocks
-				if gr.Blocks > most || gr.Blocks == most && int(i) < at {
-					most, at = gr.Blocks, int(i)
-				}
+				t.target(gr.Blocks, int(i))
 			}
 		}
 	}
-	return most, at, top, tops
 }
 
 // ungroup returns the overlap as Scores: grouped expanded into the machine's scratch, or scores when

@@ -243,8 +243,10 @@ func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
 func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.Score, grouped *prefix.Matches,
 	pin *scoring.WorkerKey, pinRank bool) (t *target, sel scoring.Decision, reuse bool, err error) {
 	cfg := m.cfg
-	// One pass for both: predictions raise device overlaps only, so the merged scores are tiered when
-	// the engines' are.
+	// The largest device overlap, and whether lower tiers hold more (the candidates then carry those
+	// overlaps for the cost's host and disk weights; the one-pass rows carry the device overlap only). One
+	// pass for both: predictions raise device overlaps only, so the merged scores are tiered when the
+	// engines' are.
 	var most uint32
 	var tiered bool
 	if grouped != nil {
@@ -253,7 +255,7 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 			scores, grouped = m.ungroup(scores, grouped), nil
 		}
 	} else {
-		most, tiered = scanScores(scores)
+		most, tiered = prefix.MostOf(scores)
 	}
 	src := overlap{scores: scores, grouped: grouped}
 	primary := scores // the engines' own report, before predictions merge in
@@ -299,18 +301,6 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 		return nil, sel, reuse, err
 	}
 	return m.sc.tgts[sel.Index], sel, reuse, nil
-}
-
-// scanScores returns the largest device overlap in scores and whether some worker's prefix continues
-// on a host or disk tier (the candidates then carry those overlaps for the cost's host and disk weights;
-// the one-pass rows carry the device overlap only).
-func scanScores(scores []prefix.Score) (most uint32, tiered bool) {
-	var lower uint32
-	for i := range scores {
-		most = max(most, scores[i].Blocks)
-		lower |= scores[i].Host | scores[i].Disk
-	}
-	return most, lower != 0
 }
 
 // maxScores merges two overlap lists into dst, keeping the larger overlap per worker (predict-on-route:
@@ -523,11 +513,11 @@ func (m *Machine) overlaps(src overlap) []uint32 {
 	n := len(m.list)
 	ov := slices.Grow(m.sc.ov[:0], n)[:n]
 	clear(ov)
-	var most, top uint32
-	at, atJ, tops := -1, -1, 0
+	t := overlapTop{at: -1}
+	atJ := -1
 	scores := src.scores
 	if src.grouped != nil {
-		most, at, top, tops = m.groupOverlaps(src.grouped, ov)
+		m.groupOverlaps(src.grouped, ov, &t)
 		scores = src.grouped.Scores
 	}
 	// The index lists workers in an order that rarely changes between decisions, so the position found
@@ -535,11 +525,7 @@ func (m *Machine) overlaps(src overlap) []uint32 {
 	memo := m.sc.memo
 	for j := range scores {
 		b := scores[j].Blocks
-		if b > top {
-			top, tops = b, 1
-		} else if b == top {
-			tops++
-		}
+		t.listed(b, 1)
 		k := scoring.WorkerKey(scores[j].Worker)
 		var i int
 		if j < len(memo) && memo[j].key == k {
@@ -559,8 +545,8 @@ func (m *Machine) overlaps(src overlap) []uint32 {
 			continue
 		}
 		ov[i] = b
-		if b > most || b == most && i < at {
-			most, at, atJ = b, i, j
+		if t.target(b, i) {
+			atJ = j
 		}
 	}
 	m.sc.memo = memo
@@ -573,27 +559,49 @@ func (m *Machine) overlaps(src overlap) []uint32 {
 		if ok && b <= ov[i] {
 			continue
 		}
-		if b > top {
-			top, tops = b, 1
-		} else if b == top {
-			tops++
-		}
+		t.listed(b, 1)
 		if !ok {
 			continue
 		}
 		m.sc.raised = append(m.sc.raised, raisedOverlap{target: i, primary: ov[i]})
 		ov[i] = b
-		if b > most || b == most && i < at {
-			most, at = b, i
-		}
+		t.target(b, i)
 	}
 	m.sc.ov = ov
 	if src.grouped != nil {
 		atJ = -1 // an index into grouped.Scores, not into any list a caller holds
 	}
-	m.sc.most, m.sc.mostAt = at, atJ
-	m.sc.sole = at >= 0 && most == top && tops == 1
+	m.sc.most, m.sc.mostAt = t.at, atJ
+	m.sc.sole = t.at >= 0 && t.most == t.top && t.tops == 1
 	return ov
+}
+
+// overlapTop is what overlaps keeps of the largest overlaps as it scatters them: the holder (most
+// blocks among the targets, the first in target order among equals; at -1 when none) and the largest
+// overlap of every listed worker, a target or not, with how many have it.
+type overlapTop struct {
+	most uint32
+	at   int
+	top  uint32
+	tops int
+}
+
+// listed counts n listed workers with b blocks.
+func (t *overlapTop) listed(b uint32, n int) {
+	if b > t.top {
+		t.top, t.tops = b, n
+	} else if b == t.top {
+		t.tops += n
+	}
+}
+
+// target offers target i with b blocks as the holder and reports whether it became the holder.
+func (t *overlapTop) target(b uint32, i int) bool {
+	if b > t.most || b == t.most && i < t.at {
+		t.most, t.at = b, i
+		return true
+	}
+	return false
 }
 
 // candidates builds one Candidate per routable target: overlap (per tier when tiered), load plus this
