@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"os"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -30,6 +33,11 @@ type RuntimeStats struct {
 	// with small pages each costs microseconds, and in a process's first run of the index bench at 4 s
 	// pacing they were most of the writers' CPU (docs/benchmarks.md).
 	PageFaults int64 `json:"page_faults"`
+	// TLBShootdowns is the machine's TLB shootdown interrupts (/proc/interrupts, every CPU, -1 when
+	// unknown): a CPU that changes a mapping of the process (a page first read, then written; memory
+	// given back) interrupts every other CPU running it, a query's core included. Counts other processes'
+	// too, so compare runs on a quiet machine.
+	TLBShootdowns int64 `json:"tlb_shootdowns"`
 }
 
 var runtimeSamples = []string{
@@ -41,10 +49,12 @@ var runtimeSamples = []string{
 	"/sched/pauses/stopping/gc:seconds",
 }
 
-// runtimeSnapshot is one read of runtimeSamples, and the process's minor page faults then (-1: unknown).
+// runtimeSnapshot is one read of runtimeSamples, and the process's minor page faults and the machine's
+// TLB shootdowns then (-1: unknown).
 type runtimeSnapshot struct {
 	s      []metrics.Sample
 	faults int64
+	tlb    int64
 }
 
 func readRuntime() runtimeSnapshot {
@@ -53,7 +63,38 @@ func readRuntime() runtimeSnapshot {
 		s[i].Name = name
 	}
 	metrics.Read(s)
-	return runtimeSnapshot{s: s, faults: minorFaults()}
+	return runtimeSnapshot{s: s, faults: minorFaults(), tlb: tlbShootdowns()}
+}
+
+// tlbShootdowns returns the TLB shootdown interrupts every CPU has taken so far (Linux's
+// /proc/interrupts line "TLB:"), or -1.
+func tlbShootdowns() int64 {
+	b, err := os.ReadFile("/proc/interrupts")
+	if err != nil {
+		return -1
+	}
+	return interruptCount(b, "TLB:")
+}
+
+// interruptCount sums the per-CPU counts of the /proc/interrupts line that starts with name, or -1 when
+// there is none.
+func interruptCount(procInterrupts []byte, name string) int64 {
+	for line := range strings.Lines(string(procInterrupts)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != name {
+			continue
+		}
+		var n int64
+		for _, x := range f[1:] {
+			v, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				break // the description after the counts
+			}
+			n += v
+		}
+		return n
+	}
+	return -1
 }
 
 // minorFaults returns the process's minor page faults so far, or -1.
@@ -68,9 +109,12 @@ func minorFaults() int64 {
 // since returns what happened between snapshot sa and sb.
 func (sb runtimeSnapshot) since(sa runtimeSnapshot) RuntimeStats {
 	a, b := sa.s, sb.s
-	r := RuntimeStats{PageFaults: -1}
+	r := RuntimeStats{PageFaults: -1, TLBShootdowns: -1}
 	if sa.faults >= 0 && sb.faults >= 0 {
 		r.PageFaults = sb.faults - sa.faults
+	}
+	if sa.tlb >= 0 && sb.tlb >= 0 {
+		r.TLBShootdowns = sb.tlb - sa.tlb
 	}
 	if a[0].Value.Kind() == metrics.KindUint64 {
 		r.GCCycles = b[0].Value.Uint64() - a[0].Value.Uint64()

@@ -57,3 +57,20 @@ func TestRuntimeSinceCountsPageFaults(t *testing.T) {
 		t.Fatalf("%d page faults for 64 MiB of fresh memory", r.PageFaults)
 	}
 }
+
+func TestInterruptCount(t *testing.T) {
+	proc := []byte(`            CPU0       CPU1
+  0:         40          0   IO-APIC   2-edge      timer
+LOC:    7138463    7028402   Local timer interrupts
+TLB:   11513790   11457840   TLB shootdowns
+`)
+	if got, want := interruptCount(proc, "TLB:"), int64(11513790+11457840); got != want {
+		t.Fatalf("TLB: got %d, want %d", got, want)
+	}
+	if got := interruptCount(proc, "CAL:"); got != -1 {
+		t.Fatalf("a missing line: got %d, want -1", got)
+	}
+	if got := interruptCount(proc, "0:"); got != 40 {
+		t.Fatalf("a numbered line: got %d, want 40", got)
+	}
+}

@@ -165,6 +165,7 @@ func (t *handleTable) resize(n int) {
 		size = max(size, len(t.slots)+len(t.slots)/2)
 	}
 	t.slots = make([]hslot, size)
+	writeFirst(t.slots) // rehash probes (reads) before it writes
 	t.n = 0
 }
 

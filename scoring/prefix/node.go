@@ -252,6 +252,7 @@ func (c *children) put(h uint64, node uint32) {
 	if 4*(int(c.n)+1) > 3*len(c.rest) {
 		old := c.rest
 		c.rest, c.n = make([]kid, 2*len(old)), 0
+		writeFirst(c.rest) // slot probes (reads) before put writes
 		for _, s := range old {
 			if s.node != 0 {
 				c.put(s.hash, s.node)
