@@ -102,8 +102,8 @@
 //     every hash of the event, so the cache misses into 256 large tables overlap instead of queueing.
 //     A grown table (and a doubled child table) is written once per page before rehash probes it
 //     (writeFirst): probing fresh memory read each page first, mapping the kernel's zero page, and the
-//     write after it sent the query's core a TLB shootdown per page; 27 k of them in a 4 s run of the
-//     index bench at 1,000 workers, read p99 under writes 14–16 µs, against 200–280 and 9.4–9.6 µs.
+//     write after it sent the query's core a TLB shootdown per page; 21–28 k of them in a 4 s run of
+//     the index bench at 1,000 workers, read p99 under writes 14–16 µs, against 190–280 and 9.4–9.6 µs.
 //   - Dead handles instead of a search on cascades. The tree kept, per position, the engine hash of the
 //     store that created it, so that a cascade could find each holder's handle with one probe; a holder
 //     that had named the block with another hash (another engine's chain) cost a scan of its whole

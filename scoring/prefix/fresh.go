@@ -10,10 +10,10 @@ const pageBytes = 4096
 // zero); a table is then filled by probing, and a probe reads a slot before it writes one. The first
 // read of a fresh page maps the kernel's shared zero page, and the first write after it replaces that
 // mapping, which flushes the old translation on every CPU the process runs on: an inter-processor
-// interrupt to the cores answering queries, one per page. A handle table grown from 10 MB to 15 MB
-// sent about 3,700 of them in the few milliseconds of its rehash, and a query running then took them
-// all: 45 k of the 47 k TLB shootdowns of a 4 s run of kvroute bench indexer came from rehash's
-// probes (traced with the tlb:tlb_flush event). A first write maps a page of its own at once and flushes
+// interrupt to the cores answering queries, one per page: a 15 MB table's rehash would send about
+// 3,700 in a few milliseconds, and a query running then takes them all. 45 k of the 47 k TLB
+// shootdowns of a 4 s run of kvroute bench indexer came from rehash's probes (traced with the
+// tlb:tlb_flush event). A first write maps a page of its own at once and flushes
 // nothing. Memory the heap reuses was cleared by the runtime (written), so this only matters, and only
 // costs a store per page, for fresh memory.
 func writeFirst[T any](s []T) {
