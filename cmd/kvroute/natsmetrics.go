@@ -36,6 +36,7 @@ var (
 		natsCounter("kvroute_nats_event_unknown_worker_total", "KV event batches of workers not in the fleet, dropped.", func(s *natsplane.SourceStats) uint64 { return s.UnknownWorker }),
 		natsCounter("kvroute_nats_event_dropped_total", "KV event messages the NATS client dropped (slow consumer, core NATS).", func(s *natsplane.SourceStats) uint64 { return s.Dropped }),
 		natsCounter("kvroute_nats_consumer_errors_total", "Errors of the durable stream's consumer (it recovers).", func(s *natsplane.SourceStats) uint64 { return s.ConsumeErrors }),
+		natsCounter("kvroute_nats_consumer_restarts_total", "Durable stream consumers replaced after delivering nothing for 5 s while the stream held more.", func(s *natsplane.SourceStats) uint64 { return s.Restarts }),
 		natsCounter("kvroute_nats_snapshots_written_total", "Index snapshots this frontend wrote to the object store.", func(s *natsplane.SourceStats) uint64 { return s.Snapshots }),
 		natsCounter("kvroute_nats_snapshots_skipped_total", "Index snapshots skipped: the store held another frontend's near this one's position.", func(s *natsplane.SourceStats) uint64 { return s.SnapshotsSkipped }),
 		natsGauge("kvroute_nats_snapshot_restored_entries", "Index entries restored from a snapshot at start.", func(s *natsplane.SourceStats) uint64 { return s.Restored }),

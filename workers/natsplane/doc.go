@@ -52,6 +52,9 @@
 //     the single writer explicit across the ordered consumer's internal resets. It owns the Injector, the
 //     per-rank sequence state and the decode Batch. A snapshot runs inline on that goroutine: no batch
 //     enters between Fleet.Sync (a barrier through every mirror and shard) and Indexer.Dump.
+//   - Source's stall watch (durable): one goroutine reads the stream's last sequence every StallAfter/4
+//     and, on a stall, swaps the consumer under ccMu; handle skips any message at or below the applied
+//     stream position, so the old consumer's late deliveries and the new one's overlap are harmless.
 //   - ReplicaSync: the request path only enqueues into the bounded queue "natsplane.replica"
 //     (QueueSize, default 100,000; full → the newest event is dropped and counted); one publisher
 //     goroutine drains it; the subscription's goroutine applies remote events (Router.ApplyRemote).

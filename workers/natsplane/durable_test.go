@@ -102,3 +102,34 @@ func TestSnapshotRestore(t *testing.T) {
 	runWorkload(t, ws, p, 100, 16)
 	converge(t, fs, ws, 20*time.Second)
 }
+
+// TestDurableSourceReplacesStalledConsumer: an ordered consumer that goes silent while the stream grows
+// (one left waiting after its server shut down stalled a frontend this way) is replaced once the
+// frontend's position has not moved for StallAfter; the new consumer starts after the last applied
+// stream sequence, and the index catches up with no gap.
+func TestDurableSourceReplacesStalledConsumer(t *testing.T) {
+	c := startTestCluster(t)
+	ws := startSimWorkers(t, 2, 96)
+	scfg := DefaultSourceConfig()
+	scfg.Durable, scfg.Replicas, scfg.StallAfter = true, 3, 300*time.Millisecond
+	f := startFrontend(t, c.URL(), ws, scfg, nil)
+	for _, w := range ws {
+		startRelay(t, c.URL(), w, true)
+	}
+	p := newPrompts(4, 4)
+	runWorkload(t, ws, p, 40, 8)
+	converge(t, []*frontend{f}, ws, 20*time.Second)
+
+	// Silence the consumer behind the source's back: it delivers nothing more and reports no error.
+	f.src.ccMu.Lock()
+	f.src.cc.Stop()
+	f.src.ccMu.Unlock()
+	before := f.src.Stats()
+	runWorkload(t, ws, p, 40, 8)
+	converge(t, []*frontend{f}, ws, 20*time.Second)
+	st := f.src.Stats()
+	if st.Restarts == before.Restarts || st.StreamSeq <= before.StreamSeq || st.Gaps != 0 || st.BadMessages != 0 {
+		t.Fatalf("stalled consumer not replaced cleanly: before %+v, after %+v", before, st)
+	}
+	t.Logf("frontend: %+v", st)
+}

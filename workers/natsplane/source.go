@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -36,18 +37,25 @@ type SourceConfig struct {
 	// PendingMsgs bounds the core subscription's client-side queue ("natsplane.events"); messages beyond
 	// it are dropped by the client and counted in SourceStats.Dropped. Default 1,000,000.
 	PendingMsgs int
+	// StallAfter (durable) is how long the ordered consumer may deliver nothing while the stream holds
+	// messages past this frontend's position before the source replaces it with a new one that starts
+	// after the last applied stream sequence (SourceStats.Restarts). The client library recovers from
+	// most failures itself; this is the backstop for one it does not (a consumer left silent after its
+	// server shut down), which would otherwise leave the index stale for good. Default 5 s; negative
+	// disables.
+	StallAfter time.Duration
 }
 
 // DefaultSourceConfig is core NATS, restore on, snapshots off.
 func DefaultSourceConfig() SourceConfig {
-	return SourceConfig{Replicas: 1, Restore: true, PendingMsgs: 1_000_000}
+	return SourceConfig{Replicas: 1, Restore: true, PendingMsgs: 1_000_000, StallAfter: 5 * time.Second}
 }
 
 // SourceStats are an event source's counters.
 type SourceStats struct {
 	Messages      uint64 // event messages received
 	Batches       uint64 // batches delivered to mirrors
-	Duplicates    uint64 // batches at or below the last sequence of their (worker, rank), skipped
+	Duplicates    uint64 // batches at or below the last sequence of their (worker, rank) or the stream position, skipped
 	Gaps          uint64 // sequence jumps (events lost upstream of the source)
 	Resets        uint64 // engine restarts and relay epochs that cleared a (worker, rank)
 	BadMessages   uint64 // undecodable messages
@@ -60,7 +68,9 @@ type SourceStats struct {
 	Restored         uint64 // index entries restored from a snapshot
 	StreamSeq        uint64 // last stream sequence applied (durable)
 	ConsumeErrors    uint64 // consumer errors (missed heartbeats, node loss); the ordered consumer recovers
-	LastError        string // the latest consumer error
+	// Restarts counts ordered consumers replaced after a stall (SourceConfig.StallAfter).
+	Restarts  uint64
+	LastError string // the latest consumer error
 }
 
 // rankState is the sequence state of one (worker, dp rank) on the plane.
@@ -87,12 +97,18 @@ type Source struct {
 	since  int
 
 	sub  *nats.Subscription
-	cc   jetstream.ConsumeContext
 	js   jetstream.JetStream
 	objs jetstream.ObjectStore
 
-	messages, batches, dups, gaps, resets, bad, unknown, snapshots, snapSkipped, restored, streamSeq, consumeErrs atomic.Uint64
-	lastErr                                                                                                       atomic.Pointer[string]
+	ccMu     sync.Mutex // the current ordered consumer: Start, the stall watch and Stop replace or stop it
+	cc       jetstream.ConsumeContext
+	occ      jetstream.OrderedConsumerConfig // the first consumer's configuration; a restart starts after streamSeq
+	stop     chan struct{}                   // closed by Stop: ends the stall watch
+	stopOnce sync.Once
+	watch    routine.Group
+
+	messages, batches, dups, gaps, resets, bad, unknown, snapshots, snapSkipped, restored, streamSeq, consumeErrs, restarts atomic.Uint64
+	lastErr                                                                                                                 atomic.Pointer[string]
 }
 
 // EventSink takes decoded batches into the fleet's mirrors, as a worker's own ZMQ subscriber would hand
@@ -134,7 +150,7 @@ func NewSource(nc *nats.Conn, fl Fleet, cfg SourceConfig) (*Source, error) {
 	if !cfg.Durable && cfg.SnapshotThreshold > 0 {
 		return nil, fmt.Errorf("%w: snapshots need --durable-kv-events", ErrBadConfig)
 	}
-	s := &Source{cfg: cfg, nc: nc, fleet: fl, inj: fl.Sink, states: map[prefix.WorkerKey]*rankState{}}
+	s := &Source{cfg: cfg, nc: nc, fleet: fl, inj: fl.Sink, states: map[prefix.WorkerKey]*rankState{}, stop: make(chan struct{})}
 	if cfg.Durable {
 		js, err := jetstream.New(nc)
 		if err != nil {
@@ -176,6 +192,21 @@ func (s *Source) Start(ctx context.Context) error {
 			occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
 		}
 	}
+	s.occ = occ
+	s.ccMu.Lock()
+	err = s.consume(ctx, occ)
+	s.ccMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if s.cfg.StallAfter > 0 {
+		s.watch.Go(sourceStallWatch, s.watchStalls)
+	}
+	return nil
+}
+
+// consume starts an ordered consumer with occ and makes it the current one. ccMu is held.
+func (s *Source) consume(ctx context.Context, occ jetstream.OrderedConsumerConfig) error {
 	cons, err := s.js.OrderedConsumer(ctx, EventStream, occ)
 	if err != nil {
 		return fmt.Errorf("natsplane: ordered consumer: %w", err)
@@ -199,14 +230,87 @@ func (s *Source) Start(ctx context.Context) error {
 	return nil
 }
 
+// sourceStallWatch is the durable source's stall watch; Stop joins it.
+var sourceStallWatch = routine.Named("natsplane.source-stall-watch")
+
+// watchStalls checks the stream's last sequence every StallAfter/4 and replaces the ordered consumer when
+// this frontend's position has not moved for StallAfter while the stream holds messages past it. The
+// replacement starts after the last applied sequence; a message the old consumer still delivers is
+// skipped by handle (at or below the position).
+func (s *Source) watchStalls() {
+	tick := time.NewTicker(max(s.cfg.StallAfter/4, time.Millisecond))
+	defer tick.Stop()
+	pos, moved := s.streamSeq.Load(), time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-tick.C:
+			if p := s.streamSeq.Load(); p != pos {
+				pos, moved = p, now
+				continue
+			}
+			if now.Sub(moved) < s.cfg.StallAfter || !s.streamAhead(pos) {
+				continue
+			}
+			if s.restart(pos) {
+				moved = time.Now()
+			}
+		}
+	}
+}
+
+// streamAhead reports whether the event stream holds a message past stream sequence pos.
+func (s *Source) streamAhead(pos uint64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StallAfter)
+	defer cancel()
+	st, err := s.js.Stream(ctx, EventStream)
+	if err != nil {
+		return false
+	}
+	info, err := st.Info(ctx)
+	return err == nil && info.State.LastSeq > pos
+}
+
+// restart stops the current ordered consumer and starts a new one after stream sequence pos.
+func (s *Source) restart(pos uint64) bool {
+	s.ccMu.Lock()
+	defer s.ccMu.Unlock()
+	select {
+	case <-s.stop:
+		return false
+	default:
+	}
+	if s.cc != nil {
+		s.cc.Stop()
+	}
+	occ := s.occ
+	occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos+1
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StallAfter)
+	defer cancel()
+	if err := s.consume(ctx, occ); err != nil {
+		msg := err.Error()
+		s.lastErr.Store(&msg)
+		s.cc = nil
+		return false
+	}
+	s.restarts.Add(1)
+	return true
+}
+
 // Stop unsubscribes. Batches already delivered still reach the index.
 func (s *Source) Stop() {
 	if s.sub != nil {
 		_ = s.sub.Unsubscribe()
 	}
+	s.ccMu.Lock()
+	s.stopOnce.Do(func() { close(s.stop) })
 	if s.cc != nil {
 		s.cc.Stop()
 	}
+	s.ccMu.Unlock()
+	s.watch.Stop()
+	s.watch.Wait()
 	s.mu.Lock() // wait for a handle in progress
 	s.mu.Unlock()
 }
@@ -216,7 +320,8 @@ func (s *Source) Stats() SourceStats {
 	st := SourceStats{Messages: s.messages.Load(), Batches: s.batches.Load(), Duplicates: s.dups.Load(), Gaps: s.gaps.Load(),
 		Resets: s.resets.Load(), BadMessages: s.bad.Load(), UnknownWorker: s.unknown.Load(), Snapshots: s.snapshots.Load(),
 		SnapshotsSkipped: s.snapSkipped.Load(),
-		Restored:         s.restored.Load(), StreamSeq: s.streamSeq.Load(), ConsumeErrors: s.consumeErrs.Load()}
+		Restored:         s.restored.Load(), StreamSeq: s.streamSeq.Load(), ConsumeErrors: s.consumeErrs.Load(),
+		Restarts: s.restarts.Load()}
 	if e := s.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
@@ -244,6 +349,11 @@ func (s *Source) Forget(workerID uint64) {
 func (s *Source) handle(subject string, h nats.Header, data []byte, streamSeq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if streamSeq != 0 && streamSeq <= s.streamSeq.Load() {
+		// Delivered again: by a consumer replaced after a stall, or one restarted from a snapshot's position.
+		s.dups.Add(1)
+		return
+	}
 	s.messages.Add(1)
 	if err := s.apply(subject, h, data); err != nil {
 		switch {
