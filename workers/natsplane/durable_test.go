@@ -119,6 +119,30 @@ func TestDurableSourceReplacesStalledConsumer(t *testing.T) {
 	p := newPrompts(4, 4)
 	runWorkload(t, ws, p, 40, 8)
 	converge(t, []*frontend{f}, ws, 20*time.Second)
+	// At the stream's last sequence the watch sees nothing to restart for; one message behind, it would
+	// (read again while a late event moves the stream meanwhile).
+	stream, err := f.src.js.Stream(context.Background(), EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastSeq := func() uint64 {
+		info, err := stream.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	for tries := 0; ; tries++ {
+		last := lastSeq()
+		atLast, behind := f.src.streamAhead(last), f.src.streamAhead(last-1)
+		if lastSeq() != last && tries < 100 {
+			continue
+		}
+		if atLast || !behind {
+			t.Fatalf("stream at %d: ahead of %d %v (want false), ahead of %d %v (want true)", last, last, atLast, last-1, behind)
+		}
+		break
+	}
 
 	// Silence the consumer behind the source's back: it delivers nothing more and reports no error.
 	f.src.ccMu.Lock()
