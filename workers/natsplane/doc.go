@@ -42,9 +42,10 @@
 // kv-events.*, one hour MaxAge, R = --nats-replicas): each batch is acknowledged before the next one is
 // sent, retried with backoff until it is, and carries a Nats-Msg-Id (worker.rank.epoch.resets.seq) so a
 // retry is stored once. Frontends read it with an ordered consumer, which resumes after the last stream
-// sequence it delivered when its server goes away. The source also watches its own position: when it
-// has not moved for SourceConfig.StallAfter (5 s) while the stream holds a later message, it replaces
-// the consumer with one that starts after the last applied sequence. In one CI run a consumer whose
+// sequence it delivered when its server goes away. The source also watches its own position: once the
+// stream has held a later message for SourceConfig.StallAfter (5 s) with the position unmoved and no
+// message being applied (a snapshot runs inside the apply), it replaces the consumer with one that starts
+// after the last applied sequence. In one CI run a consumer whose
 // server shut down reported the shutdown once and then nothing more (not even a missed heartbeat) while
 // it delivered nothing for the rest of the test: the client library's own recovery never began. In ten
 // runs of TestDurableSurvivesNodeLoss with the watch, it restarted 8 of the 30 frontends (5 after a
@@ -59,7 +60,7 @@
 //     per-rank sequence state and the decode Batch. A snapshot runs inline on that goroutine: no batch
 //     enters between Fleet.Sync (a barrier through every mirror and shard) and Indexer.Dump.
 //   - Source's stall watch (durable): one goroutine reads the stream's last sequence every StallAfter/4
-//     and, on a stall, swaps the consumer under ccMu; handle skips any message at or below the applied
+//     while the position does not move and, on a stall, swaps the consumer under ccMu; handle skips any message at or below the applied
 //     stream position, so the old consumer's late deliveries and the new one's overlap are harmless.
 //   - ReplicaSync: the request path only enqueues into the bounded queue "natsplane.replica"
 //     (QueueSize, default 100,000; full → the newest event is dropped and counted); one publisher

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 // TestDurableSurvivesNodeLoss: in durable mode, killing one of three NATS nodes in the middle of a
@@ -156,4 +158,39 @@ func TestDurableSourceReplacesStalledConsumer(t *testing.T) {
 		t.Fatalf("stalled consumer not replaced cleanly: before %+v, after %+v", before, st)
 	}
 	t.Logf("frontend: %+v", st)
+}
+
+// TestDurableSourceWaitsForSlowApply: a message being applied (a snapshot runs inside the handler and can
+// take seconds) is not a stall, however long the stream is held ahead meanwhile: the watch restarts
+// nothing, and the index catches up once the apply ends.
+func TestDurableSourceWaitsForSlowApply(t *testing.T) {
+	c := startTestCluster(t)
+	ws := startSimWorkers(t, 2, 96)
+	scfg := DefaultSourceConfig()
+	scfg.Durable, scfg.Replicas, scfg.StallAfter = true, 3, time.Second
+	f := startFrontend(t, c.URL(), ws, scfg, nil)
+	for _, w := range ws {
+		startRelay(t, c.URL(), w, true)
+	}
+	p := newPrompts(5, 4)
+	runWorkload(t, ws, p, 20, 8)
+	converge(t, []*frontend{f}, ws, 20*time.Second)
+
+	f.src.mu.Lock() // the next message's apply holds here, as a snapshot would hold it
+	runWorkload(t, ws, p, 20, 8)
+	testutil.Until(t, 20*time.Second, "a message in hand", func() string {
+		if f.src.handling.Load() == 0 {
+			return "no handle call in progress"
+		}
+		return ""
+	})
+	// Three times StallAfter in hand: without the handling guard the watch restarts the consumer here
+	// (the stream is ahead and the position does not move). A slower machine only gives it less time.
+	time.Sleep(3 * scfg.StallAfter)
+	restarts := f.src.Stats().Restarts
+	f.src.mu.Unlock()
+	converge(t, []*frontend{f}, ws, 20*time.Second)
+	if st := f.src.Stats(); restarts != 0 || st.Gaps != 0 || st.BadMessages != 0 {
+		t.Fatalf("a slow apply taken for a stall: %d restarts while it held, stats %+v", restarts, st)
+	}
 }

@@ -109,6 +109,7 @@ type Source struct {
 
 	messages, batches, dups, gaps, resets, bad, unknown, snapshots, snapSkipped, restored, streamSeq, consumeErrs, restarts atomic.Uint64
 	lastErr                                                                                                                 atomic.Pointer[string]
+	handling                                                                                                                atomic.Int32 // handle calls in progress
 }
 
 // EventSink takes decoded batches into the fleet's mirrors, as a worker's own ZMQ subscriber would hand
@@ -233,28 +234,29 @@ func (s *Source) consume(ctx context.Context, occ jetstream.OrderedConsumerConfi
 // sourceStallWatch is the durable source's stall watch; Stop joins it.
 var sourceStallWatch = routine.Named("natsplane.source-stall-watch")
 
-// watchStalls checks the stream's last sequence every StallAfter/4 and replaces the ordered consumer when
-// this frontend's position has not moved for StallAfter while the stream holds messages past it. The
-// replacement starts after the last applied sequence; a message the old consumer still delivers is
-// skipped by handle (at or below the position).
+// watchStalls checks the stream's last sequence every StallAfter/4 (while the position is not moving)
+// and replaces the ordered consumer once the stream has held messages past this frontend's position for
+// StallAfter with the position unmoved and no message being applied (a snapshot, which runs inside
+// handle, is not a stall). The replacement starts after the last applied sequence; a message the old
+// consumer still delivers is skipped by handle (at or below the position). A stream whose information
+// cannot be read counts as caught up: a new consumer could not be made either.
 func (s *Source) watchStalls() {
 	tick := time.NewTicker(max(s.cfg.StallAfter/4, time.Millisecond))
 	defer tick.Stop()
-	pos, moved := s.streamSeq.Load(), time.Now()
+	// since is when the position was last seen moving, in hand, or caught up with the stream: a stall is
+	// the stream held ahead of an unmoving position for StallAfter, not an idle stretch before a message.
+	pos, since := s.streamSeq.Load(), time.Now()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case now := <-tick.C:
-			if p := s.streamSeq.Load(); p != pos {
-				pos, moved = p, now
+			if p := s.streamSeq.Load(); p != pos || s.handling.Load() != 0 || !s.streamAhead(p) {
+				pos, since = p, now
 				continue
 			}
-			if now.Sub(moved) < s.cfg.StallAfter || !s.streamAhead(pos) {
-				continue
-			}
-			if s.restart(pos) {
-				moved = time.Now()
+			if now.Sub(since) >= s.cfg.StallAfter && s.restart(pos) {
+				since = time.Now()
 			}
 		}
 	}
@@ -347,6 +349,8 @@ func (s *Source) Forget(workerID uint64) {
 
 // handle applies one event message; streamSeq is its JetStream stream sequence (0 in core mode).
 func (s *Source) handle(subject string, h nats.Header, data []byte, streamSeq uint64) {
+	s.handling.Add(1) // a message in hand is progress to the stall watch (a snapshot can take seconds)
+	defer s.handling.Add(-1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if streamSeq != 0 && streamSeq <= s.streamSeq.Load() {
