@@ -354,7 +354,8 @@ func (s *Source) handle(subject string, h nats.Header, data []byte, streamSeq ui
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if streamSeq != 0 && streamSeq <= s.streamSeq.Load() {
-		// Delivered again: by a consumer replaced after a stall, or one restarted from a snapshot's position.
+		// At or below the position: a consumer replaced after a stall may still deliver, and its
+		// replacement starts right after the position.
 		s.dups.Add(1)
 		return
 	}
