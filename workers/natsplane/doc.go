@@ -48,8 +48,8 @@
 // after the last applied sequence. In one CI run a consumer whose
 // server shut down reported the shutdown once and then nothing more (not even a missed heartbeat) while
 // it delivered nothing for the rest of the test: the client library's own recovery never began. In ten
-// runs of TestDurableSurvivesNodeLoss with the watch, it restarted 8 of the 30 frontends (5 after a
-// reported shutdown, 3 with no error at all), and every run converged.
+// runs of TestDurableSurvivesNodeLoss with the watch, it restarted 6 of the 30 frontends (2 after a
+// reported shutdown, 4 with no error reported), and every run converged.
 //
 // # Concurrency model
 //
