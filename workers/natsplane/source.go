@@ -266,12 +266,8 @@ func (s *Source) watchStalls() {
 func (s *Source) streamAhead(pos uint64) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StallAfter)
 	defer cancel()
-	st, err := s.js.Stream(ctx, EventStream)
-	if err != nil {
-		return false
-	}
-	info, err := st.Info(ctx)
-	return err == nil && info.State.LastSeq > pos
+	st, err := s.js.Stream(ctx, EventStream) // one stream-info request; CachedInfo holds its answer
+	return err == nil && st.CachedInfo().State.LastSeq > pos
 }
 
 // restart stops the current ordered consumer and starts a new one after stream sequence pos.
