@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/testutil"
+	"github.com/kvroute/kvroute/workers/mocker"
 )
 
 // TestDurableSurvivesNodeLoss: in durable mode, killing one of three NATS nodes in the middle of a
@@ -105,19 +106,27 @@ func TestSnapshotRestore(t *testing.T) {
 	converge(t, fs, ws, 20*time.Second)
 }
 
+// startStallWatched starts a three-node cluster, two simulated workers with durable relays, and one
+// durable frontend whose stall watch fires after stall.
+func startStallWatched(t *testing.T, stall time.Duration) (*frontend, []*mocker.Worker) {
+	t.Helper()
+	c := startTestCluster(t)
+	ws := startSimWorkers(t, 2, 96)
+	scfg := DefaultSourceConfig()
+	scfg.Durable, scfg.Replicas, scfg.StallAfter = true, 3, stall
+	f := startFrontend(t, c.URL(), ws, scfg, nil)
+	for _, w := range ws {
+		startRelay(t, c.URL(), w, true)
+	}
+	return f, ws
+}
+
 // TestDurableSourceReplacesStalledConsumer: an ordered consumer that goes silent while the stream grows
 // (one left waiting after its server shut down stalled a frontend this way) is replaced once the
 // frontend's position has not moved for StallAfter; the new consumer starts after the last applied
 // stream sequence, and the index catches up with no gap.
 func TestDurableSourceReplacesStalledConsumer(t *testing.T) {
-	c := startTestCluster(t)
-	ws := startSimWorkers(t, 2, 96)
-	scfg := DefaultSourceConfig()
-	scfg.Durable, scfg.Replicas, scfg.StallAfter = true, 3, 300*time.Millisecond
-	f := startFrontend(t, c.URL(), ws, scfg, nil)
-	for _, w := range ws {
-		startRelay(t, c.URL(), w, true)
-	}
+	f, ws := startStallWatched(t, 300*time.Millisecond)
 	p := newPrompts(4, 4)
 	runWorkload(t, ws, p, 40, 8)
 	converge(t, []*frontend{f}, ws, 20*time.Second)
@@ -164,14 +173,8 @@ func TestDurableSourceReplacesStalledConsumer(t *testing.T) {
 // take seconds) is not a stall, however long the stream is held ahead meanwhile: the watch restarts
 // nothing, and the index catches up once the apply ends.
 func TestDurableSourceWaitsForSlowApply(t *testing.T) {
-	c := startTestCluster(t)
-	ws := startSimWorkers(t, 2, 96)
-	scfg := DefaultSourceConfig()
-	scfg.Durable, scfg.Replicas, scfg.StallAfter = true, 3, time.Second
-	f := startFrontend(t, c.URL(), ws, scfg, nil)
-	for _, w := range ws {
-		startRelay(t, c.URL(), w, true)
-	}
+	const stallAfter = time.Second
+	f, ws := startStallWatched(t, stallAfter)
 	p := newPrompts(5, 4)
 	runWorkload(t, ws, p, 20, 8)
 	converge(t, []*frontend{f}, ws, 20*time.Second)
@@ -186,7 +189,7 @@ func TestDurableSourceWaitsForSlowApply(t *testing.T) {
 	})
 	// Three times StallAfter in hand: without the handling guard the watch restarts the consumer here
 	// (the stream is ahead and the position does not move). A slower machine only gives it less time.
-	time.Sleep(3 * scfg.StallAfter)
+	time.Sleep(3 * stallAfter)
 	restarts := f.src.Stats().Restarts
 	f.src.mu.Unlock()
 	converge(t, []*frontend{f}, ws, 20*time.Second)
