@@ -13,8 +13,13 @@
 // Reads never wait for writes. Each shard keeps two views of its tree (left-right): the index's own
 // (prefix.Index embeds its prefix.View) and a copy (prefix.Index.NewView). Readers (Match, FindMatches)
 // run on the caller's goroutine, never touch a mailbox or a lock: they count themselves into the view that
-// shard.live names, re-check live (retrying only if the writer published in between), read, and count
-// themselves out; a query enters every shard's view before it reads any and leaves each after its walk.
+// the shard's gate names (gate.live), re-check live (retrying only if the writer published in between),
+// read, and count themselves out; a query enters every shard's view before it reads any and leaves each
+// after its walk. The gates (live, both views' reader counts and the views, a cache line a shard) are one
+// array, and a query loads every gate's live before its first count: the count's atomic add waits for the
+// loads before it, so with each shard's counters in its own struct a cold query queued two misses per
+// shard, one after another. Phases of the 20 s bench's queries timed apart (a one-off build): entering four
+// shards, p99 2.1 → 0.9 µs, and in the slowest 1 % of queries p50 1.45 → 0.37–0.57 µs.
 // The shard actor is the only writer; per write it
 //
 //  1. waits until no reader is left in the index's view (readers have been on the copy since the last

@@ -45,6 +45,7 @@ type Indexer struct {
 	system *actor.ActorSystem
 	root   *actor.PID
 	shards []*shard
+	gates  []gate // shards[i].g is &gates[i]
 	pids   []*actor.PID
 
 	mu      sync.Mutex // guards assign, counts and stopped (control plane only)
@@ -86,11 +87,12 @@ func New(system *actor.ActorSystem, cfg Config) (*Indexer, error) {
 	x := &Indexer{
 		system: system,
 		shards: make([]*shard, cfg.Shards),
+		gates:  make([]gate, cfg.Shards),
 		assign: make(map[uint64]int),
 		counts: make([]int, cfg.Shards),
 	}
 	for i := range x.shards {
-		x.shards[i] = newShard(cfg.MailboxSize)
+		x.shards[i] = newShard(&x.gates[i], cfg.MailboxSize)
 	}
 	ready := make(chan []*actor.PID, 1)
 	props := actor.PropsFromProducer(func() actor.Actor {
@@ -209,20 +211,25 @@ func (x *Indexer) Match(local []uint64, m *prefix.Matches) {
 func (x *Indexer) read(local []uint64, out []prefix.Score, m *prefix.Matches) []prefix.Score {
 	var q prefix.Query // the query's chunk sums, computed once for every shard
 	q.Reset(local)
-	if len(x.shards) > maxAhead {
-		for _, s := range x.shards {
-			ix, k := s.enter()
-			out = readView(ix, &q, out, m)
-			s.leave(k)
+	gates := x.gates
+	if len(gates) > maxAhead {
+		for i := range gates {
+			g := &gates[i]
+			v, k := g.enter(g.live.Load())
+			out = readView(v, &q, out, m)
+			g.leave(k)
 		}
 		return out
 	}
 	var views [maxAhead]*prefix.View
 	var ks [maxAhead]uint32
 	var ahead [maxAhead]prefix.Ahead
-	n := len(x.shards)
-	for i, s := range x.shards {
-		views[i], ks[i] = s.enter()
+	n := len(gates)
+	for i := range gates {
+		ks[i] = gates[i].live.Load() // every gate's line at once, before the first atomic add waits for them
+	}
+	for i := range gates {
+		views[i], ks[i] = gates[i].enter(ks[i])
 		ahead[i].Reset(views[i], &q)
 	}
 	for more := true; more; {
@@ -233,9 +240,9 @@ func (x *Indexer) read(local []uint64, out []prefix.Score, m *prefix.Matches) []
 			}
 		}
 	}
-	for i, s := range x.shards {
+	for i := range gates {
 		out = readView(views[i], &q, out, m)
-		s.leave(ks[i])
+		gates[i].leave(ks[i])
 	}
 	return out
 }

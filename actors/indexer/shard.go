@@ -32,10 +32,8 @@ type WorkerStats struct {
 // brings the copy up to date once the readers that were on it have left, and publishes the copy again. The
 // struct outlives actor restarts, so a restarted shard keeps its index.
 type shard struct {
-	idx     *prefix.Index
-	views   [2]*prefix.View // views[0] is idx's own, views[1] the copy
-	live    atomic.Uint32   // the view readers enter
-	readers [2]readerCount  // readers inside each view
+	idx *prefix.Index
+	g   *gate // readers' entrance: the views, the one to enter, and who is inside
 
 	// mu is held by the actor while it writes idx, and by the control-plane reads of idx (Blocks, Size,
 	// Stats, Dump); it also guards stats.
@@ -59,31 +57,43 @@ type shard struct {
 	applied [numStatus][numEventType]atomic.Uint64
 }
 
-// readerCount is padded to a cache line of its own: both copies' counters are written by every reader.
-type readerCount struct {
-	n atomic.Int64
-	_ [56]byte
+// gate is what a reader of a shard touches before its view: which view is live, how many readers are
+// inside each, and the views. It is one cache line, and the gates of an indexer's shards are one array
+// (Indexer.gates), so that a query entering every shard asks for one page of lines, all at once (read),
+// rather than a chain of two misses per shard: the counter's atomic add waits for every load before it,
+// so entering shard after shard from separate structs queued eight misses on a cold query.
+type gate struct {
+	live    atomic.Uint32              // the view readers enter
+	readers [2]atomic.Int64            // readers inside each view
+	views   [2]*prefix.View            // views[0] is the index's own, views[1] the copy
+	_       [64 - 4 - 4 - 16 - 16]byte // to a cache line (make([]gate, n) is line-aligned: its size class is a multiple of 64 bytes)
 }
 
-// enter returns the view a reader may read until it calls leave with the same number. It never blocks:
-// it retries only when the writer published between its two loads of live.
-func (s *shard) enter() (*prefix.View, uint32) {
+// enter returns the view a reader may read until it calls leave with the same number; k is a load of
+// live made a moment before (the caller's, so that it can load every gate's at once). It never blocks:
+// it retries only when the writer published between the two loads.
+func (g *gate) enter(k uint32) (*prefix.View, uint32) {
 	for {
-		k := s.live.Load()
-		s.readers[k].n.Add(1)
-		if s.live.Load() == k {
-			return s.views[k], k
+		g.readers[k].Add(1)
+		if g.live.Load() == k {
+			return g.views[k], k
 		}
-		s.readers[k].n.Add(-1)
+		g.readers[k].Add(-1)
+		k = g.live.Load()
 	}
 }
 
-func (s *shard) leave(k uint32) { s.readers[k].n.Add(-1) }
+func (g *gate) leave(k uint32) { g.readers[k].Add(-1) }
+
+// enter is the gate's enter for a reader of this shard alone.
+func (s *shard) enter() (*prefix.View, uint32) { return s.g.enter(s.g.live.Load()) }
+
+func (s *shard) leave(k uint32) { s.g.leave(k) }
 
 // waitReaders waits until no reader is inside view k; live no longer names it, so none can enter. The
 // readers inside entered before the last publication, at most a query's duration ago.
-func (s *shard) waitReaders(k uint32) {
-	for s.readers[k].n.Load() != 0 {
+func (g *gate) waitReaders(k uint32) {
+	for g.readers[k].Load() != 0 {
 		runtime.Gosched()
 	}
 }
@@ -92,7 +102,7 @@ func (s *shard) waitReaders(k uint32) {
 // message: readers are moved to the copy, the index is written and sealed (its chunk sums brought up to
 // date), readers are moved back to the index's view, and the copy is synced for the next write.
 func (s *shard) write(batch []shardMessage, next *int) {
-	s.waitReaders(0) // readers are on the copy since the last write
+	s.g.waitReaders(0) // readers are on the copy since the last write
 	s.mu.Lock()
 	func() {
 		defer s.mu.Unlock()
@@ -102,10 +112,10 @@ func (s *shard) write(batch []shardMessage, next *int) {
 		}
 		s.idx.Seal()
 	}()
-	s.live.Store(0)
-	s.waitReaders(1)
-	s.idx.Sync(s.views[1])
-	s.live.Store(1)
+	s.g.live.Store(0)
+	s.g.waitReaders(1)
+	s.idx.Sync(s.g.views[1])
+	s.g.live.Store(1)
 }
 
 // applyTo applies one message to the index (shard actor, under mu).
@@ -154,11 +164,13 @@ func statusOf(err error) int {
 	return statusInvalidBlock
 }
 
-func newShard(maxPending int) *shard {
+// newShard returns a shard whose readers enter through g.
+func newShard(g *gate, maxPending int) *shard {
 	idx := prefix.New()
-	s := &shard{idx: idx, views: [2]*prefix.View{&idx.View, idx.NewView()}, stats: make(map[uint64]*WorkerStats), maxPending: maxPending}
+	g.views = [2]*prefix.View{&idx.View, idx.NewView()}
+	g.live.Store(1)
+	s := &shard{idx: idx, g: g, stats: make(map[uint64]*WorkerStats), maxPending: maxPending}
 	s.space = sync.NewCond(&s.pendMu)
-	s.live.Store(1)
 	return s
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/scoring/prefix"
@@ -46,7 +47,7 @@ func TestReadersNeverWaitForTheWriter(t *testing.T) {
 	}
 	// Both views now answer alike: the next reader may enter either.
 	for i := range 2 {
-		if out := s.views[i].FindMatches(q, nil); len(out) != 1 || out[0] != (prefix.Score{Worker: prefix.WorkerKey{WorkerID: 7}, Blocks: 4}) {
+		if out := s.g.views[i].FindMatches(q, nil); len(out) != 1 || out[0] != (prefix.Score{Worker: prefix.WorkerKey{WorkerID: 7}, Blocks: 4}) {
 			t.Fatalf("view %d answers %+v", i, out)
 		}
 	}
@@ -116,5 +117,13 @@ func TestMatchesUnderWorkerChurn(t *testing.T) {
 	}
 	if reads < 2 {
 		t.Fatalf("%d reads during the churn", reads)
+	}
+}
+
+// TestGateIsACacheLine: a shard's gate fills one cache line, so that the gates of an indexer's shards,
+// one array, put each on a line of its own.
+func TestGateIsACacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(gate{}); n != 64 {
+		t.Fatalf("gate is %d bytes, want 64", n)
 	}
 }
