@@ -96,7 +96,9 @@ func mergeSums(nd *node, base int, cd *node) {
 	nd.sums = append(nd.sums, cd.sums...)
 }
 
-// seal sums the whole chunks of nd's run that have no sum yet, and its edges.
+// seal sums the whole chunks of nd's run that have no sum yet, and its edges: head, the positions after
+// the first and before the first chunk boundary; tail, the positions after the last whole chunk (a run
+// with no whole chunk: from the boundary it crosses, or after its first position when it starts on one).
 func (nd *node) seal() {
 	k, n := len(nd.sums), wholeChunks(nd.start, len(nd.hashes))
 	if k < n {
@@ -104,16 +106,14 @@ func (nd *node) seal() {
 		nd.sums = slices.Grow(nd.sums, n-k)[:n]
 		chunkSums(nd.sums[k:], nd.hashes[off:])
 	}
-	nd.head, nd.tail, nd.edges = 0, 0, n > 0
-	if n == 0 {
-		return
-	}
-	a := headLen(nd.start)
+	nd.head, nd.tail, nd.edges = 0, 0, true
+	l := len(nd.hashes)
+	a := min(headLen(nd.start), l)
 	if a > 1 {
 		nd.head = partialSum(nd.hashes[1:a], nd.start+1)
 	}
-	if t := a + n*chunkLen; t < len(nd.hashes) {
-		nd.tail = partialSum(nd.hashes[t:], 0)
+	if t := max(a+n*chunkLen, 1); t < l {
+		nd.tail = partialSum(nd.hashes[t:], nd.start+uint32(t))
 	}
 }
 
@@ -145,7 +145,10 @@ func partialSum(h []uint64, at uint32) uint64 {
 // Cost: summing the positions appended or merged since the last Seal.
 func (ix *Index) Seal() {
 	for _, n := range ix.dirty {
-		if nd := &ix.nodes[n]; nd.live {
+		// A node sealed since its last write (edges set; touch clears them) is left alone: Sync seals
+		// again while readers are in the index's view, and rewriting a field they read, even with its
+		// own value, is a data race.
+		if nd := &ix.nodes[n]; nd.live && !nd.edges {
 			nd.seal()
 		}
 	}
@@ -236,6 +239,14 @@ func matchRun(nd *node, q *Query) int {
 			off = end
 		}
 		if i == len(nd.sums) && whole && nd.edges && partialSum(rest[off:], 0) == nd.tail {
+			return k
+		}
+	} else if whole && nd.edges && len(nd.sums) == 0 && k > 1 {
+		// A short run (no whole chunk), which the query covers: its edges' sums compare all of it but the
+		// first position, so that a path of short nodes does not read their runs from memory, a page each.
+		a := min(headLen(nd.start), k)
+		t := max(a, 1)
+		if (a <= 1 || partialSum(rest[1:a], nd.start+1) == nd.head) && partialSum(rest[t:], nd.start+uint32(t)) == nd.tail {
 			return k
 		}
 	}

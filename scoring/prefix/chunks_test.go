@@ -141,17 +141,19 @@ func checkChunks(ix *Index, sealed bool) error {
 		if sealed && len(nd.sums) != len(want) {
 			return fmt.Errorf("node %d sealed with %d of %d sums", n, len(nd.sums), len(want))
 		}
-		if sealed && nd.edges != (len(want) > 0) {
-			return fmt.Errorf("node %d sealed with %d sums, edges %v", n, len(want), nd.edges)
+		if sealed && !nd.edges {
+			return fmt.Errorf("node %d sealed without its edges' sums", n)
 		}
 		if nd.edges {
-			// The edges' sums are the terms of their positions, each at its place in its chunk.
+			// The edges' sums are the terms of their positions, each at its place in its chunk: head from
+			// the second position to the first chunk boundary, tail from the end of the last whole chunk
+			// (or that boundary, or the second position) to the run's end.
 			var head, tail uint64
-			a := headLen(nd.start)
+			a := min(headLen(nd.start), len(nd.hashes))
 			for i := 1; i < a; i++ {
 				head += nd.hashes[i] * chunkMul[(int(nd.start)+i)%chunkLen]
 			}
-			for i := a + len(nd.sums)*chunkLen; i < len(nd.hashes); i++ {
+			for i := max(a+len(nd.sums)*chunkLen, 1); i < len(nd.hashes); i++ {
 				tail += nd.hashes[i] * chunkMul[(int(nd.start)+i)%chunkLen]
 			}
 			if nd.head != head || nd.tail != tail {
@@ -198,6 +200,60 @@ func TestChunkSumsDetectEveryMismatch(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestShortRunSumsDetectEveryMismatch: a run with no whole chunk (a node between two splits), at depths
+// before, on and after a chunk boundary, and a query that covers it equal but for one hash, at every
+// position: the match stops exactly there (the edge whose sum differs is compared hash by hash), and a
+// query equal to the run matches all of it.
+func TestShortRunSumsDetectEveryMismatch(t *testing.T) {
+	for _, start := range []int{1, 5, 40, 63, 64, 65, 100} {
+		for _, n := range []int{2, 3, 10, 24, 30, 63} {
+			if wholeChunks(uint32(start), n) > 0 {
+				continue
+			}
+			ix := New()
+			view := ix.NewView()
+			all := start + n + 20
+			run := seq(1000, all)
+			// Worker 2 ends at start and worker 1 at start+n, so [start, start+n) is a node of its own.
+			for _, s := range []struct {
+				w, n int
+			}{{3, all}, {1, start + n}, {2, start}} {
+				if err := ix.Store(wk(uint64(s.w)), 0, false, blocks(1000, 1, s.n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ix.Sync(view)
+			var q Query
+			q.Reset(run)
+			if got := scoreOf(view.FindMatchesQuery(&q, nil), wk(1)); got != uint32(start+n) {
+				t.Fatalf("start %d, run %d: the whole run matched %d", start, n, got)
+			}
+			for at := start + 1; at < start+n; at++ {
+				bad := slices.Clone(run)
+				bad[at] ^= 1 << 50
+				q.Reset(bad)
+				got := view.FindMatchesQuery(&q, nil)
+				if b := scoreOf(got, wk(1)); b != uint32(at) {
+					t.Fatalf("start %d, run %d, mismatch at %d: worker 1 matched %d", start, n, at, b)
+				}
+				if b := scoreOf(got, wk(3)); b != uint32(at) {
+					t.Fatalf("start %d, run %d, mismatch at %d: worker 3 matched %d", start, n, at, b)
+				}
+			}
+		}
+	}
+}
+
+// scoreOf returns the blocks of w's Score in out (0 when it has none).
+func scoreOf(out []Score, w WorkerKey) uint32 {
+	for _, s := range out {
+		if s.Worker == w {
+			return s.Blocks
+		}
+	}
+	return 0
 }
 
 // TestChunkSumKernel: the vector kernel gives the scalar sums, for every batch length up to 20 chunks,
