@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"math/rand/v2"
-	"time"
 	"unsafe"
 
 	"github.com/kvroute/kvroute/internal/hugepage"
@@ -23,7 +21,7 @@ type MemoryLatency struct {
 }
 
 // chaseLine is the stride of the chase: one cache line.
-const chaseLine = 64
+const chaseLine = hugepage.ChaseLine
 
 // chaseSteps is how many dependent loads a measurement times.
 const chaseSteps = 1 << 20
@@ -34,7 +32,7 @@ const chaseSteps = 1 << 20
 func MeasureMemoryLatency(bytes int64) MemoryLatency {
 	lines := max(int(bytes/chaseLine), 2)
 	buf := make([]uint64, lines*chaseLine/8)
-	return MemoryLatency{Bytes: int64(lines) * chaseLine, Nanos: chase(buf, lines)}
+	return MemoryLatency{Bytes: int64(lines) * chaseLine, Nanos: hugepage.Chase(buf, chaseSteps)}
 }
 
 // MeasureHugeMemoryLatency is MeasureMemoryLatency through a buffer of 2 MiB pages (hugepage.Mapped),
@@ -47,46 +45,9 @@ func MeasureHugeMemoryLatency(bytes int64) MemoryLatency {
 		return m
 	}
 	defer release()
-	m.HugeNanos = chase(unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(raw))), lines*chaseLine/8), lines)
+	m.HugeNanos = hugepage.Chase(unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(raw))), lines*chaseLine/8), chaseSteps)
 	return m
 }
-
-// chase lays buf out (chaseBuffer) and returns the mean time of one dependent load through it.
-func chase(buf []uint64, lines int) float64 {
-	chaseBuffer(buf, lines)
-	p := uint64(0)
-	for range min(lines, chaseSteps) {
-		p = buf[p]
-	}
-	start := time.Now()
-	for range chaseSteps {
-		p = buf[p]
-	}
-	el := time.Since(start)
-	chaseSink = p
-	return float64(el.Nanoseconds()) / chaseSteps
-}
-
-// chaseBuffer lays lines cache lines of buf out as one random cycle: the first word of each line is the
-// index (in words) of the next line's first word.
-func chaseBuffer(buf []uint64, lines int) {
-	const words = chaseLine / 8
-	order := make([]uint32, lines)
-	for i := range order {
-		order[i] = uint32(i)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := lines - 1; i > 0; i-- { // Sattolo: a single cycle through every line
-		j := rng.IntN(i)
-		order[i], order[j] = order[j], order[i]
-	}
-	for i, l := range order {
-		buf[int(l)*words] = uint64(order[(i+1)%lines]) * words
-	}
-}
-
-// chaseSink keeps the chase's result alive, so that the loads are not dropped.
-var chaseSink uint64
 
 // IndexMemoryLatencies measures MeasureMemoryLatency at 1 MiB (cache), 32 MiB (a large last-level
 // cache) and the largest live heap of the runs (the index), capped at 2 GiB; the largest also through

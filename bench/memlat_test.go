@@ -6,31 +6,6 @@ import (
 	"github.com/kvroute/kvroute/internal/hugepage"
 )
 
-// TestChaseBufferIsOneCycle: the chase visits every line once before it comes back to the first, so a
-// measurement's loads spread over the whole buffer.
-func TestChaseBufferIsOneCycle(t *testing.T) {
-	for _, lines := range []int{2, 3, 64, 1000} {
-		buf := make([]uint64, lines*chaseLine/8)
-		chaseBuffer(buf, lines)
-		seen := make([]bool, lines)
-		p := uint64(0)
-		for step := range lines {
-			if p%(chaseLine/8) != 0 || p >= uint64(len(buf)) {
-				t.Fatalf("%d lines: step %d lands at word %d", lines, step, p)
-			}
-			l := p / (chaseLine / 8)
-			if seen[l] {
-				t.Fatalf("%d lines: line %d visited twice within %d steps", lines, l, step)
-			}
-			seen[l] = true
-			p = buf[p]
-		}
-		if p != 0 {
-			t.Fatalf("%d lines: after a lap the chase is at word %d, not the start", lines, p)
-		}
-	}
-}
-
 // TestMeasureMemoryLatency: the buffer is the requested size in whole lines (at least two), and a load
 // takes a positive time.
 func TestMeasureMemoryLatency(t *testing.T) {

@@ -15,8 +15,9 @@ import (
 )
 
 const (
-	madvHugepage = 14 // MADV_HUGEPAGE
-	hugeSize     = 2 << 20
+	madvHugepage   = 14 // MADV_HUGEPAGE
+	madvNoHugepage = 15 // MADV_NOHUGEPAGE
+	hugeSize       = 2 << 20
 )
 
 // Reserve grows the Go heap by n bytes that nothing touches, advises the heap's mappings MADV_HUGEPAGE
@@ -238,4 +239,21 @@ func Mapped(n int) (buf []byte, release func(), err error) {
 		return nil, nil, err
 	}
 	return buf, func() { _ = syscall.Munmap(raw) }, nil
+}
+
+// MappedSmall returns an anonymous mapping of n bytes outside the Go heap, advised MADV_NOHUGEPAGE before
+// anything touches it (so that its pages stay 4 KiB under THP "always" too), and its release.
+func MappedSmall(n int) (buf []byte, release func(), err error) {
+	if err := supported(); err != nil {
+		return nil, nil, err
+	}
+	buf, err = syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(n), madvNoHugepage); e != 0 {
+		_ = syscall.Munmap(buf)
+		return nil, nil, e
+	}
+	return buf, func() { _ = syscall.Munmap(buf) }, nil
 }

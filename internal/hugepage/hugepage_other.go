@@ -19,3 +19,6 @@ func AdvisedBytes() (int, error) { return 0, ErrUnsupported }
 
 // IsAdvised is Linux-only.
 func IsAdvised(addr uintptr) (bool, error) { return false, ErrUnsupported }
+
+// MappedSmall is Linux-only.
+func MappedSmall(n int) (buf []byte, release func(), err error) { return nil, nil, ErrUnsupported }
