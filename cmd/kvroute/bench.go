@@ -214,7 +214,7 @@ func benchIndexer(args []string) error {
 	sweepMax := fs.Duration("sweep-max", 20*time.Second, "longest sweep duration (lowest offered rate)")
 	sweepMin := fs.Duration("sweep-min", 250*time.Millisecond, "shortest sweep duration (highest offered rate)")
 	steps := fs.Int("sweep-steps", 6, "sweep steps")
-	hugeMiB := hugePagesFlag(fs)
+	huge := hugePagesFlag(fs)
 	unpacedRuns := fs.Int("unpaced-runs", 3, "replays of an unpaced run (one replay lasts a second or two, and its rate moves by half between replays on a shared machine): the report's row is the replay with the median event blocks/s (the slower middle one of an even count), every replay's rate is in the notes")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -226,7 +226,7 @@ func benchIndexer(args []string) error {
 	if err != nil {
 		return err
 	}
-	stopHuge, err := startHugePages(*hugeMiB, nil)
+	stopHuge, err := startHugePages(*huge, nil)
 	if err != nil {
 		return err
 	}
@@ -267,8 +267,9 @@ func benchIndexer(args []string) error {
 	rep.Notes = append(rep.Notes,
 		"One op is one overlap query (the sharded indexer's Match, as the router reads it: overlaps in groups of worker slots; timed on the replaying goroutine) or one Stored/Removed event sent to the sharded indexer; blocks/s = query blocks + stored blocks per second (Dynamo's block throughput); event blocks/s = (stored + removed) blocks per second.",
 		"Elapsed time ends after a Flush of every shard, so achieved rates include the write backlog.")
-	if *hugeMiB > 0 {
-		rep.Notes = append(rep.Notes, "With --huge-pages the dependent-load buffers are on the advised heap too: its \"ns per load\" column is then not 4 KiB pages (compare the columns in a run without the flag).")
+	rep.Notes = append(rep.Notes, hugePagesNote(*huge))
+	if hugePagesOn(*huge) {
+		rep.Notes = append(rep.Notes, "With huge pages the dependent-load buffers are on the advised heap too: its \"ns per load\" column is then not 4 KiB pages (compare the columns in a run with --huge-pages off).")
 	}
 	return finish(rep, *c.out)
 }

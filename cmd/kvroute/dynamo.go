@@ -32,7 +32,7 @@ type opsFlags struct {
 	service      *string
 	grace        *time.Duration
 	drain        *time.Duration
-	hugePages    *int
+	hugePages    *string
 }
 
 // envSeconds reads a seconds value (Dynamo's *_SECS variables) as a duration default.

@@ -4,27 +4,70 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/hugepage"
 )
 
-// hugePagesFlag is --huge-pages: the MiB of Go heap reserved up front and advised for transparent huge
-// pages (internal/hugepage), for the processes that hold a KV index.
-func hugePagesFlag(fs *flag.FlagSet) *int {
-	return fs.Int("huge-pages", 0, "back the KV index with 2 MiB transparent huge pages on hosts whose THP mode is madvise: reserve this many MiB of Go heap at start (about the index's expected size) advised MADV_HUGEPAGE, and advise the heap's later growth every 10 s; on a 2-vCPU KVM guest, index reads under writes p99 11–16 → 6–9 µs, but slower on a guest whose host uses small pages: compare with kvroute bench indexer (docs/operations.md); Linux only; 0: off")
+// hugePagesFlag is --huge-pages: whether the Go heap that holds a KV index is backed by 2 MiB transparent
+// huge pages (internal/hugepage). auto (the default) probes the host at start and takes them where they
+// pay; off never; a number reserves that many MiB without asking.
+func hugePagesFlag(fs *flag.FlagSet) *string {
+	return fs.String("huge-pages", "auto", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): auto = once per process at start, chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (0.5–2 s, 256 MiB held meanwhile) and, where a load costs at most 85 % as much with the second, reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE; N = reserve N MiB without probing (about the index: 48 B per (block, worker)); off = never. The heap's growth past the reservation is advised every second. On a 2-vCPU KVM guest, index reads under the conversation trace's writes p99 12 → 10 µs; on a guest whose host uses small pages they got slower, which the probe sees (docs/operations.md)")
 }
 
-// hugePagesAdvisePeriod is how often the heap's growth past the reservation is advised.
-const hugePagesAdvisePeriod = 10 * time.Second
+// hugePagesAdvisePeriod is how often the heap's growth past the reservation is advised (a read of
+// /proc/self/maps): what the runtime maps and touches in between stays in small pages. At 10 s, the
+// 20 s bench's reads with auto's 1,024 MiB had p99 10.7–13.0 µs, at 1 s 9.7–10.8 µs (three runs each).
+const hugePagesAdvisePeriod = time.Second
 
-// startHugePages applies --huge-pages; stop ends the periodic advice (a no-op when off).
-func startHugePages(mib int, log *slog.Logger) (stop func(), err error) {
-	if mib == 0 {
+// The auto mode's probe (hugepage.Measure) and reservation. The probe's buffer is larger than any TLB
+// reaches with small pages and near an index's size: on the KVM guest of docs/benchmarks.md the gain of
+// huge pages grows with the buffer (a load costs 0.87–0.96 as much with them at 64 MiB, 0.78 at 256 MiB,
+// 0.68 at 392 MiB), so a smaller probe would turn them down where the index gains.
+const (
+	hugeProbeBytes   = 256 << 20
+	hugeProbeSteps   = 1 << 17
+	autoHugePagesMiB = 1024
+)
+
+// hugeAuto is the auto mode's decision. The heap is the process's, so the probe and the reservation are
+// made once, by the first command that starts with auto, and hold for the process's life (the periodic
+// advice too); later starts report the same decision.
+var hugeAuto struct {
+	once     sync.Once
+	probe    hugepage.Probe
+	mode     string
+	on       bool
+	reserved int   // MiB
+	err      error // why the probe or the reservation could not be made
+}
+
+// startHugePages applies --huge-pages; stop ends the periodic advice of a reservation made for this
+// start (a no-op for off and auto).
+func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
+	switch val {
+	case "auto":
+		decideHugePages()
+		if log != nil {
+			a := &hugeAuto
+			reserved := 0
+			if a.on {
+				reserved = a.reserved
+			}
+			log.Info("huge pages: auto", "on", a.on, "thp_mode", a.mode, "probe_mib", a.probe.Bytes>>20,
+				"probe_ns_per_load_4k", fmt.Sprintf("%.0f", a.probe.SmallNanos), "probe_ns_per_load_2m", fmt.Sprintf("%.0f", a.probe.HugeNanos),
+				"reserved_mib", reserved, "err", a.err)
+		}
+		return func() {}, nil
+	case "off", "0":
 		return func() {}, nil
 	}
-	if mib < 0 {
-		return nil, fmt.Errorf("--huge-pages %d: want MiB ≥ 0", mib)
+	mib, err := strconv.Atoi(val)
+	if err != nil || mib < 0 {
+		return nil, fmt.Errorf("--huge-pages %q: want auto, off or MiB ≥ 0", val)
 	}
 	h, st, err := hugepage.Reserve(mib << 20)
 	if err != nil {
@@ -36,4 +79,64 @@ func startHugePages(mib int, log *slog.Logger) (stop func(), err error) {
 		log.Info("huge pages: Go heap advised MADV_HUGEPAGE", "reserved_mib", mib, "advised_mib", st.Bytes>>20, "mappings", st.Mappings, "thp_mode", mode)
 	}
 	return h.Stop, nil
+}
+
+// decideHugePages makes the auto mode's decision, once per process.
+func decideHugePages() {
+	a := &hugeAuto
+	a.once.Do(func() {
+		if a.mode, a.err = hugepage.Mode(); a.err != nil {
+			return
+		}
+		// The probe holds its buffer resident, and the reservation is address space that a host which
+		// commits strictly counts: both at most a quarter of the machine.
+		total, err := hugepage.MemTotal()
+		if a.err = err; err != nil {
+			return
+		}
+		if total < 4*hugeProbeBytes {
+			a.err = fmt.Errorf("%d MiB of memory: too little to probe %d MiB", total>>20, hugeProbeBytes>>20)
+			return
+		}
+		if a.probe, a.err = hugepage.Measure(hugeProbeBytes, hugeProbeSteps); a.err != nil || !a.probe.Worth() {
+			return
+		}
+		n := min(autoHugePagesMiB<<20, total/4)
+		a.reserved = n >> 20
+		h, _, err := hugepage.Reserve(n)
+		if a.err = err; err != nil {
+			return
+		}
+		h.Keep(hugePagesAdvisePeriod) // for the process's life: the heap outlives any one command
+		a.on = true
+	})
+}
+
+// hugePagesNote describes --huge-pages val as it was applied, for a bench report.
+func hugePagesNote(val string) string {
+	if val != "auto" {
+		return fmt.Sprintf("Huge pages: --huge-pages %s.", val)
+	}
+	a := &hugeAuto
+	state := "off"
+	if a.on {
+		state = fmt.Sprintf("on (%d MiB of heap reserved and advised)", a.reserved)
+	}
+	s := fmt.Sprintf("Huge pages: --huge-pages auto, %s: one dependent load through %d MiB cost %.0f ns with 4 KiB pages and %.0f ns with 2 MiB pages (taken at ≤ 85 %%).",
+		state, a.probe.Bytes>>20, a.probe.SmallNanos, a.probe.HugeNanos)
+	if a.err != nil {
+		s += fmt.Sprintf(" (%v)", a.err)
+	}
+	return s
+}
+
+// hugePagesOn reports whether --huge-pages val advised the heap.
+func hugePagesOn(val string) bool {
+	switch val {
+	case "auto":
+		return hugeAuto.on
+	case "off", "0":
+		return false
+	}
+	return true
 }

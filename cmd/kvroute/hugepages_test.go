@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -10,7 +11,9 @@ import (
 )
 
 // --huge-pages N reserves N MiB of heap and advises it for huge pages before the frontend builds its
-// index (at least N MiB of the process's anonymous mappings are advised); a negative value is refused.
+// index (at least N MiB of the process's anonymous mappings are advised); auto, the default, logs the
+// probe's two figures and its decision, and when it took huge pages the heap is advised; a negative
+// value or a word other than auto and off is refused.
 func TestHugePagesFlag(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("transparent huge pages are Linux's")
@@ -27,17 +30,37 @@ func TestHugePagesFlag(t *testing.T) {
 		}
 		return n
 	}
-	// Nothing else in this process advises memory, so before is 0 on a fresh run (and the first run's
-	// advice on a repeated one).
+	_, logged, err := startFlagFrontend(t, modelDir) // auto
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &hugeAuto
+	for _, want := range []string{"huge pages: auto", fmt.Sprintf("on=%v", a.on), "probe_ns_per_load_4k=", "probe_ns_per_load_2m="} {
+		if !strings.Contains(logged, want) {
+			t.Fatalf("auto: log %q lacks %q", logged, want)
+		}
+	}
+	if mode, err := hugepage.Mode(); err == nil && mode != "never" && a.err == nil && (a.probe.SmallNanos <= 0 || a.probe.HugeNanos <= 0 || a.on != a.probe.Worth()) {
+		t.Fatalf("auto on a host with THP %s: probe %+v, on %v, err %v", mode, a.probe, a.on, a.err)
+	}
+	if a.on && advisedBytes() < a.reserved<<20 {
+		t.Fatalf("auto took huge pages (probe %+v) but only %d bytes are advised", a.probe, advisedBytes())
+	}
 	before := advisedBytes()
-	_, logged, err := startFlagFrontend(t, modelDir, "--huge-pages", "48")
+	_, logged, err = startFlagFrontend(t, modelDir, "--huge-pages", "48")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after := advisedBytes(); after < 48<<20 || !strings.Contains(logged, "huge pages") {
 		t.Fatalf("--huge-pages 48: advised mappings %d → %d bytes; log %q", before, after, logged)
 	}
-	if _, _, err := startFlagFrontend(t, modelDir, "--huge-pages", "-1"); err == nil || !strings.Contains(err.Error(), "--huge-pages") {
-		t.Fatalf("--huge-pages -1: %v, want a refusal naming the flag", err)
+	for _, bad := range []string{"-1", "on", "1.5"} {
+		if _, _, err := startFlagFrontend(t, modelDir, "--huge-pages", bad); err == nil || !strings.Contains(err.Error(), "--huge-pages") {
+			t.Fatalf("--huge-pages %s: %v, want a refusal naming the flag", bad, err)
+		}
+	}
+	before = advisedBytes()
+	if _, logged, err = startFlagFrontend(t, modelDir, "--huge-pages", "off"); err != nil || advisedBytes() != before || strings.Contains(logged, "huge pages") {
+		t.Fatalf("--huge-pages off: err %v, advised %d → %d bytes, log %q", err, before, advisedBytes(), logged)
 	}
 }

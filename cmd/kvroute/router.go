@@ -68,7 +68,7 @@ type routerFlags struct {
 	log       *logFlags
 	bind      *bindFlags
 	identity  *time.Duration
-	hugePages *int
+	hugePages *string
 	srv       serverFlags
 	workers   workerFlags
 }

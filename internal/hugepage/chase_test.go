@@ -69,3 +69,14 @@ func TestMeasure(t *testing.T) {
 		t.Fatalf("Measure(8 MiB) = %+v, %v", p, err)
 	}
 }
+
+// TestMemTotal: on Linux the machine's memory is read, and it is more than a few MiB.
+func TestMemTotal(t *testing.T) {
+	n, err := MemTotal()
+	if _, merr := Mode(); merr != nil {
+		return // not Linux, or no THP: nothing here reads /proc
+	}
+	if err != nil || n < 64<<20 {
+		t.Fatalf("MemTotal = %d, %v", n, err)
+	}
+}

@@ -257,3 +257,21 @@ func MappedSmall(n int) (buf []byte, release func(), err error) {
 	}
 	return buf, func() { _ = syscall.Munmap(buf) }, nil
 }
+
+// MemTotal is the machine's memory in bytes (/proc/meminfo's MemTotal).
+func MemTotal() (int, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			if err != nil {
+				return 0, fmt.Errorf("hugepage: /proc/meminfo: %q: %w", line, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("hugepage: /proc/meminfo has no MemTotal")
+}

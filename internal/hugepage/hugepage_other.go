@@ -22,3 +22,6 @@ func IsAdvised(addr uintptr) (bool, error) { return false, ErrUnsupported }
 
 // MappedSmall is Linux-only.
 func MappedSmall(n int) (buf []byte, release func(), err error) { return nil, nil, ErrUnsupported }
+
+// MemTotal is Linux-only.
+func MemTotal() (int, error) { return 0, ErrUnsupported }
