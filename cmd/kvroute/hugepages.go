@@ -15,7 +15,7 @@ import (
 // huge pages (internal/hugepage). auto (the default) probes the host at start and takes them where they
 // pay; off never; a number reserves that many MiB without asking.
 func hugePagesFlag(fs *flag.FlagSet) *string {
-	return fs.String("huge-pages", "auto", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): auto = once per process at start, chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (0.5–2 s, 256 MiB held meanwhile) and, where a load costs at most 85 % as much with the second, reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE; N = reserve N MiB without probing (about the index: 48 B per (block, worker)); off = never. The heap's growth past the reservation is advised every second. On a 2-vCPU KVM guest, index reads under the conversation trace's writes p99 12 → 10 µs; on a guest whose host uses small pages they got slower, which the probe sees (docs/operations.md)")
+	return fs.String("huge-pages", "auto", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): auto = once per process at start, chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (1–2 s, 256 MiB held meanwhile) and, where a load costs at most 90 % as much with the second (fastest of three chases each), reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE; N = reserve N MiB without probing (about the index: 48 B per (block, worker)); off = never. The heap's growth past the reservation is advised every second. On a 2-vCPU KVM guest, index reads under the conversation trace's writes p99 12 → 10 µs; on a guest whose host uses small pages they got slower, which the probe sees (docs/operations.md)")
 }
 
 // hugePagesAdvisePeriod is how often the heap's growth past the reservation is advised (a read of
@@ -122,7 +122,7 @@ func hugePagesNote(val string) string {
 	if a.on {
 		state = fmt.Sprintf("on (%d MiB of heap reserved and advised)", a.reserved)
 	}
-	s := fmt.Sprintf("Huge pages: --huge-pages auto, %s: one dependent load through %d MiB cost %.0f ns with 4 KiB pages and %.0f ns with 2 MiB pages (taken at ≤ 85 %%).",
+	s := fmt.Sprintf("Huge pages: --huge-pages auto, %s: one dependent load through %d MiB cost %.0f ns with 4 KiB pages and %.0f ns with 2 MiB pages (taken at ≤ 90 %%).",
 		state, a.probe.Bytes>>20, a.probe.SmallNanos, a.probe.HugeNanos)
 	if a.err != nil {
 		s += fmt.Sprintf(" (%v)", a.err)

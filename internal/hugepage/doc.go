@@ -25,7 +25,7 @@
 //
 // Measure chases dependent loads through a mapping of small pages (advised MADV_NOHUGEPAGE) and then
 // through one of huge pages (Mapped), one at a time; Probe.Worth takes huge pages where their load costs
-// at most 85 % of the small pages' one. The buffer must be about an index's size: the gain grows with it,
+// at most 90 % of the small pages' one (each the fastest of three chases). The buffer must be about an index's size: the gain grows with it,
 // as the small pages' page tables stop fitting in the caches. On the 2-vCPU KVM guest of
 // docs/benchmarks.md, a load with huge pages cost 0.87–0.96 of a small page's at 64 MiB, 0.89–0.98 at
 // 128 MiB, 0.78 at 256 MiB (234 against 182 ns; probing took 0.7–2.2 s, the first time the host backed
