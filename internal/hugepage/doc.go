@@ -29,8 +29,9 @@
 // as the small pages' page tables stop fitting in the caches. On the 2-vCPU KVM guest of
 // docs/benchmarks.md, a load with huge pages cost 0.87–0.96 of a small page's at 64 MiB, 0.89–0.98 at
 // 128 MiB, 0.78 at 256 MiB (234 against 182 ns; probing took 0.7–2.2 s, the first time the host backed
-// the memory) and 0.68 at 392 MiB. kvroute's --huge-pages auto (the default of the commands that hold an
-// index) probes 256 MiB once per process and reserves 1,024 MiB when it pays. On the guest whose host has
+// the memory) and 0.68 at 392 MiB. kvroute's --huge-pages auto probes 256 MiB once per process and
+// reserves 1,024 MiB when it pays (off by default: a fault on a huge page can hold a thread for tens of
+// ms, and the runtime's stop-the-world waits for it; docs/operations.md). On the guest whose host has
 // small pages, a chase at 400 MiB cost 401 ns with huge pages against 326 without: the probe turns them
 // down there.
 //

@@ -239,5 +239,5 @@
 // slowest 1 % of queries (a one-off build counting per query): hashes read from runs p50 347 → 69–93;
 // with the readers' gates of actors/indexer, two pairs at 4 s: p99 8.8 / 10.0 → 8.4 / 9.3 µs, cold floor
 // p99 8.9 / 9.4 → 8.8 / 9.1 µs and p999 12.6 / 13.0 → 11.8 / 11.8 µs; at 20 s the p99 moved within its
-// noise (docs/benchmarks.md, "Short runs, gates and huge pages by default").
+// noise (docs/benchmarks.md, "Short runs, gates, and huge pages decided by a probe").
 package prefix
