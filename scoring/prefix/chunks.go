@@ -202,6 +202,12 @@ var minSummedRun = func() int {
 	return 8 * chunkLen
 }()
 
+// minEdgeRun is the longest run without a whole chunk that matchRun compares hash by hash even when the
+// query covers it: a cache line of hashes, which the walk ahead has already asked for (its second
+// position), where two partial sums cost more than the compare (BenchmarkFindMatches, W=256 q=chain: a
+// path of 256 two-position nodes, 1.9–2.2 → 2.2–2.6 µs with every such run summed).
+const minEdgeRun = 8
+
 // matchRun returns how many leading positions of nd's run the query matches from depth nd.start, where
 // the walk found nd by its first hash (so at least 1). Whole chunks are compared by sum; the unaligned
 // head, the chunk that differs, and what follows the last summed chunk are compared hash by hash.
@@ -241,7 +247,7 @@ func matchRun(nd *node, q *Query) int {
 		if i == len(nd.sums) && whole && nd.edges && partialSum(rest[off:], 0) == nd.tail {
 			return k
 		}
-	} else if whole && nd.edges && len(nd.sums) == 0 && k > 1 {
+	} else if k > minEdgeRun && whole && nd.edges && len(nd.sums) == 0 {
 		// A short run (no whole chunk), which the query covers: its edges' sums compare all of it but the
 		// first position, so that a path of short nodes does not read their runs from memory, a page each.
 		a := min(headLen(nd.start), k)

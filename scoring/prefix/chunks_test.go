@@ -208,7 +208,7 @@ func TestChunkSumsDetectEveryMismatch(t *testing.T) {
 // query equal to the run matches all of it.
 func TestShortRunSumsDetectEveryMismatch(t *testing.T) {
 	for _, start := range []int{1, 5, 40, 63, 64, 65, 100} {
-		for _, n := range []int{2, 3, 10, 24, 30, 63} {
+		for _, n := range []int{2, 3, minEdgeRun, minEdgeRun + 1, 24, 30, 63} {
 			if wholeChunks(uint32(start), n) > 0 {
 				continue
 			}
