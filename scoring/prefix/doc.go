@@ -232,10 +232,11 @@
 // three pairs alternately, 20 s p99 9.7–10.0 → 8.7–9.1 µs, 4 s 7.2–7.4 → 6.4–6.8 µs, memory 47.0 → 47.1–
 // 47.2 B per (block, worker) (docs/benchmarks.md, "Edge sums").
 //
-// Short runs by their edges too: a run with no whole chunk (a node between two nearby splits, where the
-// set of workers changes every few blocks: the deep paths of a conversation served by many workers) was
-// compared hash by hash from its own page. Its edges now hold the sums of the positions before and after
-// the chunk boundary it crosses, so a query that covers it reads no run. Measured on the 20 s bench's
+// Short runs by their edges too: a run with no whole chunk and more than minEdgeRun positions (a node
+// between two nearby splits, where the set of workers changes every few blocks: the deep paths of a
+// conversation served by many workers) was compared hash by hash from its own page. Its edges now hold
+// the sums of the positions before and after the chunk boundary it crosses, so a query that covers it
+// reads no run (a shorter run is one line, cheaper to compare than to sum). Measured on the 20 s bench's
 // slowest 1 % of queries (a one-off build counting per query): hashes read from runs p50 347 → 69–93;
 // with the readers' gates of actors/indexer, two pairs at 4 s: p99 8.8 / 10.0 → 8.4 / 9.3 µs, cold floor
 // p99 8.9 / 9.4 → 8.8 / 9.1 µs and p999 12.6 / 13.0 → 11.8 / 11.8 µs; at 20 s the p99 moved within its
