@@ -108,13 +108,21 @@ func (nd *node) seal() {
 	}
 	nd.head, nd.tail, nd.edges = 0, 0, true
 	l := len(nd.hashes)
-	a := min(headLen(nd.start), l)
+	a, t := edgeBounds(nd.start, l, n)
 	if a > 1 {
 		nd.head = partialSum(nd.hashes[1:a], nd.start+1)
 	}
-	if t := max(a+n*chunkLen, 1); t < l {
+	if t < l {
 		nd.tail = partialSum(nd.hashes[t:], nd.start+uint32(t))
 	}
+}
+
+// edgeBounds returns where the edges of a run of l positions from depth start, with n whole chunks,
+// lie: the head is positions [1, a), the tail [t, l) (empty when t ≥ l). seal sums them and matchRun
+// compares a short run's by the same bounds.
+func edgeBounds(start uint32, l, n int) (a, t int) {
+	a = min(headLen(start), l)
+	return a, max(a+n*chunkLen, 1)
 }
 
 // headLen is the number of positions of a run from depth start before its first whole chunk.
@@ -250,8 +258,7 @@ func matchRun(nd *node, q *Query) int {
 	} else if k > minEdgeRun && whole && nd.edges && len(nd.sums) == 0 {
 		// A short run (no whole chunk), which the query covers: its edges' sums compare all of it but the
 		// first position, so that a path of short nodes does not read their runs from memory, a page each.
-		a := min(headLen(nd.start), k)
-		t := max(a, 1)
+		a, t := edgeBounds(nd.start, k, 0)
 		if (a <= 1 || partialSum(rest[1:a], nd.start+1) == nd.head) && partialSum(rest[t:], nd.start+uint32(t)) == nd.tail {
 			return k
 		}
