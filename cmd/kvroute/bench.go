@@ -267,10 +267,7 @@ func benchIndexer(args []string) error {
 	rep.Notes = append(rep.Notes,
 		"One op is one overlap query (the sharded indexer's Match, as the router reads it: overlaps in groups of worker slots; timed on the replaying goroutine) or one Stored/Removed event sent to the sharded indexer; blocks/s = query blocks + stored blocks per second (Dynamo's block throughput); event blocks/s = (stored + removed) blocks per second.",
 		"Elapsed time ends after a Flush of every shard, so achieved rates include the write backlog.")
-	rep.Notes = append(rep.Notes, hugePagesNote(*huge))
-	if hugePagesOn(*huge) {
-		rep.Notes = append(rep.Notes, "With huge pages the dependent-load buffers are on the advised heap too: its \"ns per load\" column is then not 4 KiB pages (compare the columns in a run with --huge-pages off).")
-	}
+	rep.Notes = append(rep.Notes, hugePagesNotes(*huge)...)
 	return finish(rep, *c.out)
 }
 

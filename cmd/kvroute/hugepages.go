@@ -115,31 +115,27 @@ func decideHugePages() {
 	})
 }
 
-// hugePagesNote describes --huge-pages val as it was applied, for a bench report.
-func hugePagesNote(val string) string {
-	if val != "auto" {
-		return fmt.Sprintf("Huge pages: --huge-pages %s.", val)
+// hugePagesNotes describe --huge-pages val as it was applied, for a bench report: the mode (with auto, the
+// probe's figures and decision) and, when the heap was advised, what that does to the report's
+// dependent-load table.
+func hugePagesNotes(val string) []string {
+	s := fmt.Sprintf("Huge pages: --huge-pages %s.", val)
+	on := val != "off" && val != "0"
+	if val == "auto" {
+		a := &hugeAuto
+		on = a.on
+		state := "off"
+		if on {
+			state = fmt.Sprintf("on (%d MiB of heap reserved and advised)", a.reserved)
+		}
+		s = fmt.Sprintf("Huge pages: --huge-pages auto, %s: one dependent load through %d MiB cost %.0f ns with 4 KiB pages and %.0f ns with 2 MiB pages (taken at ≤ 90 %%).",
+			state, a.probe.Bytes>>20, a.probe.SmallNanos, a.probe.HugeNanos)
+		if a.err != nil {
+			s += fmt.Sprintf(" (%v)", a.err)
+		}
 	}
-	a := &hugeAuto
-	state := "off"
-	if a.on {
-		state = fmt.Sprintf("on (%d MiB of heap reserved and advised)", a.reserved)
+	if !on {
+		return []string{s}
 	}
-	s := fmt.Sprintf("Huge pages: --huge-pages auto, %s: one dependent load through %d MiB cost %.0f ns with 4 KiB pages and %.0f ns with 2 MiB pages (taken at ≤ 90 %%).",
-		state, a.probe.Bytes>>20, a.probe.SmallNanos, a.probe.HugeNanos)
-	if a.err != nil {
-		s += fmt.Sprintf(" (%v)", a.err)
-	}
-	return s
-}
-
-// hugePagesOn reports whether --huge-pages val advised the heap.
-func hugePagesOn(val string) bool {
-	switch val {
-	case "auto":
-		return hugeAuto.on
-	case "off", "0":
-		return false
-	}
-	return true
+	return []string{s, "With huge pages the dependent-load buffers are on the advised heap too: its \"ns per load\" column is then not 4 KiB pages (compare the columns in a run with --huge-pages off)."}
 }
