@@ -13,12 +13,11 @@ import (
 
 // hugePagesFlag is --huge-pages: whether the Go heap that holds a KV index is backed by 2 MiB transparent
 // huge pages (internal/hugepage). off (the default) never; auto probes the host at start and takes them
-// where reads pay; a number reserves that many MiB without asking. Off by default although reads gain:
-// a page fault on a huge page (2 MiB zeroed at once) can hold its thread for milliseconds, and the
-// runtime's stop-the-world then waits for it: 12–101 ms in 7 of 15 runs of the index bench with huge
-// pages, under 0.12 ms in 13 of 14 without (1.8 ms in the other).
+// where reads pay; a number reserves that many MiB without asking. The reservation is faulted in at
+// start (resident from then on), so that no thread of the index waits for a huge page's first fault, which
+// the runtime's stop-the-world would wait for too. Off by default for that memory and the start's wait.
 func hugePagesFlag(fs *flag.FlagSet) *string {
-	return fs.String("huge-pages", "off", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): off (the default) = never; auto = once per process at start, chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (1–2 s, 256 MiB held meanwhile) and, where a load costs at most 90 % as much with the second (fastest of three chases each), reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE; N = reserve N MiB without probing (about the index: 48 B per (block, worker)). The heap's growth past the reservation is advised every second. On a 2-vCPU KVM guest, index reads under the conversation trace's writes p99 12 → 9–11 µs, but a fault on a huge page can hold a thread for tens of ms (stop-the-world waits of 12–101 ms in 7 of 15 bench runs), and on a guest whose host uses small pages reads got slower, which auto's probe sees (docs/operations.md)")
+	return fs.String("huge-pages", "off", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): off (the default) = never; auto = once per process at start, chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (1–2 s, 256 MiB held meanwhile) and, where a load costs at most 90 % as much with the second (fastest of three chases each), reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE; N = reserve N MiB without probing (about the index: 48 B per (block, worker)). The reservation is faulted in at start and stays resident (the start waits while the host backs it: 4 s for 1,024 MiB on a 2-vCPU KVM guest the first time); the heap's growth past it is advised and faulted in every second. On that guest, index reads under the conversation trace's writes p99 14–41 → 10–14 µs; on a guest whose host uses small pages reads got slower, which auto's probe sees (docs/operations.md)")
 }
 
 // hugePagesAdvisePeriod is how often the heap's growth past the reservation is advised (a read of

@@ -30,8 +30,8 @@
 // docs/benchmarks.md, a load with huge pages cost 0.87–0.96 of a small page's at 64 MiB, 0.89–0.98 at
 // 128 MiB, 0.78 at 256 MiB (234 against 182 ns; probing took 0.7–2.2 s, the first time the host backed
 // the memory) and 0.68 at 392 MiB. kvroute's --huge-pages auto probes 256 MiB once per process and
-// reserves 1,024 MiB when it pays (off by default: a fault on a huge page can hold a thread for tens of
-// ms, and the runtime's stop-the-world waits for it; docs/operations.md). On the guest whose host has
+// reserves 1,024 MiB when it pays (off by default: the reservation is resident from the start, and the
+// start takes longer while the host backs it; docs/operations.md). On the guest whose host has
 // small pages, a chase at 400 MiB cost 401 ns with huge pages against 326 without: the probe turns them
 // down there.
 //
@@ -46,6 +46,23 @@
 // Heap growth past the reservation is mapped by the runtime afresh (mmap MAP_FIXED over its reserved
 // range, which drops the advice); Heap.Advise, run periodically (Keep), advises those new mappings
 // too, so the part of them not yet touched is faulted huge.
+//
+// Faulted in before use. A huge page's first fault zeroes 2 MiB while its thread waits, and the Go
+// runtime's stop-the-world waits for that thread. In a guest whose host takes free memory back (a
+// virtio balloon with free page reporting at order 9: every free 2 MiB block is handed to the host),
+// the host must back the page's 512 small pages on that fault too: a first touch of 512 MiB advised
+// MADV_HUGEPAGE cost 9.0 ms a huge page on average, 39 of 256 over 10 ms, the longest 44.5 ms, and the
+// same memory touched again 0.26 ms (with 4 KiB pages the same cost is spread over 512 faults of a few
+// µs). The index bench's stop-the-world waits of 12–101 ms were those faults. So Reserve hands the
+// dropped allocation back to the kernel first (debug.FreeOSMemory: the runtime now counts those pages
+// released, and its scavenger, which would return freed pages 64 KiB at a time and split every huge
+// page it touched, leaves them alone until it allocates them), then faults the reservation in with
+// MADV_POPULATE_WRITE (Linux 5.14; a page already there is left as it is, nothing is written), from the
+// caller's goroutine, where a thread in a system call does not hold up a stop-the-world. Advise does the
+// same for each mapping it advises. The cost: the reservation is resident from the start, and the start
+// waits while the host backs it (1 GiB: 4.0 s the first time on that guest, 0.1 s when the memory was
+// just used). Stop-the-world waits in the bench with 1,024 MiB reserved: 41–328 µs in seven 20 s runs
+// (before: 66 µs, 82 µs and 33.6 ms in three).
 //
 // The heap's mappings are found in /proc/self/maps as the run of adjacent anonymous private mappings
 // around the reservation's address: the runtime grows its arenas contiguously from a base it picks, and

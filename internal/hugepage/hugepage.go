@@ -14,6 +14,7 @@ var ErrUnsupported = errors.New("hugepage: transparent huge pages are not suppor
 // Heap is the Go heap as advised for huge pages.
 type Heap struct {
 	anchor uintptr // an address inside the heap's arenas (the reservation's first byte)
+	live   bool    // Advise populates what it advises (after Reserve's own pass)
 	mu     sync.Mutex
 	done   []span // the ranges advised so far, sorted and merged
 	group  routine.Group
@@ -28,6 +29,8 @@ type span struct{ start, end uintptr }
 type Stats struct {
 	Mappings int // ranges newly advised
 	Bytes    int // their size
+	// Populated is the bytes faulted in (Reserve: the reservation; Advise: the newly advised mappings).
+	Populated int
 }
 
 // uncovered returns the parts of s that no range of done covers (done sorted and merged).

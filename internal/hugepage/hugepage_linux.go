@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 const (
 	madvHugepage   = 14 // MADV_HUGEPAGE
 	madvNoHugepage = 15 // MADV_NOHUGEPAGE
+	madvPopulateW  = 23 // MADV_POPULATE_WRITE (Linux 5.14)
 	hugeSize       = 2 << 20
 )
 
@@ -31,7 +33,8 @@ func Reserve(n int) (*Heap, Stats, error) {
 		n = hugeSize
 	}
 	buf := make([]byte, n)
-	h := &Heap{anchor: uintptr(unsafe.Pointer(unsafe.SliceData(buf)))}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	h := &Heap{anchor: base}
 	st, err := h.Advise()
 	runtime.KeepAlive(buf)
 	buf = nil
@@ -39,7 +42,31 @@ func Reserve(n int) (*Heap, Stats, error) {
 	if err != nil {
 		return nil, Stats{}, err
 	}
+	// The runtime now holds the reservation as freed pages it believes resident, which its scavenger
+	// would hand back 64 KiB at a time (splitting every huge page it touches); released, they are pages
+	// it believes gone and leaves alone until it allocates them. Then fault them in, as huge pages.
+	debug.FreeOSMemory()
+	lo, hi := (base+hugeSize-1)&^(hugeSize-1), (base+uintptr(n))&^(hugeSize-1)
+	if hi > lo {
+		if st.Populated, err = populate(lo, hi-lo); err != nil {
+			return nil, Stats{}, err
+		}
+	}
+	h.live = true
 	return h, st, nil
+}
+
+// populate faults n bytes from start in, writable, without writing them (MADV_POPULATE_WRITE): under
+// the MADV_HUGEPAGE advice, as huge pages. Pages already there are left as they are, so it is safe on
+// memory the program uses. A kernel before 5.14 refuses the advice; then nothing is populated.
+func populate(start, n uintptr) (int, error) {
+	if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, start, n, madvPopulateW); e != 0 {
+		if errors.Is(e, syscall.EINVAL) {
+			return 0, nil
+		}
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // Advise advises the parts of the heap's mappings not advised before (those the runtime mapped since,
@@ -58,6 +85,13 @@ func (h *Heap) Advise() (Stats, error) {
 				return st, err
 			}
 			h.done = cover(h.done, s)
+			if h.live {
+				n, err := populate(s.start, s.end-s.start)
+				if err != nil {
+					return st, err
+				}
+				st.Populated += n
+			}
 			st.Mappings++
 			st.Bytes += int(s.end - s.start)
 		}

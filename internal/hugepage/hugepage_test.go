@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
+	"syscall"
 	"testing"
 	"unsafe"
 )
@@ -83,6 +85,10 @@ func TestReserveThenGrowth(t *testing.T) {
 	if !advised(t, h.anchor) {
 		t.Fatalf("the reservation's mapping at %#x is not advised", h.anchor)
 	}
+	populates := populateSupported(t)
+	if populates && st.Populated < 14<<20 {
+		t.Fatalf("reserve populated %d bytes, want the 16 MiB reservation less its unaligned ends", st.Populated)
+	}
 	// More than the heap has free at once: the runtime maps new arena space, which it does not advise.
 	// (It may start in free heap space; its last byte is in the new mapping.)
 	var ms runtime.MemStats
@@ -99,10 +105,80 @@ func TestReserveThenGrowth(t *testing.T) {
 	if st.Mappings == 0 || !advised(t, at) {
 		t.Fatalf("after Advise (%+v) the grown heap at %#x is not advised", st, at)
 	}
+	if populates && (st.Populated == 0 || !resident(t, at&^(pageSize-1), pageSize)) {
+		t.Fatalf("after Advise (%+v) the grown heap's last page at %#x, which nothing wrote, is not resident", st, at)
+	}
 	if again, _ := h.Advise(); again.Mappings != 0 {
 		t.Fatalf("a second pass advised %+v again", again)
 	}
 	runtime.KeepAlive(grown)
+}
+
+// TestReservePopulated: the reservation is resident when Reserve returns, as huge pages when the
+// kernel has them free, and stays resident through a scavenge of the heap's free memory
+// (debug.FreeOSMemory), which would otherwise hand the freed reservation back to the kernel.
+func TestReservePopulated(t *testing.T) {
+	h, st, err := Reserve(32 << 20)
+	if errors.Is(err, ErrUnsupported) {
+		t.Skip("this kernel has no transparent huge pages")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !populateSupported(t) {
+		t.Skip("MADV_POPULATE_WRITE needs Linux 5.14")
+	}
+	lo := (h.anchor + hugeSize - 1) &^ (hugeSize - 1)
+	n := uintptr(st.Populated)
+	if n < 30<<20 {
+		t.Fatalf("populated %d bytes of a 32 MiB reservation", n)
+	}
+	if !resident(t, lo, n) {
+		t.Fatalf("the reservation [%#x, %#x) is not all resident after Reserve", lo, lo+n)
+	}
+	debug.FreeOSMemory()
+	if !resident(t, lo, n) {
+		t.Fatalf("the scavenger released part of the reservation [%#x, %#x)", lo, lo+n)
+	}
+}
+
+// pageSize is the small page mincore reports on.
+const pageSize = 4096
+
+// resident reports whether every page of [start, start+n) is in memory (mincore).
+func resident(t *testing.T, start, n uintptr) bool {
+	t.Helper()
+	vec := make([]byte, (n+pageSize-1)/pageSize)
+	if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, start, n, uintptr(unsafe.Pointer(unsafe.SliceData(vec)))); e != 0 {
+		t.Fatalf("mincore(%#x, %d): %v", start, n, e)
+	}
+	for _, v := range vec {
+		if v&1 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// populateSupported: the kernel is 5.14 or later, which has MADV_POPULATE_WRITE.
+func populateSupported(t *testing.T) bool {
+	t.Helper()
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var rel []byte
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		rel = append(rel, byte(c))
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(string(rel), "%d.%d", &major, &minor); err != nil {
+		t.Fatalf("kernel release %q: %v", rel, err)
+	}
+	return major > 5 || major == 5 && minor >= 14
 }
 
 // TestMapped: the mapping is the size asked rounded up to huge pages, starts on a huge-page boundary and
