@@ -51,7 +51,7 @@ var flagEvidence = map[string][]string{
 	"health-check-interval":    {"frontend: TestHealthChecksTakeWorkerOutAndResyncIt"},
 	"kv-events-bind":           {"actors/router: TestBindModeAttributesByTopic"},
 	"kv-events-identity-check": {"workers/faultproxy: TestIdleRestartBehindRelay"},
-	"huge-pages":               {"cmd/kvroute: TestHugePagesFlag", "internal/hugepage: TestReserveThenGrowth", "internal/hugepage: TestProbeWorth"},
+	"huge-pages":               {"cmd/kvroute: TestHugePagesFlag", "internal/hugepage: TestReserveThenGrowth", "internal/hugepage: TestReservePopulated", "internal/hugepage: TestProbeWorth"},
 	"worker":                   {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestRequestTimeout"},
 	"worker-self-test":         {"frontend: TestSelfTestFlagsBlockSizeMismatch"},
 

@@ -78,7 +78,7 @@ func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
 	h.Keep(hugePagesAdvisePeriod)
 	if log != nil {
 		mode, _ := hugepage.Mode()
-		log.Info("huge pages: Go heap advised MADV_HUGEPAGE", "reserved_mib", mib, "advised_mib", st.Bytes>>20, "mappings", st.Mappings, "thp_mode", mode)
+		log.Info("huge pages: Go heap advised MADV_HUGEPAGE", "reserved_mib", mib, "advised_mib", st.Bytes>>20, "populated_mib", st.Populated>>20, "mappings", st.Mappings, "thp_mode", mode)
 	}
 	return h.Stop, nil
 }
@@ -125,7 +125,7 @@ func hugePagesNotes(val string) []string {
 		on = a.on
 		state := "off"
 		if on {
-			state = fmt.Sprintf("on (%d MiB of heap reserved and advised)", a.reserved)
+			state = fmt.Sprintf("on (%d MiB of heap reserved, advised and faulted in)", a.reserved)
 		}
 		s = fmt.Sprintf("Huge pages: --huge-pages auto, %s: one dependent load through %d MiB cost %.0f ns with 4 KiB pages and %.0f ns with 2 MiB pages (taken at ≤ 90 %%).",
 			state, a.probe.Bytes>>20, a.probe.SmallNanos, a.probe.HugeNanos)
