@@ -43,8 +43,9 @@ var hugeAuto struct {
 	probe    hugepage.Probe
 	mode     string
 	on       bool
-	reserved int   // MiB
-	err      error // why the probe or the reservation could not be made
+	reserved int            // MiB
+	st       hugepage.Stats // what the reservation advised and faulted in
+	err      error          // why the probe or the reservation could not be made
 }
 
 // startHugePages applies --huge-pages; stop ends the periodic advice of a reservation made for this
@@ -61,7 +62,7 @@ func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
 			}
 			log.Info("huge pages: auto", "on", a.on, "thp_mode", a.mode, "probe_mib", a.probe.Bytes>>20,
 				"probe_ns_per_load_4k", fmt.Sprintf("%.0f", a.probe.SmallNanos), "probe_ns_per_load_2m", fmt.Sprintf("%.0f", a.probe.HugeNanos),
-				"reserved_mib", reserved, "err", a.err)
+				"reserved_mib", reserved, "populated_mib", a.st.Populated>>20, "populate_ms", a.st.Populating.Milliseconds(), "err", a.err)
 		}
 		return func() {}, nil
 	case "off", "0":
@@ -78,7 +79,7 @@ func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
 	h.Keep(hugePagesAdvisePeriod)
 	if log != nil {
 		mode, _ := hugepage.Mode()
-		log.Info("huge pages: Go heap advised MADV_HUGEPAGE", "reserved_mib", mib, "advised_mib", st.Bytes>>20, "populated_mib", st.Populated>>20, "mappings", st.Mappings, "thp_mode", mode)
+		log.Info("huge pages: Go heap advised MADV_HUGEPAGE", "reserved_mib", mib, "advised_mib", st.Bytes>>20, "populated_mib", st.Populated>>20, "populate_ms", st.Populating.Milliseconds(), "mappings", st.Mappings, "thp_mode", mode)
 	}
 	return h.Stop, nil
 }
@@ -105,8 +106,8 @@ func decideHugePages() {
 		}
 		n := min(autoHugePagesMiB<<20, total/4)
 		a.reserved = n >> 20
-		h, _, err := hugepage.Reserve(n)
-		if a.err = err; err != nil {
+		h, st, err := hugepage.Reserve(n)
+		if a.st, a.err = st, err; err != nil {
 			return
 		}
 		h.Keep(hugePagesAdvisePeriod) // for the process's life: the heap outlives any one command

@@ -59,7 +59,7 @@ func TestHugePagesFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after := advisedBytes(); after < 48<<20 || !strings.Contains(logged, "huge pages") || !strings.Contains(logged, "populated_mib=") {
+	if after := advisedBytes(); after < 48<<20 || !strings.Contains(logged, "huge pages") || !strings.Contains(logged, "populated_mib=") || !strings.Contains(logged, "populate_ms=") {
 		t.Fatalf("--huge-pages 48: advised mappings %d → %d bytes; log %q", before, after, logged)
 	}
 	for _, bad := range []string{"-1", "on", "1.5"} {

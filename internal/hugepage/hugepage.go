@@ -31,6 +31,9 @@ type Stats struct {
 	Bytes    int // their size
 	// Populated is the bytes faulted in (Reserve: the reservation; Advise: the newly advised mappings).
 	Populated int
+	// Populating is the time spent faulting them in: where the host backs a guest's memory on first
+	// touch, seconds a GiB.
+	Populating time.Duration
 }
 
 // uncovered returns the parts of s that no range of done covers (done sorted and merged).

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -48,9 +49,11 @@ func Reserve(n int) (*Heap, Stats, error) {
 	debug.FreeOSMemory()
 	lo, hi := (base+hugeSize-1)&^(hugeSize-1), (base+uintptr(n))&^(hugeSize-1)
 	if hi > lo {
+		t0 := time.Now()
 		if st.Populated, err = populate(lo, hi-lo); err != nil {
 			return nil, Stats{}, err
 		}
+		st.Populating = time.Since(t0)
 	}
 	h.live = true
 	return h, st, nil
@@ -86,11 +89,13 @@ func (h *Heap) Advise() (Stats, error) {
 			}
 			h.done = cover(h.done, s)
 			if h.live {
+				t0 := time.Now()
 				n, err := populate(s.start, s.end-s.start)
 				if err != nil {
 					return st, err
 				}
 				st.Populated += n
+				st.Populating += time.Since(t0)
 			}
 			st.Mappings++
 			st.Bytes += int(s.end - s.start)
