@@ -13,13 +13,13 @@ var ErrUnsupported = errors.New("hugepage: transparent huge pages are not suppor
 
 // Heap is the Go heap as advised for huge pages.
 type Heap struct {
-	anchor uintptr // an address inside the heap's arenas (the reservation's first byte)
-	live   bool    // Advise populates what it advises (after Reserve's own pass)
-	mu     sync.Mutex
-	done   []span // the ranges advised so far, sorted and merged
-	group  routine.Group
-	stop   chan struct{}
-	once   sync.Once
+	anchor  uintptr // an address inside the heap's arenas (the reservation's first byte)
+	faultIn bool    // Advise faults in what it advises (set once Reserve has faulted the reservation in)
+	mu      sync.Mutex
+	done    []span // the ranges advised so far, sorted and merged
+	group   routine.Group
+	stop    chan struct{}
+	once    sync.Once
 }
 
 // span is one mapping's range, rounded inward to huge pages.

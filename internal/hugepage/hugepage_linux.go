@@ -55,7 +55,7 @@ func Reserve(n int) (*Heap, Stats, error) {
 		}
 		st.Populating = time.Since(t0)
 	}
-	h.live = true
+	h.faultIn = true
 	return h, st, nil
 }
 
@@ -88,7 +88,7 @@ func (h *Heap) Advise() (Stats, error) {
 				return st, err
 			}
 			h.done = cover(h.done, s)
-			if h.live {
+			if h.faultIn {
 				t0 := time.Now()
 				n, err := populate(s.start, s.end-s.start)
 				if err != nil {
