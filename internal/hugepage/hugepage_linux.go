@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -48,6 +49,9 @@ func Reserve(n int) (*Heap, Stats, error) {
 	// it believes gone and leaves alone until it allocates them. Then fault them in, as huge pages.
 	debug.FreeOSMemory()
 	lo, hi := (base+hugeSize-1)&^(hugeSize-1), (base+uintptr(n))&^(hugeSize-1)
+	if r := room(); hi > lo && hi-lo > r {
+		hi = lo + r
+	}
 	if hi > lo {
 		t0 := time.Now()
 		if st.Populated, err = populate(lo, hi-lo); err != nil {
@@ -57,6 +61,24 @@ func Reserve(n int) (*Heap, Stats, error) {
 	}
 	h.faultIn = true
 	return h, st, nil
+}
+
+// room is how much memory a limit on the runtime (GOMEMLIMIT, debug.SetMemoryLimit) leaves beside what
+// the runtime holds now, in whole huge pages: the reservation's pages are resident but counted released
+// until the runtime allocates them, so under a limit they are faulted in only as far as it leaves room.
+// No limit: no bound.
+func room() uintptr {
+	limit := debug.SetMemoryLimit(-1)
+	if limit == math.MaxInt64 {
+		return ^uintptr(0)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	free := limit - int64(ms.Sys-ms.HeapReleased)
+	if free <= 0 {
+		return 0
+	}
+	return uintptr(free) &^ (hugeSize - 1)
 }
 
 // populate faults n bytes from start in, writable, without writing them (MADV_POPULATE_WRITE): under

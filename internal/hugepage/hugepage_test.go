@@ -142,6 +142,30 @@ func TestReservePopulated(t *testing.T) {
 	}
 }
 
+// TestReserveUnderMemoryLimit: under a memory limit the reservation is faulted in only as far as the
+// limit leaves room beside what the runtime holds (the rest is faulted on use), since the runtime counts
+// the reservation's pages released until it allocates them.
+func TestReserveUnderMemoryLimit(t *testing.T) {
+	if !populateSupported(t) {
+		t.Skip("MADV_POPULATE_WRITE needs Linux 5.14")
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	limit := int64(ms.Sys-ms.HeapReleased) + 8<<20
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
+	_, st, err := Reserve(64 << 20)
+	if errors.Is(err, ErrUnsupported) {
+		t.Skip("this kernel has no transparent huge pages")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Populated > 8<<20 {
+		t.Fatalf("under a limit 8 MiB above what the runtime held, %d MiB of a 64 MiB reservation were faulted in", st.Populated>>20)
+	}
+}
+
 // pageSize is the small page mincore reports on.
 const pageSize = 4096
 
