@@ -149,7 +149,9 @@ func TestReserveUnderMemoryLimit(t *testing.T) {
 	if !populateSupported(t) {
 		t.Skip("MADV_POPULATE_WRITE needs Linux 5.14")
 	}
-	runtime.GC()
+	// What the runtime holds as Reserve counts it: after handing its free memory back (Reserve does that
+	// before it looks), not merely after a GC, whose freed pages Reserve's own scavenge then releases.
+	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	limit := int64(ms.Sys-ms.HeapReleased) + 8<<20
