@@ -53,11 +53,9 @@ func Reserve(n int) (*Heap, Stats, error) {
 		hi = lo + r
 	}
 	if hi > lo {
-		t0 := time.Now()
-		if st.Populated, err = populate(lo, hi-lo); err != nil {
+		if err := st.populate(lo, hi-lo); err != nil {
 			return nil, Stats{}, err
 		}
-		st.Populating = time.Since(t0)
 	}
 	h.faultIn = true
 	return h, st, nil
@@ -83,15 +81,19 @@ func room() uintptr {
 
 // populate faults n bytes from start in, writable, without writing them (MADV_POPULATE_WRITE): under
 // the MADV_HUGEPAGE advice, as huge pages. Pages already there are left as they are, so it is safe on
-// memory the program uses. A kernel before 5.14 refuses the advice; then nothing is populated.
-func populate(start, n uintptr) (int, error) {
+// memory the program uses. It adds the bytes and the time to st; a kernel before 5.14 refuses the
+// advice, and then nothing is populated.
+func (st *Stats) populate(start, n uintptr) error {
+	t0 := time.Now()
 	if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, start, n, madvPopulateW); e != 0 {
 		if errors.Is(e, syscall.EINVAL) {
-			return 0, nil
+			return nil
 		}
-		return 0, e
+		return e
 	}
-	return int(n), nil
+	st.Populated += int(n)
+	st.Populating += time.Since(t0)
+	return nil
 }
 
 // Advise advises the parts of the heap's mappings not advised before (those the runtime mapped since,
@@ -111,13 +113,9 @@ func (h *Heap) Advise() (Stats, error) {
 			}
 			h.done = cover(h.done, s)
 			if h.faultIn {
-				t0 := time.Now()
-				n, err := populate(s.start, s.end-s.start)
-				if err != nil {
+				if err := st.populate(s.start, s.end-s.start); err != nil {
 					return st, err
 				}
-				st.Populated += n
-				st.Populating += time.Since(t0)
 			}
 			st.Mappings++
 			st.Bytes += int(s.end - s.start)

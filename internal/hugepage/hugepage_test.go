@@ -59,6 +59,20 @@ func TestCoverage(t *testing.T) {
 	}
 }
 
+// reserve is Reserve(n), skipping t where the kernel has no transparent huge pages and failing it on
+// any other error.
+func reserve(t *testing.T, n int) (*Heap, Stats) {
+	t.Helper()
+	h, st, err := Reserve(n)
+	if errors.Is(err, ErrUnsupported) {
+		t.Skip("this kernel has no transparent huge pages")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, st
+}
+
 // advised is IsAdvised, failing t when smaps cannot say.
 func advised(t *testing.T, addr uintptr) bool {
 	t.Helper()
@@ -72,13 +86,7 @@ func advised(t *testing.T, addr uintptr) bool {
 // TestReserveThenGrowth: the reservation's mapping is advised (VmFlags hg), the heap's later growth is
 // not until Advise runs, and then is.
 func TestReserveThenGrowth(t *testing.T) {
-	h, st, err := Reserve(16 << 20)
-	if errors.Is(err, ErrUnsupported) {
-		t.Skip("this kernel has no transparent huge pages")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, st := reserve(t, 16<<20)
 	if st.Mappings == 0 || st.Bytes < 16<<20 {
 		t.Fatalf("reserve advised %+v, want at least the 16 MiB reserved", st)
 	}
@@ -98,7 +106,7 @@ func TestReserveThenGrowth(t *testing.T) {
 	if advised(t, at) {
 		t.Fatalf("heap growth at %#x is advised before Advise ran; the test needs a fresh mapping", at)
 	}
-	st, err = h.Advise()
+	st, err := h.Advise()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,13 +126,7 @@ func TestReserveThenGrowth(t *testing.T) {
 // kernel has them free, and stays resident through a scavenge of the heap's free memory
 // (debug.FreeOSMemory), which would otherwise hand the freed reservation back to the kernel.
 func TestReservePopulated(t *testing.T) {
-	h, st, err := Reserve(32 << 20)
-	if errors.Is(err, ErrUnsupported) {
-		t.Skip("this kernel has no transparent huge pages")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, st := reserve(t, 32<<20)
 	if !populateSupported(t) {
 		t.Skip("MADV_POPULATE_WRITE needs Linux 5.14")
 	}
@@ -156,13 +158,7 @@ func TestReserveUnderMemoryLimit(t *testing.T) {
 	runtime.ReadMemStats(&ms)
 	limit := int64(ms.Sys-ms.HeapReleased) + 8<<20
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
-	_, st, err := Reserve(64 << 20)
-	if errors.Is(err, ErrUnsupported) {
-		t.Skip("this kernel has no transparent huge pages")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := reserve(t, 64<<20)
 	if st.Populated > 8<<20 {
 		t.Fatalf("under a limit 8 MiB above what the runtime held, %d MiB of a 64 MiB reservation were faulted in", st.Populated>>20)
 	}
