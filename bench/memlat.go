@@ -1,10 +1,6 @@
 package bench
 
-import (
-	"unsafe"
-
-	"github.com/kvroute/kvroute/internal/hugepage"
-)
+import "github.com/kvroute/kvroute/internal/hugepage"
 
 // MemoryLatency is what one dependent load costs on this machine: a pointer chase through a buffer of
 // Bytes, one random cache line after another, each load's address taken from the one before it (what a
@@ -45,7 +41,7 @@ func MeasureHugeMemoryLatency(bytes int64) MemoryLatency {
 		return m
 	}
 	defer release()
-	m.HugeNanos = hugepage.Chase(unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(raw))), lines*chaseLine/8), chaseSteps)
+	m.HugeNanos = hugepage.Chase(hugepage.Words(raw[:lines*chaseLine]), chaseSteps)
 	return m
 }
 

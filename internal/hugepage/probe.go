@@ -49,14 +49,15 @@ func fastestChase(mapped func(int) ([]byte, func(), error), n, steps int) (float
 		return 0, err
 	}
 	defer release()
-	best := Chase(words(buf), steps)
+	best := Chase(Words(buf), steps)
 	for range probeLaps - 1 {
-		best = min(best, Chase(words(buf), steps))
+		best = min(best, Chase(Words(buf), steps))
 	}
 	return best, nil
 }
 
-// words views a mapping's bytes as words (the mapping holds no Go pointers).
-func words(b []byte) []uint64 {
+// Words views a mapping's bytes (Mapped, MappedSmall) as the words Chase takes; the mapping holds no Go
+// pointers.
+func Words(b []byte) []uint64 {
 	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
 }
