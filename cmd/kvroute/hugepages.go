@@ -51,8 +51,7 @@ var hugeAuto struct {
 // startHugePages applies --huge-pages; stop ends the periodic advice of a reservation made for this
 // start (a no-op for off and auto).
 func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
-	switch val {
-	case "auto":
+	if val == "auto" {
 		decideHugePages()
 		if log != nil {
 			a := &hugeAuto
@@ -65,7 +64,8 @@ func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
 				"reserved_mib", reserved, "populated_mib", a.st.Populated>>20, "populate_ms", a.st.Populating.Milliseconds(), "err", a.err)
 		}
 		return func() {}, nil
-	case "off", "0":
+	}
+	if hugePagesOff(val) {
 		return func() {}, nil
 	}
 	mib, err := strconv.Atoi(val)
@@ -83,6 +83,9 @@ func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
 	}
 	return h.Stop, nil
 }
+
+// hugePagesOff reports whether --huge-pages val asks for no huge pages.
+func hugePagesOff(val string) bool { return val == "off" || val == "0" }
 
 // decideHugePages makes the auto mode's decision, once per process.
 func decideHugePages() {
@@ -120,7 +123,7 @@ func decideHugePages() {
 // dependent-load table.
 func hugePagesNotes(val string) []string {
 	s := fmt.Sprintf("Huge pages: --huge-pages %s.", val)
-	on := val != "off" && val != "0"
+	on := !hugePagesOff(val)
 	if val == "auto" {
 		a := &hugeAuto
 		on = a.on

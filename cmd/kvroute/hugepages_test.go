@@ -67,5 +67,4 @@ func TestHugePagesFlag(t *testing.T) {
 			t.Fatalf("--huge-pages %s: %v, want a refusal naming the flag", bad, err)
 		}
 	}
-
 }
