@@ -62,7 +62,8 @@
 // same for each mapping it advises. The cost: the reservation is resident from the start, and the start
 // waits while the host backs it (1 GiB: 4.0 s the first time on that guest, 0.1 s when the memory was
 // just used), and the runtime counts those pages released until it allocates them: under a memory limit
-// (GOMEMLIMIT) Reserve faults in only as much as the limit leaves room for beside what the runtime holds. Stop-the-world waits in the bench with 1,024 MiB reserved: 41–328 µs in seven 20 s runs
+// (GOMEMLIMIT) Reserve faults in only as much as the limit leaves room for beside what the runtime
+// holds. Stop-the-world waits in the bench with 1,024 MiB reserved: 41–328 µs in seven 20 s runs
 // (before: 66 µs, 82 µs and 33.6 ms in three).
 //
 // The heap's mappings are found in /proc/self/maps as the run of adjacent anonymous private mappings
