@@ -111,8 +111,9 @@
 // also a TLB miss. --huge-pages (internal/hugepage) reserves the heap up front advised MADV_HUGEPAGE;
 // on a 2-vCPU KVM guest the 4 s p99 under writes went 18.0–20.0 → 10.4–11.8 µs and the 20 s p99 17.8–21.1
 // → 15.1–16.6 µs (docs/benchmarks.md, "Huge pages under the index"); it is off by default because the
-// reservation is resident from the start (faulted in there, so that no index thread waits for a huge
-// page's first fault) and because on a guest whose host uses small pages it made the bench slower.
+// start waits for a probe and for the pages faulted in ahead of the index (so that no index thread waits
+// for a huge page's first fault), and because on a guest whose host uses small pages it made the bench
+// slower (the probe turns them down there).
 //
 // What the p99 under writes is: `kvroute bench indexer --again` times each query a second time at once.
 // At 20 s pacing the first read's p99 is 31–34 µs and the second's 10.6–11.5 µs (docs/benchmarks.md, "The

@@ -13,11 +13,13 @@ import (
 
 // hugePagesFlag is --huge-pages: whether the Go heap that holds a KV index is backed by 2 MiB transparent
 // huge pages (internal/hugepage). off (the default) never; auto probes the host at start and takes them
-// where reads pay; a number reserves that many MiB without asking. The reservation is faulted in at
-// start (resident from then on), so that no thread of the index waits for a huge page's first fault, which
-// the runtime's stop-the-world would wait for too. Off by default for that memory and the start's wait.
+// where reads pay; a number reserves that many MiB without asking. Pages are faulted in before the index
+// uses them (a number: the whole reservation at start; auto: 256 MiB ahead of the heap's use, topped up
+// every second), so that no thread of the index waits for a huge page's first fault, which the runtime's
+// stop-the-world would wait for too. Off by default for the start's wait (the probe, and the host
+// backing what is faulted in).
 func hugePagesFlag(fs *flag.FlagSet) *string {
-	return fs.String("huge-pages", "off", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): off (the default) = never; auto = once per process at start, chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (1–2 s, 256 MiB held meanwhile) and, where a load costs at most 90 % as much with the second (fastest of three chases each), reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE; N = reserve N MiB without probing (about the index: 48 B per (block, worker)). The reservation is faulted in at start and stays resident (the start waits while the host backs it: 4 s for 1,024 MiB on a 2-vCPU KVM guest the first time); the heap's growth past it is advised and faulted in every second. On that guest, index reads under the conversation trace's writes p99 14–41 → 10–14 µs; on a guest whose host uses small pages reads got slower, which auto's probe sees (docs/operations.md)")
+	return fs.String("huge-pages", "off", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): off (the default) = never; auto = once per process at start, chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (1–2 s, 256 MiB held meanwhile) and, where a load costs at most 90 % as much with the second (fastest of three chases each), reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE, keeping 256 MiB of it faulted in ahead of the heap's use; N = reserve N MiB without probing (about the index: 48 B per (block, worker)), faulted in whole at start and resident from then on (the start waits while the host backs it: 4 s for 1,024 MiB on a 2-vCPU KVM guest the first time); the heap's growth past the reservation is advised every second. On that guest, index reads under the conversation trace's writes p99 14–41 → 10–14 µs; on a guest whose host uses small pages reads got slower, which auto's probe sees (docs/operations.md)")
 }
 
 // hugePagesAdvisePeriod is how often the heap's growth past the reservation is advised (a read of
@@ -34,6 +36,12 @@ const (
 	hugeProbeSteps   = 1 << 17
 	autoHugePagesMiB = 1024
 )
+
+// autoHugePagesAheadMiB is how much of the free heap auto keeps faulted in ahead of the runtime's use
+// (hugepage.Reserve's ahead), topped up on each periodic pass once half of it is used: the memory auto
+// holds beyond what the process uses, where the whole reservation was resident from the start. A pass
+// a second keeps ahead of an index growing 128 MiB a second.
+const autoHugePagesAheadMiB = 256
 
 // hugeAuto is the auto mode's decision. The heap is the process's, so the probe and the reservation are
 // made once, by the first command that starts with auto, and hold for the process's life (the periodic
@@ -72,7 +80,7 @@ func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
 	if err != nil || mib < 0 {
 		return nil, fmt.Errorf("--huge-pages %q: want auto, off or MiB ≥ 0", val)
 	}
-	h, st, err := hugepage.Reserve(mib << 20)
+	h, st, err := hugepage.Reserve(mib<<20, mib<<20)
 	if err != nil {
 		return nil, fmt.Errorf("--huge-pages: %w", err)
 	}
@@ -109,7 +117,7 @@ func decideHugePages() {
 		}
 		n := min(autoHugePagesMiB<<20, total/4)
 		a.reserved = n >> 20
-		h, st, err := hugepage.Reserve(n)
+		h, st, err := hugepage.Reserve(n, autoHugePagesAheadMiB<<20)
 		if a.st, a.err = st, err; err != nil {
 			return
 		}
@@ -129,7 +137,7 @@ func hugePagesNotes(val string) []string {
 		on = a.on
 		state := "off"
 		if on {
-			state = fmt.Sprintf("on (%d MiB of heap reserved, advised and faulted in)", a.reserved)
+			state = fmt.Sprintf("on (%d MiB of heap reserved and advised, %d MiB faulted in ahead of its use)", a.reserved, autoHugePagesAheadMiB)
 		}
 		s = fmt.Sprintf("Huge pages: --huge-pages auto, %s: one dependent load through %d MiB cost %.0f ns with 4 KiB pages and %.0f ns with 2 MiB pages (taken at ≤ 90 %%).",
 			state, a.probe.Bytes>>20, a.probe.SmallNanos, a.probe.HugeNanos)

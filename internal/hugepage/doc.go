@@ -30,8 +30,8 @@
 // docs/benchmarks.md, a load with huge pages cost 0.87–0.96 of a small page's at 64 MiB, 0.89–0.98 at
 // 128 MiB, 0.78 at 256 MiB (234 against 182 ns; probing took 0.7–2.2 s, the first time the host backed
 // the memory) and 0.68 at 392 MiB. kvroute's --huge-pages auto probes 256 MiB once per process and
-// reserves 1,024 MiB when it pays (off by default: the reservation is resident from the start, and the
-// start takes longer while the host backs it; docs/operations.md). On the guest whose host has
+// reserves 1,024 MiB when it pays (off by default: the start takes longer, by the probe and while the
+// host backs what is faulted in ahead; docs/operations.md). On the guest whose host has
 // small pages, a chase at 400 MiB cost 401 ns with huge pages against 326 without: the probe turns them
 // down there.
 //
@@ -40,31 +40,44 @@
 // The Go runtime maps heap arenas with plain mmap and never advises them, so under "madvise" no heap page
 // is ever huge. Advising memory that is already in use does not help by itself: its pages stay 4 KiB
 // until khugepaged or MADV_COLLAPSE rewrites them, and a collapse under live readers stalls them (p999
-// 3–5 ms in the runs above, collapse every 100 ms). So Reserve makes the heap grow first, by one large
-// allocation the runtime maps but never touches, advises the heap's mappings MADV_HUGEPAGE, and drops
-// the allocation: the pages the index then allocates are faulted in after the advice, as 2 MiB pages.
+// 3–5 ms in the runs above, collapse every 100 ms). So Reserve makes the heap grow first, by allocations
+// the runtime maps but never touches, advises the heap's mappings MADV_HUGEPAGE, and drops the
+// allocations: the pages the index then allocates are faulted in after the advice, as 2 MiB pages. The
+// allocations are 64 MiB each, not one: the runtime zeroes a large object whole when any of its pages
+// was used before, and a single 1 GiB object reaching into freed heap was written (and backed by the
+// host) whole: a peak RSS of 1.18 GB where the probe's 409 MB is the peak now (kvroute bench indexer
+// --minutes 0.05 --duration 0 --huge-pages auto; TestReserveTouchesNothing).
 // Heap growth past the reservation is mapped by the runtime afresh (mmap MAP_FIXED over its reserved
 // range, which drops the advice); Heap.Advise, run periodically (Keep), advises those new mappings
 // too, so the part of them not yet touched is faulted huge.
 //
-// Faulted in before use. A huge page's first fault zeroes 2 MiB while its thread waits, and the Go
+// Faulted in ahead of use. A huge page's first fault zeroes 2 MiB while its thread waits, and the Go
 // runtime's stop-the-world waits for that thread. In a guest whose host takes free memory back (a
 // virtio balloon with free page reporting at order 9: every free 2 MiB block is handed to the host),
 // the host must back the page's 512 small pages on that fault too: a first touch of 512 MiB advised
 // MADV_HUGEPAGE cost 9.0 ms a huge page on average, 39 of 256 over 10 ms, the longest 44.5 ms, and the
 // same memory touched again 0.26 ms (with 4 KiB pages the same cost is spread over 512 faults of a few
 // µs). The index bench's stop-the-world waits of 12–101 ms were those faults. So Reserve hands the
-// dropped allocation back to the kernel first (debug.FreeOSMemory: the runtime now counts those pages
+// dropped allocations back to the kernel first (debug.FreeOSMemory: the runtime now counts those pages
 // released, and its scavenger, which would return freed pages 64 KiB at a time and split every huge
-// page it touched, leaves them alone until it allocates them), then faults the reservation in with
-// MADV_POPULATE_WRITE (Linux 5.14; a page already there is left as it is, nothing is written), from the
-// caller's goroutine, where a thread in a system call does not hold up a stop-the-world. Advise does the
-// same for each mapping it advises. The cost: the reservation is resident from the start, and the start
-// waits while the host backs it (1 GiB: 4.0 s the first time on that guest, 0.1 s when the memory was
-// just used), and the runtime counts those pages released until it allocates them: under a memory limit
-// (GOMEMLIMIT) Reserve faults in only as much as the limit leaves room for beside what the runtime
-// holds. Stop-the-world waits in the bench with 1,024 MiB reserved: 41–328 µs in seven 20 s runs
-// (before: 66 µs, 82 µs and 33.6 ms in three).
+// page it touched, leaves them alone until it allocates them), then faults in the pages the runtime
+// will use next with MADV_POPULATE_WRITE (Linux 5.14; a page already there is left as it is, nothing is
+// written), from a system call, where a thread does not hold up a stop-the-world. The runtime's page
+// allocator takes the lowest free addresses first, so those are the lowest huge pages the kernel does
+// not hold (mincore), as many as Reserve's ahead asks. Each pass of Advise measures what is still
+// ahead (the bytes the runtime counts released that the kernel holds) and, once that is under half of
+// ahead, faults in the next. With ahead at the reservation's size (--huge-pages N) the whole reservation
+// is resident from the start; kvroute's auto keeps 256 MiB ahead, so its memory follows the index:
+// kvroute serve's RSS 404 MB against 1,058 MB when auto faulted the whole GiB in (off: 240–261 MB;
+// TestReservePopulated checks the heap holds the budget and no more beyond the runtime's use). On the
+// 4 s bench (0.1 GB of index a second) the passes found 94–214 MiB still ahead, each top-up 150–270 MiB
+// in 0.3–0.95 s. The start waits while the host backs what is faulted in (1 GiB: 4.0 s the first time on
+// that guest, 0.1 s when the memory was just used; auto's 256 MiB: 0.95–1.2 s, and that short bench
+// with auto took 2.4–4.5 s against 8.8 s with the whole GiB, 0.8 s off), and the runtime counts
+// those pages released until it allocates them: under a memory limit (GOMEMLIMIT) only as much is
+// faulted in as the limit leaves room for beside what the runtime holds and what is already ahead.
+// Stop-the-world waits in the bench with 1,024 MiB reserved: 41–328 µs in seven 20 s runs (before:
+// 66 µs, 82 µs and 33.6 ms in three).
 //
 // The heap's mappings are found in /proc/self/maps as the run of adjacent anonymous private mappings
 // around the reservation's address: the runtime grows its arenas contiguously from a base it picks, and

@@ -14,9 +14,11 @@ var ErrUnsupported = errors.New("hugepage: transparent huge pages are not suppor
 // Heap is the Go heap as advised for huge pages.
 type Heap struct {
 	anchor  uintptr // an address inside the heap's arenas (the reservation's first byte)
-	faultIn bool    // Advise faults in what it advises (set once Reserve has faulted the reservation in)
+	faultIn bool    // Advise keeps pages faulted in ahead of the runtime (set once Reserve has)
+	ahead   uintptr // how many bytes of free heap to keep faulted in ahead of the runtime's use
 	mu      sync.Mutex
 	done    []span // the ranges advised so far, sorted and merged
+	vec     []byte // mincore's answer for done, reused
 	group   routine.Group
 	stop    chan struct{}
 	once    sync.Once
@@ -29,11 +31,15 @@ type span struct{ start, end uintptr }
 type Stats struct {
 	Mappings int // ranges newly advised
 	Bytes    int // their size
-	// Populated is the bytes faulted in (Reserve: the reservation; Advise: the newly advised mappings).
+	// Populated is the bytes faulted in ahead of the runtime's use (the lowest wholly absent huge pages
+	// of the advised heap, up to the Heap's budget).
 	Populated int
 	// Populating is the time spent faulting them in: where the host backs a guest's memory on first
 	// touch, seconds a GiB.
 	Populating time.Duration
+	// Ahead is the free heap found faulted in ahead of the runtime's use before the pass faulted more in:
+	// the bytes the runtime counts released (handed back to the kernel, as it believes) that are resident.
+	Ahead int
 }
 
 // uncovered returns the parts of s that no range of done covers (done sorted and merged).

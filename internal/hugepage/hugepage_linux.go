@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,45 +27,127 @@ const (
 
 // Reserve grows the Go heap by n bytes that nothing touches, advises the heap's mappings MADV_HUGEPAGE
 // and releases the bytes again (a GC runs): the heap's next n bytes of pages are faulted in as huge
-// pages. It returns ErrUnsupported where the kernel refuses the advice.
-func Reserve(n int) (*Heap, Stats, error) {
+// pages. Of the free heap, ahead bytes (rounded up to huge pages; at most n counts) are faulted in now,
+// the lowest first, and Advise faults more in as the runtime uses them. It returns ErrUnsupported where
+// the kernel refuses the advice.
+func Reserve(n, ahead int) (*Heap, Stats, error) {
 	if err := supported(); err != nil {
 		return nil, Stats{}, err
 	}
 	if n < hugeSize {
 		n = hugeSize
 	}
-	buf := make([]byte, n)
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	h := &Heap{anchor: base}
+	// In pieces: the runtime zeroes a large allocation whole when any of its pages were used before,
+	// and one such page in a single 1 GiB object made it write (and the host back) the whole GiB.
+	// Pieces on fresh memory are left untouched; those on freed memory are zeroed, as any use of that
+	// memory would be.
+	bufs := make([][]byte, 0, (n+reservePiece-1)/reservePiece)
+	for left := n; left > 0; left -= reservePiece {
+		bufs = append(bufs, make([]byte, min(left, reservePiece)))
+	}
+	h := &Heap{anchor: uintptr(unsafe.Pointer(unsafe.SliceData(bufs[0]))), ahead: (uintptr(max(ahead, 0)) + hugeSize - 1) &^ (hugeSize - 1)}
 	st, err := h.Advise()
-	runtime.KeepAlive(buf)
-	buf = nil
+	runtime.KeepAlive(bufs)
+	bufs = nil
 	runtime.GC()
 	if err != nil {
 		return nil, Stats{}, err
 	}
 	// The runtime now holds the reservation as freed pages it believes resident, which its scavenger
 	// would hand back 64 KiB at a time (splitting every huge page it touches); released, they are pages
-	// it believes gone and leaves alone until it allocates them. Then fault them in, as huge pages.
+	// it believes gone and leaves alone until it allocates them. Then fault the lowest of them in, as
+	// huge pages.
 	debug.FreeOSMemory()
-	lo, hi := (base+hugeSize-1)&^(hugeSize-1), (base+uintptr(n))&^(hugeSize-1)
-	if r := room(); hi > lo && hi-lo > r {
-		hi = lo + r
-	}
-	if hi > lo {
-		if err := st.populate(lo, hi-lo); err != nil {
-			return nil, Stats{}, err
-		}
-	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.faultIn = true
+	if err := h.topUp(&st); err != nil {
+		return nil, Stats{}, err
+	}
 	return h, st, nil
 }
 
+// reservePiece is the size of the allocations a reservation is made of.
+const reservePiece = 64 << 20
+
+// topUp keeps h.ahead bytes of free heap faulted in ahead of the runtime's use. The runtime's page
+// allocator takes the lowest free addresses first, so the pages it will use next are the lowest the
+// kernel does not hold: topUp faults in the lowest wholly absent huge pages of the advised heap. What
+// is already ahead is what the runtime counts released but the kernel holds (mincore); while that is at
+// least half the budget, nothing is done. Under a memory limit it faults in only as much as the limit
+// leaves room for (room), less what is already ahead. Called with h.mu held.
+func (h *Heap) topUp(st *Stats) error {
+	var absent uintptr // bytes of the advised heap the kernel does not hold
+	var holes []span   // wholly absent huge pages, in address order, adjacent ones merged
+	for _, s := range h.done {
+		pages := int((s.end - s.start) / pageSize)
+		if cap(h.vec) < pages {
+			h.vec = make([]byte, pages)
+		}
+		vec := h.vec[:pages]
+		if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, s.start, s.end-s.start, uintptr(unsafe.Pointer(unsafe.SliceData(vec)))); e != 0 {
+			return fmt.Errorf("hugepage: mincore(%#x, %d): %w", s.start, s.end-s.start, e)
+		}
+		for i := 0; i < pages; i += hugeSize / pageSize {
+			n := 0
+			for _, v := range vec[i : i+hugeSize/pageSize] {
+				n += int(^v & 1)
+			}
+			absent += uintptr(n) * pageSize
+			if n < hugeSize/pageSize {
+				continue
+			}
+			at := s.start + uintptr(i)*pageSize
+			if k := len(holes) - 1; k >= 0 && holes[k].end == at {
+				holes[k].end += hugeSize
+			} else {
+				holes = append(holes, span{at, at + hugeSize})
+			}
+		}
+	}
+	var ahead uintptr
+	if rel := releasedBytes(); rel > absent {
+		ahead = rel - absent
+	}
+	st.Ahead = int(ahead)
+	if ahead >= h.ahead/2 {
+		return nil
+	}
+	want := h.ahead - ahead
+	if r := room(); r != ^uintptr(0) {
+		want = min(want, r-min(r, ahead)) // room counts what is ahead as free, as the runtime does
+	}
+	want &^= hugeSize - 1
+	for _, s := range holes {
+		if want == 0 {
+			break
+		}
+		n := min(s.end-s.start, want)
+		if err := st.populate(s.start, n); err != nil {
+			return err
+		}
+		want -= n
+	}
+	return nil
+}
+
+// releasedBytes is the heap memory the runtime counts released to the kernel.
+func releasedBytes() uintptr {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return uintptr(s[0].Value.Uint64())
+}
+
+// pageSize is the small page mincore reports on.
+const pageSize = 4096
+
 // room is how much memory a limit on the runtime (GOMEMLIMIT, debug.SetMemoryLimit) leaves beside what
-// the runtime holds now, in whole huge pages: the reservation's pages are resident but counted released
+// the runtime holds now, in whole huge pages: pages faulted in ahead are resident but counted released
 // until the runtime allocates them, so under a limit they are faulted in only as far as it leaves room.
-// No limit: no bound.
+// No limit: no bound (^uintptr(0)).
 func room() uintptr {
 	limit := debug.SetMemoryLimit(-1)
 	if limit == math.MaxInt64 {
@@ -97,7 +180,7 @@ func (st *Stats) populate(start, n uintptr) error {
 }
 
 // Advise advises the parts of the heap's mappings not advised before (those the runtime mapped since,
-// as the heap grew).
+// as the heap grew), then tops up the pages faulted in ahead of the runtime (once Reserve has).
 func (h *Heap) Advise() (Stats, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -112,16 +195,14 @@ func (h *Heap) Advise() (Stats, error) {
 				return st, err
 			}
 			h.done = cover(h.done, s)
-			if h.faultIn {
-				if err := st.populate(s.start, s.end-s.start); err != nil {
-					return st, err
-				}
-			}
 			st.Mappings++
 			st.Bytes += int(s.end - s.start)
 		}
 	}
-	return st, nil
+	if h.faultIn {
+		err = h.topUp(&st)
+	}
+	return st, err
 }
 
 // mapping is one line of /proc/self/maps: its range, whether it is readable and writable, and whether

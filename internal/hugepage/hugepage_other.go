@@ -3,7 +3,7 @@
 package hugepage
 
 // Reserve is Linux-only: elsewhere it returns ErrUnsupported.
-func Reserve(n int) (*Heap, Stats, error) { return nil, Stats{}, ErrUnsupported }
+func Reserve(n, ahead int) (*Heap, Stats, error) { return nil, Stats{}, ErrUnsupported }
 
 // Advise is Linux-only.
 func (h *Heap) Advise() (Stats, error) { return Stats{}, ErrUnsupported }

@@ -3,10 +3,15 @@
 package hugepage
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -59,11 +64,11 @@ func TestCoverage(t *testing.T) {
 	}
 }
 
-// reserve is Reserve(n), skipping t where the kernel has no transparent huge pages and failing it on
-// any other error.
-func reserve(t *testing.T, n int) (*Heap, Stats) {
+// reserve is Reserve(n, ahead), skipping t where the kernel has no transparent huge pages and failing it
+// on any other error.
+func reserve(t *testing.T, n, ahead int) (*Heap, Stats) {
 	t.Helper()
-	h, st, err := Reserve(n)
+	h, st, err := Reserve(n, ahead)
 	if errors.Is(err, ErrUnsupported) {
 		t.Skip("this kernel has no transparent huge pages")
 	}
@@ -71,6 +76,27 @@ func reserve(t *testing.T, n int) (*Heap, Stats) {
 		t.Fatal(err)
 	}
 	return h, st
+}
+
+// alone runs the calling test again in a fresh process of the test binary, where it is the only test,
+// and returns true in the first process, which then has nothing left to do: the heap is the process's,
+// and the pages that other tests' reservations faulted in ahead would count as this one's.
+func alone(t *testing.T) bool {
+	t.Helper()
+	const env = "KVROUTE_HUGEPAGE_ALONE"
+	if os.Getenv(env) == t.Name() {
+		return false
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s in a fresh process: %v\n%s", t.Name(), err, out)
+	}
+	if bytes.Contains(out, []byte("--- SKIP")) {
+		t.Skipf("skipped in a fresh process:\n%s", out)
+	}
+	return true
 }
 
 // advised is IsAdvised, failing t when smaps cannot say.
@@ -84,18 +110,22 @@ func advised(t *testing.T, addr uintptr) bool {
 }
 
 // TestReserveThenGrowth: the reservation's mapping is advised (VmFlags hg), the heap's later growth is
-// not until Advise runs, and then is.
+// not until Advise runs, and then is; what the growth took of the pages faulted in ahead, Advise faults
+// in again.
 func TestReserveThenGrowth(t *testing.T) {
-	h, st := reserve(t, 16<<20)
-	if st.Mappings == 0 || st.Bytes < 16<<20 {
-		t.Fatalf("reserve advised %+v, want at least the 16 MiB reserved", st)
+	if alone(t) {
+		return
+	}
+	h, st := reserve(t, 32<<20, 16<<20)
+	if st.Mappings == 0 || st.Bytes < 32<<20 {
+		t.Fatalf("reserve advised %+v, want at least the 32 MiB reserved", st)
 	}
 	if !advised(t, h.anchor) {
 		t.Fatalf("the reservation's mapping at %#x is not advised", h.anchor)
 	}
 	populates := populateSupported(t)
-	if populates && st.Populated < 14<<20 {
-		t.Fatalf("reserve populated %d bytes, want the 16 MiB reservation less its unaligned ends", st.Populated)
+	if populates && st.Populated != 16<<20 {
+		t.Fatalf("reserve populated %d bytes, want the 16 MiB asked for ahead", st.Populated)
 	}
 	// More than the heap has free at once: the runtime maps new arena space, which it does not advise.
 	// (It may start in free heap space; its last byte is in the new mapping.)
@@ -113,8 +143,11 @@ func TestReserveThenGrowth(t *testing.T) {
 	if st.Mappings == 0 || !advised(t, at) {
 		t.Fatalf("after Advise (%+v) the grown heap at %#x is not advised", st, at)
 	}
-	if populates && (st.Populated == 0 || !resident(t, at&^(pageSize-1), pageSize)) {
-		t.Fatalf("after Advise (%+v) the grown heap's last page at %#x, which nothing wrote, is not resident", st, at)
+	// The allocation, untouched, is in use to the runtime and absent to the kernel: nothing counts as
+	// ahead of the runtime any more, and the pass faulted the budget in again (the lowest absent pages:
+	// the allocation's, which it will use).
+	if populates && (st.Ahead != 0 || st.Populated != 16<<20) {
+		t.Fatalf("after the heap grew by an untouched allocation, Advise found %d bytes ahead and populated %d, want 0 and 16 MiB", st.Ahead, st.Populated)
 	}
 	if again, _ := h.Advise(); again.Mappings != 0 {
 		t.Fatalf("a second pass advised %+v again", again)
@@ -122,32 +155,121 @@ func TestReserveThenGrowth(t *testing.T) {
 	runtime.KeepAlive(grown)
 }
 
-// TestReservePopulated: the reservation is resident when Reserve returns, as huge pages when the
-// kernel has them free, and stays resident through a scavenge of the heap's free memory
-// (debug.FreeOSMemory), which would otherwise hand the freed reservation back to the kernel.
+// TestReservePopulated: Reserve faults in what it was asked to keep ahead, as huge pages when the kernel
+// has them free, and no more: the heap's resident memory beyond what the runtime holds is that budget,
+// however large the reservation. The pages stay resident through a scavenge of the heap's free memory
+// (debug.FreeOSMemory), which would otherwise hand them back to the kernel.
 func TestReservePopulated(t *testing.T) {
-	h, st := reserve(t, 32<<20)
+	if alone(t) {
+		return
+	}
+	h, st := reserve(t, 256<<20, 16<<20)
 	if !populateSupported(t) {
 		t.Skip("MADV_POPULATE_WRITE needs Linux 5.14")
 	}
-	lo := (h.anchor + hugeSize - 1) &^ (hugeSize - 1)
-	n := uintptr(st.Populated)
-	if n < 30<<20 {
-		t.Fatalf("populated %d bytes of a 32 MiB reservation", n)
+	if st.Populated != 16<<20 || st.Ahead != 0 {
+		t.Fatalf("populated %d bytes with %d ahead before, want the 16 MiB asked for ahead", st.Populated, st.Ahead)
 	}
-	if !resident(t, lo, n) {
-		t.Fatalf("the reservation [%#x, %#x) is not all resident after Reserve", lo, lo+n)
+	if extra := residentBeyondRuntime(t, h); extra < 12<<20 || extra > 20<<20 {
+		t.Fatalf("the heap holds %d MiB beyond the runtime's use, want the 16 MiB ahead (not the 256 MiB reserved)", extra>>20)
 	}
 	debug.FreeOSMemory()
-	if !resident(t, lo, n) {
-		t.Fatalf("the scavenger released part of the reservation [%#x, %#x)", lo, lo+n)
+	if extra := residentBeyondRuntime(t, h); extra < 12<<20 {
+		t.Fatalf("after a scavenge the heap holds %d MiB beyond the runtime's use: it released the 16 MiB ahead", extra>>20)
 	}
+	// The runtime takes the lowest free pages first: an allocation of the budget's size lands on pages
+	// faulted in ahead, and once it is written the next pass faults the budget in again.
+	used := make([]byte, 16<<20)
+	for i := range used {
+		used[i] = 1
+	}
+	again, err := h.Advise()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Populated == 0 {
+		t.Fatalf("after the runtime used pages faulted in ahead, Advise found %d MiB ahead and faulted none in", again.Ahead>>20)
+	}
+	if extra := residentBeyondRuntime(t, h); extra > 20<<20 {
+		t.Fatalf("after the top-up the heap holds %d MiB beyond the runtime's use, want at most the 16 MiB budget", extra>>20)
+	}
+	runtime.KeepAlive(used)
+}
+
+// residentBeyondRuntime is the advised heap's resident memory (mincore) less what the runtime holds
+// there (its heap and stack spans not released to the kernel).
+func residentBeyondRuntime(t *testing.T, h *Heap) int {
+	t.Helper()
+	h.mu.Lock()
+	done := slices.Clone(h.done)
+	h.mu.Unlock()
+	var res int
+	for _, s := range done {
+		vec := make([]byte, (s.end-s.start)/pageSize)
+		if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, s.start, s.end-s.start, uintptr(unsafe.Pointer(unsafe.SliceData(vec)))); e != 0 {
+			t.Fatalf("mincore(%#x, %d): %v", s.start, s.end-s.start, e)
+		}
+		for _, v := range vec {
+			res += int(v&1) * pageSize
+		}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return res - int(ms.HeapSys-ms.HeapReleased+ms.StackInuse)
+}
+
+// TestReserveTouchesNothing: making the reservation writes none of it, though the heap has freed memory
+// for the runtime to reuse (which a large allocation reaching into it would have zeroed whole): the
+// process's peak resident set grows by far less than the reservation.
+func TestReserveTouchesNothing(t *testing.T) {
+	if alone(t) {
+		return
+	}
+	used := make([]byte, 64<<20)
+	for i := range used {
+		used[i] = 1
+	}
+	runtime.KeepAlive(used)
+	used = nil
+	runtime.GC()
+	// Reset the peak (VmHWM) to the resident set now.
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak resident set: %v", err)
+	}
+	before := statusKiB(t, "VmRSS")
+	reserve(t, 512<<20, 0)
+	if grew := statusKiB(t, "VmHWM") - before; grew > 128<<10 {
+		t.Fatalf("the peak resident set grew by %d MiB while reserving 512 MiB with nothing asked ahead", grew>>10)
+	}
+}
+
+// statusKiB is a "kB" line of /proc/self/status.
+func statusKiB(t *testing.T, key string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, key+":"); ok {
+			var kb int
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return kb
+		}
+	}
+	t.Fatalf("/proc/self/status has no %s", key)
+	return 0
 }
 
 // TestReserveUnderMemoryLimit: under a memory limit the reservation is faulted in only as far as the
 // limit leaves room beside what the runtime holds (the rest is faulted on use), since the runtime counts
 // the reservation's pages released until it allocates them.
 func TestReserveUnderMemoryLimit(t *testing.T) {
+	if alone(t) {
+		return
+	}
 	if !populateSupported(t) {
 		t.Skip("MADV_POPULATE_WRITE needs Linux 5.14")
 	}
@@ -158,14 +280,11 @@ func TestReserveUnderMemoryLimit(t *testing.T) {
 	runtime.ReadMemStats(&ms)
 	limit := int64(ms.Sys-ms.HeapReleased) + 8<<20
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
-	_, st := reserve(t, 64<<20)
+	_, st := reserve(t, 64<<20, 64<<20)
 	if st.Populated > 8<<20 {
 		t.Fatalf("under a limit 8 MiB above what the runtime held, %d MiB of a 64 MiB reservation were faulted in", st.Populated>>20)
 	}
 }
-
-// pageSize is the small page mincore reports on.
-const pageSize = 4096
 
 // resident reports whether every page of [start, start+n) is in memory (mincore).
 func resident(t *testing.T, start, n uintptr) bool {
