@@ -77,6 +77,8 @@ const reservePiece = 64 << 20
 // least half the budget, nothing is done. Under a memory limit it faults in only as much as the limit
 // leaves room for (room), less what is already ahead. Called with h.mu held.
 func (h *Heap) topUp(st *Stats) error {
+	// Released first: pages the scavenger releases meanwhile then count as absent, not ahead.
+	released := releasedBytes()
 	var absent uintptr // bytes of the advised heap the kernel does not hold
 	var holes []span   // wholly absent huge pages, in address order, adjacent ones merged
 	for _, s := range h.done {
@@ -106,8 +108,8 @@ func (h *Heap) topUp(st *Stats) error {
 		}
 	}
 	var ahead uintptr
-	if rel := releasedBytes(); rel > absent {
-		ahead = rel - absent
+	if released > absent {
+		ahead = released - absent
 	}
 	st.Ahead = int(ahead)
 	if ahead >= h.ahead/2 {
@@ -133,12 +135,19 @@ func (h *Heap) topUp(st *Stats) error {
 
 // releasedBytes is the heap memory the runtime counts released to the kernel.
 func releasedBytes() uintptr {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/released:bytes"}}
+	released, _ := runtimeMemory()
+	return released
+}
+
+// runtimeMemory reads, without stopping the world (runtime.ReadMemStats would), the heap memory the
+// runtime counts released to the kernel and all the memory it has mapped.
+func runtimeMemory() (released, total uintptr) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/released:bytes"}, {Name: "/memory/classes/total:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	if s[0].Value.Kind() != metrics.KindUint64 || s[1].Value.Kind() != metrics.KindUint64 {
+		return 0, 0
 	}
-	return uintptr(s[0].Value.Uint64())
+	return uintptr(s[0].Value.Uint64()), uintptr(s[1].Value.Uint64())
 }
 
 // pageSize is the small page mincore reports on.
@@ -153,9 +162,8 @@ func room() uintptr {
 	if limit == math.MaxInt64 {
 		return ^uintptr(0)
 	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	free := limit - int64(ms.Sys-ms.HeapReleased)
+	released, total := runtimeMemory()
+	free := limit - int64(total-released)
 	if free <= 0 {
 		return 0
 	}

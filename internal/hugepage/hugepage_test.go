@@ -124,8 +124,8 @@ func TestReserveThenGrowth(t *testing.T) {
 		t.Fatalf("the reservation's mapping at %#x is not advised", h.anchor)
 	}
 	populates := populateSupported(t)
-	if populates && st.Populated != 16<<20 {
-		t.Fatalf("reserve populated %d bytes, want the 16 MiB asked for ahead", st.Populated)
+	if populates && !topped(st, 16<<20) {
+		t.Fatalf("reserve found %d bytes ahead and populated %d, want 16 MiB ahead after it", st.Ahead, st.Populated)
 	}
 	// More than the heap has free at once: the runtime maps new arena space, which it does not advise.
 	// (It may start in free heap space; its last byte is in the new mapping.)
@@ -146,8 +146,8 @@ func TestReserveThenGrowth(t *testing.T) {
 	// The allocation, untouched, is in use to the runtime and absent to the kernel: nothing counts as
 	// ahead of the runtime any more, and the pass faulted the budget in again (the lowest absent pages:
 	// the allocation's, which it will use).
-	if populates && (st.Ahead != 0 || st.Populated != 16<<20) {
-		t.Fatalf("after the heap grew by an untouched allocation, Advise found %d bytes ahead and populated %d, want 0 and 16 MiB", st.Ahead, st.Populated)
+	if populates && (st.Ahead >= 8<<20 || !topped(st, 16<<20)) {
+		t.Fatalf("after the heap grew by an untouched allocation, Advise found %d bytes ahead and populated %d, want under half the 16 MiB budget and then 16 MiB ahead", st.Ahead, st.Populated)
 	}
 	if again, _ := h.Advise(); again.Mappings != 0 {
 		t.Fatalf("a second pass advised %+v again", again)
@@ -167,8 +167,8 @@ func TestReservePopulated(t *testing.T) {
 	if !populateSupported(t) {
 		t.Skip("MADV_POPULATE_WRITE needs Linux 5.14")
 	}
-	if st.Populated != 16<<20 || st.Ahead != 0 {
-		t.Fatalf("populated %d bytes with %d ahead before, want the 16 MiB asked for ahead", st.Populated, st.Ahead)
+	if !topped(st, 16<<20) {
+		t.Fatalf("populated %d bytes with %d ahead before, want 16 MiB ahead after it", st.Populated, st.Ahead)
 	}
 	if extra := residentBeyondRuntime(t, h); extra < 12<<20 || extra > 20<<20 {
 		t.Fatalf("the heap holds %d MiB beyond the runtime's use, want the 16 MiB ahead (not the 256 MiB reserved)", extra>>20)
@@ -194,6 +194,13 @@ func TestReservePopulated(t *testing.T) {
 		t.Fatalf("after the top-up the heap holds %d MiB beyond the runtime's use, want at most the 16 MiB budget", extra>>20)
 	}
 	runtime.KeepAlive(used)
+}
+
+// topped reports whether a pass that found st.Ahead bytes ahead and faulted st.Populated in left the
+// budget ahead, to the huge page it rounds down to.
+func topped(st Stats, budget int) bool {
+	after := st.Ahead + st.Populated
+	return after > budget-hugeSize && after <= budget
 }
 
 // residentBeyondRuntime is the advised heap's resident memory (mincore) less what the runtime holds
