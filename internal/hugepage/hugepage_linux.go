@@ -27,8 +27,8 @@ const (
 
 // Reserve grows the Go heap by n bytes that nothing touches, advises the heap's mappings MADV_HUGEPAGE
 // and releases the bytes again (a GC runs): the heap's next n bytes of pages are faulted in as huge
-// pages. Of the free heap, ahead bytes (rounded up to huge pages; at most n counts) are faulted in now,
-// the lowest first, and Advise faults more in as the runtime uses them. It returns ErrUnsupported where
+// pages. Of the free heap, ahead bytes (rounded up to huge pages) are faulted in now, the lowest first,
+// and each Advise faults more in once the runtime has used half of them. It returns ErrUnsupported where
 // the kernel refuses the advice.
 func Reserve(n, ahead int) (*Heap, Stats, error) {
 	if err := supported(); err != nil {
