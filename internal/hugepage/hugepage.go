@@ -13,15 +13,14 @@ var ErrUnsupported = errors.New("hugepage: transparent huge pages are not suppor
 
 // Heap is the Go heap as advised for huge pages.
 type Heap struct {
-	anchor  uintptr // an address inside the heap's arenas (the reservation's first byte)
-	faultIn bool    // Advise keeps pages faulted in ahead of the runtime (set once Reserve has)
-	ahead   uintptr // how many bytes of free heap to keep faulted in ahead of the runtime's use
-	mu      sync.Mutex
-	done    []span // the ranges advised so far, sorted and merged
-	vec     []byte // mincore's answer for done, reused
-	group   routine.Group
-	stop    chan struct{}
-	once    sync.Once
+	anchor uintptr // an address inside the heap's arenas (the reservation's first byte)
+	ahead  uintptr // free heap Advise keeps faulted in ahead of the runtime's use (set once Reserve has)
+	mu     sync.Mutex
+	done   []span // the ranges advised so far, sorted and merged
+	vec    []byte // mincore's answer for done, reused
+	group  routine.Group
+	stop   chan struct{}
+	once   sync.Once
 }
 
 // span is one mapping's range, rounded inward to huge pages.

@@ -45,7 +45,7 @@ func Reserve(n, ahead int) (*Heap, Stats, error) {
 	for left := n; left > 0; left -= reservePiece {
 		bufs = append(bufs, make([]byte, min(left, reservePiece)))
 	}
-	h := &Heap{anchor: uintptr(unsafe.Pointer(unsafe.SliceData(bufs[0]))), ahead: (uintptr(max(ahead, 0)) + hugeSize - 1) &^ (hugeSize - 1)}
+	h := &Heap{anchor: uintptr(unsafe.Pointer(unsafe.SliceData(bufs[0])))}
 	st, err := h.Advise()
 	runtime.KeepAlive(bufs)
 	bufs = nil
@@ -60,7 +60,7 @@ func Reserve(n, ahead int) (*Heap, Stats, error) {
 	debug.FreeOSMemory()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.faultIn = true
+	h.ahead = (uintptr(max(ahead, 0)) + hugeSize - 1) &^ (hugeSize - 1)
 	if err := h.topUp(&st); err != nil {
 		return nil, Stats{}, err
 	}
@@ -78,7 +78,7 @@ const reservePiece = 64 << 20
 // leaves room for (room), less what is already ahead. Called with h.mu held.
 func (h *Heap) topUp(st *Stats) error {
 	// Released first: pages the scavenger releases meanwhile then count as absent, not ahead.
-	released := releasedBytes()
+	released, _ := runtimeMemory()
 	var absent uintptr // bytes of the advised heap the kernel does not hold
 	var holes []span   // wholly absent huge pages, in address order, adjacent ones merged
 	for _, s := range h.done {
@@ -131,12 +131,6 @@ func (h *Heap) topUp(st *Stats) error {
 		want -= n
 	}
 	return nil
-}
-
-// releasedBytes is the heap memory the runtime counts released to the kernel.
-func releasedBytes() uintptr {
-	released, _ := runtimeMemory()
-	return released
 }
 
 // runtimeMemory reads, without stopping the world (runtime.ReadMemStats would), the heap memory the
@@ -207,7 +201,7 @@ func (h *Heap) Advise() (Stats, error) {
 			st.Bytes += int(s.end - s.start)
 		}
 	}
-	if h.faultIn {
+	if h.ahead > 0 {
 		err = h.topUp(&st)
 	}
 	return st, err
