@@ -38,6 +38,13 @@ type RuntimeStats struct {
 	// given back) interrupts every other CPU running it, a query's core included. Counts other processes'
 	// too, so compare runs on a quiet machine.
 	TLBShootdowns int64 `json:"tlb_shootdowns"`
+	// AnonBytes is the process's anonymous resident memory at the run's end, AnonHugeBytes the part of
+	// it mapped by 2 MiB pages (/proc/self/smaps_rollup "Anonymous" and "AnonHugePages"; -1 when
+	// unknown). With --huge-pages, what the advice kept: the runtime's scavenger hands freed heap back
+	// 64 KiB at a time, and a huge page it takes part of is split into small pages for good (the 20 s run
+	// ended with about a sixth of the heap in small pages on the machine of docs/benchmarks.md).
+	AnonBytes     int64 `json:"anon_bytes"`
+	AnonHugeBytes int64 `json:"anon_huge_bytes"`
 }
 
 var runtimeSamples = []string{
@@ -55,6 +62,9 @@ type runtimeSnapshot struct {
 	s      []metrics.Sample
 	faults int64
 	tlb    int64
+	// anon and huge are /proc/self/smaps_rollup's anonymous resident bytes and the part in huge pages
+	// (-1: unknown).
+	anon, huge int64
 }
 
 func readRuntime() runtimeSnapshot {
@@ -63,7 +73,35 @@ func readRuntime() runtimeSnapshot {
 		s[i].Name = name
 	}
 	metrics.Read(s)
-	return runtimeSnapshot{s: s, faults: minorFaults(), tlb: tlbShootdowns()}
+	anon, huge := anonMemory()
+	return runtimeSnapshot{s: s, faults: minorFaults(), tlb: tlbShootdowns(), anon: anon, huge: huge}
+}
+
+// anonMemory returns the process's anonymous resident bytes and the part of them in transparent huge
+// pages, or -1, -1.
+func anonMemory() (anon, huge int64) {
+	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return -1, -1
+	}
+	return rollupBytes(b, "Anonymous:"), rollupBytes(b, "AnonHugePages:")
+}
+
+// rollupBytes reads the kB figure of the smaps_rollup line that starts with name, in bytes, or -1 when
+// there is none.
+func rollupBytes(rollup []byte, name string) int64 {
+	for line := range strings.Lines(string(rollup)) {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != name {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return -1
+		}
+		return kb << 10
+	}
+	return -1
 }
 
 // tlbShootdowns returns the TLB shootdown interrupts every CPU has taken so far (Linux's
@@ -109,7 +147,7 @@ func minorFaults() int64 {
 // since returns what happened between snapshot sa and sb.
 func (sb runtimeSnapshot) since(sa runtimeSnapshot) RuntimeStats {
 	a, b := sa.s, sb.s
-	r := RuntimeStats{PageFaults: -1, TLBShootdowns: -1}
+	r := RuntimeStats{PageFaults: -1, TLBShootdowns: -1, AnonBytes: sb.anon, AnonHugeBytes: sb.huge}
 	if sa.faults >= 0 && sb.faults >= 0 {
 		r.PageFaults = sb.faults - sa.faults
 	}
