@@ -393,7 +393,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	x.Flush()
 	elapsed := time.Since(start)
 
-	after := readRuntime()
+	after := readRuntime().atEnd()
 	quiet := make([]float64, len(w.local))
 	floor := make([]float64, len(w.local))
 	var m prefix.Matches

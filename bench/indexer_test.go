@@ -69,6 +69,11 @@ func TestIndexerBenchConsistent(t *testing.T) {
 		if run.LoadAvg == "" && runtime.GOOS == "linux" {
 			t.Fatal("no load average on linux")
 		}
+		// The anonymous memory at the run's end, which holds the index: read on linux, in huge pages at
+		// most all of it.
+		if rt := run.Runtime; runtime.GOOS == "linux" && (rt.AnonBytes <= 0 || rt.AnonHugeBytes < 0 || rt.AnonHugeBytes > rt.AnonBytes) {
+			t.Fatalf("anonymous memory at the end %d bytes, %d in huge pages", rt.AnonBytes, rt.AnonHugeBytes)
+		}
 		if d > 0 && (run.ElapsedSeconds < d.Seconds()*0.9 || run.OfferedOpsPerSec <= 0) {
 			t.Fatalf("paced run took %.3f s of %v", run.ElapsedSeconds, d)
 		}

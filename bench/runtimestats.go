@@ -63,7 +63,7 @@ type runtimeSnapshot struct {
 	faults int64
 	tlb    int64
 	// anon and huge are /proc/self/smaps_rollup's anonymous resident bytes and the part in huge pages
-	// (-1: unknown).
+	// (-1: unknown, or not read: atEnd reads them).
 	anon, huge int64
 }
 
@@ -73,8 +73,14 @@ func readRuntime() runtimeSnapshot {
 		s[i].Name = name
 	}
 	metrics.Read(s)
-	anon, huge := anonMemory()
-	return runtimeSnapshot{s: s, faults: minorFaults(), tlb: tlbShootdowns(), anon: anon, huge: huge}
+	return runtimeSnapshot{s: s, faults: minorFaults(), tlb: tlbShootdowns(), anon: -1, huge: -1}
+}
+
+// atEnd adds the anonymous memory to the snapshot that ends a run: a state, not a difference, so the
+// snapshot before the run does not read it (smaps_rollup walks the process's page tables).
+func (sb runtimeSnapshot) atEnd() runtimeSnapshot {
+	sb.anon, sb.huge = anonMemory()
+	return sb
 }
 
 // anonMemory returns the process's anonymous resident bytes and the part of them in transparent huge
@@ -90,18 +96,26 @@ func anonMemory() (anon, huge int64) {
 // rollupBytes reads the kB figure of the smaps_rollup line that starts with name, in bytes, or -1 when
 // there is none.
 func rollupBytes(rollup []byte, name string) int64 {
-	for line := range strings.Lines(string(rollup)) {
-		f := strings.Fields(line)
-		if len(f) < 2 || f[0] != name {
-			continue
-		}
-		kb, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return -1
-		}
-		return kb << 10
+	f, ok := lineFields(rollup, name)
+	if !ok || len(f) == 0 {
+		return -1
 	}
-	return -1
+	kb, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return kb << 10
+}
+
+// lineFields returns the fields after name of the first line of a /proc file whose first field is
+// name; ok is false when there is none.
+func lineFields(proc []byte, name string) (fields []string, ok bool) {
+	for line := range strings.Lines(string(proc)) {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+			return f[1:], true
+		}
+	}
+	return nil, false
 }
 
 // tlbShootdowns returns the TLB shootdown interrupts every CPU has taken so far (Linux's
@@ -117,22 +131,19 @@ func tlbShootdowns() int64 {
 // interruptCount sums the per-CPU counts of the /proc/interrupts line that starts with name, or -1 when
 // there is none.
 func interruptCount(procInterrupts []byte, name string) int64 {
-	for line := range strings.Lines(string(procInterrupts)) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != name {
-			continue
-		}
-		var n int64
-		for _, x := range f[1:] {
-			v, err := strconv.ParseInt(x, 10, 64)
-			if err != nil {
-				break // the description after the counts
-			}
-			n += v
-		}
-		return n
+	f, ok := lineFields(procInterrupts, name)
+	if !ok {
+		return -1
 	}
-	return -1
+	var n int64
+	for _, x := range f {
+		v, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			break // the description after the counts
+		}
+		n += v
+	}
+	return n
 }
 
 // minorFaults returns the process's minor page faults so far, or -1.
