@@ -79,6 +79,22 @@
 // Stop-the-world waits in the bench with 1,024 MiB reserved: 41–328 µs in seven 20 s runs (before:
 // 66 µs, 82 µs and 33.6 ms in three).
 //
+// The periodic pass runs at the lowest priority. Its system calls keep a thread in the kernel for
+// seconds a pass where the host backs what is faulted in (a traced 20 s run of the index bench: top-ups
+// of 128–168 MiB took 0.8–2.1 s), beside the threads running Go code. On a machine with as many CPUs
+// as the runtime has Ps the kernel then shares the CPUs among more threads than it has, and a reader
+// of the index waits out the pass's time slices. A one-off probe on the 2-vCPU guest (C: two threads
+// spinning on the clock and counting gaps, a third faulting in 2 MiB pages with MADV_POPULATE_WRITE),
+// gaps over 1 ms per spinning thread in 5 s: 1–16 with nothing faulting, 378–535 with the third thread
+// at normal priority, 7–19 with it under SCHED_IDLE. So Keep's goroutine locks its thread and puts it
+// under SCHED_IDLE; it never unlocks it, so the thread ends with the goroutine (a thread without
+// CAP_SYS_NICE cannot leave SCHED_IDLE, and must not go back to the runtime's pool). Each
+// MADV_POPULATE_WRITE faults in one huge page: a call holds the mmap lock for reading, and the
+// runtime's next mapping of heap waits for it, so a starved call holds that up for one fault at most.
+// The cost: while other threads keep every CPU busy the pass hardly runs (47–56 huge pages in those 5
+// s), and the runtime faults its pages in itself, as it would without a budget. Reserve faults in at
+// its caller's priority.
+//
 // The heap's mappings are found in /proc/self/maps as the run of adjacent anonymous private mappings
 // around the reservation's address: the runtime grows its arenas contiguously from a base it picks, and
 // nothing else (thread stacks, the C heap) is advised, since a huge page under a sparse region costs up to

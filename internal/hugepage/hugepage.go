@@ -2,6 +2,7 @@ package hugepage
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -93,6 +94,14 @@ var advise = routine.Named("hugepage.advise")
 func (h *Heap) Keep(period time.Duration) {
 	h.stop = make(chan struct{})
 	h.group.Go(advise, func() {
+		// The pass's system calls (reading the maps, mincore, faulting pages in: seconds a pass where the
+		// host backs what is faulted in) keep a thread busy in the kernel beside the threads running Go
+		// code. On a machine with as many CPUs as the runtime has Ps, the kernel then shares the CPUs
+		// among them, and the index's readers wait out its time slices. The thread runs SCHED_IDLE, on
+		// CPU time nothing else wants (docs in doc.go); it is never unlocked, so it ends with the goroutine
+		// and its policy with it.
+		runtime.LockOSThread()
+		_ = idleThread()
 		t := time.NewTicker(period)
 		defer t.Stop()
 		for {

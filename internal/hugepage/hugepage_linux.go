@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -168,17 +170,29 @@ func room() uintptr {
 // the MADV_HUGEPAGE advice, as huge pages. Pages already there are left as they are, so it is safe on
 // memory the program uses. It adds the bytes and the time to st; a kernel before 5.14 refuses the
 // advice, and then nothing is populated.
+//
+// One huge page a call: a call holds the process's mmap lock for reading while the host backs its
+// pages, and the runtime's next mapping of heap waits for it, so a call is kept short; the periodic
+// pass's thread, which runs at the lowest priority, then holds it up at most a huge page's fault.
 func (st *Stats) populate(start, n uintptr) error {
 	t0 := time.Now()
-	if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, start, n, madvPopulateW); e != 0 {
-		if errors.Is(e, syscall.EINVAL) {
-			return nil
+	defer func() { st.Populating += time.Since(t0) }()
+	for at := start; at < start+n; at += hugeSize {
+		if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, at, min(hugeSize, start+n-at), madvPopulateW); e != 0 {
+			if errors.Is(e, syscall.EINVAL) {
+				return nil
+			}
+			return e
 		}
-		return e
+		st.Populated += int(min(hugeSize, start+n-at))
 	}
-	st.Populated += int(n)
-	st.Populating += time.Since(t0)
 	return nil
+}
+
+// idleThread puts the calling thread under SCHED_IDLE: it runs only on CPU time no other thread of the
+// machine wants.
+func idleThread() error {
+	return unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0)
 }
 
 // Advise advises the parts of the heap's mappings not advised before (those the runtime mapped since,

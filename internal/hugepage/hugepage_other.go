@@ -25,3 +25,6 @@ func MappedSmall(n int) (buf []byte, release func(), err error) { return nil, ni
 
 // MemTotal is Linux-only.
 func MemTotal() (int, error) { return 0, ErrUnsupported }
+
+// idleThread is Linux-only: elsewhere the periodic pass keeps its thread's priority.
+func idleThread() error { return ErrUnsupported }

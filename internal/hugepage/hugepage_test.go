@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -341,4 +342,57 @@ func TestMapped(t *testing.T) {
 		t.Fatalf("the mapping at %#x is not advised", at)
 	}
 	buf[0], buf[len(buf)-1] = 1, 2
+}
+
+// TestKeepRunsIdle: Keep's pass runs on a thread of its own under SCHED_IDLE, which ends with Stop, so
+// that no thread of the runtime's pool is left at that priority.
+func TestKeepRunsIdle(t *testing.T) {
+	h, _ := reserve(t, 4<<20, 0)
+	if idle := idleThreads(t); idle != 0 {
+		t.Fatalf("%d threads under SCHED_IDLE before Keep", idle)
+	}
+	h.Keep(time.Hour)
+	waitIdleThreads(t, 1)
+	h.Stop()
+	waitIdleThreads(t, 0)
+}
+
+// waitIdleThreads waits, up to 10 s, until want threads of the process run under SCHED_IDLE.
+func waitIdleThreads(t *testing.T, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		n := idleThreads(t)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d threads under SCHED_IDLE, want %d", n, want)
+		}
+	}
+}
+
+// idleThreads counts the process's threads whose scheduling policy (field 41 of /proc/self/task/*/stat)
+// is SCHED_IDLE (5).
+func idleThreads(t *testing.T) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue // the thread ended
+		}
+		// The fields after the command's closing parenthesis start at the third.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 41-2 {
+			t.Fatalf("/proc/self/task/%s/stat: %q", task.Name(), b)
+		}
+		if f[41-3] == "5" {
+			n++
+		}
+	}
+	return n
 }
