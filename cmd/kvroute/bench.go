@@ -226,7 +226,7 @@ func benchIndexer(args []string) error {
 	if err != nil {
 		return err
 	}
-	stopHuge, err := startHugePages(*huge, nil)
+	stopHuge, err := startHugePages(*huge, nil, false)
 	if err != nil {
 		return err
 	}

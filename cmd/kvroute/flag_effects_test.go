@@ -133,6 +133,13 @@ func TestLogLevelFilters(t *testing.T) {
 // The app stops when the test ends.
 func startFlagFrontend(t *testing.T, modelDir string, extra ...string) (*frontendApp, string, error) {
 	t.Helper()
+	app, logged, err := startFlagFrontendLog(t, modelDir, extra...)
+	return app, logged.String(), err
+}
+
+// startFlagFrontendLog is startFlagFrontend with the log as it goes on after the start.
+func startFlagFrontendLog(t *testing.T, modelDir string, extra ...string) (*frontendApp, *syncBuffer, error) {
+	t.Helper()
 	_, herr := captureCLI(t)
 	args := append([]string{"--model-path", modelDir, "--http-host", "127.0.0.1", "--http-port", "0", "--health-check-interval", "0",
 		"--no-worker-self-test", "--worker", "id=1,url=http://127.0.0.1:9"}, extra...)
@@ -140,12 +147,12 @@ func startFlagFrontend(t *testing.T, modelDir string, extra ...string) (*fronten
 	if !ok {
 		t.Fatalf("%v: exit %d: %s", args, code, herr.String())
 	}
-	var logged bytes.Buffer
-	app, err := startFrontend(f, newRegistry(), slog.New(slog.NewTextHandler(&logged, nil)))
+	logged := &syncBuffer{}
+	app, err := startFrontend(f, newRegistry(), slog.New(slog.NewTextHandler(logged, nil)))
 	if err == nil {
 		t.Cleanup(app.stop)
 	}
-	return app, logged.String(), err
+	return app, logged, err
 }
 
 func TestFrontendOpsFlags(t *testing.T) {

@@ -221,8 +221,9 @@ func startFrontend(f *frontendFlags, reg *prometheus.Registry, log *slog.Logger)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// Huge pages first: the reservation must come before the heap fills (the models, then the index).
-	hugeStop, err := startHugePages(*f.ops.hugePages, log)
+	// Huge pages first: a reservation (N) must come before the heap fills with the models and the index;
+	// auto's probe and reservation go on in the background while the models load.
+	hugeStop, err := startHugePages(*f.ops.hugePages, log, true)
 	if err != nil {
 		return nil, err
 	}

@@ -15,11 +15,11 @@ import (
 // huge pages (internal/hugepage). off (the default) never; auto probes the host at start and takes them
 // where reads pay; a number reserves that many MiB without asking. Pages are faulted in before the index
 // uses them (a number: the whole reservation at start; auto: 256 MiB ahead of the heap's use, topped up
-// every second), so that no thread of the index waits for a huge page's first fault, which the runtime's
-// stop-the-world would wait for too. Off by default for the start's wait (the probe, and the host
-// backing what is faulted in).
+// every second, by a thread under SCHED_IDLE), so that no thread of the index waits for a huge page's
+// first fault, which the runtime's stop-the-world would wait for too. Off by default for the memory:
+// auto keeps 256 MiB resident ahead of the index, N holds N MiB.
 func hugePagesFlag(fs *flag.FlagSet) *string {
-	return fs.String("huge-pages", "off", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): off (the default) = never; auto = once per process at start, chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (1–2 s, 256 MiB held meanwhile) and, where a load costs at most 90 % as much with the second (fastest of three chases each), reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE, keeping 256 MiB of it faulted in ahead of the heap's use; N = reserve N MiB without probing (about the index: 48 B per (block, worker)), faulted in whole at start and resident from then on (the start waits while the host backs it: 4 s for 1,024 MiB on a 2-vCPU KVM guest the first time); the heap's growth past the reservation is advised every second. On that guest, index reads under the conversation trace's writes p99 14–41 → 10–14 µs; on a guest whose host uses small pages reads got slower, which auto's probe sees (docs/operations.md)")
+	return fs.String("huge-pages", "off", "back the KV index with 2 MiB transparent huge pages (Linux, THP mode madvise or always): off (the default) = never; auto = once per process at start (a server in the background, after it listens), chase dependent loads through 256 MiB with 4 KiB and with 2 MiB pages (1–2 s, 256 MiB held meanwhile) and, where a load costs at most 90 % as much with the second (fastest of three chases each), reserve 1,024 MiB of Go heap advised MADV_HUGEPAGE, keeping 256 MiB of it faulted in ahead of the heap's use; N = reserve N MiB without probing (about the index: 48 B per (block, worker)), faulted in whole at start and resident from then on (the start waits while the host backs it: 4 s for 1,024 MiB on a 2-vCPU KVM guest the first time); the heap's growth past the reservation is advised every second (a thread under SCHED_IDLE). On that guest, index reads under the conversation trace's writes p99 14–41 → 10–14 µs; on a guest whose host uses small pages reads got slower, which auto's probe sees (docs/operations.md)")
 }
 
 // hugePagesAdvisePeriod is how often the heap's growth past the reservation is advised (a read of
@@ -57,19 +57,17 @@ var hugeAuto struct {
 }
 
 // startHugePages applies --huge-pages; stop ends the periodic advice of a reservation made for this
-// start (a no-op for off and auto).
-func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
+// start (a no-op for off and auto). With background, auto decides on a goroutine of its own and logs
+// the decision when made: a server does not wait for the probe and the host backing what auto faults
+// in (1–2 s), and its index, empty at start, loses nothing to a reservation made a few seconds late. A
+// bench decides before it measures.
+func startHugePages(val string, log *slog.Logger, background bool) (stop func(), err error) {
 	if val == "auto" {
-		decideHugePages()
-		if log != nil {
-			a := &hugeAuto
-			reserved := 0
-			if a.on {
-				reserved = a.reserved
-			}
-			log.Info("huge pages: auto", "on", a.on, "thp_mode", a.mode, "probe_mib", a.probe.Bytes>>20,
-				"probe_ns_per_load_4k", fmt.Sprintf("%.0f", a.probe.SmallNanos), "probe_ns_per_load_2m", fmt.Sprintf("%.0f", a.probe.HugeNanos),
-				"reserved_mib", reserved, "populated_mib", a.st.Populated>>20, "populate_ms", a.st.Populating.Milliseconds(), "err", a.err)
+		if background {
+			hugeDecide.Go(func() { decideHugePages(); logHugeAuto(log) })
+		} else {
+			decideHugePages()
+			logHugeAuto(log)
 		}
 		return func() {}, nil
 	}
@@ -94,6 +92,21 @@ func startHugePages(val string, log *slog.Logger) (stop func(), err error) {
 
 // hugePagesOff reports whether --huge-pages val asks for no huge pages.
 func hugePagesOff(val string) bool { return val == "off" || val == "0" }
+
+// logHugeAuto logs auto's decision (made), if there is a log.
+func logHugeAuto(log *slog.Logger) {
+	if log == nil {
+		return
+	}
+	a := &hugeAuto
+	reserved := 0
+	if a.on {
+		reserved = a.reserved
+	}
+	log.Info("huge pages: auto", "on", a.on, "thp_mode", a.mode, "probe_mib", a.probe.Bytes>>20,
+		"probe_ns_per_load_4k", fmt.Sprintf("%.0f", a.probe.SmallNanos), "probe_ns_per_load_2m", fmt.Sprintf("%.0f", a.probe.HugeNanos),
+		"reserved_mib", reserved, "populated_mib", a.st.Populated>>20, "populate_ms", a.st.Populating.Milliseconds(), "err", a.err)
+}
 
 // decideHugePages makes the auto mode's decision, once per process.
 func decideHugePages() {

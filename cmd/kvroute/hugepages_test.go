@@ -6,13 +6,15 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/internal/hugepage"
 )
 
 // --huge-pages N reserves N MiB of heap and advises it for huge pages before the frontend builds its
-// index (at least N MiB of the process's anonymous mappings are advised); auto logs the probe's two
-// figures and its decision, and when it took huge pages the heap is advised; off, the default, advises
+// index (at least N MiB of the process's anonymous mappings are advised); auto decides in the
+// background, once the frontend is up, and logs the probe's two figures and its decision, and when it
+// took huge pages the heap is advised; off, the default, advises
 // nothing and logs nothing of it; a negative value or a word other than auto and off is refused.
 func TestHugePagesFlag(t *testing.T) {
 	if runtime.GOOS != "linux" {
@@ -38,10 +40,15 @@ func TestHugePagesFlag(t *testing.T) {
 			t.Fatalf("%v: err %v, advised %d → %d bytes, log %q", off, err, before, advisedBytes(), logged)
 		}
 	}
-	_, logged, err := startFlagFrontend(t, modelDir, "--huge-pages", "auto")
+	// auto decides in the background: the frontend serves first, the decision is logged when made.
+	app, auto, err := startFlagFrontendLog(t, modelDir, "--huge-pages", "auto")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if app.ln == nil {
+		t.Fatal("auto: the frontend is not listening")
+	}
+	logged := waitLog(t, auto, "huge pages: auto")
 	a := &hugeAuto
 	for _, want := range []string{"huge pages: auto", fmt.Sprintf("on=%v", a.on), "probe_ns_per_load_4k=", "probe_ns_per_load_2m="} {
 		if !strings.Contains(logged, want) {
@@ -65,6 +72,21 @@ func TestHugePagesFlag(t *testing.T) {
 	for _, bad := range []string{"-1", "on", "1.5"} {
 		if _, _, err := startFlagFrontend(t, modelDir, "--huge-pages", bad); err == nil || !strings.Contains(err.Error(), "--huge-pages") {
 			t.Fatalf("--huge-pages %s: %v, want a refusal naming the flag", bad, err)
+		}
+	}
+}
+
+// waitLog waits, up to two minutes (the probe under the race detector), until the log holds want, and
+// returns it.
+func waitLog(t *testing.T, logged *syncBuffer, want string) string {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		s := logged.String()
+		if strings.Contains(s, want) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log lacks %q after two minutes: %q", want, s)
 		}
 	}
 }

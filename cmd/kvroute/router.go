@@ -144,7 +144,7 @@ func runRouter(args []string) int {
 		return 2
 	}
 	bind, identity, sf, workers, port, host := rf.bind, rf.identity, &rf.srv, rf.workers, rf.port, rf.host
-	stopHuge, err := startHugePages(*rf.hugePages, log)
+	stopHuge, err := startHugePages(*rf.hugePages, log, true)
 	if err != nil {
 		fmt.Fprintln(errOut, "kvroute router:", err)
 		return 2

@@ -10,4 +10,5 @@ var (
 	discoveryWatch   = routine.Named("cmd.nats-discovery")       // --discovery nats: the watcher adding workers; joined through done
 	registrar        = routine.Named("cmd.nats-registrar")       // a worker's discovery registration and heartbeat, until ctx ends
 	registrarsDone   = routine.Named("cmd.nats-registrars-done") // closes the connection once every registration is deleted
+	hugeDecide       = routine.Named("cmd.huge-pages-auto")      // a server's --huge-pages auto: the probe and the reservation, once per process
 )
