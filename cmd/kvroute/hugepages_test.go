@@ -77,16 +77,18 @@ func TestHugePagesFlag(t *testing.T) {
 }
 
 // waitLog waits, up to two minutes (the probe under the race detector), until the log holds want, and
-// returns it.
+// returns it; on a timeout the test's log shows what it held.
 func waitLog(t *testing.T, logged *syncBuffer, want string) string {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		s := logged.String()
-		if strings.Contains(s, want) {
-			return s
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log: %q", logged.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log lacks %q after two minutes: %q", want, s)
-		}
-	}
+	})
+	var s string
+	waitUntilWithin(t, fmt.Sprintf("%q in the log", want), 2*time.Minute, func() bool {
+		s = logged.String()
+		return strings.Contains(s, want)
+	})
+	return s
 }

@@ -84,7 +84,13 @@ func launchFrontend(t *testing.T, args []string) *frontendApp {
 // waitUntil polls cond until it holds or 10 s pass.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitUntilWithin(t, what, 10*time.Second, cond)
+}
+
+// waitUntilWithin polls cond until it holds or d passes.
+func waitUntilWithin(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

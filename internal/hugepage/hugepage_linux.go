@@ -178,13 +178,14 @@ func (st *Stats) populate(start, n uintptr) error {
 	t0 := time.Now()
 	defer func() { st.Populating += time.Since(t0) }()
 	for at := start; at < start+n; at += hugeSize {
-		if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, at, min(hugeSize, start+n-at), madvPopulateW); e != 0 {
+		k := min(hugeSize, start+n-at)
+		if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, at, k, madvPopulateW); e != 0 {
 			if errors.Is(e, syscall.EINVAL) {
 				return nil
 			}
 			return e
 		}
-		st.Populated += int(min(hugeSize, start+n-at))
+		st.Populated += int(k)
 	}
 	return nil
 }
