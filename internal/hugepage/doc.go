@@ -88,7 +88,10 @@
 // gaps over 1 ms per spinning thread in 5 s: 1–16 with nothing faulting, 378–535 with the third thread
 // at normal priority, 7–19 with it under SCHED_IDLE. So Keep's goroutine locks its thread and puts it
 // under SCHED_IDLE; it never unlocks it, so the thread ends with the goroutine (a thread without
-// CAP_SYS_NICE cannot leave SCHED_IDLE, and must not go back to the runtime's pool). Each
+// CAP_SYS_NICE cannot leave SCHED_IDLE, and must not go back to the runtime's pool). The main thread
+// is the exception, as the runtime parks it rather than ending it: a goroutine that finds itself there
+// holds it while it starts its successor, which so runs on another thread (TestKeepLeavesMainThread;
+// before, about one run in a hundred left the main thread SCHED_IDLE for good). Each
 // MADV_POPULATE_WRITE faults in one huge page: a call holds the mmap lock for reading, and the
 // runtime's next mapping of heap waits for it, so a starved call holds that up for one fault at most.
 // The cost: while other threads keep every CPU busy the pass hardly runs (47–56 huge pages in those 5

@@ -93,26 +93,45 @@ var advise = routine.Named("hugepage.advise")
 // Keep runs Advise every period until Stop.
 func (h *Heap) Keep(period time.Duration) {
 	h.stop = make(chan struct{})
-	h.group.Go(advise, func() {
-		// The pass's system calls (reading the maps, mincore, faulting pages in: seconds a pass where the
-		// host backs what is faulted in) keep a thread busy in the kernel beside the threads running Go
-		// code. On a machine with as many CPUs as the runtime has Ps, the kernel then shares the CPUs
-		// among them, and the index's readers wait out its time slices. The thread runs SCHED_IDLE, on
-		// CPU time nothing else wants (docs in doc.go); it is never unlocked, so it ends with the goroutine
-		// and its policy with it.
-		runtime.LockOSThread()
-		_ = idleThread()
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-h.stop:
-				return
-			case <-t.C:
-				_, _ = h.Advise()
-			}
+	h.group.Go(advise, func() { h.keep(period, nil) })
+}
+
+// keep is Keep's goroutine. The pass's system calls (reading the maps, mincore, faulting pages in:
+// seconds a pass where the host backs what is faulted in) keep a thread busy in the kernel beside the
+// threads running Go code. On a machine with as many CPUs as the runtime has Ps, the kernel then shares
+// the CPUs among them, and the index's readers wait out its time slices. The thread runs SCHED_IDLE, on
+// CPU time nothing else wants (docs in doc.go); it is never unlocked, so it ends with the goroutine and
+// its policy with it.
+//
+// The main thread is the exception: the runtime never ends it, it parks it when its locked goroutine
+// exits, so a pass that ran there would leave it SCHED_IDLE for the process's life. Landing there, the
+// goroutine holds the main thread (no other goroutine can run on a thread locked to one) while it starts
+// its successor, which therefore runs elsewhere, and lets the main thread go once the successor has its
+// own. locked, when not nil, is closed once this goroutine holds its thread.
+func (h *Heap) keep(period time.Duration, locked chan<- struct{}) {
+	runtime.LockOSThread()
+	if locked != nil {
+		close(locked)
+	}
+	if mainThread() {
+		next := make(chan struct{})
+		if h.group.Go(advise, func() { h.keep(period, next) }) {
+			<-next
 		}
-	})
+		runtime.UnlockOSThread()
+		return
+	}
+	_ = idleThread()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+			_, _ = h.Advise()
+		}
+	}
 }
 
 // Stop ends Keep's goroutine and waits for it.

@@ -190,6 +190,9 @@ func (st *Stats) populate(start, n uintptr) error {
 	return nil
 }
 
+// mainThread reports whether the calling goroutine runs on the process's main thread.
+func mainThread() bool { return unix.Gettid() == unix.Getpid() }
+
 // idleThread puts the calling thread under SCHED_IDLE: it runs only on CPU time no other thread of the
 // machine wants.
 func idleThread() error {

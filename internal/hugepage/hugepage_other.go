@@ -26,5 +26,8 @@ func MappedSmall(n int) (buf []byte, release func(), err error) { return nil, ni
 // MemTotal is Linux-only.
 func MemTotal() (int, error) { return 0, ErrUnsupported }
 
+// mainThread is Linux-only: elsewhere the pass's thread keeps its priority, so it may be any.
+func mainThread() bool { return false }
+
 // idleThread is Linux-only: elsewhere the periodic pass keeps its thread's priority.
 func idleThread() error { return ErrUnsupported }

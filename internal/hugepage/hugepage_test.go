@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -348,7 +349,7 @@ func TestMapped(t *testing.T) {
 // that no thread of the runtime's pool is left at that priority.
 func TestKeepRunsIdle(t *testing.T) {
 	h, _ := reserve(t, 4<<20, 0)
-	if idle := idleThreads(t); idle != 0 {
+	if idle, _ := idleThreads(t); idle != 0 {
 		t.Fatalf("%d threads under SCHED_IDLE before Keep", idle)
 	}
 	h.Keep(time.Hour)
@@ -357,11 +358,56 @@ func TestKeepRunsIdle(t *testing.T) {
 	waitIdleThreads(t, 0)
 }
 
+// TestKeepLeavesMainThread: Keep's goroutine, started on the main thread (which the runtime never ends),
+// moves the pass to another thread and leaves the main thread at its priority. Without the move the
+// main thread stays SCHED_IDLE after Stop (TestKeepRunsIdle failed so about once in a hundred runs).
+func TestKeepLeavesMainThread(t *testing.T) {
+	h, _ := reserve(t, 4<<20, 0)
+	h.stop = make(chan struct{})
+	t.Cleanup(h.Stop) // on a failure too: without the move, the main thread runs the pass until Stop
+	started := make(chan struct{})
+	onMain <- func() {
+		if !mainThread() {
+			t.Error("the function did not run on the main thread")
+		}
+		// keep returns on the main thread once its successor holds a thread of its own.
+		h.keep(time.Hour, started)
+	}
+	<-started
+	waitIdleThreads(t, 1)
+	if _, main := idleThreads(t); main {
+		t.Fatal("the main thread runs SCHED_IDLE")
+	}
+	h.Stop()
+	waitIdleThreads(t, 0)
+}
+
+// onMain runs functions on the main thread, which init locks the main goroutine to, for
+// TestKeepLeavesMainThread.
+var onMain = make(chan func())
+
+func init() { runtime.LockOSThread() }
+
+// TestMain runs the tests on a goroutine of their own while the main goroutine, on the main thread,
+// serves onMain.
+func TestMain(m *testing.M) {
+	code := make(chan int)
+	go func() { code <- m.Run() }()
+	for {
+		select {
+		case fn := <-onMain:
+			fn()
+		case c := <-code:
+			os.Exit(c)
+		}
+	}
+}
+
 // waitIdleThreads waits, up to 10 s, until want threads of the process run under SCHED_IDLE.
 func waitIdleThreads(t *testing.T, want int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		n := idleThreads(t)
+		n, _ := idleThreads(t)
 		if n == want {
 			return
 		}
@@ -372,14 +418,13 @@ func waitIdleThreads(t *testing.T, want int) {
 }
 
 // idleThreads counts the process's threads whose scheduling policy (field 41 of /proc/self/task/*/stat)
-// is SCHED_IDLE (5).
-func idleThreads(t *testing.T) int {
+// is SCHED_IDLE (5), and whether the main thread (the task whose id is the process's) is one of them.
+func idleThreads(t *testing.T) (n int, main bool) {
 	t.Helper()
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
 	for _, task := range tasks {
 		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/stat")
 		if err != nil {
@@ -392,7 +437,8 @@ func idleThreads(t *testing.T) int {
 		}
 		if f[41-3] == "5" {
 			n++
+			main = main || task.Name() == strconv.Itoa(os.Getpid())
 		}
 	}
-	return n
+	return n, main
 }
