@@ -38,7 +38,8 @@ type IndexerConfig struct {
 	// Duration is the wall time the whole trace is compressed into (Dynamo --benchmark-duration-ms);
 	// 0 replays as fast as possible (the peak). Default 60 s.
 	Duration time.Duration
-	// Shards is the indexer's shard count (--router-event-threads). Default 4.
+	// Shards is the indexer's shard count (--router-event-threads). Default: as kvroute serve's
+	// (scoring.DefaultIndexShards: 4, at most GOMAXPROCS).
 	Shards int
 	// Replayers is the number of goroutines replaying worker timelines (workers are dealt round-robin).
 	// Default 2 × GOMAXPROCS.
@@ -65,7 +66,7 @@ type IndexerConfig struct {
 // DefaultIndexerConfig returns the defaults.
 func DefaultIndexerConfig() IndexerConfig {
 	return IndexerConfig{Workers: 1000, Duplicate: 1, BlockSize: TraceBlockSize, Duration: 60 * time.Second,
-		Shards: 4, Replayers: 2 * runtime.GOMAXPROCS(0), Seed: 42, Blocks: DefaultBlocks()}
+		Shards: scoring.DefaultIndexShards(), Replayers: 2 * runtime.GOMAXPROCS(0), Seed: 42, Blocks: DefaultBlocks()}
 }
 
 // Validate checks the configuration.

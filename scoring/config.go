@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"time"
 )
 
@@ -190,7 +191,9 @@ type Config struct {
 	// long after the session's last request (--router-session-affinity-ttl-secs); 0 is unset. Range when
 	// set: 1 s … 31,536,000 s. Default unset.
 	SessionAffinityTTL time.Duration
-	// EventThreads is the number of indexer writer threads (--router-event-threads). Default 4.
+	// EventThreads is the number of indexer writer threads, one index shard each
+	// (--router-event-threads). 0, the default, is Dynamo's 4 capped at the CPUs the process runs Go code
+	// on (IndexShards).
 	EventThreads int
 
 	// TrackActiveBlocks counts decode blocks per worker. Default true; prefill-only routers turn it off.
@@ -267,7 +270,7 @@ func DefaultConfig() Config {
 		TTL:                       120 * time.Second,
 		ApproxWorkerCapacity:      1 << 20,
 		ApproxPruneTargetRatio:    0.8,
-		EventThreads:              4,
+		EventThreads:              0,
 		TrackActiveBlocks:         true,
 		AssumeKVReuse:             true,
 		TrackPrefillTokens:        true,
@@ -396,8 +399,8 @@ func (c *Config) Validate() error {
 	if !(c.ApproxPruneTargetRatio > 0 && c.ApproxPruneTargetRatio <= 1) {
 		return badf("approximate prune target ratio must be in (0,1], got %v", c.ApproxPruneTargetRatio)
 	}
-	if c.EventThreads < 1 {
-		return badf("router_event_threads must be ≥ 1, got %d", c.EventThreads)
+	if c.EventThreads < 0 {
+		return badf("router_event_threads must be ≥ 0 (0: the default), got %d", c.EventThreads)
 	}
 	if c.ActiveSequenceStride < 1 {
 		return badf("router_active_sequence_stride must be ≥ 1, got %d", c.ActiveSequenceStride)
@@ -471,6 +474,25 @@ func (c *Config) PredictTTL() time.Duration {
 	}
 	return 0
 }
+
+// DefaultEventThreads is Dynamo's default count of indexer writer threads.
+const DefaultEventThreads = 4
+
+// IndexShards is the sharded index's shard count: EventThreads when set, else DefaultIndexShards.
+func (c *Config) IndexShards() int {
+	if c.EventThreads > 0 {
+		return c.EventThreads
+	}
+	return DefaultIndexShards()
+}
+
+// DefaultIndexShards is DefaultEventThreads but no more than GOMAXPROCS. Each shard is a tree with its
+// own writer, so shards past the CPUs add no write throughput, only memory (a prefix held on workers of
+// several shards is stored once a shard) and read time (a query walks every shard's tree). On the
+// conversation trace at 1,000 workers on 2 CPUs, 2 shards against 4: 45.4 against 47.2 B per (block,
+// worker), 46.7 against 48.0 B at 10,000, the same unpaced write rate (docs/benchmarks.md, "Shards
+// past the CPUs").
+func DefaultIndexShards() int { return min(DefaultEventThreads, runtime.GOMAXPROCS(0)) }
 
 // NeedsIndexer reports whether the router keeps a prefix index: kv mode with a non-zero credit.
 func (c *Config) NeedsIndexer() bool {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestDefaultConfigMatchesDynamo(t *testing.T) {
 		{"temperature", c.Temperature, 0.0},
 		{"ttl", c.TTL, 120 * time.Second},
 		{"events", c.UseKVEvents, true},
-		{"threads", c.EventThreads, 4},
+		{"threads", c.EventThreads, 0}, // unset: Dynamo's 4, at most GOMAXPROCS (IndexShards)
 		{"reuse", c.AssumeKVReuse, true},
 		{"prefill", c.TrackPrefillTokens, true},
 		{"active", c.TrackActiveBlocks, true},
@@ -202,5 +203,27 @@ func TestDocsListEveryFlag(t *testing.T) {
 		if !strings.Contains(string(doc), key) {
 			t.Errorf("docs/router.md does not list %s", key)
 		}
+	}
+}
+
+// TestIndexShards: unset, the index has Dynamo's 4 shards but no more than GOMAXPROCS; a set
+// --router-event-threads is taken as it is, past the CPUs too.
+func TestIndexShards(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct{ procs, threads, want int }{{1, 0, 1}, {2, 0, 2}, {4, 0, 4}, {16, 0, 4}, {2, 3, 3}, {16, 8, 8}} {
+		runtime.GOMAXPROCS(c.procs)
+		cfg := DefaultConfig()
+		cfg.EventThreads = c.threads
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.IndexShards(); got != c.want {
+			t.Errorf("GOMAXPROCS %d, --router-event-threads %d: %d shards, want %d", c.procs, c.threads, got, c.want)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.EventThreads = -1
+	if cfg.Validate() == nil {
+		t.Error("--router-event-threads -1 accepted")
 	}
 }

@@ -85,7 +85,7 @@ var Flags = []Flag{
 	{Name: "router-session-affinity-ttl-secs", Env: "DYN_ROUTER_SESSION_AFFINITY_TTL_SECS",
 		Help:  "bind X-Dynamo-Session-ID to its first worker for this many seconds after its last request (0: off)",
 		Field: func(c *Config) any { return &c.SessionAffinityTTL }},
-	{Name: "router-event-threads", Env: "DYN_ROUTER_EVENT_THREADS", Help: "indexer writer threads",
+	{Name: "router-event-threads", Env: "DYN_ROUTER_EVENT_THREADS", Help: "indexer writer threads, one index shard each (0: Dynamo's 4, at most GOMAXPROCS)",
 		Field: func(c *Config) any { return &c.EventThreads }},
 	{Name: "router-replica-sync", Env: "DYN_ROUTER_REPLICA_SYNC", Help: "share active load with other router replicas",
 		Field: func(c *Config) any { return &c.ReplicaSync }},

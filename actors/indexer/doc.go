@@ -1,5 +1,5 @@
 // Package indexer is kvroute's sharded KV index: a root actor supervising N shard actors
-// (--router-event-threads, default 4), each owning one scoring/prefix.Index.
+// (--router-event-threads, default 4 but at most GOMAXPROCS), each owning one scoring/prefix.Index.
 //
 // # Overview
 //
@@ -77,6 +77,25 @@
 //
 // protoactor's RequestFuture (5–6 µs a call) is slower still, so it is not used at all. The Query message
 // exists only so the benchmark can measure the mailbox path.
+//
+// # How many shards
+//
+// A shard is a tree with its own writer. Shards past the CPUs add no write throughput (the writers only
+// take turns), and cost twice: a prefix held by workers of several shards is stored once a shard (the
+// conversation trace's system prompt is on almost every worker), and a query walks every shard's tree.
+// So the default is Dynamo's 4 capped at GOMAXPROCS (scoring.DefaultIndexShards); a set
+// --router-event-threads is taken as it is. The conversation trace at 1,000 workers on the 2-vCPU
+// guest (kvroute bench indexer --trace … --workers 1000 --block-size 16 --capacity 1000000 --shards N):
+//
+//	                                       4 shards          2 shards          1 shard
+//	bytes per (block, worker), unpaced     47.2              45.4              42.0
+//	  the same at 10,000 workers           48.0              46.7              —
+//	unpaced event blocks/s                 15.4 M            15.8 M            9.2 M
+//	query p50 under writes, 20 s / 4 s     2.2 / 1.4–1.5 µs  1.7–1.9 / 1.1–1.3  —
+//	quiet floor p50 (back to back)         2.0 µs            1.8 µs            1.7 µs
+//
+// One shard loses half the write rate (one writer on two CPUs). The tails (p99, p999) were the host's in
+// those runs, alike for 2 and 4 shards (docs/benchmarks.md, "Shards past the CPUs").
 //
 // # Ownership
 //

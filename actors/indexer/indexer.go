@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
@@ -16,16 +17,17 @@ var ErrStopped = errors.New("indexer: stopped")
 
 // Config configures the sharded indexer.
 type Config struct {
-	// Shards is the number of shard actors (Dynamo's --router-event-threads). Default 4. More shards apply
-	// events in parallel; each query reads every shard, so more shards cost query time.
+	// Shards is the number of shard actors (Dynamo's --router-event-threads). Default 4, at most GOMAXPROCS
+	// (scoring.DefaultIndexShards). More shards apply events in parallel; each query reads every shard, so
+	// more shards cost query time, and a prefix on workers of several shards is stored once a shard.
 	Shards int
 	// MailboxSize bounds each shard's mailbox; senders block when it is full (back-pressure on event
 	// ingestion instead of unbounded memory). Default 4096 messages.
 	MailboxSize int
 }
 
-// DefaultConfig returns Dynamo's defaults.
-func DefaultConfig() Config { return Config{Shards: 4, MailboxSize: 4096} }
+// DefaultConfig returns Dynamo's defaults, the shards capped at GOMAXPROCS.
+func DefaultConfig() Config { return Config{Shards: scoring.DefaultIndexShards(), MailboxSize: 4096} }
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {

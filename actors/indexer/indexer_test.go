@@ -3,6 +3,7 @@ package indexer
 import (
 	"cmp"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sort"
 	"testing"
@@ -49,7 +50,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%+v accepted", c)
 		}
 	}
-	if d := DefaultConfig(); d.Validate() != nil || d.Shards != 4 {
+	if d := DefaultConfig(); d.Validate() != nil || d.Shards != min(4, runtime.GOMAXPROCS(0)) {
 		t.Fatalf("default %+v", d)
 	}
 }

@@ -405,7 +405,7 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	if sm.m != nil {
 		rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = eventImageTokens(sm.m, sm.name)
 	}
-	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
+	rcfg.Indexer = indexer.Config{Shards: cfg.IndexShards(), MailboxSize: indexer.DefaultConfig().MailboxSize}
 	var r *router.Router
 	var err error
 	if i == 0 {

@@ -159,7 +159,7 @@ func runRouter(args []string) int {
 	rcfg.Worker.BindEndpoints = *bind
 	rcfg.Worker.Log = log
 	rcfg.Worker.IdentityCheck = *identity
-	rcfg.Indexer = indexer.Config{Shards: cfg.EventThreads, MailboxSize: indexer.DefaultConfig().MailboxSize}
+	rcfg.Indexer = indexer.Config{Shards: cfg.IndexShards(), MailboxSize: indexer.DefaultConfig().MailboxSize}
 	r, err := router.New(system, rcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
@@ -188,7 +188,7 @@ func runRouter(args []string) int {
 		_ = srv.Shutdown()
 	})
 	log.Info("kvroute router listening", "addr", ln.Addr().String(), "block_size", cfg.BlockSize,
-		"shards", cfg.EventThreads, "workers", len(workers), "bind", *bind,
+		"shards", cfg.IndexShards(), "workers", len(workers), "bind", *bind,
 		"tokenizer", "none: no model directory is read; requests carry token ids or block hashes")
 	if err := srv.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)

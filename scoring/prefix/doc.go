@@ -110,7 +110,7 @@
 //     table per block, 15 % of the CPU in the fleet lab. Now a cascade costs a step per holder and per
 //     block, and the tree no longer keeps engine hashes.
 //   - Memory is what scales with the fleet, so it is counted per (block, worker) entry on the
-//     conversation trace at 1,000 workers, 4 shards (kvroute serve's default), live heap after a GC,
+//     conversation trace at 1,000 workers, 4 shards (kvroute serve's default on 4 or more CPUs), live heap after a GC,
 //     views included: 67.5 B with a creator's engine hash per position, 16-byte handle slots doubling and
 //     runs grown by append; 59.0 B without the engine hashes (dead handles); 48.9 B with 12-byte slots
 //     growing by half (handle tables 30.6 → 19.7 B per entry); 46.9 B with a new node's run sized for
