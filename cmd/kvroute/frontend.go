@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvroute/kvroute/actors"
-	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend"
 	"github.com/kvroute/kvroute/internal/routine"
@@ -405,7 +404,7 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	if sm.m != nil {
 		rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = eventImageTokens(sm.m, sm.name)
 	}
-	rcfg.Indexer = indexer.Config{Shards: cfg.IndexShards(), MailboxSize: indexer.DefaultConfig().MailboxSize}
+	rcfg.Indexer.Shards = cfg.IndexShards()
 	var r *router.Router
 	var err error
 	if i == 0 {

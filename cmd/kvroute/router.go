@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/actors"
-	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/frontend"
 	"github.com/kvroute/kvroute/internal/routine"
@@ -159,7 +158,7 @@ func runRouter(args []string) int {
 	rcfg.Worker.BindEndpoints = *bind
 	rcfg.Worker.Log = log
 	rcfg.Worker.IdentityCheck = *identity
-	rcfg.Indexer = indexer.Config{Shards: cfg.IndexShards(), MailboxSize: indexer.DefaultConfig().MailboxSize}
+	rcfg.Indexer.Shards = cfg.IndexShards()
 	r, err := router.New(system, rcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
@@ -188,7 +187,7 @@ func runRouter(args []string) int {
 		_ = srv.Shutdown()
 	})
 	log.Info("kvroute router listening", "addr", ln.Addr().String(), "block_size", cfg.BlockSize,
-		"shards", cfg.IndexShards(), "workers", len(workers), "bind", *bind,
+		"shards", rcfg.Indexer.Shards, "workers", len(workers), "bind", *bind,
 		"tokenizer", "none: no model directory is read; requests carry token ids or block hashes")
 	if err := srv.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
