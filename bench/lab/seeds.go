@@ -72,6 +72,11 @@ func spread(xs []float64) Spread {
 // their prefix can win hit rate and TTFT while every token after the first waits behind a larger decode
 // batch.
 //
+// Split counts the seeds where no peer holds both the best hit rate and the best TTFT p90 (one peer
+// caches more, another answers sooner): there the acceptance's both asks the arm to beat each peer on
+// the line that peer is best at, two ends of one trade-off. Dominated counts the seeds where a single
+// peer has both a higher hit rate and a lower TTFT p90 than the arm: a loss with no trade-off in it.
+//
 // A peer past its own knee can win on hit rate by serving nobody in time (llm-d's scorer herds a prefix
 // every request shares onto one worker: every request hits, TTFT p90 in minutes). The Served figures
 // hold the arm against the best peer that met the study's ServingSLO in the same seed's run: Served
@@ -90,6 +95,8 @@ type SeedCell struct {
 	HitMargin      Spread  `json:"hit_margin_pct"`
 	TTFTMargin     Spread  `json:"ttft_margin_s"`
 	ITLWins        int     `json:"itl_wins,omitempty"`
+	Split          int     `json:"split_seeds,omitempty"`
+	Dominated      int     `json:"dominated_seeds,omitempty"`
 	ITL            Spread  `json:"itl_over_best_peer"`
 
 	Served          int    `json:"served_seeds,omitempty"`
@@ -161,6 +168,7 @@ func (st *SeedStudy) summarize() {
 				continue
 			}
 			bestHit, bestP90, servedHit, bestITL := math.Inf(-1), math.Inf(1), math.Inf(-1), math.Inf(1)
+			dominated := false
 			for _, o := range r.Points {
 				if o.ArrivalSpeedup == q.ArrivalSpeedup && slices.Contains(st.Peers, o.Arm) {
 					hit, oP90 := ofPooled(r, &o), ttftP90(&o)
@@ -168,8 +176,19 @@ func (st *SeedStudy) summarize() {
 					if st.ServingSLO > 0 && oP90 <= st.ServingSLO {
 						servedHit = max(servedHit, hit)
 					}
+					dominated = dominated || hit > pct && oP90 < ttftP90(&q)
 				}
 			}
+			// Split: no peer holds both bests (a second pass: the bests are known only now).
+			split := true
+			for _, o := range r.Points {
+				if o.ArrivalSpeedup == q.ArrivalSpeedup && slices.Contains(st.Peers, o.Arm) &&
+					ofPooled(r, &o) == bestHit && ttftP90(&o) == bestP90 {
+					split = false
+				}
+			}
+			c.Split += b2i(split)
+			c.Dominated += b2i(dominated)
 			if !math.IsInf(servedHit, -1) {
 				c.Served++
 				if pct >= servedHit {

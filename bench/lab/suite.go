@@ -125,6 +125,8 @@ type SuiteTally struct {
 	ITLCells    int // cells whose mean ITL over the best peer's is ≤ 1 (as fast or faster)
 	ITLPairs    int
 	ITLWorst    float64 // the largest cell mean of ITL over the best peer's
+	SplitPairs  int     // pairs where no peer holds both the best hit rate and the best TTFT p90
+	Dominated   int     // pairs where one peer alone beats the arm on both
 }
 
 // Tally counts the standing of every peered arm, in the order the arms first appear.
@@ -155,6 +157,8 @@ func (s *Suite) Tally() []SuiteTally {
 			t.ITLCells += b2i(c.ITL.Mean <= 1)
 			t.ITLPairs += c.ITLWins
 			t.ITLWorst = max(t.ITLWorst, c.ITL.Mean)
+			t.SplitPairs += c.Split
+			t.Dominated += c.Dominated
 		}
 	}
 	return out
@@ -179,17 +183,19 @@ func (s *Suite) Tables() []bench.Table {
 	tally := bench.Table{Title: fmt.Sprintf("Standing over %d cases, seeds %s, against the best of %s", len(s.Cases), strings.Join(seeds, ", "), peers),
 		Columns: []string{"arm", "cells", "mean ≥ 95 % of pooled", "mean hit rate ≥ best peer", "mean TTFT p90 ≤ best peer", "both means",
 			"(cell, seed) pairs", "hit rate ≥ best peer", "TTFT p90 ≤ best peer", "both", "hit rate ≥ best peer that met the serving bound",
-			"mean ITL ≤ best peer (cells)", "ITL ≤ best peer (pairs)", "worst cell's ITL over the best peer's"}}
+			"mean ITL ≤ best peer (cells)", "ITL ≤ best peer (pairs)", "worst cell's ITL over the best peer's",
+			"pairs whose bests are two peers", "pairs behind one peer on both"}}
 	for _, t := range s.Tally() {
 		tally.Rows = append(tally.Rows, []string{t.Arm, fmt.Sprint(t.Cells), fmt.Sprint(t.At95), fmt.Sprint(t.HitCells),
 			fmt.Sprint(t.TTFTCells), fmt.Sprint(t.BothCells), fmt.Sprint(t.Pairs), fmt.Sprint(t.HitPairs),
 			fmt.Sprint(t.TTFTPairs), fmt.Sprint(t.BothPairs), fmt.Sprintf("%d of %d", t.ServedWins, t.ServedPairs),
-			fmt.Sprint(t.ITLCells), fmt.Sprint(t.ITLPairs), bench.F(t.ITLWorst, 2) + "×"})
+			fmt.Sprint(t.ITLCells), fmt.Sprint(t.ITLPairs), bench.F(t.ITLWorst, 2) + "×", fmt.Sprint(t.SplitPairs),
+			fmt.Sprint(t.Dominated)})
 	}
 	cells := bench.Table{Title: "Every cell: mean over the seeds, and seeds ahead of the best peer of the same seed's run",
 		Columns: []string{"workload", "profile", "workers", "arm", "arrival ×", "of pooled % mean", "seeds ≥ 95 %",
 			"hit margin, points", "seeds hit ≥ best", "TTFT p90 s", "TTFT margin, ms", "seeds TTFT ≤ best", "seeds both",
-			"ITL over best peer's"}}
+			"ITL over best peer's", "seeds whose bests are two peers", "seeds behind one peer on both"}}
 	for i, st := range s.Studies {
 		c := s.Cases[i]
 		for _, x := range st.Cells {
@@ -199,7 +205,7 @@ func (s *Suite) Tables() []bench.Table {
 			cells.Rows = append(cells.Rows, []string{c.Workload, c.Profile, fmt.Sprint(c.Workers), x.Arm, bench.F(x.ArrivalSpeedup, 2),
 				bench.F(x.OfPooled.Mean, 2), fmt.Sprint(x.AtLeast95), bench.F(x.HitMargin.Mean, 2), fmt.Sprint(x.HitWins),
 				bench.F(x.TTFTP90.Mean, 3), bench.F(1000*x.TTFTMargin.Mean, 1), fmt.Sprint(x.TTFTWins), fmt.Sprint(x.BothWins),
-				bench.F(x.ITL.Mean, 2)})
+				bench.F(x.ITL.Mean, 2), fmt.Sprint(x.Split), fmt.Sprint(x.Dominated)})
 		}
 	}
 	out := []bench.Table{tally, cells}

@@ -75,10 +75,12 @@ func TestRunSuite(t *testing.T) {
 			if c.Arm != ArmKV {
 				continue
 			}
-			both, itlWins := 0, 0
+			both, itlWins, split, dominated := 0, 0, 0, 0
 			for _, r := range st.Runs {
 				var kv, bestHit, bestP90, bestITL = 0.0, math.Inf(-1), math.Inf(1), math.Inf(1)
 				var kvP90, kvITL float64
+				type point struct{ hit, p90 float64 }
+				var peerPoints []point
 				for _, p := range r.Points {
 					if p.ArrivalSpeedup != c.ArrivalSpeedup {
 						continue
@@ -88,6 +90,7 @@ func TestRunSuite(t *testing.T) {
 						kv, kvP90, kvITL = hit, p.TTFT.P90, p.ITL.Mean
 					} else {
 						bestHit, bestP90, bestITL = max(bestHit, hit), min(bestP90, p.TTFT.P90), min(bestITL, p.ITL.Mean)
+						peerPoints = append(peerPoints, point{hit, p.TTFT.P90})
 					}
 				}
 				if kv >= bestHit && kvP90 <= bestP90 {
@@ -96,7 +99,18 @@ func TestRunSuite(t *testing.T) {
 				if kvITL <= bestITL {
 					itlWins++
 				}
+				if !slices.Contains(peerPoints, point{bestHit, bestP90}) {
+					split++
+				}
+				if slices.ContainsFunc(peerPoints, func(p point) bool { return p.hit > kv && p.p90 < kvP90 }) {
+					dominated++
+				}
 			}
+			if c.Split != split || c.Dominated != dominated || dominated > len(seeds)-both {
+				t.Fatalf("kv at ×%v: split %d, dominated %d, want %d, %d", c.ArrivalSpeedup, c.Split, c.Dominated, split, dominated)
+			}
+			want.SplitPairs += split
+			want.Dominated += dominated
 			if c.ITLWins != itlWins || c.ITL.Mean <= 0 {
 				t.Fatalf("kv at ×%v: ITL wins %d, want %d (ITL over the best peer's %v)", c.ArrivalSpeedup, c.ITLWins, itlWins, c.ITL.Mean)
 			}
@@ -116,7 +130,8 @@ func TestRunSuite(t *testing.T) {
 	tally := s.Tally()
 	if len(tally) != 1 || tally[0].Arm != ArmKV || tally[0].Cells != 3 || tally[0].Pairs != 6 ||
 		tally[0].BothPairs != want.BothPairs || tally[0].HitPairs != want.HitPairs || tally[0].At95 != want.At95 ||
-		tally[0].ITLPairs != want.ITLPairs || tally[0].ITLWorst <= 0 {
+		tally[0].ITLPairs != want.ITLPairs || tally[0].ITLWorst <= 0 || tally[0].SplitPairs != want.SplitPairs ||
+		tally[0].Dominated != want.Dominated {
 		t.Fatalf("tally %+v, want %+v", tally, want)
 	}
 	tables := s.Tables()
@@ -191,5 +206,35 @@ func TestPlacedOracle(t *testing.T) {
 	kv, rr := res.Points[0], res.Points[1]
 	if kv.PlacedHitRate > res.Unbounded.HitRate || kv.PlacedHitRate < kv.HitRate || rr.PlacedHitRate >= kv.PlacedHitRate {
 		t.Fatalf("placed: kv %v (engines %v), round-robin %v, unbounded %v", kv.PlacedHitRate, kv.HitRate, rr.PlacedHitRate, res.Unbounded.HitRate)
+	}
+}
+
+// TestSeedCellSplitAndDominated holds the split and dominated counts to hand-made runs: a seed whose
+// bests are two peers, one where a single peer beats the arm on both lines, and one the arm wins.
+func TestSeedCellSplitAndDominated(t *testing.T) {
+	run := func(kv, llmd, sglang [2]float64) *Result {
+		r := &Result{Pooled: bench.OracleResult{HitRate: 1}}
+		for _, a := range []struct {
+			arm string
+			hp  [2]float64
+		}{{ArmKV, kv}, {ArmLLMD, llmd}, {ArmSGLang, sglang}} {
+			p := bench.ArmResult{Arm: a.arm, ArrivalSpeedup: 2, HitRate: a.hp[0]}
+			p.TTFT.P90 = a.hp[1]
+			r.Points = append(r.Points, p)
+		}
+		return r
+	}
+	st := &SeedStudy{Seeds: []uint64{1, 2, 3}, Peers: []string{ArmLLMD, ArmSGLang}, Runs: []*Result{
+		run([2]float64{0.85, 0.7}, [2]float64{0.9, 1.0}, [2]float64{0.8, 0.5}),  // llm-d caches most, SGLang answers soonest
+		run([2]float64{0.85, 0.45}, [2]float64{0.9, 0.4}, [2]float64{0.8, 0.5}), // llm-d best on both, and ahead of kv on both
+		run([2]float64{0.95, 0.3}, [2]float64{0.9, 0.4}, [2]float64{0.9, 0.4}),  // tied peers; kv ahead of both
+	}}
+	st.summarize()
+	kv := st.Cells[0]
+	if kv.Arm != ArmKV || kv.Split != 1 || kv.Dominated != 1 || kv.BothWins != 1 || kv.HitWins != 1 || kv.TTFTWins != 1 {
+		t.Fatalf("kv cell %+v: want split 1, dominated 1, both 1", kv)
+	}
+	if st.Cells[1].Peered || st.Cells[1].Split != 0 {
+		t.Fatalf("a peer's cell is counted: %+v", st.Cells[1])
 	}
 }
