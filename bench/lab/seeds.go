@@ -157,10 +157,12 @@ func (st *SeedStudy) summarize() {
 		c.Arm, c.ArrivalSpeedup = p.Arm, p.ArrivalSpeedup
 		c.Peered = len(st.Peers) > 0 && !slices.Contains(st.Peers, p.Arm)
 		var of, p90, hm, tm, sm, itl []float64
+		type peerPoint struct{ hit, p90 float64 }
+		var peers []peerPoint // one run's peers at this speedup
 		for _, r := range st.Runs {
 			q := r.Points[i]
-			pct := ofPooled(r, &q)
-			of, p90 = append(of, pct), append(p90, ttftP90(&q))
+			pct, qP90 := ofPooled(r, &q), ttftP90(&q)
+			of, p90 = append(of, pct), append(p90, qP90)
 			if pct >= 95 {
 				c.AtLeast95++
 			}
@@ -168,7 +170,7 @@ func (st *SeedStudy) summarize() {
 				continue
 			}
 			bestHit, bestP90, servedHit, bestITL := math.Inf(-1), math.Inf(1), math.Inf(-1), math.Inf(1)
-			dominated := false
+			peers = peers[:0]
 			for _, o := range r.Points {
 				if o.ArrivalSpeedup == q.ArrivalSpeedup && slices.Contains(st.Peers, o.Arm) {
 					hit, oP90 := ofPooled(r, &o), ttftP90(&o)
@@ -176,19 +178,12 @@ func (st *SeedStudy) summarize() {
 					if st.ServingSLO > 0 && oP90 <= st.ServingSLO {
 						servedHit = max(servedHit, hit)
 					}
-					dominated = dominated || hit > pct && oP90 < ttftP90(&q)
+					peers = append(peers, peerPoint{hit, oP90})
 				}
 			}
-			// Split: no peer holds both bests (a second pass: the bests are known only now).
-			split := true
-			for _, o := range r.Points {
-				if o.ArrivalSpeedup == q.ArrivalSpeedup && slices.Contains(st.Peers, o.Arm) &&
-					ofPooled(r, &o) == bestHit && ttftP90(&o) == bestP90 {
-					split = false
-				}
-			}
-			c.Split += b2i(split)
-			c.Dominated += b2i(dominated)
+			// Split: no peer holds both bests; dominated: one peer is ahead of the arm on both.
+			c.Split += b2i(!slices.Contains(peers, peerPoint{bestHit, bestP90}))
+			c.Dominated += b2i(slices.ContainsFunc(peers, func(o peerPoint) bool { return o.hit > pct && o.p90 < qP90 }))
 			if !math.IsInf(servedHit, -1) {
 				c.Served++
 				if pct >= servedHit {
@@ -196,11 +191,11 @@ func (st *SeedStudy) summarize() {
 				}
 				sm = append(sm, pct-servedHit)
 			}
-			hit, fast := pct >= bestHit, ttftP90(&q) <= bestP90
+			hit, fast := pct >= bestHit, qP90 <= bestP90
 			c.HitWins += b2i(hit)
 			c.TTFTWins += b2i(fast)
 			c.BothWins += b2i(hit && fast)
-			hm, tm = append(hm, pct-bestHit), append(tm, bestP90-ttftP90(&q))
+			hm, tm = append(hm, pct-bestHit), append(tm, bestP90-qP90)
 			if bestITL > 0 && !math.IsInf(bestITL, 1) {
 				itl = append(itl, q.ITL.Mean/bestITL)
 				c.ITLWins += b2i(q.ITL.Mean <= bestITL)
