@@ -595,19 +595,12 @@ func sampleLoad(run *ArmRun, inflight []atomic.Int64, start time.Time, every tim
 	stopSampler := make(chan struct{})
 	loadSampler.Go(func() {
 		defer close(samplerDone)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopSampler:
-				return
-			case <-t.C:
-				run.LoadT = append(run.LoadT, time.Since(start).Seconds())
-				for w := range inflight {
-					run.Load[w] = append(run.Load[w], float64(inflight[w].Load()))
-				}
+		routine.Every(stopSampler, every, func() {
+			run.LoadT = append(run.LoadT, time.Since(start).Seconds())
+			for w := range inflight {
+				run.Load[w] = append(run.Load[w], float64(inflight[w].Load()))
 			}
-		}
+		})
 	})
 	return func() {
 		close(stopSampler)

@@ -43,18 +43,7 @@ func NewProgress(w io.Writer, label string, total int64) *Progress {
 	if p.tty {
 		every = 200 * time.Millisecond
 	}
-	p.group.Go(progressDraw, func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-t.C:
-				p.draw(false)
-			}
-		}
-	})
+	p.group.Go(progressDraw, func() { routine.Every(p.stop, every, func() { p.draw(false) }) })
 	return p
 }
 

@@ -316,16 +316,7 @@ func (a *Agent) Close() error {
 }
 
 func (a *Agent) sweepLoop() {
-	t := time.NewTicker(a.cfg.SweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-			a.Sweep()
-		}
-	}
+	routine.Every(a.stop, a.cfg.SweepEvery, func() { a.Sweep() })
 }
 
 func (a *Agent) acceptLoop() {

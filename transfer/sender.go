@@ -205,16 +205,7 @@ func (s *Sender) Sweep() (int, error) {
 }
 
 func (s *Sender) janitorLoop() {
-	t := time.NewTicker(s.cfg.JanitorEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			_, _ = s.Sweep()
-		}
-	}
+	routine.Every(s.stop, s.cfg.JanitorEvery, func() { _, _ = s.Sweep() })
 }
 
 // Live is the number of items handed over and not yet released (segments, or agent buffers in use).

@@ -148,16 +148,7 @@ var tickLoop = routine.Named("router.tick")
 // tickLoop runs the expiries on a wall-clock ticker; the expiries themselves read the injected clock.
 func (r *Router) tickLoop(ctx context.Context, iv time.Duration) {
 	defer close(r.tickDone)
-	t := time.NewTicker(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.Tick()
-		}
-	}
+	routine.Every(ctx.Done(), iv, r.Tick)
 }
 
 // Tick runs the time-driven work now: approximate-mode TTL expiry and stale-request expiry.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/routine"
 )
 
 // This file makes event-plane trouble visible: a worker whose stream shows a problem for longer than the
@@ -27,16 +29,7 @@ func (f *Fleet) startAudit() {
 	f.auditStop, f.auditDone = cancel, make(chan struct{})
 	auditLoop.Go(func() {
 		defer close(f.auditDone)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				f.Audit(f.deps.now())
-			}
-		}
+		routine.Every(ctx.Done(), every, func() { f.Audit(f.deps.now()) })
 	})
 }
 

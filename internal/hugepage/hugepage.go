@@ -122,16 +122,7 @@ func (h *Heap) keep(period time.Duration, locked chan<- struct{}) {
 		return
 	}
 	_ = idleThread()
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-			_, _ = h.Advise()
-		}
-	}
+	routine.Every(h.stop, period, func() { _, _ = h.Advise() })
 }
 
 // Stop ends Keep's goroutine and waits for it.

@@ -9,7 +9,8 @@
 // code that starts them (Named), so starting one costs two atomic adds and no lookup. Kind.Go starts a
 // goroutine counted under the kind with the pprof label goroutine=<name>, so a goroutine profile groups
 // by it. A Group ties goroutines to their owner's lifetime: Group.Go refuses once Stop was called, and
-// Wait returns when every goroutine it started has returned.
+// Wait returns when every goroutine it started has returned. Every is the body of a periodic
+// goroutine: a call on each tick until a stop channel (or a context's Done) closes.
 //
 // The counts are visible on /debug/goroutines (frontend, admin plane) and on /metrics as
 // kvroute_goroutines{name} and kvroute_goroutines_started_total{name} (Collector).

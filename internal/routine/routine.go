@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -97,6 +98,21 @@ func (g *Group) Stop() {
 
 // Wait blocks until every goroutine g started has returned.
 func (g *Group) Wait() { g.wg.Wait() }
+
+// Every calls fn every period, the first time one period from now, until done is closed (a stop
+// channel, or a context's Done), and returns then: the body of a periodic goroutine.
+func Every(done <-chan struct{}, period time.Duration, fn func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
 
 // Count is one kind's counts.
 type Count struct {

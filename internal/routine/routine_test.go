@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -70,5 +72,31 @@ func TestGroupCountsLabelsAndRefuses(t *testing.T) {
 	g.Wait()
 	if c := countOf(k.Name()); c.Live != before.Live || c.Started != before.Started+3 {
 		t.Fatalf("after Wait: %+v, want %d live, %d started", c, before.Live, before.Started+3)
+	}
+}
+
+// TestEvery: fn runs on each tick until done is closed, and Every returns then.
+func TestEvery(t *testing.T) {
+	done := make(chan struct{})
+	ticks := make(chan struct{}, 1)
+	var calls atomic.Int64
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		Every(done, time.Millisecond, func() {
+			calls.Add(1)
+			select {
+			case ticks <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	for range 3 {
+		<-ticks
+	}
+	close(done)
+	<-returned
+	if n := calls.Load(); n < 3 {
+		t.Fatalf("%d calls, want at least 3", n)
 	}
 }
