@@ -18,7 +18,8 @@
 //   - e2e.go, e2e_report.go: the end-to-end bench — per arm a fresh mocker fleet, router and frontend on
 //     loopback, the trace replayed as streamed token-id completions; samples → SummarizeArm → goodput and
 //     the acceptance checks.
-//   - indexer.go: Dynamo's mooncake_bench method (§9.3) on actors/indexer.
+//   - indexer.go: Dynamo's mooncake_bench method (§9.3) on actors/indexer; memlat.go and stalls.go say
+//     what the machine that ran it costs (a dependent load) and how often its host stops a thread.
 //   - route.go: the whole routing decision over a workers × prompt × index-size matrix.
 //   - tokenizer.go: Encode tokens/s, cold and warm, per fixture tokenizer.
 //   - stats.go, report.go, svg.go, progress.go: nearest-rank percentiles, report.json/report.md,

@@ -23,6 +23,8 @@ type IndexerResult struct {
 	// Memory is what a dependent load costs on the machine that ran the bench (MeasureMemoryLatency), the
 	// largest buffer the size of the index.
 	Memory []MemoryLatency `json:"memory_latency,omitempty"`
+	// Stalls is how often the host stopped a spinning thread, before and after the runs (MeasureStalls).
+	Stalls []HostStalls `json:"host_stalls,omitempty"`
 }
 
 func runLabel(r *IndexerRun) string {
@@ -33,9 +35,10 @@ func runLabel(r *IndexerRun) string {
 }
 
 // FillIndexerReport adds the tables and plots of an indexer bench to rep; loads (IndexMemoryLatencies,
-// may be nil) puts the reads in units of the machine's cache misses.
-func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*IndexerRun, loads []MemoryLatency) {
-	res := &IndexerResult{Config: w.cfg, Trace: t.Stats(), Runs: runs, Memory: loads}
+// may be nil) puts the reads in units of the machine's cache misses, and stalls (MeasureStalls, may be
+// nil) says how often the host stopped a thread meanwhile.
+func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*IndexerRun, loads []MemoryLatency, stalls []HostStalls) {
+	res := &IndexerResult{Config: w.cfg, Trace: t.Stats(), Runs: runs, Memory: loads, Stalls: stalls}
 	res.Workload.Queries, res.Workload.Stores, res.Workload.Removes = w.Queries, w.Stores, w.Removes
 	res.Workload.QueryBlocks, res.Workload.StoredBlocks, res.Workload.RemovedBlocks = w.QueryBlocks, w.StoredBlocks, w.RemovedBlocks
 	res.Workload.CapacityBlocks, res.Workload.MaxWorkerBlocks = w.cfg.capacity(), w.MaxWorkerBlocks
@@ -70,6 +73,9 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 	rep.Tables = append([]Table{head, rt, mem}, rep.Tables...)
 	if len(res.Memory) > 0 {
 		rep.Tables = append(rep.Tables, memoryTable(res.Memory, runs))
+	}
+	if len(stalls) > 0 {
+		rep.Tables = append(rep.Tables, stallTable(stalls))
 	}
 
 	tab := Table{Title: "Runs", Columns: []string{"duration", "elapsed s", "offered ops/s", "achieved ops/s", "offered blocks/s", "achieved blocks/s", "event blocks/s", "query p50 µs", "query p99 µs", "query p999 µs", "quiescent p50/p99 µs", "matches/query", "keeping up"}}
@@ -124,6 +130,15 @@ func memoryTable(mem []MemoryLatency, runs []*IndexerRun) Table {
 			huge = F(m.HugeNanos, 1)
 		}
 		tab.Rows = append(tab.Rows, []string{F(float64(m.Bytes)/(1<<20), 0), F(m.Nanos, 1), huge, in})
+	}
+	return tab
+}
+
+// stallTable is MeasureStalls' counts.
+func stallTable(stalls []HostStalls) Table {
+	tab := Table{Title: "Host stalls (one thread spinning on the clock, nothing else running)", Columns: []string{"when", "seconds", "gaps > 5 µs /s", "> 10 µs /s", "> 50 µs /s", "> 1 ms /s", "longest µs", "time lost %"}}
+	for _, s := range stalls {
+		tab.Rows = append(tab.Rows, []string{s.When, F(s.Seconds, 2), F(s.Over5us, 0), F(s.Over10us, 0), F(s.Over50us, 0), F(s.Over1ms, 0), F(s.MaxMicros, 0), F(s.LostPercent, 2)})
 	}
 	return tab
 }

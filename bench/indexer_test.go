@@ -123,7 +123,8 @@ func TestReportFromKnownSamples(t *testing.T) {
 	w := &IndexerWorkload{cfg: DefaultIndexerConfig()}
 	rep := NewReport("indexer", []string{"--trace", "x"})
 	mem := []MemoryLatency{{Bytes: 1 << 20, Nanos: 10}, {Bytes: 64 << 20, Nanos: 99, HugeNanos: 77}}
-	FillIndexerReport(rep, synthTrace(3), w, []*IndexerRun{run, run}, mem)
+	stalls := []HostStalls{{When: "before", Seconds: 1, Over5us: 1900, Over10us: 1700, Over50us: 6, MaxMicros: 210, LostPercent: 2.5}}
+	FillIndexerReport(rep, synthTrace(3), w, []*IndexerRun{run, run}, mem, stalls)
 	// The headline: read latency while the writes run, then the full runs table.
 	if head := rep.Tables[0]; head.Title != "FindMatches latency while the writes run" || head.Rows[0][3] != "500.0" || head.Rows[0][4] != "990.0" || head.Rows[0][5] != "999.0" {
 		t.Fatalf("headline %q, p50/p99/p999 cells %v", head.Title, head.Rows[0][3:6])
@@ -147,6 +148,7 @@ func TestReportFromKnownSamples(t *testing.T) {
 				Q Summary `json:"query_us"`
 			} `json:"runs"`
 			Memory []MemoryLatency `json:"memory_latency"`
+			Stalls []HostStalls    `json:"host_stalls"`
 		} `json:"data"`
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
@@ -162,9 +164,13 @@ func TestReportFromKnownSamples(t *testing.T) {
 	if len(back.Data.Memory) != 2 || back.Data.Memory[1] != mem[1] {
 		t.Fatalf("report.json memory latency %+v", back.Data.Memory)
 	}
+	if len(back.Data.Stalls) != 1 || back.Data.Stalls[0] != stalls[0] {
+		t.Fatalf("report.json host stalls %+v", back.Data.Stalls)
+	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
 	// The p99 (990 µs) in loads of the largest buffer's 99 ns: 10,000.
-	for _, want := range []string{"| 2 s |", "query_latency_cdf.svg", "sweep_throughput.svg", "| 1 | 10.0 | — | — |", "| 64 | 99.0 | 77.0 | 2 s: 10000, 2 s: 10000 |"} {
+	for _, want := range []string{"| 2 s |", "query_latency_cdf.svg", "sweep_throughput.svg", "| 1 | 10.0 | — | — |", "| 64 | 99.0 | 77.0 | 2 s: 10000, 2 s: 10000 |",
+		"| before | 1.00 | 1900 | 1700 | 6 | 0 | 210 | 2.50 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("report.md lacks %q:\n%s", want, md)
 		}

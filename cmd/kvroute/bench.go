@@ -215,6 +215,7 @@ func benchIndexer(args []string) error {
 	sweepMin := fs.Duration("sweep-min", 250*time.Millisecond, "shortest sweep duration (highest offered rate)")
 	steps := fs.Int("sweep-steps", 6, "sweep steps")
 	huge := hugePagesFlag(fs)
+	stallProbe := fs.Duration("stall-probe", time.Second, "before and after the runs, spin one thread this long with nothing else running and report how often the host stopped it (gaps over 5 µs, 10 µs, 50 µs, 1 ms per second; 0: skip)")
 	unpacedRuns := fs.Int("unpaced-runs", 3, "replays of an unpaced run (one replay lasts a second or two, and its rate moves by half between replays on a shared machine): the report's row is the replay with the median event blocks/s (the slower middle one of an even count), every replay's rate is in the notes")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -237,6 +238,10 @@ func benchIndexer(args []string) error {
 	if err != nil {
 		return err
 	}
+	var stalls []bench.HostStalls
+	if *stallProbe > 0 {
+		stalls = append(stalls, bench.MeasureStalls("before", *stallProbe))
+	}
 	durations := []time.Duration{cfg.Duration}
 	if *sweep {
 		durations = append(bench.SweepDurations(*sweepMax, *sweepMin, *steps), 0)
@@ -245,30 +250,44 @@ func benchIndexer(args []string) error {
 	if err != nil {
 		return err
 	}
-	var runs []*bench.IndexerRun
-	for _, d := range durations {
-		label := "unpaced"
-		if d > 0 {
-			label = d.String()
-		}
-		run, rates, err := replayIndexer(w, d, label, *unpacedRuns, (w.Queries+w.Events)*int64(cfg.Duplicate))
-		if err != nil {
-			stop()
-			return err
-		}
-		runs = append(runs, run)
-		if len(rates) > 1 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("The unpaced row is the median of %d replays by event blocks/s; each replay's: %s M/s.", len(rates), strings.Join(rates, ", ")))
-		}
-	}
+	runs, notes, err := replayDurations(w, durations, *unpacedRuns, (w.Queries+w.Events)*int64(cfg.Duplicate))
 	stop()
+	if err != nil {
+		return err
+	}
+	rep.Notes = append(rep.Notes, notes...)
+	if *stallProbe > 0 {
+		stalls = append(stalls, bench.MeasureStalls("after", *stallProbe))
+	}
 	fmt.Fprintln(os.Stderr, "measuring a dependent load at 1 MiB, 32 MiB and the index's size…")
-	bench.FillIndexerReport(rep, t, w, runs, bench.IndexMemoryLatencies(runs))
+	bench.FillIndexerReport(rep, t, w, runs, bench.IndexMemoryLatencies(runs), stalls)
 	rep.Notes = append(rep.Notes,
 		"One op is one overlap query (the sharded indexer's Match, as the router reads it: overlaps in groups of worker slots; timed on the replaying goroutine) or one Stored/Removed event sent to the sharded indexer; blocks/s = query blocks + stored blocks per second (Dynamo's block throughput); event blocks/s = (stored + removed) blocks per second.",
 		"Elapsed time ends after a Flush of every shard, so achieved rates include the write backlog.")
 	rep.Notes = append(rep.Notes, hugePagesNotes(*huge)...)
 	return finish(rep, *c.out)
+}
+
+// replayDurations replays w compressed into each of durations in turn (replayIndexer), and returns the
+// runs with a note on each unpaced row made of several replays.
+func replayDurations(w *bench.IndexerWorkload, durations []time.Duration, unpacedRuns int, ops int64) ([]*bench.IndexerRun, []string, error) {
+	var runs []*bench.IndexerRun
+	var notes []string
+	for _, d := range durations {
+		label := "unpaced"
+		if d > 0 {
+			label = d.String()
+		}
+		run, rates, err := replayIndexer(w, d, label, unpacedRuns, ops)
+		if err != nil {
+			return nil, nil, err
+		}
+		runs = append(runs, run)
+		if len(rates) > 1 {
+			notes = append(notes, fmt.Sprintf("The unpaced row is the median of %d replays by event blocks/s; each replay's: %s M/s.", len(rates), strings.Join(rates, ", ")))
+		}
+	}
+	return runs, notes, nil
 }
 
 // replayIndexer replays w compressed into d (0: unpaced) and returns the run. An unpaced replay is made n

@@ -37,7 +37,7 @@ func TestBenchSubcommands(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"indexer", []string{"indexer", "--trace", trace, "--workers", "4", "--duplicate", "2", "--block-size", "64", "--sweep", "--sweep-max", "200ms", "--sweep-min", "50ms", "--sweep-steps", "2", "--cold-mb", "1", "--again"}},
+		{"indexer", []string{"indexer", "--trace", trace, "--workers", "4", "--duplicate", "2", "--block-size", "64", "--sweep", "--sweep-max", "200ms", "--sweep-min", "50ms", "--sweep-steps", "2", "--cold-mb", "1", "--again", "--stall-probe", "20ms"}},
 		{"oracle", []string{"oracle", "--trace", trace, "--workers", "2,4", "--capacity", "20"}},
 		{"route", []string{"route", "--workers", "4", "--prompt-tokens", "256", "--indexed-blocks", "1k", "--decisions", "50"}},
 		{"tokenizer", []string{"tokenizer", "--root", root, "--tokenizers", filepath.Join(root, "testdata", "tokenizers", "llama2", "tokenizer.json"), "--bytes", "4096", "--cold-runs", "1", "--warm-runs", "1"}},
@@ -59,6 +59,10 @@ func TestBenchSubcommands(t *testing.T) {
 					t.Fatalf("again summaries with 80 samples in report.json: %d, want 3 runs", n)
 				}
 				checkUnpacedMedian(t, md)
+				// --stall-probe reaches the report: one probe before the runs and one after.
+				if n := strings.Count(string(md), `"over_10us_per_s"`); n != 2 || !strings.Contains(string(md), `"when": "after"`) {
+					t.Fatalf("host stalls in report.json: %d probes, want before and after", n)
+				}
 			}
 			svgs, _ := filepath.Glob(filepath.Join(out, "*.svg"))
 			if len(svgs) == 0 {
