@@ -41,6 +41,9 @@ type IndexerConfig struct {
 	// Shards is the indexer's shard count (--router-event-threads). Default: as kvroute serve's
 	// (scoring.DefaultIndexShards: 4, at most GOMAXPROCS).
 	Shards int
+	// WarmEvery is the indexer's warming period (indexer.Config.WarmEvery; 0: no warming). Default: as
+	// kvroute serve's (indexer.DefaultWarmEvery).
+	WarmEvery time.Duration
 	// Replayers is the number of goroutines replaying worker timelines (workers are dealt round-robin).
 	// Default 2 × GOMAXPROCS.
 	Replayers int
@@ -66,7 +69,7 @@ type IndexerConfig struct {
 // DefaultIndexerConfig returns the defaults.
 func DefaultIndexerConfig() IndexerConfig {
 	return IndexerConfig{Workers: 1000, Duplicate: 1, BlockSize: TraceBlockSize, Duration: 60 * time.Second,
-		Shards: scoring.DefaultIndexShards(), Replayers: 2 * runtime.GOMAXPROCS(0), Seed: 42, Blocks: DefaultBlocks()}
+		Shards: scoring.DefaultIndexShards(), WarmEvery: indexer.DefaultWarmEvery, Replayers: 2 * runtime.GOMAXPROCS(0), Seed: 42, Blocks: DefaultBlocks()}
 }
 
 // Validate checks the configuration.
@@ -309,7 +312,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	system := actors.NewSystem(nil)
 	defer system.Shutdown()
 	icfg := indexer.DefaultConfig()
-	icfg.Shards = cfg.Shards
+	icfg.Shards, icfg.WarmEvery = cfg.Shards, cfg.WarmEvery
 	x, err := indexer.New(system, icfg)
 	if err != nil {
 		return nil, err

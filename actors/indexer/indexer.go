@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -24,10 +25,20 @@ type Config struct {
 	// MailboxSize bounds each shard's mailbox; senders block when it is full (back-pressure on event
 	// ingestion instead of unbounded memory). Default 4096 messages.
 	MailboxSize int
+	// WarmEvery is how often a goroutine reads what queries read of every shard's live view (its nodes,
+	// chunk sums and child tables: prefix.View.Warm), so that a query finds its path in the caches after
+	// the writes have run; a period in which no query ran is skipped. 0: never. Default 5 ms, about 3 %
+	// of a core at 1,000 workers on the conversation trace (the package doc has the figures).
+	WarmEvery time.Duration
 }
 
 // DefaultConfig returns Dynamo's defaults, the shards capped at GOMAXPROCS.
-func DefaultConfig() Config { return Config{Shards: scoring.DefaultIndexShards(), MailboxSize: 4096} }
+func DefaultConfig() Config {
+	return Config{Shards: scoring.DefaultIndexShards(), MailboxSize: 4096, WarmEvery: DefaultWarmEvery}
+}
+
+// DefaultWarmEvery is Config.WarmEvery's default (--router-index-warm-secs).
+const DefaultWarmEvery = scoring.DefaultIndexWarm
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
@@ -36,6 +47,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MailboxSize < 1 {
 		return fmt.Errorf("indexer: mailbox size %d must be positive", c.MailboxSize)
+	}
+	if c.WarmEvery < 0 || (c.WarmEvery > 0 && c.WarmEvery < scoring.MinIndexWarm) {
+		return fmt.Errorf("indexer: warm period %v: want 0 (never) or at least %v", c.WarmEvery, scoring.MinIndexWarm)
 	}
 	return nil
 }
@@ -49,6 +63,11 @@ type Indexer struct {
 	shards []*shard
 	gates  []gate // shards[i].g is &gates[i]
 	pids   []*actor.PID
+
+	warm      chan struct{} // closed by Stop: ends the warmer (nil without one)
+	warmEvery time.Duration
+	sink      uint64        // the warmer's sums, so that its loads are kept (the warmer's goroutine only)
+	warmed    atomic.Uint64 // shard views warmed
 
 	mu      sync.Mutex // guards assign, counts and stopped (control plane only)
 	assign  map[uint64]int
@@ -102,8 +121,15 @@ func New(system *actor.ActorSystem, cfg Config) (*Indexer, error) {
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, shardDecider)))
 	x.root = system.Root.Spawn(props)
 	x.pids = <-ready
+	if x.warmEvery = cfg.WarmEvery; x.warmEvery > 0 {
+		x.warm = make(chan struct{})
+		warmKind.Go(func() { x.warmLoop(cfg.WarmEvery) })
+	}
 	return x, nil
 }
+
+// WarmEvery returns the warming period (Config.WarmEvery; 0: no warmer).
+func (x *Indexer) WarmEvery() time.Duration { return x.warmEvery }
 
 // shardOf returns the shard index of a worker, assigning it on first sight.
 func (x *Indexer) shardOf(workerID uint64) (int, bool) {
@@ -362,6 +388,9 @@ func (x *Indexer) Stop() {
 	}
 	x.stopped = true
 	x.mu.Unlock()
+	if x.warm != nil {
+		close(x.warm)
+	}
 	_ = x.system.Root.PoisonFuture(x.root).Wait()
 }
 

@@ -64,7 +64,7 @@ type shard struct {
 // so entering shard after shard from separate structs queued eight misses on a cold query.
 type gate struct {
 	live    atomic.Uint32              // the view readers enter
-	readers [2]atomic.Int64            // readers inside each view
+	readers [2]atomic.Int64            // readers inside each view (low 32 bits), reads finished in it (high bits)
 	views   [2]*prefix.View            // views[0] is the index's own, views[1] the copy
 	_       [64 - 4 - 4 - 16 - 16]byte // to a cache line (make([]gate, n) is line-aligned: its size class is a multiple of 64 bytes)
 }
@@ -83,7 +83,15 @@ func (g *gate) enter(k uint32) (*prefix.View, uint32) {
 	}
 }
 
-func (g *gate) leave(k uint32) { g.readers[k].Add(-1) }
+// leave counts a reader out of view k and its read in: a reader count's low 32 bits are the readers
+// inside, its high bits the reads finished (reads), in the same atomic add.
+func (g *gate) leave(k uint32) { g.readers[k].Add(1<<32 - 1) }
+
+// exit counts a reader out of view k without counting a read (the warmer).
+func (g *gate) exit(k uint32) { g.readers[k].Add(-1) }
+
+// reads returns a number that changes whenever a reader leaves either view (the warmer's sign of use).
+func (g *gate) reads() int64 { return g.readers[0].Load()>>32 + g.readers[1].Load()>>32 }
 
 // enter is the gate's enter for a reader of this shard alone.
 func (s *shard) enter() (*prefix.View, uint32) { return s.g.enter(s.g.live.Load()) }
@@ -93,7 +101,7 @@ func (s *shard) leave(k uint32) { s.g.leave(k) }
 // waitReaders waits until no reader is inside view k; live no longer names it, so none can enter. The
 // readers inside entered before the last publication, at most a query's duration ago.
 func (g *gate) waitReaders(k uint32) {
-	for g.readers[k].Load() != 0 {
+	for uint32(g.readers[k].Load()) != 0 {
 		runtime.Gosched()
 	}
 }

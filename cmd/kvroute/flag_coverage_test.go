@@ -69,6 +69,7 @@ var flagEvidence = map[string][]string{
 	"router-decode-active-request-weight":     {"scoring/testdata/scenarios/cost_settings.txt"},
 	"router-disk-cache-hit-weight":            {"scoring/testdata/scenarios/tiers.txt"},
 	"router-event-threads":                    {"cmd/kvroute: TestFrontendOpsFlags"},
+	"router-index-warm-secs":                  {"cmd/kvroute: TestFrontendOpsFlags"},
 	"router-host-cache-hit-weight":            {"scoring/testdata/scenarios/tiers.txt", "actors/router: TestHostTierCreditedWithHostWeight"},
 	"router-kv-events":                        {"scoring/testdata/scenarios/approx.txt"},
 	"router-kv-overlap-score-credit":          {"scoring/testdata/scenarios/cost_settings.txt"},

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/actors/indexer"
 )
 
 // Tests that show what a flag does where no other test did; flag_coverage_test.go points at them.
@@ -200,9 +202,12 @@ func TestFrontendOpsFlags(t *testing.T) {
 	if n, want := len(def.router.Index.ShardWorkers()), min(4, runtime.GOMAXPROCS(0)); n != want {
 		t.Errorf("default: %d index shards, want %d (4, at most GOMAXPROCS)", n, want)
 	}
+	if p := def.router.Index.WarmEvery(); p != indexer.DefaultWarmEvery {
+		t.Errorf("default: the index warms every %v, want %v", p, indexer.DefaultWarmEvery)
+	}
 
 	set, logged := start("--model-name", "served-x", "--namespace", "team-x", "--pprof", "--no-mm-routing", "--router-event-threads", "3",
-		"--router-id", "r-test")
+		"--router-id", "r-test", "--router-index-warm-secs", "0")
 	if _, b := get(set, "/v1/models"); !strings.Contains(b, `"served-x"`) {
 		t.Errorf("--model-name served-x: /v1/models %s", b)
 	}
@@ -220,6 +225,9 @@ func TestFrontendOpsFlags(t *testing.T) {
 	}
 	if n := len(set.router.Index.ShardWorkers()); n != 3 {
 		t.Errorf("--router-event-threads 3: %d index shards", n)
+	}
+	if p := set.router.Index.WarmEvery(); p != 0 {
+		t.Errorf("--router-index-warm-secs 0: the index warms every %v", p)
 	}
 }
 

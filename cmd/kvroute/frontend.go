@@ -404,7 +404,7 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 	if sm.m != nil {
 		rcfg.Worker.ImageTokenID, rcfg.Worker.ImageEndTokenID = eventImageTokens(sm.m, sm.name)
 	}
-	rcfg.Indexer.Shards = cfg.IndexShards()
+	rcfg.Indexer.Shards, rcfg.Indexer.WarmEvery = cfg.IndexShards(), cfg.IndexWarm
 	var r *router.Router
 	var err error
 	if i == 0 {

@@ -158,7 +158,7 @@ func runRouter(args []string) int {
 	rcfg.Worker.BindEndpoints = *bind
 	rcfg.Worker.Log = log
 	rcfg.Worker.IdentityCheck = *identity
-	rcfg.Indexer.Shards = cfg.IndexShards()
+	rcfg.Indexer.Shards, rcfg.Indexer.WarmEvery = cfg.IndexShards(), cfg.IndexWarm
 	r, err := router.New(system, rcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)

@@ -3,6 +3,7 @@ package prefix
 import (
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // View is the part of an index that queries read: the tree's nodes and, per worker slot, its key and
@@ -89,6 +90,57 @@ func (ix *Index) Sync(v *View) {
 	}
 	v.words, v.lower = ix.words, ix.lower
 }
+
+// Nodes returns how many nodes v has (Warm's range).
+func (v *View) Nodes() int { return len(v.nodes) }
+
+// Warm reads what a query reads at nodes [lo, hi) of v: a word of every cache line of the nodes, their
+// chunk sums and their child tables; not the runs, which a query reads only where it leaves one, nor a
+// worker set's words past the inline ones. It returns their sum, so that the loads are kept, and writes
+// nothing: it is a reader like FindMatches, and in a node it skips the words that Sync writes in the
+// index's own view while readers are in it (warmSkip). Reading the live view every few milliseconds
+// keeps the paths queries walk in the last-level cache, with the page-table entries that map them,
+// while the writes stream through the rest of the index: on the conversation trace at 1,000 workers
+// they are about 7,400 nodes a shard (1.5 MB), and a pass costs about 0.1 ms (actors/indexer's doc has
+// the figures). The nodes are read as words, a line after another, rather than field by field: a pass
+// reading ten fields a node bought a third of the read p99's gain under writes (docs/benchmarks.md).
+func (v *View) Warm(lo, hi int) uint64 {
+	hi = min(hi, len(v.nodes))
+	if lo >= hi {
+		return 0
+	}
+	const line = 64
+	nodes := v.nodes[lo:hi]
+	words := unsafe.Slice((*uint64)(unsafe.Pointer(&nodes[0])), len(nodes)*nodeWords)
+	var s uint64
+	for i := 0; i < len(words); i += line / 8 {
+		if k := i % nodeWords; k == warmSkip || k == warmSkip+1 {
+			s += words[i+2] // the same line: i is a line's first word or the word after a skipped one
+			continue
+		}
+		s += words[i]
+	}
+	for i := range nodes {
+		nd := &nodes[i]
+		for j := 0; j < len(nd.sums); j += line / 8 {
+			s += nd.sums[j]
+		}
+		if nd.kids.table {
+			for j := 0; j < len(nd.kids.rest); j += line / int(unsafe.Sizeof(kid{})) {
+				s += nd.kids.rest[j].hash
+			}
+		}
+	}
+	return s
+}
+
+// nodeWords is a node's size in words.
+const nodeWords = int(unsafe.Sizeof(node{}) / 8)
+
+// warmSkip is the first of the two words of a node that hold the fields Sync writes in the index's own
+// nodes while queries read them (dirty and kidsFull, with parent, live and edges; synced, with start),
+// which Warm must not read; the word two after each is in the same cache line.
+const warmSkip = int(unsafe.Offsetof(node{}.parent) / 8)
 
 // FindMatches appends to out, for every (worker, dp_rank) holding at least the first block of the query,
 // the number of consecutive query blocks from the start that it holds. localHashes are the query's local

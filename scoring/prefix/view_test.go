@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // emitKernels lists the vector kernels this CPU runs: the AVX-512 one (emitWide) and the AVX2 one.
@@ -84,4 +85,44 @@ func BenchmarkEmit(b *testing.B) {
 		run(map[bool]string{true: "kernel=avx512", false: "kernel=avx2"}[wide], true, wide)
 	}
 	run("kernel=scalar", false, false)
+}
+
+// TestWarmReadsOnly: Warm clamps its range to the view's nodes, and reads without writing: a query on
+// another goroutine beside it is race-free (go test -race) and answers as before.
+func TestWarmReadsOnly(t *testing.T) {
+	ix := New()
+	for w := range uint32(20) {
+		if err := ix.Store(WorkerKey{WorkerID: uint64(w)}, 0, false, blocks(1, uint64(w)<<20, 100+int(w)*70)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := ix.NewView()
+	q := make([]uint64, 2000)
+	for i := range q {
+		q[i] = uint64(1 + i)
+	}
+	want := v.FindMatches(q, nil)
+	if v.Warm(v.Nodes(), v.Nodes()+5) != 0 || v.Warm(3, 3) != 0 || v.Nodes() < 2 {
+		t.Fatalf("empty ranges read something, or too few nodes (%d)", v.Nodes())
+	}
+	done := make(chan []Score)
+	go func() { done <- v.FindMatches(q, nil) }()
+	_ = v.Warm(0, v.Nodes()+100)
+	if got := <-done; !slices.Equal(got, want) || len(want) != 20 {
+		t.Fatalf("scores beside Warm %v, want %v", got, want)
+	}
+}
+
+// TestWarmSkipsWhatSyncWrites: the node fields Sync writes in the index's own nodes while queries read
+// them lie in the two words Warm skips (a layout change that moves them fails here, not as a race).
+func TestWarmSkipsWhatSyncWrites(t *testing.T) {
+	var n node
+	for name, off := range map[string]uintptr{"dirty": unsafe.Offsetof(n.dirty), "kidsFull": unsafe.Offsetof(n.kidsFull), "synced": unsafe.Offsetof(n.synced)} {
+		if w := int(off / 8); w != warmSkip && w != warmSkip+1 {
+			t.Errorf("node.%s in word %d, Warm skips words %d and %d", name, w, warmSkip, warmSkip+1)
+		}
+	}
+	if warmSkip+3 >= nodeWords {
+		t.Errorf("the word Warm reads instead, %d, is past the node's %d", warmSkip+3, nodeWords)
+	}
 }
