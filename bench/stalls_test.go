@@ -22,11 +22,12 @@ func TestStallCounter(t *testing.T) {
 	}
 }
 
-// TestMeasureStalls: the probe spins for the time asked (less its yields) and its counts are nested.
+// TestMeasureStalls: the probe spins for at most the time asked, less its yields (on a loaded machine
+// the yields can take most of it, so only the first slice is sure), and its counts are nested.
 func TestMeasureStalls(t *testing.T) {
 	s := MeasureStalls("before", 30*time.Millisecond)
-	if s.When != "before" || s.Seconds < 0.025 || s.Seconds > 0.2 {
-		t.Fatalf("measured %+v, want about 30 ms", s)
+	if s.When != "before" || s.Seconds < stallSlice.Seconds() || s.Seconds > 0.2 {
+		t.Fatalf("measured %+v, want between one slice (%v) and 30 ms", s, stallSlice)
 	}
 	if s.Over5us < s.Over10us || s.Over10us < s.Over50us || s.Over50us < s.Over1ms || s.LostPercent < 0 || s.LostPercent > 100 {
 		t.Fatalf("counts not nested: %+v", s)
