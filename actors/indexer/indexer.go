@@ -65,6 +65,7 @@ type Indexer struct {
 	pids   []*actor.PID
 
 	warm      chan struct{} // closed by Stop: ends the warmer (nil without one)
+	warmDone  chan struct{} // closed by the warmer when it ends
 	warmEvery time.Duration
 	sink      uint64        // the warmer's sums, so that its loads are kept (the warmer's goroutine only)
 	warmed    atomic.Uint64 // shard views warmed
@@ -122,8 +123,11 @@ func New(system *actor.ActorSystem, cfg Config) (*Indexer, error) {
 	x.root = system.Root.Spawn(props)
 	x.pids = <-ready
 	if x.warmEvery = cfg.WarmEvery; x.warmEvery > 0 {
-		x.warm = make(chan struct{})
-		warmKind.Go(func() { x.warmLoop(cfg.WarmEvery) })
+		x.warm, x.warmDone = make(chan struct{}), make(chan struct{})
+		warmKind.Go(func() {
+			defer close(x.warmDone)
+			x.warmLoop(cfg.WarmEvery)
+		})
 	}
 	return x, nil
 }
@@ -390,6 +394,7 @@ func (x *Indexer) Stop() {
 	x.mu.Unlock()
 	if x.warm != nil {
 		close(x.warm)
+		<-x.warmDone
 	}
 	_ = x.system.Root.PoisonFuture(x.root).Wait()
 }
