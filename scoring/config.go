@@ -404,8 +404,11 @@ func (c *Config) Validate() error {
 	if !(c.ApproxPruneTargetRatio > 0 && c.ApproxPruneTargetRatio <= 1) {
 		return badf("approximate prune target ratio must be in (0,1], got %v", c.ApproxPruneTargetRatio)
 	}
-	if c.EventThreads < 0 || c.IndexWarm < 0 || (c.IndexWarm > 0 && c.IndexWarm < MinIndexWarm) {
-		return badf("router_event_threads must be ≥ 0 (0: the default), got %d; router_index_warm_secs 0 (never) or ≥ %v, got %v", c.EventThreads, MinIndexWarm.Seconds(), c.IndexWarm.Seconds())
+	if c.EventThreads < 0 {
+		return badf("router_event_threads must be ≥ 0 (0: the default), got %d", c.EventThreads)
+	}
+	if err := CheckIndexWarm(c.IndexWarm); err != nil {
+		return badf("router_index_warm_secs: %v", err)
 	}
 	if c.ActiveSequenceStride < 1 {
 		return badf("router_active_sequence_stride must be ≥ 1, got %d", c.ActiveSequenceStride)
@@ -486,6 +489,15 @@ const DefaultIndexWarm = 5 * time.Millisecond
 
 // MinIndexWarm is the shortest Config.IndexWarm: a pass at 1,000 workers takes about 0.1 ms.
 const MinIndexWarm = time.Millisecond
+
+// CheckIndexWarm refuses an index warming period that is negative or shorter than MinIndexWarm (0, never,
+// is valid): the router's flag and actors/indexer's Config share the rule.
+func CheckIndexWarm(d time.Duration) error {
+	if d < 0 || (d > 0 && d < MinIndexWarm) {
+		return fmt.Errorf("%v s: want 0 (never) or at least %v s", d.Seconds(), MinIndexWarm.Seconds())
+	}
+	return nil
+}
 
 // DefaultEventThreads is Dynamo's default count of indexer writer threads.
 const DefaultEventThreads = 4

@@ -227,3 +227,17 @@ func TestIndexShards(t *testing.T) {
 		t.Error("--router-event-threads -1 accepted")
 	}
 }
+
+// TestIndexWarmRange: the warming period is 0 (never) or at least MinIndexWarm, for the router's flag.
+func TestIndexWarmRange(t *testing.T) {
+	for _, c := range []struct {
+		d  time.Duration
+		ok bool
+	}{{0, true}, {MinIndexWarm, true}, {DefaultIndexWarm, true}, {-time.Millisecond, false}, {MinIndexWarm - 1, false}} {
+		cfg := DefaultConfig()
+		cfg.IndexWarm = c.d
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("--router-index-warm-secs %v: %v, want accepted %v", c.d.Seconds(), err, c.ok)
+		}
+	}
+}

@@ -48,8 +48,8 @@ func (c *Config) Validate() error {
 	if c.MailboxSize < 1 {
 		return fmt.Errorf("indexer: mailbox size %d must be positive", c.MailboxSize)
 	}
-	if c.WarmEvery < 0 || (c.WarmEvery > 0 && c.WarmEvery < scoring.MinIndexWarm) {
-		return fmt.Errorf("indexer: warm period %v: want 0 (never) or at least %v", c.WarmEvery, scoring.MinIndexWarm)
+	if err := scoring.CheckIndexWarm(c.WarmEvery); err != nil {
+		return fmt.Errorf("indexer: warm period %w", err)
 	}
 	return nil
 }

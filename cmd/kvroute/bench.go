@@ -204,7 +204,7 @@ func benchIndexer(args []string) error {
 	fs.IntVar(&cfg.Blocks.BlockSize, "trace-block-size", cfg.Blocks.BlockSize, "tokens per trace hash id")
 	fs.IntVar(&cfg.CapacityBlocks, "capacity", cfg.CapacityBlocks, "KV capacity per worker in blocks (0: 262,144 tokens' worth)")
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "indexer shards (--router-event-threads)")
-	fs.DurationVar(&cfg.WarmEvery, "warm-every", cfg.WarmEvery, "how often the indexer reads what queries read of its live views, to keep their paths in the caches (--router-index-warm-every; 0: never)")
+	fs.DurationVar(&cfg.WarmEvery, "warm-every", cfg.WarmEvery, "how often the indexer reads what queries read of its live views, to keep their paths in the caches (--router-index-warm-secs; 0: never)")
 	fs.IntVar(&cfg.Replayers, "replayers", cfg.Replayers, "goroutines replaying worker timelines")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request → worker partition")
 	fs.IntVar(&cfg.ColdMB, "cold-mb", cfg.ColdMB, "also report the cold floor: each request replayed 3 times after writing N MiB of other memory, fastest kept (0: skip)")

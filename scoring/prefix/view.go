@@ -103,7 +103,7 @@ func (v *View) Nodes() int { return len(v.nodes) }
 // while the writes stream through the rest of the index: on the conversation trace at 1,000 workers
 // they are about 7,400 nodes a shard (1.5 MB), and a pass costs about 0.1 ms (actors/indexer's doc has
 // the figures). The nodes are read as words, a line after another, rather than field by field: a pass
-// reading ten fields a node bought a third of the read p99's gain under writes (docs/benchmarks.md).
+// reading ten fields a node kept less of the read p99's gain under writes (docs/benchmarks.md).
 func (v *View) Warm(lo, hi int) uint64 {
 	hi = min(hi, len(v.nodes))
 	if lo >= hi {
@@ -115,7 +115,7 @@ func (v *View) Warm(lo, hi int) uint64 {
 	var s uint64
 	for i := 0; i < len(words); i += line / 8 {
 		if k := i % nodeWords; k == warmSkip || k == warmSkip+1 {
-			s += words[i+2] // the same line: i is a line's first word or the word after a skipped one
+			s += words[i+2] // the same line: i is a line's first word (a slice of whole lines of nodes)
 			continue
 		}
 		s += words[i]
