@@ -235,6 +235,9 @@ func (v *View) findTiered(qr *Query, out []Score) []Score {
 		nd = &v.nodes[c]
 		alive := uint64(0)
 		for i, a := range active {
+			if a == 0 {
+				continue
+			}
 			x := nd.workers.word(i)
 			for d := a &^ x; d != 0; d &= d - 1 {
 				depthOf[i<<6+trailingZeros(d)] = uint32(depth)

@@ -95,14 +95,16 @@ func (ix *Index) Sync(v *View) {
 func (v *View) Nodes() int { return len(v.nodes) }
 
 // Warm reads what a query reads at nodes [lo, hi) of v: a word of every cache line of the nodes, their
-// chunk sums and their child tables; not the runs, which a query reads only where it leaves one, nor a
-// worker set's words past the inline ones. It returns their sum, so that the loads are kept, and writes
-// nothing: it is a reader like FindMatches, and in a node it skips the words that Sync writes in the
-// index's own view while readers are in it (warmSkip). Reading the live view every few milliseconds
-// keeps the paths queries walk in the last-level cache, with the page-table entries that map them,
-// while the writes stream through the rest of the index: on the conversation trace at 1,000 workers
-// they are about 7,400 nodes a shard (1.5 MB), and a pass costs about 0.1 ms (actors/indexer's doc has
-// the figures). The nodes are read as words, a line after another, rather than field by field: a pass
+// chunk sums, their worker sets' words past the inline ones (an allocation of their own, which a walk
+// reads at every node it enters with slots there active) and their child tables; not the runs, which a
+// query reads only where it leaves one (warming their tails too did not move the p99:
+// docs/benchmarks.md). It returns their sum, so that the loads are kept, and writes nothing: it is a
+// reader like FindMatches, and in a node it skips the words that Sync writes in the index's own view
+// while readers are in it (warmSkip). Reading the live view every few milliseconds keeps the paths
+// queries walk in the last-level cache, with the page-table entries that map them, while the writes
+// stream through the rest of the index: on the conversation trace at 1,000 workers they are about
+// 7,400 nodes a shard (1.5 MB), and a pass over a view takes 90–98 µs (actors/indexer's doc has the
+// figures). The nodes are read as words, a line after another, rather than field by field: a pass
 // reading ten fields a node kept less of the read p99's gain under writes (docs/benchmarks.md).
 func (v *View) Warm(lo, hi int) uint64 {
 	hi = min(hi, len(v.nodes))
@@ -124,6 +126,9 @@ func (v *View) Warm(lo, hi int) uint64 {
 		nd := &nodes[i]
 		for j := 0; j < len(nd.sums); j += line / 8 {
 			s += nd.sums[j]
+		}
+		for j := 0; j < len(nd.workers.ext); j += line / 8 {
+			s += nd.workers.ext[j]
 		}
 		if nd.kids.table {
 			for j := 0; j < len(nd.kids.rest); j += line / int(unsafe.Sizeof(kid{})) {
@@ -220,6 +225,9 @@ func (v *View) walk(q *Query, out []Score, m *Matches) []Score {
 		cw := &nd.workers
 		alive := uint64(0)
 		for i, a := range active {
+			if a == 0 {
+				continue // nothing to drop or keep: the child's word (past the inline ones, a line elsewhere) is not read
+			}
 			x := cw.word(i)
 			if d := a &^ x; d != 0 {
 				if m != nil {

@@ -88,11 +88,13 @@ func BenchmarkEmit(b *testing.B) {
 }
 
 // TestWarmReadsOnly: Warm clamps its range to the view's nodes, and reads without writing: a query on
-// another goroutine beside it is race-free (go test -race) and answers as before.
+// another goroutine beside it is race-free (go test -race) and answers as before. 300 workers, so that
+// worker sets have words past the inline ones, which Warm reads too.
 func TestWarmReadsOnly(t *testing.T) {
 	ix := New()
-	for w := range uint32(20) {
-		if err := ix.Store(WorkerKey{WorkerID: uint64(w)}, 0, false, blocks(1, uint64(w)<<20, 100+int(w)*70)); err != nil {
+	const workers = 300
+	for w := range uint32(workers) {
+		if err := ix.Store(WorkerKey{WorkerID: uint64(w)}, 0, false, blocks(1, uint64(w)<<20, 100+int(w)*5)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +110,7 @@ func TestWarmReadsOnly(t *testing.T) {
 	done := make(chan []Score)
 	go func() { done <- v.FindMatches(q, nil) }()
 	_ = v.Warm(0, v.Nodes()+100)
-	if got := <-done; !slices.Equal(got, want) || len(want) != 20 {
+	if got := <-done; !slices.Equal(got, want) || len(want) != workers {
 		t.Fatalf("scores beside Warm %v, want %v", got, want)
 	}
 }
