@@ -294,6 +294,8 @@ type IndexerRun struct {
 	// the configured shard count.
 	IndexBytes    int64   `json:"index_bytes"`
 	BytesPerEntry float64 `json:"bytes_per_entry"`
+	// Warming is what the index's warmer did during the timed run.
+	Warming Warming `json:"warming"`
 	// Positions is the block positions of every shard's tree, summed: a prefix held by workers on k
 	// shards counts k times, so Positions over the positions of one tree holding everything is the
 	// shared-prefix duplication across shards.
@@ -332,6 +334,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	results := make([]result, len(w.timeline))
 	base := liveHeap()
 	before := readRuntime()
+	warm0 := x.Warmed()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for r := range w.timeline {
@@ -396,6 +399,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 	wg.Wait()
 	x.Flush()
 	elapsed := time.Since(start)
+	warm1 := x.Warmed()
 
 	after := readRuntime().atEnd()
 	quiet := make([]float64, len(w.local))
@@ -424,7 +428,7 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 		ColdFloorMicros: Summarize(cold), Runtime: after.since(before), LoadAvg: ThisMachine().LoadAvg, OfferedSeconds: duration.Seconds(), ElapsedSeconds: elapsed.Seconds(),
 		Workers: cfg.Workers * cfg.Duplicate, Queries: w.Queries * k, Events: w.Events * k,
 		QueryBlocks: w.QueryBlocks * k, StoredBlocks: w.StoredBlocks * k, RemovedBlocks: w.RemovedBlocks * k,
-		IndexEntries: x.Size()}
+		IndexEntries: x.Size(), Warming: warmingOf(warm0, warm1, elapsed)}
 	var all, again []int64
 	var matches int64
 	for _, res := range results {
@@ -455,6 +459,27 @@ func (w *IndexerWorkload) RunIndexer(duration time.Duration, progress *Progress)
 		run.BytesPerEntry = float64(run.IndexBytes) / float64(run.IndexEntries)
 	}
 	return run, nil
+}
+
+// Warming is what the indexer's warmer (indexer.Config.WarmEvery) did during a timed run: the shard
+// views it read, the mean time a view took, and its share of one core over the run.
+type Warming struct {
+	Views         uint64  `json:"views"`
+	MicrosPerView float64 `json:"us_per_view"`
+	CorePercent   float64 `json:"core_percent"`
+}
+
+// warmingOf is the warming between two counts taken elapsed apart.
+func warmingOf(a, b indexer.WarmStats, elapsed time.Duration) Warming {
+	w := Warming{Views: b.Views - a.Views}
+	busy := b.Busy - a.Busy
+	if w.Views > 0 {
+		w.MicrosPerView = float64(busy.Nanoseconds()) / 1e3 / float64(w.Views)
+	}
+	if elapsed > 0 {
+		w.CorePercent = 100 * float64(busy) / float64(elapsed)
+	}
+	return w
 }
 
 // floorPasses is how many times the quiescent replay runs; FloorMicros keeps each query's fastest.

@@ -51,7 +51,7 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 
 	// The headline: how long a read takes while the writes run, per offered rate, and what the index costs.
 	head := Table{Title: "FindMatches latency while the writes run", Columns: []string{"duration", "offered stored blocks/s", "achieved event blocks/s", "p50 µs", "p99 µs", "p999 µs", "max µs", "quiescent p50/p99/p999 µs", "floor p50/p99/p999 µs", "cold floor p50/p99/p999 µs", "again p50/p99/p999 µs", "keeping up"}}
-	rt := Table{Title: "Go runtime during the timed run", Columns: []string{"duration", "GC cycles", "GC CPU %", "GC pause total ms", "GC pause max µs", "of it stopping the world, max µs", "runnable→running p99 µs", "p999 µs", "page faults", "TLB shootdowns (machine)", "anonymous memory at end: MB in 2 MiB pages / MB", "load average at end"}}
+	rt := Table{Title: "Go runtime during the timed run", Columns: []string{"duration", "GC cycles", "GC CPU %", "GC pause total ms", "GC pause max µs", "of it stopping the world, max µs", "runnable→running p99 µs", "p999 µs", "page faults", "TLB shootdowns (machine)", "anonymous memory at end: MB in 2 MiB pages / MB", "index warming: views, µs a view, % of a core", "load average at end"}}
 	mem := Table{Title: "Index memory", Columns: []string{"duration", "shards", "(block, worker) entries", "tree positions (Σ shards)", "live heap MB", "bytes per (block, worker)"}}
 	for _, r := range runs {
 		off, keep := "unpaced", "—"
@@ -67,7 +67,7 @@ func FillIndexerReport(rep *Report, t *Trace, w *IndexerWorkload, runs []*Indexe
 			F(r.QuiescentMicros.P50, 1) + " / " + F(r.QuiescentMicros.P99, 1) + " / " + F(r.QuiescentMicros.P999, 1),
 			F(r.FloorMicros.P50, 1) + " / " + F(r.FloorMicros.P99, 1) + " / " + F(r.FloorMicros.P999, 1), cold, again, keep})
 		rt.Rows = append(rt.Rows, []string{runLabel(r), strconv.FormatUint(r.Runtime.GCCycles, 10), F(100*r.Runtime.GCCPUFraction, 1), F(r.Runtime.GCPauseMicros/1e3, 2),
-			F(r.Runtime.GCPauseMaxMicros, 0), F(r.Runtime.GCStopMaxMicros, 0), F(r.Runtime.SchedP99Micros, 0), F(r.Runtime.SchedP999Micros, 0), faults(r.Runtime.PageFaults), faults(r.Runtime.TLBShootdowns), hugeShare(r.Runtime), r.LoadAvg})
+			F(r.Runtime.GCPauseMaxMicros, 0), F(r.Runtime.GCStopMaxMicros, 0), F(r.Runtime.SchedP99Micros, 0), F(r.Runtime.SchedP999Micros, 0), faults(r.Runtime.PageFaults), faults(r.Runtime.TLBShootdowns), hugeShare(r.Runtime), warming(r.Warming), r.LoadAvg})
 		mem.Rows = append(mem.Rows, []string{runLabel(r), strconv.Itoa(w.cfg.Shards), FormatNum(float64(r.IndexEntries)), FormatNum(float64(r.Positions)), F(float64(r.IndexBytes)/1e6, 1), F(r.BytesPerEntry, 1)})
 	}
 	rep.Tables = append([]Table{head, rt, mem}, rep.Tables...)
@@ -153,6 +153,14 @@ func hugeShare(r RuntimeStats) string {
 }
 
 // faults formats a count of page faults or interrupts, "—" when unknown.
+// warming is a run's warming cell: "—" when the warmer read nothing.
+func warming(w Warming) string {
+	if w.Views == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%d, %s, %s", w.Views, F(w.MicrosPerView, 1), F(w.CorePercent, 2))
+}
+
 func faults(n int64) string {
 	if n < 0 {
 		return "—"

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/actors/indexer"
 )
 
 // synthTrace is a small conversation-like trace: 8 system prompts, sessions that grow turn by turn.
@@ -178,5 +180,22 @@ func TestReportFromKnownSamples(t *testing.T) {
 	svg, err := os.ReadFile(filepath.Join(dir, "query_latency_cdf.svg"))
 	if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "polyline") {
 		t.Fatalf("cdf plot: %v", err)
+	}
+}
+
+// TestWarmingOf: the warming of a run is the difference of the warmer's counts over the run, per view and
+// as a share of one core; a run without a warmer shows a dash.
+func TestWarmingOf(t *testing.T) {
+	a := indexer.WarmStats{Views: 10, Busy: time.Millisecond}
+	b := indexer.WarmStats{Views: 410, Busy: 41 * time.Millisecond}
+	w := warmingOf(a, b, 2*time.Second)
+	if w.Views != 400 || w.MicrosPerView != 100 || w.CorePercent != 2 {
+		t.Fatalf("warming %+v, want 400 views, 100 µs a view, 2 %% of a core", w)
+	}
+	if got := warming(w); got != "400, 100.0, 2.00" {
+		t.Fatalf("cell %q", got)
+	}
+	if got := warming(warmingOf(a, a, time.Second)); got != "—" {
+		t.Fatalf("no warming: cell %q, want a dash", got)
 	}
 }

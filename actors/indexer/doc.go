@@ -135,18 +135,22 @@
 // slower (the probe turns them down there).
 //
 // Warming (warm.go): every Config.WarmEvery (5 ms, --router-index-warm-secs) a goroutine reads what
-// queries read of each shard's live view (prefix.View.Warm: nodes, chunk sums, child tables), 256 nodes
-// at a time, leaving the gate and yielding between slices, and only for shards some query read since
-// its last pass (a gate's reader counter also counts finished reads in its high bits, so the read path
+// queries read of each shard's live view (prefix.View.Warm: nodes, chunk sums, worker-set words past
+// the inline ones, child tables), 256 nodes at a time, leaving the gate and yielding between slices,
+// and only for shards some query read since its last pass (a gate's reader counter also counts finished reads in its high bits, so the read path
 // pays nothing for it; the warmer's own exits do not count, so an idle index is not warmed). The query-hot
 // part of a view is small (about 7,400 nodes, 1.5 MB, a shard on the conversation trace at 1,000 workers,
 // against 27 MB of runs and far more of handles), but the writes stream through the caches between two
-// turns of a conversation. A pass takes about 0.1 ms, 2–3 % of a core at 5 ms. kvroute bench indexer
+// turns of a conversation. Indexer.Warmed counts the views read and the time spent (kvroute bench
+// indexer reports them per run): at 1,000 workers 90–98 µs a view, 1.3 % of a core at the 20 s pace and
+// 3.7 % at 4 s; at 10,000 workers 103–165 µs, 2.4–3.8 %. kvroute bench indexer
 // (the acceptance sweep, 2 shards, 2-vCPU guest, --warm-every 5ms against 0, alternately; nine runs
 // with warming, eleven without): p99 at 20 s 10.1–15.2 µs (median 11.0) against 13.3–19.7 (15.3), at 4 s
 // 6.3–10.3 (7.0) against 9.1–15.3 (10.9); p999 at 20 s 30–56 against 34–61 µs; unpaced writes 14.5–16.6
-// against 13.0–18.4 M event blocks/s. At 10,000 workers it did not help (20 s p99 44.0 against 47.3 µs):
-// there a node's worker set is mostly past the inline words (1.2 KB a node), which a pass does not read.
+// against 13.0–18.4 M event blocks/s. At 10,000 workers it did not help (20 s p99 44.0 against 47.3 µs),
+// nor after the pass also read the worker-set words past the inline ones (most of a node's set there:
+// 20 s p99 40.6 against 35.4 µs, one run each). At 1,000 workers reading those words too gave the lower
+// 20 s p99 in 8 of 13 pairs, median difference −0.7 µs (docs/benchmarks.md, "Which queries are slow").
 // A pass that read ten fields of each node (every line of it, field by field) instead of a word per line
 // did less in four runs (20 s p99 13.7–14.8 µs, 4 s 6.6–10.0). The routing decision (kvroute bench route,
 // 256 workers, 1 k prompt, 1 M blocks, 5,000 decisions, three pairs) kept its p50 (3.6–3.7 µs); a warmer

@@ -69,6 +69,7 @@ type Indexer struct {
 	warmEvery time.Duration
 	sink      uint64        // the warmer's sums, so that its loads are kept (the warmer's goroutine only)
 	warmed    atomic.Uint64 // shard views warmed
+	warmBusy  atomic.Int64  // ns the warmer spent reading views (its yields between slices not counted)
 
 	mu      sync.Mutex // guards assign, counts and stopped (control plane only)
 	assign  map[uint64]int
@@ -134,6 +135,18 @@ func New(system *actor.ActorSystem, cfg Config) (*Indexer, error) {
 
 // WarmEvery returns the warming period (Config.WarmEvery; 0: no warmer).
 func (x *Indexer) WarmEvery() time.Duration { return x.warmEvery }
+
+// WarmStats is what the warmer did since the indexer started: the shard views it read and the time it
+// spent reading them.
+type WarmStats struct {
+	Views uint64
+	Busy  time.Duration
+}
+
+// Warmed returns the warmer's counts so far (zero without a warmer).
+func (x *Indexer) Warmed() WarmStats {
+	return WarmStats{Views: x.warmed.Load(), Busy: time.Duration(x.warmBusy.Load())}
+}
 
 // shardOf returns the shard index of a worker, assigning it on first sight.
 func (x *Indexer) shardOf(workerID uint64) (int, bool) {

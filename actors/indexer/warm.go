@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/routine"
@@ -29,7 +30,7 @@ func (x *Indexer) warmPass(last []int64) int {
 		g := &x.gates[i]
 		if r := g.reads(); r != last[i] {
 			last[i] = r
-			x.sink += warmGate(g)
+			x.sink += warmGate(g, &x.warmBusy)
 			n++
 		}
 	}
@@ -37,15 +38,18 @@ func (x *Indexer) warmPass(last []int64) int {
 	return n
 }
 
-// warmGate reads the live view of one shard's gate (prefix.View.Warm), a slice at a time. It leaves the
-// view without counting a read (gate.exit), so that its own passes do not keep it warming an idle index.
-func warmGate(g *gate) uint64 {
+// warmGate reads the live view of one shard's gate (prefix.View.Warm), a slice at a time, and adds the
+// time spent reading to *busy. It leaves the view without counting a read (gate.exit), so that its own
+// passes do not keep it warming an idle index.
+func warmGate(g *gate, busy *atomic.Int64) uint64 {
 	var s uint64
 	for lo := 0; ; lo += warmSlice {
+		t0 := time.Now()
 		v, k := g.enter(g.live.Load())
 		n := v.Nodes()
 		s += v.Warm(lo, lo+warmSlice)
 		g.exit(k)
+		busy.Add(int64(time.Since(t0)))
 		if lo+warmSlice >= n {
 			return s
 		}

@@ -54,8 +54,8 @@ func TestWarmPassFollowsQueries(t *testing.T) {
 	if after := x.FindMatches(q, nil); len(after) != len(before) || len(before) != 30 {
 		t.Fatalf("scores %d before warming, %d after, want 30", len(before), len(after))
 	}
-	if got := x.warmed.Load(); got != 3 {
-		t.Fatalf("warmed counter %d, want 3", got)
+	if got := x.Warmed(); got.Views != 3 || got.Busy <= 0 {
+		t.Fatalf("warmer's counts %+v, want 3 views and the time spent reading them", got)
 	}
 }
 
