@@ -152,7 +152,6 @@ func hugeShare(r RuntimeStats) string {
 	return fmt.Sprintf("%s / %s (%.0f %%)", F(float64(r.AnonHugeBytes)/1e6, 0), F(float64(r.AnonBytes)/1e6, 0), 100*float64(r.AnonHugeBytes)/float64(r.AnonBytes))
 }
 
-// faults formats a count of page faults or interrupts, "—" when unknown.
 // warming is a run's warming cell: "—" when the warmer read nothing.
 func warming(w Warming) string {
 	if w.Views == 0 {
@@ -161,6 +160,7 @@ func warming(w Warming) string {
 	return fmt.Sprintf("%d, %s, %s", w.Views, F(w.MicrosPerView, 1), F(w.CorePercent, 2))
 }
 
+// faults formats a count of page faults or interrupts, "—" when unknown.
 func faults(n int64) string {
 	if n < 0 {
 		return "—"

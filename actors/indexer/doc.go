@@ -137,8 +137,9 @@
 // Warming (warm.go): every Config.WarmEvery (5 ms, --router-index-warm-secs) a goroutine reads what
 // queries read of each shard's live view (prefix.View.Warm: nodes, chunk sums, worker-set words past
 // the inline ones, child tables), 256 nodes at a time, leaving the gate and yielding between slices,
-// and only for shards some query read since its last pass (a gate's reader counter also counts finished reads in its high bits, so the read path
-// pays nothing for it; the warmer's own exits do not count, so an idle index is not warmed). The query-hot
+// and only for shards some query read since its last pass (a gate's reader counter also counts finished
+// reads in its high bits, so the read path pays nothing for it; the warmer's own exits do not count, so
+// an idle index is not warmed). The query-hot
 // part of a view is small (about 7,400 nodes, 1.5 MB, a shard on the conversation trace at 1,000 workers,
 // against 27 MB of runs and far more of handles), but the writes stream through the caches between two
 // turns of a conversation. Indexer.Warmed counts the views read and the time spent (kvroute bench
