@@ -92,3 +92,64 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestWarmerBesideWrites: the warmer reads a shard's live view while its writer adds and clears 300
+// workers (slots past the inline words, whose separate words the writer allocates and clears) and a
+// reader keeps it warming. Under -race it checks that a pass reads nothing the writer or Sync writes; the
+// last answer is the index's.
+func TestWarmerBesideWrites(t *testing.T) {
+	system := actors.NewSystem(nil)
+	defer system.Shutdown()
+	x, err := New(system, Config{Shards: 1, MailboxSize: 64, WarmEvery: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Stop()
+	const workers = 300
+	q := localsOf(chain(7, 0, 40))
+	stop := make(chan struct{})
+	read := make(chan int)
+	go func() { // the reader that keeps the shard warming
+		n := 0
+		for {
+			select {
+			case <-stop:
+				read <- n
+				return
+			default:
+				x.FindMatches(q, nil)
+				n++
+			}
+		}
+	}()
+	held := map[uint64]uint32{} // blocks of the chain each worker holds: its longest store since its last clear
+	for round := range 3 {
+		for w := uint64(1); w <= workers; w++ {
+			n := 10 + int(w+uint64(round))%30
+			_ = x.Apply(&Apply{WorkerID: w, Ops: []Op{{Kind: OpStore, Blocks: chain(7, w<<20, n)}}})
+			held[w] = max(held[w], uint32(n))
+		}
+		x.Flush()
+		if round < 2 {
+			for w := uint64(1); w <= workers; w += 2 {
+				_ = x.ClearWorker(w)
+				held[w] = 0
+			}
+			x.Flush()
+		}
+	}
+	waitFor(t, func() bool { return x.Warmed().Views >= 2 })
+	close(stop)
+	if n := <-read; n == 0 {
+		t.Fatal("the reader never read")
+	}
+	out := x.FindMatches(q, nil)
+	if len(out) != workers {
+		t.Fatalf("%d scores after the writes, want %d", len(out), workers)
+	}
+	for _, s := range out {
+		if want := held[s.Worker.WorkerID]; s.Blocks != want {
+			t.Fatalf("worker %d matches %d blocks, want %d", s.Worker.WorkerID, s.Blocks, want)
+		}
+	}
+}
