@@ -143,8 +143,8 @@
 // part of a view is small (about 7,400 nodes, 1.5 MB, a shard on the conversation trace at 1,000 workers,
 // against 27 MB of runs and far more of handles), but the writes stream through the caches between two
 // turns of a conversation. Indexer.Warmed counts the views read and the time spent (kvroute bench
-// indexer reports them per run): at 1,000 workers 90–98 µs a view, 1.3 % of a core at the 20 s pace and
-// 3.7 % at 4 s; at 10,000 workers 103–165 µs, 2.4–3.8 %. kvroute bench indexer
+// indexer reports them per run): at 1,000 workers 90–152 µs a view, 1.3–2.2 % of a core at the 20 s
+// pace and 3.6–3.9 % at 4 s; at 10,000 workers 103–165 µs, 2.4–3.8 %. kvroute bench indexer
 // (the acceptance sweep, 2 shards, 2-vCPU guest, --warm-every 5ms against 0, alternately; nine runs
 // with warming, eleven without): p99 at 20 s 10.1–15.2 µs (median 11.0) against 13.3–19.7 (15.3), at 4 s
 // 6.3–10.3 (7.0) against 9.1–15.3 (10.9); p999 at 20 s 30–56 against 34–61 µs; unpaced writes 14.5–16.6

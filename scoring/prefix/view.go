@@ -103,7 +103,7 @@ func (v *View) Nodes() int { return len(v.nodes) }
 // while readers are in it (warmSkip). Reading the live view every few milliseconds keeps the paths
 // queries walk in the last-level cache, with the page-table entries that map them, while the writes
 // stream through the rest of the index: on the conversation trace at 1,000 workers they are about
-// 7,400 nodes a shard (1.5 MB), and a pass over a view takes 90–98 µs (actors/indexer's doc has the
+// 7,400 nodes a shard (1.5 MB), and a pass over a view takes 90–152 µs (actors/indexer's doc has the
 // figures). The nodes are read as words, a line after another, rather than field by field: a pass
 // reading ten fields a node kept less of the read p99's gain under writes (docs/benchmarks.md).
 func (v *View) Warm(lo, hi int) uint64 {
