@@ -26,9 +26,10 @@ type Config struct {
 	// ingestion instead of unbounded memory). Default 4096 messages.
 	MailboxSize int
 	// WarmEvery is how often a goroutine reads what queries read of every shard's live view (its nodes,
-	// chunk sums and child tables: prefix.View.Warm), so that a query finds its path in the caches after
-	// the writes have run; a period in which no query ran is skipped. 0: never. Default 5 ms, about 3 %
-	// of a core at 1,000 workers on the conversation trace (the package doc has the figures).
+	// chunk sums, worker-set words and child tables: prefix.View.Warm), so that a query finds its path in
+	// the caches after the writes have run; a period in which no query ran is skipped. 0: never. Default
+	// 5 ms, 1.3–3.9 % of a core at 1,000 workers on the conversation trace (the package doc has the
+	// figures; Warmed counts what it did).
 	WarmEvery time.Duration
 }
 

@@ -111,11 +111,10 @@ func (v *View) Warm(lo, hi int) uint64 {
 	if lo >= hi {
 		return 0
 	}
-	const line = 64
 	nodes := v.nodes[lo:hi]
 	words := unsafe.Slice((*uint64)(unsafe.Pointer(&nodes[0])), len(nodes)*nodeWords)
 	var s uint64
-	for i := 0; i < len(words); i += line / 8 {
+	for i := 0; i < len(words); i += cacheLine / 8 {
 		if k := i % nodeWords; k == warmSkip || k == warmSkip+1 {
 			s += words[i+2] // the same line: i is a line's first word (a slice of whole lines of nodes)
 			continue
@@ -124,20 +123,28 @@ func (v *View) Warm(lo, hi int) uint64 {
 	}
 	for i := range nodes {
 		nd := &nodes[i]
-		for j := 0; j < len(nd.sums); j += line / 8 {
-			s += nd.sums[j]
-		}
-		for j := 0; j < len(nd.workers.ext); j += line / 8 {
-			s += nd.workers.ext[j]
-		}
+		s += warmWords(nd.sums) + warmWords(nd.workers.ext)
 		if nd.kids.table {
-			for j := 0; j < len(nd.kids.rest); j += line / int(unsafe.Sizeof(kid{})) {
+			for j := 0; j < len(nd.kids.rest); j += cacheLine / int(unsafe.Sizeof(kid{})) {
 				s += nd.kids.rest[j].hash
 			}
 		}
 	}
 	return s
 }
+
+// warmWords reads a word of every cache line of w (Warm's chunk sums and worker-set words) and returns
+// their sum.
+func warmWords(w []uint64) uint64 {
+	var s uint64
+	for j := 0; j < len(w); j += cacheLine / 8 {
+		s += w[j]
+	}
+	return s
+}
+
+// cacheLine is a cache line's size in bytes: Warm reads one word of each line.
+const cacheLine = 64
 
 // nodeWords is a node's size in words.
 const nodeWords = int(unsafe.Sizeof(node{}) / 8)
