@@ -7,7 +7,10 @@ package prefix
 // in the cache. A step reads what the walk reads at a node (the node, its child set) and prefetches the
 // start of the next node's run and chunk sums (touch2: on amd64 a prefetch, which retires without
 // waiting for its line, where a load held the steps behind it until its miss was served; the cold floor's
-// p99 15.6 against 18.3 µs, five pairs). It writes only the Ahead. The zero value is done; Reset starts it.
+// p99 15.6 against 18.3 µs, five pairs). Finding the path's nodes at once instead, by looking the query's
+// chunks up in a table of each node's first chunk, was slower under writes in four forms: the lookups'
+// and nodes' extra lines cost more than the chain they shortened (docs/benchmarks.md, "Path hints"). It
+// writes only the Ahead. The zero value is done; Reset starts it.
 type Ahead struct {
 	v     *View
 	node  uint32
