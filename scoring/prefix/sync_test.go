@@ -11,8 +11,8 @@ import (
 )
 
 // readOnlyNode returns a copy of nd in a page of its own that the caller can make read-only (protect), so
-// that a write to it faults; keep holds what its slices point to, which the collector does not see from
-// there.
+// that a write to it faults. The collector does not see the copy's slices from there: the caller keeps
+// nd, which shares them, alive until it is done.
 func readOnlyNode(t *testing.T, nd *node) (d *node, protect func()) {
 	page, err := syscall.Mmap(-1, 0, syscall.Getpagesize(), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
