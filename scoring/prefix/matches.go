@@ -27,6 +27,33 @@ type Matches struct {
 	Scores []Score
 	groups []Group
 	parts  []part
+	sets   scratch
+}
+
+// scratch holds a walk's sets of worker slots for views of more slots than the walk's stack buffers
+// (2,048): a Matches keeps them from one query to the next, so that Match allocates nothing however
+// large the fleet. Without them a query of a view of 5,000 slots allocated its active set each time,
+// and fresh heap pages came with it (docs/benchmarks.md, "Page faults in a read").
+type scratch struct {
+	active, first []uint64
+	depth         []uint32
+}
+
+// words returns the active and first sets of n words each, reusing s's.
+func (s *scratch) words(n int) (active, first []uint64) {
+	if cap(s.active) < n {
+		s.active, s.first = make([]uint64, n), make([]uint64, n)
+	}
+	return s.active[:n], s.first[:n]
+}
+
+// depths returns n prefix lengths, zero as a new array's, reusing s's.
+func (s *scratch) depths(n int) []uint32 {
+	if cap(s.depth) < n {
+		s.depth = make([]uint32, n)
+	}
+	clear(s.depth[:n])
+	return s.depth[:n]
 }
 
 // part is one view's groups, groups[previous part's end:end], and that view's worker keys by slot.

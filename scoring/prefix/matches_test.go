@@ -97,3 +97,45 @@ func TestMatchesOutliveWrites(t *testing.T) {
 		t.Fatalf("after the writes %v, want %v", now, want)
 	}
 }
+
+// TestMatchPastStackSetsAllocatesNothing: a view of more worker slots than the walk's stack buffers hold
+// (2,048) answers Match from the Matches' own sets, device-only and tiered alike: nothing is allocated
+// once m has grown, and the answer is FindMatches'.
+func TestMatchPastStackSetsAllocatesNothing(t *testing.T) {
+	const workers = 3000
+	ix := New()
+	for w := range uint64(workers) {
+		if err := ix.Store(wk(w), 0, false, blocks(1, w<<32+1, 1+int(w%7))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := seq(1, 8)
+	var qq Query
+	var m Matches
+	match := func() {
+		m.Reset()
+		qq.Reset(q)
+		ix.View.Match(&qq, &m)
+	}
+	for _, tiered := range []bool{false, true} {
+		if tiered { // a host copy of worker 5's chain past its device blocks: the view answers in Scores
+			if err := ix.StoreTier(wk(5), TierHost, 0, false, blocks(1, 5<<32+1, 8)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if allocs := testing.AllocsPerRun(20, match); allocs != 0 {
+			t.Fatalf("tiered %v: %v allocations per Match, want 0", tiered, allocs)
+		}
+		want := ix.FindMatches(q, nil)
+		sortScores(want)
+		if got := matchScores(&ix.View, q); len(got) != workers || !slices.Equal(got, want) {
+			t.Fatalf("tiered %v: Match gave %d scores, FindMatches %d (or they differ)", tiered, len(got), len(want))
+		}
+		match() // twice through the same sets: the second answer is the first's
+		got := m.AppendScores(nil)
+		sortScores(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("tiered %v: Match with reused sets differs from FindMatches", tiered)
+		}
+	}
+}

@@ -196,8 +196,9 @@ func (ix *Index) TierBlocks(w WorkerKey, t Tier) int {
 }
 
 // findTiered is FindMatches once some worker holds lower-tier blocks: the same walk, recording each
-// slot's prefix length, then one Score per worker with its device, host and disk overlap.
-func (v *View) findTiered(qr *Query, out []Score) []Score {
+// slot's prefix length, then one Score per worker with its device, host and disk overlap. sets, when not
+// nil, lends the working sets of a view of more than 2,048 slots (Match's).
+func (v *View) findTiered(qr *Query, out []Score, sets *scratch) []Score {
 	q := qr.hashes
 	c, ok := v.nodes[rootNode].child(q[0])
 	if !ok {
@@ -205,16 +206,22 @@ func (v *View) findTiered(qr *Query, out []Score) []Score {
 	}
 	var dbuf [2048]uint32
 	var depthOf []uint32
-	if n := v.words * 64; n <= len(dbuf) {
+	switch n := v.words * 64; {
+	case n <= len(dbuf):
 		depthOf = dbuf[:n]
-	} else {
+	case sets != nil:
+		depthOf = sets.depths(n)
+	default:
 		depthOf = make([]uint32, n)
 	}
 	var abuf, fbuf [32]uint64
 	var active, first []uint64
-	if v.words <= len(abuf) {
+	switch {
+	case v.words <= len(abuf):
 		active, first = abuf[:v.words], fbuf[:v.words]
-	} else {
+	case sets != nil:
+		active, first = sets.words(v.words)
+	default:
 		active, first = make([]uint64, v.words), make([]uint64, v.words)
 	}
 	nd := &v.nodes[c]

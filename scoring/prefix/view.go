@@ -211,20 +211,22 @@ func (v *View) FindMatchesQuery(q *Query, out []Score) []Score {
 		return out
 	}
 	if v.lower > 0 {
-		return v.findTiered(q, out)
+		return v.findTiered(q, out, nil)
 	}
 	return v.walk(q, out, nil)
 }
 
 // Match adds to m what FindMatchesQuery would append as Scores: the view's answer in groups of slots
 // that hold the same overlap, with the view's worker keys (immutable, so m stays valid after the caller
-// leaves the view). A view where some worker holds lower-tier blocks adds Scores instead.
+// leaves the view). A view where some worker holds lower-tier blocks adds Scores instead. Once m has
+// grown it allocates nothing, however many worker slots the view has: the walk's sets of slots past
+// its stack buffers' 2,048 are m's.
 func (v *View) Match(q *Query, m *Matches) {
 	if len(q.hashes) == 0 {
 		return
 	}
 	if v.lower > 0 {
-		m.Scores = v.findTiered(q, m.Scores)
+		m.Scores = v.findTiered(q, m.Scores, &m.sets)
 		return
 	}
 	v.walk(q, nil, m)
@@ -241,9 +243,12 @@ func (v *View) walk(q *Query, out []Score, m *Matches) []Score {
 	}
 	var buf [32]uint64
 	var active []uint64
-	if v.words <= len(buf) {
+	switch {
+	case v.words <= len(buf):
 		active = buf[:v.words]
-	} else {
+	case m != nil:
+		active, _ = m.sets.words(v.words)
+	default:
 		active = make([]uint64, v.words)
 	}
 	nd := &v.nodes[c]
