@@ -148,7 +148,8 @@
 // (the acceptance sweep, 2 shards, 2-vCPU guest, --warm-every 5ms against 0, alternately; nine runs
 // with warming, eleven without): p99 at 20 s 10.1–15.2 µs (median 11.0) against 13.3–19.7 (15.3), at 4 s
 // 6.3–10.3 (7.0) against 9.1–15.3 (10.9); p999 at 20 s 30–56 against 34–61 µs; unpaced writes 14.5–16.6
-// against 13.0–18.4 M event blocks/s. At 10,000 workers it did not help (20 s p99 44.0 against 47.3 µs),
+// against 13.0–18.4 M event blocks/s. At 10,000 workers it did not help (20 s p99 44.0 against 47.3 µs;
+// that tail was the read's own allocation, since removed: docs/benchmarks.md, "Page faults inside a read"),
 // nor after the pass also read the worker-set words past the inline ones (most of a node's set there:
 // 20 s p99 40.6 against 35.4 µs, one run each). At 1,000 workers reading those words too gave the lower
 // 20 s p99 in 8 of 13 pairs, median difference −0.7 µs (docs/benchmarks.md, "Which queries are slow").

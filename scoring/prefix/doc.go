@@ -62,7 +62,9 @@
 // # Ownership
 //
 // The Index owns everything it holds: Store copies the blocks it is given and FindMatches only appends to
-// the caller's out slice (pass out[:0] of a reused slice for zero allocations). The keys table (worker
+// the caller's out slice (pass out[:0] of a reused slice for zero allocations; past 2,048 worker slots a
+// view's walk allocates its sets of slots, which Match keeps in the caller's reused Matches instead:
+// docs/benchmarks.md, "Page faults inside a read"). The keys table (worker
 // key by slot) is shared by the index and its views and never written once a view has it: a reused
 // slot gets a new table, and appends write past every holder's end; so a Matches stays valid after its
 // view is left and written. A View made by NewView

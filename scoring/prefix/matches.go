@@ -33,7 +33,7 @@ type Matches struct {
 // scratch holds a walk's sets of worker slots for views of more slots than the walk's stack buffers
 // (2,048): a Matches keeps them from one query to the next, so that Match allocates nothing however
 // large the fleet. Without them a query of a view of 5,000 slots allocated its active set each time,
-// and fresh heap pages came with it (docs/benchmarks.md, "Page faults in a read").
+// and fresh heap pages came with it (docs/benchmarks.md, "Page faults inside a read").
 type scratch struct {
 	active, first []uint64
 	depth         []uint32
