@@ -269,6 +269,7 @@ func (m *Machine) AddWorker(now time.Time, w Worker) []Released {
 	}
 	wp := &w
 	lc := load.ConfigFrom(m.cfg)
+	from := len(m.list)
 	for r := 0; r < w.DPRanks; r++ {
 		t := &target{key: scoring.WorkerKey{WorkerID: w.ID, DPRank: uint32(r)}, w: wp, t: load.New(lc), healthy: true}
 		m.list = append(m.list, t)
@@ -277,7 +278,7 @@ func (m *Machine) AddWorker(now time.Time, w Worker) []Released {
 		}
 	}
 	m.seenWorkers++
-	m.reindex()
+	m.extend(from)
 	return m.drain(now)
 }
 
@@ -310,28 +311,46 @@ func (m *Machine) RemoveWorker(now time.Time, id uint64) []Released {
 	return m.drain(now)
 }
 
-// reindex rebuilds the dense views of the target list after a fleet change.
+// reindex rebuilds the dense views of the target list after a fleet change that moved targets.
 func (m *Machine) reindex() {
-	m.lines = make([]line, len(m.list))
-	m.prefilling = 0
-	m.pfIdle = len(m.list)
-	m.tmpl = make([]candTmpl, len(m.list))
-	m.ctxs = make([]float64, len(m.list))
-	m.pfg = make([]float64, len(m.list))
-	m.pos = newPosTable(len(m.list))
-	m.sc.memo = m.sc.memo[:0]
-	m.sc.slots = m.sc.slots[:0]
-	m.roomy = 0
-	for i, t := range m.list {
+	n := len(m.list)
+	m.lines, m.tmpl = make([]line, 0, n), make([]candTmpl, 0, n)
+	m.ctxs, m.pfg = make([]float64, 0, n), make([]float64, 0, n)
+	m.pos = newPosTable(n)
+	m.prefilling, m.pfIdle, m.roomy = 0, 0, 0
+	m.extend(0)
+}
+
+// extend adds the dense views of the targets the list holds from index from on, leaving the others'
+// as they are (each is kept current where its target changes); reindex builds them all this way. A
+// worker joining appends its targets, so a fleet registering one worker at a time costs a step per
+// worker, where rebuilding every view per join cost the fleet's size: 8,000 workers took 3.5 s,
+// each of the last joins holding the machine 0.9 ms.
+func (m *Machine) extend(from int) {
+	n := len(m.list)
+	if 2*n > len(m.pos.slots) { // at most half full: a larger table, with every position again
+		m.pos = newPosTable(n)
+		for i, t := range m.list[:from] {
+			m.pos.put(t.key, i)
+		}
+	}
+	for i, t := range m.list[from:] {
+		i += from
 		t.i = i
 		m.pos.put(t.key, i)
-		m.tmpl[i] = candTmpl{worker: t.key, totalKV: t.totalKV(), maxBatched: t.maxBatched(), device: t.w.Device}
-		m.ctxs[i] = t.ctx
-		m.pfg[i] = t.pfg
+		m.lines = append(m.lines, line{})
+		m.tmpl = append(m.tmpl, candTmpl{worker: t.key, totalKV: t.totalKV(), maxBatched: t.maxBatched(), device: t.w.Device})
+		m.ctxs = append(m.ctxs, t.ctx)
+		m.pfg = append(m.pfg, t.pfg)
+		m.pfIdle++ // publish counts the new line's own prefill in or out
 		m.publish(t)
 		t.spacious = false
 		m.setRoom(t)
 	}
+	// Positions found by key are remembered per decision and per keys table; a new target may own a
+	// key they hold as absent.
+	m.sc.memo = m.sc.memo[:0]
+	m.sc.slots = m.sc.slots[:0]
 }
 
 // publish copies a target's tracker load into its line.
