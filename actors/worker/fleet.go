@@ -105,6 +105,10 @@ type Fleet struct {
 	pid     *actor.PID
 	deps    *deps
 	mirrors atomic.Pointer[map[uint64]*Mirror]
+	// schemes is what every worker's multimodal forms have in common (allLegacyMM, allHexMMIDs bits):
+	// the frontend asks it per image request, so the fleet actor works it out when a worker comes or
+	// goes rather than each request reading every mirror.
+	schemes atomic.Uint32
 	stopped atomic.Bool
 
 	// Bind mode: one SUB socket per bind endpoint (dp rank) for every topic-attributed worker.
@@ -277,36 +281,38 @@ func (f *Fleet) Mirrors() []*Mirror {
 }
 
 // AllLegacyMM reports whether the fleet has workers and every one is registered with
-// mm_scheme=block_mm_infos: the frontend then routes requests with images in that scheme. It reads the
-// published mirror map, without allocating.
-func (f *Fleet) AllLegacyMM() bool {
-	cur := *f.mirrors.Load()
-	if len(cur) == 0 {
-		return false
-	}
-	for _, m := range cur {
-		if m.Spec.MMScheme != registry.MMSchemeBlockMMInfos {
-			return false
-		}
-	}
-	return true
-}
+// mm_scheme=block_mm_infos: the frontend then routes requests with images in that scheme.
+func (f *Fleet) AllLegacyMM() bool { return f.schemes.Load()&allLegacyMM != 0 }
 
 // AllHexMMIDs reports whether the fleet has workers and every one's engine takes image ids as the
 // unpadded 16-hex mm_hash (registry.Spec.TakesHexMMIDs: SGLang, TensorRT-LLM): the frontend then
-// forwards that form instead of vLLM's 64-character uuid. It reads the published mirror map, without
-// allocating.
-func (f *Fleet) AllHexMMIDs() bool {
+// forwards that form instead of vLLM's 64-character uuid.
+func (f *Fleet) AllHexMMIDs() bool { return f.schemes.Load()&allHexMMIDs != 0 }
+
+// Bits of Fleet.schemes.
+const (
+	allLegacyMM = 1 << iota
+	allHexMMIDs
+)
+
+// countSchemes sets Fleet.schemes from the published mirrors (the fleet actor, after each change). It
+// reads every mirror once per change, where AllLegacyMM and AllHexMMIDs read them all per image
+// request: a fleet of 8,000 SGLang workers cost each such request 8,000 mirror reads.
+func (f *Fleet) countSchemes() {
 	cur := *f.mirrors.Load()
-	if len(cur) == 0 {
-		return false
+	var bits uint32
+	if len(cur) > 0 {
+		bits = allLegacyMM | allHexMMIDs
 	}
 	for _, m := range cur {
+		if m.Spec.MMScheme != registry.MMSchemeBlockMMInfos {
+			bits &^= allLegacyMM
+		}
 		if !m.Spec.TakesHexMMIDs() {
-			return false
+			bits &^= allHexMMIDs
 		}
 	}
-	return true
+	f.schemes.Store(bits)
 }
 
 // Status returns every worker's status sorted by id.
@@ -465,6 +471,7 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 	m.pid = ctx.Spawn(props)
 	a.pids[spec.ID] = m.pid
 	publishMap(&a.f.mirrors, func(mm map[uint64]*Mirror) { mm[spec.ID] = m })
+	a.f.countSchemes()
 	if m.bound {
 		publishMap(&a.f.byTopic, func(mt map[string]*Mirror) { mt[spec.Topic] = m })
 		for rank, b := range a.f.binds {
@@ -496,6 +503,7 @@ func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
 		}
 	}
 	publishMap(&a.f.mirrors, func(mm map[uint64]*Mirror) { delete(mm, id) })
+	a.f.countSchemes()
 	return a.f.deps.index.RemoveWorker(id)
 }
 

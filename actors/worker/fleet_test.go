@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -171,4 +172,46 @@ func TestSubscriberRestartBackoff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFleetSchemesFollowJoinsAndRemovals: AllLegacyMM and AllHexMMIDs answer for the fleet as it is after
+// every join and removal, and no for an empty fleet.
+func TestFleetSchemesFollowJoinsAndRemovals(t *testing.T) {
+	system := actors.NewSystem(nil)
+	index, err := indexer.New(system, indexer.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFleet(system, index, DefaultConfig(testBlockSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Stop()
+		index.Stop()
+		system.Shutdown()
+	})
+	step := func(name string, change func() error, legacy, hex bool) {
+		t.Helper()
+		if err := change(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if f.AllLegacyMM() != legacy || f.AllHexMMIDs() != hex {
+			t.Fatalf("%s: AllLegacyMM %v, AllHexMMIDs %v; want %v, %v", name, f.AllLegacyMM(), f.AllHexMMIDs(), legacy, hex)
+		}
+	}
+	add := func(id uint64, engine, scheme string) func() error {
+		return func() error { return f.Add(registry.Spec{ID: id, Engine: engine, MMScheme: scheme}) }
+	}
+	remove := func(id uint64) func() error { return func() error { return f.Remove(id) } }
+	step("empty", func() error { return nil }, false, false)
+	step("an SGLang worker", add(1, registry.EngineSGLang, ""), false, true)
+	step("and a TensorRT-LLM one", add(2, registry.EngineTRTLLM, ""), false, true)
+	step("and a vLLM one", add(3, registry.EngineVLLM, ""), false, false)
+	step("the vLLM one gone", remove(3), false, true)
+	step("every worker gone", func() error { return errors.Join(f.Remove(1), f.Remove(2)) }, false, false)
+	step("a legacy-scheme vLLM worker", add(4, registry.EngineVLLM, registry.MMSchemeBlockMMInfos), true, false)
+	step("and a legacy-scheme SGLang one", add(5, registry.EngineSGLang, registry.MMSchemeBlockMMInfos), true, false)
+	step("the vLLM one gone", remove(4), true, true)
+	step("a worker of the default scheme", add(6, registry.EngineSGLang, ""), false, true)
 }
