@@ -269,6 +269,16 @@ func (f *Fleet) Get(id uint64) (*Mirror, bool) {
 	return m, ok
 }
 
+// Len returns the number of workers.
+func (f *Fleet) Len() int { return len(*f.mirrors.Load()) }
+
+// Each calls fn with every current mirror, in no order, without copying or sorting the set (Mirrors).
+func (f *Fleet) Each(fn func(*Mirror)) {
+	for _, m := range *f.mirrors.Load() {
+		fn(m)
+	}
+}
+
 // Mirrors returns the current mirrors sorted by id.
 func (f *Fleet) Mirrors() []*Mirror {
 	cur := *f.mirrors.Load()

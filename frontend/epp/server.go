@@ -23,6 +23,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/actors/worker"
 	"github.com/kvroute/kvroute/frontend"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -35,6 +36,8 @@ type Picker interface {
 // Workers lists the routable workers with their URLs: *router.Router.
 type Workers interface {
 	Workers() []WorkerStatus
+	// URL is one worker's URL, false when the worker is not registered.
+	URL(id uint64) (string, bool)
 }
 
 // WorkerStatus is the part of a worker's status the picker reads.
@@ -46,14 +49,22 @@ type WorkerStatus struct {
 // RouterWorkers adapts *router.Router to Workers.
 type RouterWorkers struct{ R *router.Router }
 
-// Workers lists the router's workers.
+// Workers lists the router's workers from their registrations alone, in no order. The router's worker
+// status (Router.Workers) also reads every worker's event counters and asks the index for its blocks,
+// sorted: 430 µs a call at 1,000 workers, against 32 µs for this (a one-off timing).
 func (w RouterWorkers) Workers() []WorkerStatus {
-	st := w.R.Workers()
-	out := make([]WorkerStatus, len(st))
-	for i, s := range st {
-		out[i] = WorkerStatus{ID: s.ID, URL: s.URL}
-	}
+	out := make([]WorkerStatus, 0, w.R.Fleet.Len())
+	w.R.Fleet.Each(func(m *worker.Mirror) { out = append(out, WorkerStatus{ID: m.Spec.ID, URL: m.Spec.URL}) })
 	return out
+}
+
+// URL is a registered worker's URL.
+func (w RouterWorkers) URL(id uint64) (string, bool) {
+	m, ok := w.R.Fleet.Get(id)
+	if !ok {
+		return "", false
+	}
+	return m.Spec.URL, true
 }
 
 var _ Workers = RouterWorkers{}
@@ -460,18 +471,18 @@ func (s *Server) destination(r router.RouteResult) string {
 	}
 	cands := append([]scoring.CandidateCost(nil), r.Candidates...)
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].Cost < cands[j].Cost })
-	urls := map[uint64]string{}
-	for _, w := range s.workers.Workers() {
-		urls[w.ID] = w.URL
-	}
 	out, n := primary, 0
 	seen := map[string]bool{primary: true}
 	for _, c := range cands {
 		if n == s.cfg.Fallbacks {
 			break
 		}
-		a := addrOf(urls[c.Worker.WorkerID])
-		if a == "" || seen[a] || c.Busy {
+		if c.Busy {
+			continue
+		}
+		u, _ := s.workers.URL(c.Worker.WorkerID)
+		a := addrOf(u)
+		if a == "" || seen[a] {
 			continue
 		}
 		seen[a] = true
