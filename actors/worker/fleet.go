@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -104,16 +103,18 @@ type Fleet struct {
 	system  *actor.ActorSystem
 	pid     *actor.PID
 	deps    *deps
-	mirrors atomic.Pointer[map[uint64]*Mirror]
+	mirrors atomic.Pointer[cowSet[uint64]]
 	// schemes is what every worker's multimodal forms have in common (allLegacyMM, allHexMMIDs bits):
 	// the frontend asks it per image request, so the fleet actor works it out when a worker comes or
 	// goes rather than each request reading every mirror.
 	schemes atomic.Uint32
-	stopped atomic.Bool
+	// legacyMM and hexMMIDs count the workers of each form (the fleet actor's, with the set).
+	legacyMM, hexMMIDs int
+	stopped            atomic.Bool
 
 	// Bind mode: one SUB socket per bind endpoint (dp rank) for every topic-attributed worker.
 	binds    []*kvevents.BindSubscriber
-	byTopic  atomic.Pointer[map[string]*Mirror]
+	byTopic  atomic.Pointer[cowSet[string]]
 	bindStop context.CancelFunc
 	bindDone []chan struct{}
 	unknown  unknownTopics
@@ -129,8 +130,8 @@ func NewFleet(system *actor.ActorSystem, index *indexer.Indexer, cfg Config) (*F
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	f := &Fleet{system: system, deps: &deps{cfg: cfg, index: index}}
-	empty := map[uint64]*Mirror{}
-	f.mirrors.Store(&empty)
+	f.mirrors.Store(newIDSet())
+	f.byTopic.Store(newTopicSet())
 	props := actor.PropsFromProducer(func() actor.Actor { return &fleetActor{f: f, pids: map[uint64]*actor.PID{}} },
 		// A mirror that panics is restarted; its subscribers are restarted with it.
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective })))
@@ -148,8 +149,6 @@ func NewFleet(system *actor.ActorSystem, index *indexer.Indexer, cfg Config) (*F
 // startBind opens one bind-mode subscriber per endpoint. Each goroutine owns its socket and its
 // converters (one per topic, with their re-keying scratch).
 func (f *Fleet) startBind() error {
-	empty := map[string]*Mirror{}
-	f.byTopic.Store(&empty)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.bindStop = cancel
 	for rank, ep := range f.deps.cfg.BindEndpoints {
@@ -177,7 +176,7 @@ func (f *Fleet) startBind() error {
 func (f *Fleet) newBind(rank int, ep string) (*kvevents.BindSubscriber, error) {
 	convs := map[string]*converter{}
 	conv := func(topic string) (*Mirror, *converter) {
-		m := (*f.byTopic.Load())[topic]
+		m, _ := f.byTopic.Load().get(topic)
 		if m == nil {
 			return nil, nil
 		}
@@ -265,27 +264,20 @@ func (f *Fleet) Remove(id uint64) error {
 
 // Get returns the mirror of a worker.
 func (f *Fleet) Get(id uint64) (*Mirror, bool) {
-	m, ok := (*f.mirrors.Load())[id]
-	return m, ok
+	return f.mirrors.Load().get(id)
 }
 
 // Len returns the number of workers.
-func (f *Fleet) Len() int { return len(*f.mirrors.Load()) }
+func (f *Fleet) Len() int { return f.mirrors.Load().len() }
 
 // Each calls fn with every current mirror, in no order, without copying or sorting the set (Mirrors).
-func (f *Fleet) Each(fn func(*Mirror)) {
-	for _, m := range *f.mirrors.Load() {
-		fn(m)
-	}
-}
+func (f *Fleet) Each(fn func(*Mirror)) { f.mirrors.Load().each(fn) }
 
 // Mirrors returns the current mirrors sorted by id.
 func (f *Fleet) Mirrors() []*Mirror {
-	cur := *f.mirrors.Load()
-	out := make([]*Mirror, 0, len(cur))
-	for _, m := range cur {
-		out = append(out, m)
-	}
+	cur := f.mirrors.Load()
+	out := make([]*Mirror, 0, cur.len())
+	cur.each(func(m *Mirror) { out = append(out, m) })
 	sort.Slice(out, func(i, j int) bool { return out[i].Spec.ID < out[j].Spec.ID })
 	return out
 }
@@ -305,22 +297,23 @@ const (
 	allHexMMIDs
 )
 
-// countSchemes sets Fleet.schemes from the published mirrors (the fleet actor, after each change). It
-// reads every mirror once per change, where AllLegacyMM and AllHexMMIDs read them all per image
-// request: a fleet of 8,000 SGLang workers cost each such request 8,000 mirror reads.
-func (f *Fleet) countSchemes() {
-	cur := *f.mirrors.Load()
-	var bits uint32
-	if len(cur) > 0 {
-		bits = allLegacyMM | allHexMMIDs
+// countSchemes counts m's forms in (d 1) or out (d -1) of the fleet, after the published set took m in
+// or out, and sets Fleet.schemes (the fleet actor). AllLegacyMM and AllHexMMIDs used to read every
+// mirror per image request: 70 µs a call for a fleet of 8,000 SGLang workers.
+func (f *Fleet) countSchemes(m *Mirror, d int) {
+	if m.Spec.MMScheme == registry.MMSchemeBlockMMInfos {
+		f.legacyMM += d
 	}
-	for _, m := range cur {
-		if m.Spec.MMScheme != registry.MMSchemeBlockMMInfos {
-			bits &^= allLegacyMM
-		}
-		if !m.Spec.TakesHexMMIDs() {
-			bits &^= allHexMMIDs
-		}
+	if m.Spec.TakesHexMMIDs() {
+		f.hexMMIDs += d
+	}
+	n := f.mirrors.Load().len()
+	var bits uint32
+	if n > 0 && f.legacyMM == n {
+		bits |= allLegacyMM
+	}
+	if n > 0 && f.hexMMIDs == n {
+		bits |= allHexMMIDs
 	}
 	f.schemes.Store(bits)
 }
@@ -422,17 +415,6 @@ func (a *fleetActor) Receive(ctx actor.Context) {
 	}
 }
 
-// publishMap replaces the immutable map behind p with a modified copy (copy on write: readers load the
-// pointer without locks; the fleet actor is the only writer).
-func publishMap[K comparable](p *atomic.Pointer[map[K]*Mirror], mod func(map[K]*Mirror)) {
-	next := maps.Clone(*p.Load())
-	if next == nil {
-		next = map[K]*Mirror{}
-	}
-	mod(next)
-	p.Store(&next)
-}
-
 func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 	if _, ok := a.pids[spec.ID]; ok {
 		return fmt.Errorf("%w: %d", ErrDuplicate, spec.ID)
@@ -463,7 +445,7 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 			// server key; taking the spec would index whoever publishes on its topic, keyed or not.
 			return fmt.Errorf("%w: worker %d names curve_key with topic %q, but CURVE is not available on the --kv-events-bind socket: give the worker an events= endpoint (the router connects and authenticates it) or drop curve_key", registry.ErrBadSpec, spec.ID, spec.Topic)
 		}
-		if _, taken := (*a.f.byTopic.Load())[spec.Topic]; taken {
+		if _, taken := a.f.byTopic.Load().get(spec.Topic); taken {
 			return fmt.Errorf("%w: topic %q is already registered", ErrDuplicate, spec.Topic)
 		}
 		m.bound = true
@@ -480,10 +462,10 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 		actor.WithSupervisor(actor.NewExponentialBackoffStrategy(d.cfg.BackoffWindow, d.cfg.InitialBackoff)))
 	m.pid = ctx.Spawn(props)
 	a.pids[spec.ID] = m.pid
-	publishMap(&a.f.mirrors, func(mm map[uint64]*Mirror) { mm[spec.ID] = m })
-	a.f.countSchemes()
+	a.f.mirrors.Store(a.f.mirrors.Load().with(spec.ID, m))
+	a.f.countSchemes(m, 1)
 	if m.bound {
-		publishMap(&a.f.byTopic, func(mt map[string]*Mirror) { mt[spec.Topic] = m })
+		a.f.byTopic.Store(a.f.byTopic.Load().with(spec.Topic, m))
 		for rank, b := range a.f.binds {
 			replay := ""
 			if rank < spec.DPRanks() {
@@ -503,17 +485,17 @@ func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
 	// Stop the mirror (and its subscribers) first so no batch of this worker follows the removal.
 	_ = ctx.PoisonFuture(pid).Wait()
 	delete(a.pids, id)
-	if m, ok := (*a.f.mirrors.Load())[id]; ok {
+	if m, ok := a.f.mirrors.Load().get(id); ok {
 		setState(m.c, StateRemoved)
 		if m.bound {
 			for _, b := range a.f.binds {
 				b.RemoveTopic(m.Spec.Topic)
 			}
-			publishMap(&a.f.byTopic, func(mt map[string]*Mirror) { delete(mt, m.Spec.Topic) })
+			a.f.byTopic.Store(a.f.byTopic.Load().without(m.Spec.Topic))
 		}
+		a.f.mirrors.Store(a.f.mirrors.Load().without(id))
+		a.f.countSchemes(m, -1)
 	}
-	publishMap(&a.f.mirrors, func(mm map[uint64]*Mirror) { delete(mm, id) })
-	a.f.countSchemes()
 	return a.f.deps.index.RemoveWorker(id)
 }
 
