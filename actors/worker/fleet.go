@@ -98,7 +98,7 @@ type deps struct {
 func (d *deps) now() time.Time { return d.cfg.Clock.Now() }
 
 // Fleet supervises one mirror actor per backend worker. Adding and removing workers are control-plane
-// messages to the fleet actor; reading the current set is a lock-free load of an immutable map.
+// messages to the fleet actor; reading the current set is a lock-free load of an immutable set (cowSet).
 type Fleet struct {
 	system  *actor.ActorSystem
 	pid     *actor.PID
