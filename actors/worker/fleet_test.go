@@ -40,23 +40,10 @@ func startRig(t *testing.T, initialBackoff time.Duration) *fleetRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	system := actors.NewSystem(nil)
-	index, err := indexer.New(system, indexer.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = w.Close() }) // after the fleet's (cleanups run last first)
 	cfg := DefaultConfig(testBlockSize)
 	cfg.InitialBackoff = initialBackoff
-	f, err := NewFleet(system, index, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Stop()
-		index.Stop()
-		system.Shutdown()
-		_ = w.Close()
-	})
+	f, index := startFleet(t, cfg)
 	spec, err := registry.Parse(w.Spec())
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +52,27 @@ func startRig(t *testing.T, initialBackoff time.Duration) *fleetRig {
 		t.Fatal(err)
 	}
 	return &fleetRig{w: w, index: index, fleet: f, key: prefix.WorkerKey{WorkerID: spec.ID}}
+}
+
+// startFleet starts a fleet of cfg over a fresh sharded index in a fresh actor system, all stopped when
+// the test ends.
+func startFleet(t *testing.T, cfg Config) (*Fleet, *indexer.Indexer) {
+	t.Helper()
+	system := actors.NewSystem(nil)
+	index, err := indexer.New(system, indexer.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFleet(system, index, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Stop()
+		index.Stop()
+		system.Shutdown()
+	})
+	return f, index
 }
 
 // serve runs one request of n prompt blocks on the worker to its end, so it stores those blocks.
@@ -177,20 +185,7 @@ func TestSubscriberRestartBackoff(t *testing.T) {
 // TestFleetSchemesFollowJoinsAndRemovals: AllLegacyMM and AllHexMMIDs answer for the fleet as it is after
 // every join and removal, and no for an empty fleet.
 func TestFleetSchemesFollowJoinsAndRemovals(t *testing.T) {
-	system := actors.NewSystem(nil)
-	index, err := indexer.New(system, indexer.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := NewFleet(system, index, DefaultConfig(testBlockSize))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Stop()
-		index.Stop()
-		system.Shutdown()
-	})
+	f, _ := startFleet(t, DefaultConfig(testBlockSize))
 	step := func(name string, change func() error, legacy, hex bool) {
 		t.Helper()
 		if err := change(); err != nil {

@@ -101,17 +101,8 @@ func TestJoinExtendsViewsAsRebuildWould(t *testing.T) {
 // remembers it as absent; the join forgets that, so the next decision with the same overlap finds the
 // new worker and sends the request where the prompt is cached.
 func TestJoinIsFoundByTheNextDecision(t *testing.T) {
-	cfg := scoring.DefaultConfig()
-	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
-	seed := uint64(1)
-	m, err := New(cfg, nil, Options{Seed: &seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := sharedMachine(t, scoring.DefaultPredictedTTL, 8)
 	now := time.Unix(0, 0)
-	for id := range uint64(8) {
-		m.AddWorker(now, Worker{ID: id + 1})
-	}
 	late := scoring.WorkerKey{WorkerID: 99}
 	scores := []prefix.Score{{Worker: prefix.WorkerKey(late), Blocks: 100}}
 	if _, _, err := m.Route(now, &Request{ID: "before", Local: prompt(1, 0), ISL: 100, Scores: scores, Matched: true}); err != nil {
