@@ -23,12 +23,15 @@ import (
 // (block, worker) entries: per worker, 512-block conversations branching from 8 shared 32-block system
 // prompts. It returns the router and an 8k-token prompt (512 blocks of 16) that shares a system prompt
 // with every worker's conversations and continues one worker's conversation.
-func benchRouter(b *testing.B, workers, entries int, reg prometheus.Registerer) (*Router, []uint32) {
+func benchRouter(b *testing.B, workers, entries int, reg prometheus.Registerer, queue bool) (*Router, []uint32) {
 	b.Helper()
 	system := actors.NewSystem(nil)
 	cfg := DefaultConfig(16)
 	cfg.TickInterval = -1
 	cfg.Registerer = reg
+	if queue { // a queue that is on but never holds a request: no worker is busy by it
+		cfg.Scoring.QueueThreshold = scoring.Some(1e6)
+	}
 	r, err := New(system, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -81,12 +84,20 @@ func benchRouter(b *testing.B, workers, entries int, reg prometheus.Registerer) 
 // fan-out overlap query, candidate building with load projection, Select, AddRequest — for an 8k-token
 // prompt (512 blocks of 16). Requests are freed in batches (inside the timed loop, not in the reported
 // percentiles) so a few are always in flight. Axes: W workers,
-// N indexed (block, worker) entries.
+// N indexed (block, worker) entries; Q=on sets a queue threshold no worker reaches, so that every decision
+// passes the queue's check (--router-queue-threshold) and none waits.
 func BenchmarkRouteDecision(b *testing.B) {
-	for _, c := range []struct{ workers, entries int }{{16, 1 << 20}, {256, 1 << 20}, {1024, 1 << 20}} {
-		b.Run(fmt.Sprintf("W=%d/N=%d/B=512", c.workers, c.entries), func(b *testing.B) {
+	for _, c := range []struct {
+		workers, entries int
+		queue            bool
+	}{{16, 1 << 20, false}, {256, 1 << 20, false}, {1024, 1 << 20, false}, {256, 1 << 20, true}, {1024, 1 << 20, true}} {
+		name := fmt.Sprintf("W=%d/N=%d/B=512", c.workers, c.entries)
+		if c.queue {
+			name += "/Q=on"
+		}
+		b.Run(name, func(b *testing.B) {
 			reg := prometheus.NewRegistry()
-			r, prompt := benchRouter(b, c.workers, c.entries, reg)
+			r, prompt := benchRouter(b, c.workers, c.entries, reg, c.queue)
 			ctx := context.Background()
 			lat := make([]time.Duration, 0, b.N)
 			ids := make([]string, b.N)

@@ -109,6 +109,13 @@ func MostOf(scores []Score) (most uint32, tiered bool) {
 	return most, lower != 0
 }
 
+// Clone returns a copy of m's answer (its groups, the views' keys tables it names, and its Scores; not
+// its walk's scratch) that stays as it is while m is reset and reused: a queued request keeps its
+// overlap so, some tens of Groups where Scores would be one per worker.
+func (m *Matches) Clone() *Matches {
+	return &Matches{Scores: slices.Clone(m.Scores), groups: slices.Clone(m.groups), parts: slices.Clone(m.parts)}
+}
+
 // AppendScores appends to out a Score per worker of m: the groups' in the order their walks found them,
 // view by view, then m.Scores. It is what FindMatches of every view would have appended, in another
 // order when some views were tiered.

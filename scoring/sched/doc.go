@@ -37,8 +37,11 @@
 // replaced only when a removed worker's slot is reused), a map from slot to target position, built on
 // first sight and dropped when positions change; a decision scatters the groups through it into the
 // per-target overlaps, and merges the predictions there. No Score is written or read and no worker key
-// is looked up. Lower tiers and a queued request's stored overlap are per worker: those expand the
-// groups into Scores (Matches.AppendScores). Either way a decision is the same (TestGroupedOverlaps*):
+// is looked up. Lower tiers are per worker: those expand the groups into Scores (Matches.AppendScores).
+// With a queue, the queue's check reads the groups too (the best cached prefix among eligible workers,
+// through the same slot maps), and a request that waits keeps a copy of its groups (Matches.Clone:
+// some tens of Groups at 1,000 workers, where Scores were 32 bytes a worker); a refresh or a release
+// from the gate queries in groups again. Either way a decision is the same (TestGroupedOverlaps*):
 // the holder among equal overlaps is the first in target order, which does not depend on the order an
 // index lists workers in.
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
@@ -18,10 +19,13 @@ var ErrQueueRejected = errors.New("router: queue rejected")
 
 // waiting is a parked request: a copy of what its decision needs, and when it arrived.
 type waiting struct {
-	req     Request
-	chain   []uint64
-	isl     int
-	scores  []prefix.Score // the overlap at arrival (refreshed after OverlapRefreshAfter)
+	req   Request
+	chain []uint64
+	isl   int
+	// scores, or grouped when not nil (a copy of the index's groups), is the overlap at arrival,
+	// refreshed after OverlapRefreshAfter.
+	scores  []prefix.Score
+	grouped *prefix.Matches
 	arrival time.Time
 	gated   bool // at the minimum-workers gate, not in the queue
 	gone    bool // cancelled while in the queue heap (skipped when it reaches the head)
@@ -129,10 +133,12 @@ func (m *Machine) Classes(dst []ClassQueue) []ClassQueue {
 	return dst
 }
 
-// newWaiting copies req into a waiting entry and registers it by id.
-func (m *Machine) newWaiting(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score, gated bool) *waiting {
-	w := &waiting{req: *req, chain: append([]uint64(nil), chain...), isl: isl, arrival: now, gated: gated,
-		scores: append([]prefix.Score(nil), scores...)}
+// newWaiting copies req and its overlap (scores, or grouped when not nil) into a waiting entry and
+// registers it by id.
+func (m *Machine) newWaiting(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score,
+	grouped *prefix.Matches, gated bool) *waiting {
+	w := &waiting{req: *req, chain: append([]uint64(nil), chain...), isl: isl, arrival: now, gated: gated}
+	w.keep(scores, grouped)
 	w.req.Local = append([]uint64(nil), req.Local...)
 	w.req.Exclude = append([]uint64(nil), req.Exclude...)
 	w.req.Chain, w.req.Scores = nil, nil
@@ -144,9 +150,19 @@ func (m *Machine) newWaiting(now time.Time, req *Request, chain []uint64, isl in
 	return w
 }
 
+// keep copies an overlap into w: the groups when there are groups (the caller's Matches is reused once
+// this decision is over), else the Scores.
+func (w *waiting) keep(scores []prefix.Score, grouped *prefix.Matches) {
+	if grouped != nil {
+		w.scores, w.grouped = w.scores[:0], grouped.Clone()
+		return
+	}
+	w.scores, w.grouped = append(w.scores[:0], scores...), nil
+}
+
 // park holds req at the minimum-workers gate.
-func (m *Machine) park(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score) {
-	w := m.newWaiting(now, req, chain, isl, scores, true)
+func (m *Machine) park(now time.Time, req *Request, chain []uint64, isl int) {
+	w := m.newWaiting(now, req, chain, isl, nil, nil, true)
 	m.gate = append(m.gate, w)
 }
 
@@ -154,11 +170,12 @@ func (m *Machine) park(now time.Time, req *Request, chain []uint64, isl int, sco
 // queues, and either others of the class already wait — no bypass of a backlog — or its eligible pool
 // is busy by the class's rule). cached is the best cached prefix among the eligible workers; the
 // uncached rest picks the cache bucket.
-func (m *Machine) classify(req *Request, isl int, scores []prefix.Score, pin *scoring.WorkerKey, pinRank bool) (ci, cached int, wait bool) {
+func (m *Machine) classify(req *Request, isl int, scores []prefix.Score, grouped *prefix.Matches, pin *scoring.WorkerKey,
+	pinRank bool) (ci, cached int, wait bool) {
 	ci, direct := m.pq.profile.Direct(req.PolicyClass)
 	cached = -1
 	if !direct {
-		cached = m.bestCached(scores, isl, pin, pinRank, req.Exclude)
+		cached = m.bestCached(scores, grouped, isl, pin, pinRank, req.Exclude)
 		ci = m.pq.profile.Classify(req.PolicyClass, isl-cached)
 	}
 	c := &m.pq.classes[ci]
@@ -166,23 +183,24 @@ func (m *Machine) classify(req *Request, isl int, scores []prefix.Score, pin *sc
 		return ci, cached, false
 	}
 	if cached < 0 {
-		cached = m.bestCached(scores, isl, pin, pinRank, req.Exclude)
+		cached = m.bestCached(scores, grouped, isl, pin, pinRank, req.Exclude)
 	}
 	return ci, cached, true
 }
 
 // queueOrReject is the queue step of a decision: a request that must wait is parked in its class
-// (queued), or rejected when the class is at a limit; otherwise it goes on to selection.
+// (queued), or rejected when the class is at a limit; otherwise it goes on to selection. Its overlap is
+// scores, or grouped when not nil.
 func (m *Machine) queueOrReject(now time.Time, req *Request, chain []uint64, isl int, scores []prefix.Score,
-	pin *scoring.WorkerKey, pinRank bool) (queued bool, err error) {
-	ci, cached, wait := m.classify(req, isl, scores, pin, pinRank)
+	grouped *prefix.Matches, pin *scoring.WorkerKey, pinRank bool) (queued bool, err error) {
+	ci, cached, wait := m.classify(req, isl, scores, grouped, pin, pinRank)
 	if !wait {
 		return false, nil
 	}
 	if err := m.admitClass(ci); err != nil {
 		return false, err
 	}
-	m.enqueue(m.newWaiting(now, req, chain, isl, scores, false), ci, cached)
+	m.enqueue(m.newWaiting(now, req, chain, isl, scores, grouped, false), ci, cached)
 	return true, nil
 }
 
@@ -235,10 +253,18 @@ func (m *Machine) unqueue(w *waiting) *classQueue {
 }
 
 // bestCached is the largest min(overlap × block size, ISL) over the eligible workers (the pinned
-// worker's when pinned).
-func (m *Machine) bestCached(scores []prefix.Score, isl int, pin *scoring.WorkerKey, pinRank bool, exclude []uint64) int {
+// worker's when pinned), the overlap being scores, or grouped when not nil. A worker is looked at only
+// when its overlap would raise the best so far, so groups of equal overlap cost a step each.
+func (m *Machine) bestCached(scores []prefix.Score, grouped *prefix.Matches, isl int, pin *scoring.WorkerKey, pinRank bool,
+	exclude []uint64) int {
 	best := uint32(0)
+	if grouped != nil {
+		best, scores = m.bestGrouped(grouped, pin, pinRank, exclude), grouped.Scores
+	}
 	for _, s := range scores {
+		if s.Blocks <= best {
+			continue
+		}
 		k := scoring.WorkerKey(s.Worker)
 		if pin != nil && !pinMatches(k, pin, pinRank) {
 			continue
@@ -246,9 +272,34 @@ func (m *Machine) bestCached(scores []prefix.Score, isl int, pin *scoring.Worker
 		if i, ok := m.pos.find(k); !ok || m.skip(i, exclude) {
 			continue
 		}
-		best = max(best, s.Blocks)
+		best = s.Blocks
 	}
 	return min(int(best)*m.cfg.BlockSize, isl)
+}
+
+// bestGrouped is the largest overlap of g's groups held by an eligible target, found through the
+// slot maps as a decision scatters them.
+func (m *Machine) bestGrouped(g *prefix.Matches, pin *scoring.WorkerKey, pinRank bool, exclude []uint64) uint32 {
+	best := uint32(0)
+	for p := range g.Parts() {
+		keys, groups := g.Part(p)
+		rows := m.slotMap(keys)
+		for _, gr := range groups {
+			if gr.Blocks <= best {
+				continue
+			}
+			base := rows[gr.Word<<6:]
+			for s := gr.Set; s != 0; s &= s - 1 {
+				i := int(base[bits.TrailingZeros64(s)])
+				if i < 0 || m.skip(i, exclude) || (pin != nil && !pinMatches(m.list[i].key, pin, pinRank)) {
+					continue
+				}
+				best = gr.Blocks
+				break
+			}
+		}
+	}
+	return best
 }
 
 // poolBusy reports whether a request with this pin and exclusions finds its eligible workers busy by
@@ -429,11 +480,12 @@ func (m *Machine) drain(now time.Time) []Released {
 			break
 		}
 		pin, pinRank := m.sessionPin(now, &w.req)
+		scores, grouped := w.scores, w.grouped
 		if ra := m.cfg.OverlapRefreshAfter; ra > 0 && now.Sub(w.arrival) > ra && m.cfg.NeedsIndexer() {
-			w.scores = m.index.FindMatches(w.req.Local, w.scores[:0])
+			scores, grouped = m.requery(w.req.Local, w.scores)
 		}
 		delete(m.waitByID, w.req.ID)
-		d, err := m.decide(now, &w.req, w.chain, w.isl, w.scores, nil, pin, pinRank)
+		d, err := m.decide(now, &w.req, w.chain, w.isl, scores, grouped, pin, pinRank)
 		d.Queued, d.ID, d.Ticket = now.Sub(w.arrival), w.req.ID, w.req.Ticket
 		rel = append(rel, Released{Decision: d, Err: err})
 	}
@@ -444,15 +496,18 @@ func (m *Machine) drain(now time.Time) []Released {
 // like any new arrival, or rejected at its class's limits.
 func (m *Machine) admit(now time.Time, w *waiting, rel []Released) []Released {
 	w.gated = false
+	var scores []prefix.Score
+	var grouped *prefix.Matches
 	if m.cfg.NeedsIndexer() {
-		w.scores = m.index.FindMatches(w.req.Local, w.scores[:0])
+		scores, grouped = m.requery(w.req.Local, w.scores)
 	}
 	pin, pinRank := m.sessionPin(now, &w.req)
 	if m.pq.on {
-		ci, cached, wait := m.classify(&w.req, w.isl, w.scores, pin, pinRank)
+		ci, cached, wait := m.classify(&w.req, w.isl, scores, grouped, pin, pinRank)
 		if wait {
 			err := m.admitClass(ci)
 			if err == nil {
+				w.keep(scores, grouped)
 				m.enqueue(w, ci, cached)
 				return rel
 			}
@@ -461,9 +516,20 @@ func (m *Machine) admit(now time.Time, w *waiting, rel []Released) []Released {
 		}
 	}
 	delete(m.waitByID, w.req.ID)
-	d, err := m.decide(now, &w.req, w.chain, w.isl, w.scores, nil, pin, pinRank)
+	d, err := m.decide(now, &w.req, w.chain, w.isl, scores, grouped, pin, pinRank)
 	d.Queued, d.ID, d.Ticket = now.Sub(w.arrival), w.req.ID, w.req.Ticket
 	return append(rel, Released{Decision: d, Err: err})
+}
+
+// requery reads the index again for a request leaving the gate or the queue, as a new decision reads
+// it: in groups into the machine's scratch when the index answers in groups (nothing allocated at any
+// fleet size), else as Scores into out's array.
+func (m *Machine) requery(local []uint64, out []prefix.Score) ([]prefix.Score, *prefix.Matches) {
+	if m.matcher != nil {
+		m.matcher.Match(local, &m.sc.matches)
+		return out[:0], &m.sc.matches
+	}
+	return m.index.FindMatches(local, out[:0]), nil
 }
 
 // openGate opens the minimum-workers gate for good once enough workers have joined.

@@ -140,14 +140,12 @@ func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, e
 	}
 	chain, isl := m.chainOf(req)
 	if !m.gateOpen && !m.openGate() {
-		m.park(now, req, chain, isl, nil)
+		m.park(now, req, chain, isl)
 		return d, true, nil
 	}
 	scores, grouped, pin, pinRank := m.prepare(now, req)
 	if m.pq.on {
-		// The queue keeps a request's scores while it waits: per worker.
-		scores, grouped = m.ungroup(scores, grouped), nil
-		if queued, err = m.queueOrReject(now, req, chain, isl, scores, pin, pinRank); queued || err != nil {
+		if queued, err = m.queueOrReject(now, req, chain, isl, scores, grouped, pin, pinRank); queued || err != nil {
 			return d, queued, err
 		}
 	}
