@@ -3,6 +3,8 @@ package load
 import (
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
@@ -361,3 +363,7 @@ func (t *Tracker) Active(id string) bool {
 	_, ok := t.reqs[id]
 	return ok
 }
+
+// Requests yields the id of every active request here, in no order; the tracker must not change
+// while it runs.
+func (t *Tracker) Requests() iter.Seq[string] { return maps.Keys(t.reqs) }

@@ -36,10 +36,23 @@ func viewsOf(m *Machine) denseViews {
 	return v
 }
 
-// TestJoinExtendsViewsAsRebuildWould drives a machine through routes, prefill completions, frees,
-// cache and capacity reports, ticks and removals, with workers joining in between: after every join
-// the dense views it extended equal what a full reindex builds from the same targets.
-func TestJoinExtendsViewsAsRebuildWould(t *testing.T) {
+// rebuild builds every dense view of the machine again from its target list: new views, extended from
+// the first target.
+func rebuild(m *Machine) {
+	n := len(m.list)
+	m.lines, m.tmpl = make([]line, 0, n), make([]candTmpl, 0, n)
+	m.ctxs, m.pfg = make([]float64, 0, n), make([]float64, 0, n)
+	m.pos = newPosTable(n)
+	m.prefilling, m.pfIdle, m.roomy = 0, 0, 0
+	m.extend(0)
+}
+
+// TestFleetChangesKeepViewsAsRebuildWould drives a machine through routes, prefill completions, frees,
+// cache and capacity reports, health changes and ticks, with workers joining and leaving in between:
+// after every join (which extends the views) and every leave (which drops a worker's lines and moves
+// the later ones down) the dense views equal what rebuilding them from the same targets gives, and no
+// departed rank is found.
+func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
 	seed := uint64(7)
@@ -50,21 +63,56 @@ func TestJoinExtendsViewsAsRebuildWould(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 9))
 	now := time.Unix(0, 0)
 	var active []string
-	joins := 0
-	for step := range 600 {
+	joins, leaves := 0, 0
+	same := func(step int, what string) {
+		t.Helper()
+		unhealthy := 0
+		for _, tg := range m.list {
+			if !tg.healthy {
+				unhealthy++
+			}
+		}
+		if unhealthy != m.unhealthy {
+			t.Fatalf("step %d, %s: %d unhealthy targets counted, %d listed", step, what, m.unhealthy, unhealthy)
+		}
+		held := 0
+		for _, tg := range m.list {
+			for id := range tg.t.Requests() {
+				if m.active[id] != tg {
+					t.Fatalf("step %d, %s: request %s on worker %d is not active there", step, what, id, tg.key.WorkerID)
+				}
+				held++
+			}
+		}
+		if held != len(m.active) {
+			t.Fatalf("step %d, %s: %d requests active, %d on the listed workers", step, what, len(m.active), held)
+		}
+		got := viewsOf(m)
+		rebuild(m)
+		if want := viewsOf(m); !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d, %s: views kept\n%+v\nrebuilt\n%+v", step, what, got, want)
+		}
+	}
+	for step := range 1200 {
 		now = now.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
-		switch op := rng.IntN(12); {
+		switch op := rng.IntN(13); {
 		case op == 0 || len(m.list) < 2:
 			w := Worker{ID: uint64(1000 + step), DPRanks: 1 + rng.IntN(2), TotalKVBlocks: rng.IntN(2) * 4000}
 			m.AddWorker(now, w)
 			joins++
-			got := viewsOf(m)
-			m.reindex()
-			if want := viewsOf(m); !reflect.DeepEqual(got, want) {
-				t.Fatalf("step %d, join %d: extended views\n%+v\nrebuilt\n%+v", step, joins, got, want)
-			}
+			same(step, fmt.Sprint("join ", joins))
 		case op == 1 && len(m.list) > 4:
-			m.RemoveWorker(now, m.list[rng.IntN(len(m.list))].key.WorkerID)
+			gone := m.list[rng.IntN(len(m.list))].key
+			m.RemoveWorker(now, gone.WorkerID)
+			leaves++
+			for r := range uint32(2) {
+				if _, ok := m.pos.find(scoring.WorkerKey{WorkerID: gone.WorkerID, DPRank: r}); ok {
+					t.Fatalf("step %d: worker %d rank %d found after it left", step, gone.WorkerID, r)
+				}
+			}
+			same(step, fmt.Sprint("leave ", leaves))
+		case op == 11:
+			m.SetHealthy(now, m.list[rng.IntN(len(m.list))].key.WorkerID, rng.IntN(2) == 0)
 		case op <= 6:
 			id := fmt.Sprintf("r%d", step)
 			var scores []prefix.Score
@@ -92,8 +140,8 @@ func TestJoinExtendsViewsAsRebuildWould(t *testing.T) {
 			m.Tick(now)
 		}
 	}
-	if joins < 20 {
-		t.Fatalf("%d joins: the walk did not exercise extend", joins)
+	if joins < 40 || leaves < 40 {
+		t.Fatalf("%d joins, %d leaves: the walk did not exercise extend and drop", joins, leaves)
 	}
 }
 

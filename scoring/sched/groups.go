@@ -42,7 +42,7 @@ const maxSlotMaps = 16
 
 // slotMap returns the slot → target map of keys, built on first sight of the table: a table is
 // replaced only when the index gives a removed worker's slot to another (appends keep it, and grow
-// its length). Maps are dropped whenever target positions change (reindex).
+// its length). Maps are dropped whenever target positions change (extend, drop).
 func (m *Machine) slotMap(keys []prefix.WorkerKey) []int32 {
 	maps := m.sc.slots
 	for i := range maps {

@@ -10,6 +10,21 @@ import (
 	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
+// kvMachine is a Dynamo-mode KV machine (block size 16, no index) over workers 0..n-1, joined at time 0.
+func kvMachine(tb testing.TB, n int) *Machine {
+	tb.Helper()
+	cfg := scoring.DefaultConfig()
+	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 16
+	m, err := New(cfg, nil, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := range n {
+		m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(i)})
+	}
+	return m
+}
+
 // BenchmarkSelectionPass isolates the selection stage of a decision over W workers that all match the
 // prompt: the load rows with the scattered overlap scores, then the cost loop, with one best worker
 // (distinct overlaps), with busy thresholds, and with every worker tied (an idle fleet and a prompt none
@@ -17,16 +32,7 @@ import (
 func BenchmarkSelectionPass(b *testing.B) {
 	for _, w := range []int{16, 256, 1024} {
 		b.Run(fmt.Sprintf("W=%d", w), func(b *testing.B) {
-			cfg := scoring.DefaultConfig()
-			cfg.Mode, cfg.BlockSize = scoring.ModeKV, 16
-			m, err := New(cfg, nil, Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			now := time.Unix(0, 0)
-			for i := range w {
-				m.AddWorker(now, Worker{ID: uint64(i)})
-			}
+			m := kvMachine(b, w)
 			chain := make([]uint64, 512)
 			var scores []prefix.Score
 			for i := range w {

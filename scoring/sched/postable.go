@@ -51,3 +51,23 @@ func (p *posTable) find(k scoring.WorkerKey) (int, bool) {
 		}
 	}
 }
+
+// del removes k (nothing when absent) by backward shift: each later key of the run that a probe from
+// its home would no longer reach moves into the gap, so no tombstones are left and find stays exact.
+func (p *posTable) del(k scoring.WorkerKey) {
+	mask := uint64(len(p.slots) - 1)
+	gap := p.home(k)
+	for ; p.slots[gap].key != k || p.slots[gap].pos == 0; gap = (gap + 1) & mask {
+		if p.slots[gap].pos == 0 {
+			return
+		}
+	}
+	for j := (gap + 1) & mask; p.slots[j].pos != 0; j = (j + 1) & mask {
+		// The key at j may fill the gap when its home is not in the cyclic range (gap, j].
+		if h := p.home(p.slots[j].key); (j-h)&mask >= (j-gap)&mask {
+			p.slots[gap] = p.slots[j]
+			gap = j
+		}
+	}
+	p.slots[gap] = posSlot{}
+}

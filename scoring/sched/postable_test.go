@@ -41,17 +41,41 @@ func TestPosTable(t *testing.T) {
 	}
 }
 
+// TestPosTableDelete: keys put and deleted at random (runs that wrap the table's end included) are
+// found exactly when present, at their last index, against a map.
+func TestPosTableDelete(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for _, n := range []int{1, 8, 300} {
+		p := newPosTable(n)
+		want := map[scoring.WorkerKey]int{}
+		keys := make([]scoring.WorkerKey, 2*n)
+		for i := range keys {
+			keys[i] = scoring.WorkerKey{WorkerID: rng.Uint64() % uint64(4*n), DPRank: uint32(rng.IntN(2))}
+		}
+		for step := range 20 * n {
+			k := keys[rng.IntN(len(keys))]
+			if _, ok := want[k]; ok && rng.IntN(2) == 0 {
+				p.del(k)
+				delete(want, k)
+			} else if ok || len(want) < n {
+				p.put(k, step)
+				want[k] = step
+			}
+			for _, q := range keys {
+				i, ok := p.find(q)
+				if w, present := want[q]; ok != present || (ok && i != w) {
+					t.Fatalf("n=%d step %d: %v found %v at %d, want %v at %d", n, step, q, ok, i, present, w)
+				}
+			}
+		}
+	}
+}
+
 // TestOverlapsFollowScoreOrderAndFleet: the overlap scatter (with its memo of last time's positions)
 // puts every score at its worker's position whatever order the index lists them in, ignores workers
 // the machine does not know, and follows the fleet when workers join and leave.
 func TestOverlapsFollowScoreOrderAndFleet(t *testing.T) {
-	cfg := scoring.DefaultConfig()
-	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 16
-	m, err := New(cfg, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Unix(0, 0)
+	m, now := kvMachine(t, 0), time.Unix(0, 0)
 	rng := rand.New(rand.NewPCG(2, 3))
 	fleet := map[uint64]bool{}
 	for step := range 400 {

@@ -102,7 +102,7 @@ func TestEvictionCharge(t *testing.T) {
 	if w, _ := newConversation(t, m); w == 1 {
 		t.Fatal("capacities learned, holder full: went to the holder")
 	}
-	// A worker leaving keeps the others' rooms (reindex), and the count of spacious workers stays theirs.
+	// A worker leaving keeps the others' rooms (drop), and the count of spacious workers stays theirs.
 	m.RemoveWorker(time.Unix(0, 0), 3)
 	if w, _ := newConversation(t, m); w != 2 {
 		t.Fatalf("after worker 3 left: went to worker %d, want 2", w)

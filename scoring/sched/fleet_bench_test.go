@@ -1,0 +1,34 @@
+package sched
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkRemoveWorker: a worker leaving a fleet of W, whose workers have A active requests each on
+// average, and joining again (a join appends its views). leave-us is the leave alone: the time it holds
+// the machine while decisions wait.
+func BenchmarkRemoveWorker(b *testing.B) {
+	for _, c := range []struct{ workers, active int }{{1024, 0}, {1024, 8}, {8192, 0}, {8192, 8}} {
+		b.Run(fmt.Sprintf("W=%d/A=%d", c.workers, c.active), func(b *testing.B) {
+			m, now := kvMachine(b, c.workers), time.Unix(0, 0)
+			for r := range c.workers * c.active {
+				if _, _, err := m.Route(now, &Request{ID: strconv.Itoa(r), ISL: 100, Matched: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var leave time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				id := uint64(i*7919) % uint64(c.workers)
+				t0 := time.Now()
+				m.RemoveWorker(now, id)
+				leave += time.Since(t0)
+				m.AddWorker(now, Worker{ID: id})
+			}
+			b.ReportMetric(float64(leave.Nanoseconds())/float64(b.N)/1e3, "leave-us")
+		})
+	}
+}
