@@ -48,10 +48,11 @@ func rebuild(m *Machine) {
 }
 
 // TestFleetChangesKeepViewsAsRebuildWould drives a machine through routes, prefill completions, frees,
-// cache and capacity reports, health changes and ticks, with workers joining and leaving in between:
-// after every join (which extends the views) and every leave (which drops a worker's lines and moves
-// the later ones down) the dense views equal what rebuilding them from the same targets gives, and no
-// departed rank is found.
+// cache and capacity reports, health changes and ticks, with workers joining, leaving and registering
+// again in between: after every join (which extends the views), every leave (which drops a worker's
+// lines and moves the later ones down) and every report the dense views equal what rebuilding them from
+// the same targets gives, each worker's ranks are found where they are listed, no departed rank is
+// found, and the active requests are those the listed workers' trackers hold.
 func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
@@ -63,8 +64,10 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 9))
 	now := time.Unix(0, 0)
 	var active []string
-	joins, leaves := 0, 0
-	same := func(step int, what string) {
+	joins, leaves, rejoins := 0, 0, 0
+	// same checks the views after a change; moved: the change moved targets, so the positions remembered
+	// by key (the memo, the slot maps) must be dropped too.
+	same := func(step int, what string, moved bool) {
 		t.Helper()
 		unhealthy := 0
 		for _, tg := range m.list {
@@ -74,6 +77,15 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 		}
 		if unhealthy != m.unhealthy {
 			t.Fatalf("step %d, %s: %d unhealthy targets counted, %d listed", step, what, m.unhealthy, unhealthy)
+		}
+		byID := map[uint64][]int{}
+		for i, tg := range m.list {
+			byID[tg.key.WorkerID] = append(byID[tg.key.WorkerID], i)
+		}
+		for id, at := range byID {
+			if from, to := m.ranks(id); from != at[0] || to != at[len(at)-1]+1 || to-from != len(at) {
+				t.Fatalf("step %d, %s: worker %d's ranks at [%d, %d), listed at %v", step, what, id, from, to, at)
+			}
 		}
 		held := 0
 		for _, tg := range m.list {
@@ -89,7 +101,11 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 		}
 		got := viewsOf(m)
 		rebuild(m)
-		if want := viewsOf(m); !reflect.DeepEqual(got, want) {
+		want := viewsOf(m)
+		if !moved {
+			got.MemoLen, got.SlotMaps = want.MemoLen, want.SlotMaps
+		}
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d, %s: views kept\n%+v\nrebuilt\n%+v", step, what, got, want)
 		}
 	}
@@ -100,7 +116,7 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 			w := Worker{ID: uint64(1000 + step), DPRanks: 1 + rng.IntN(2), TotalKVBlocks: rng.IntN(2) * 4000}
 			m.AddWorker(now, w)
 			joins++
-			same(step, fmt.Sprint("join ", joins))
+			same(step, fmt.Sprint("join ", joins), true)
 		case op == 1 && len(m.list) > 4:
 			gone := m.list[rng.IntN(len(m.list))].key
 			m.RemoveWorker(now, gone.WorkerID)
@@ -110,9 +126,10 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 					t.Fatalf("step %d: worker %d rank %d found after it left", step, gone.WorkerID, r)
 				}
 			}
-			same(step, fmt.Sprint("leave ", leaves))
+			same(step, fmt.Sprint("leave ", leaves), true)
 		case op == 11:
 			m.SetHealthy(now, m.list[rng.IntN(len(m.list))].key.WorkerID, rng.IntN(2) == 0)
+			same(step, "health", false)
 		case op <= 6:
 			id := fmt.Sprintf("r%d", step)
 			var scores []prefix.Score
@@ -136,12 +153,17 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 			m.SetKVUsage(tg.key, uint64(rng.IntN(5000)))
 		case op == 10:
 			m.SetCapacity(m.list[rng.IntN(len(m.list))].key.WorkerID, 1000+rng.IntN(8000), 2048)
+			same(step, "capacity", false)
+		case op == 12 && rng.IntN(3) == 0: // a worker registering again, its ranks maybe changed
+			m.AddWorker(now, Worker{ID: m.list[rng.IntN(len(m.list))].key.WorkerID, DPRanks: 1 + rng.IntN(2)})
+			rejoins++
+			same(step, "join again", true)
 		default:
 			m.Tick(now)
 		}
 	}
-	if joins < 40 || leaves < 40 {
-		t.Fatalf("%d joins, %d leaves: the walk did not exercise extend and drop", joins, leaves)
+	if joins < 40 || leaves < 40 || rejoins < 10 {
+		t.Fatalf("%d joins, %d leaves, %d joins again: the walk did not exercise extend and drop", joins, leaves, rejoins)
 	}
 }
 

@@ -32,3 +32,17 @@ func BenchmarkRemoveWorker(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCapacityReport: one worker's capacity report (Machine.SetCapacity, sent after each health
+// check of a worker registered without its capacity) in a fleet of W.
+func BenchmarkCapacityReport(b *testing.B) {
+	for _, w := range []int{1024, 8192} {
+		b.Run(fmt.Sprintf("W=%d", w), func(b *testing.B) {
+			m := kvMachine(b, w)
+			b.ResetTimer()
+			for i := range b.N {
+				m.SetCapacity(uint64(i*7919)%uint64(w), 4000+i%2, 0)
+			}
+		})
+	}
+}

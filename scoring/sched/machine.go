@@ -262,10 +262,15 @@ func (m *Machine) SetConfig(now time.Time, cfg scoring.Config) ([]Released, erro
 	return m.drain(now), nil
 }
 
-// AddWorker makes a worker's ranks routable; requests waiting for the minimum fleet may be released.
+// AddWorker makes a worker's ranks routable; requests waiting for the minimum fleet may be released. A
+// worker already listed is replaced, as if it left first (RemoveWorker: its active requests are
+// forgotten).
 func (m *Machine) AddWorker(now time.Time, w Worker) []Released {
 	if w.DPRanks < 1 {
 		w.DPRanks = 1
+	}
+	if from, to := m.ranks(w.ID); from < to { // joining again: the new registration replaces the old
+		m.drop(w.ID, from)
 	}
 	wp := &w
 	lc := load.ConfigFrom(m.cfg)
@@ -285,14 +290,27 @@ func (m *Machine) AddWorker(now time.Time, w Worker) []Released {
 // RemoveWorker drops a worker's ranks; its active requests are forgotten (their lifecycle calls answer
 // ErrUnknownRequest) and its session bindings are dropped.
 func (m *Machine) RemoveWorker(now time.Time, id uint64) []Released {
-	for i := range m.tmpl {
-		if m.tmpl[i].worker.WorkerID == id {
-			m.drop(id, i)
-			break
-		}
+	if from, to := m.ranks(id); from < to {
+		m.drop(id, from)
 	}
 	m.sess.removeWorker(id)
 	return m.drain(now)
+}
+
+// ranks returns where worker id's targets sit in the list, [from, to) (empty when it has none): a
+// worker's ranks join together, rank 0 first, and stay adjacent (drop keeps the order), so rank 0 is
+// found by key and the rest follow it. Calls per worker (a capacity report per health check, for each
+// worker) then cost its ranks rather than a pass over the fleet.
+func (m *Machine) ranks(id uint64) (from, to int) {
+	from, ok := m.pos.find(scoring.WorkerKey{WorkerID: id})
+	if !ok {
+		return 0, 0
+	}
+	to = from + 1
+	for to < len(m.list) && m.list[to].key.WorkerID == id {
+		to++
+	}
+	return from, to
 }
 
 // drop takes worker id's targets, the first at index first, out of the list and the dense views. The
@@ -405,8 +423,9 @@ func (m *Machine) find(k scoring.WorkerKey) *target {
 // state changed. Bringing a worker back may release waiting requests.
 func (m *Machine) SetHealthy(now time.Time, id uint64, healthy bool) (bool, []Released) {
 	changed := false
-	for _, t := range m.list {
-		if t.key.WorkerID != id || t.healthy == healthy {
+	from, to := m.ranks(id)
+	for _, t := range m.list[from:to] {
+		if t.healthy == healthy {
 			continue
 		}
 		t.healthy, changed = healthy, true
@@ -432,10 +451,8 @@ func (m *Machine) SetKVUsage(k scoring.WorkerKey, used uint64) {
 // SetCapacity records the KV capacity (blocks per rank) and token budget a worker reports about itself,
 // used when its registration gave none. Zero values leave a field as it is.
 func (m *Machine) SetCapacity(id uint64, totalKVBlocks, maxBatched int) {
-	for _, t := range m.list {
-		if t.key.WorkerID != id {
-			continue
-		}
+	from, to := m.ranks(id)
+	for _, t := range m.list[from:to] {
 		if totalKVBlocks > 0 && t.w.TotalKVBlocks == 0 && t.learnedKV != uint64(totalKVBlocks) {
 			t.learnedKV = uint64(totalKVBlocks)
 			m.approx.SetCapacity(t.key, totalKVBlocks)
