@@ -3,8 +3,8 @@
 // # Overview
 //
 // A Fleet is the supervisor of the mirrors; Add and Remove are control-plane messages to it, and the set
-// of mirrors is published as an immutable set (atomic.Pointer, cowset.go: a change copies one of its 64
-// parts) for lock-free reads. Each mirror owns one
+// of mirrors is published as an immutable set (atomic.Pointer to an internal/cowmap.Map: a change
+// copies one of its 64 parts) for lock-free reads. Each mirror owns one
 // subscriber child per dp rank (kvevents.Subscriber on the worker's ZMQ endpoint, port offset by rank),
 // the worker's counters, and forwards re-keyed batches to the indexer shard that owns the worker.
 //

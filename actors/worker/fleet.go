@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors/indexer"
 	"github.com/kvroute/kvroute/internal/clock"
+	"github.com/kvroute/kvroute/internal/cowmap"
 	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -98,12 +99,12 @@ type deps struct {
 func (d *deps) now() time.Time { return d.cfg.Clock.Now() }
 
 // Fleet supervises one mirror actor per backend worker. Adding and removing workers are control-plane
-// messages to the fleet actor; reading the current set is a lock-free load of an immutable set (cowSet).
+// messages to the fleet actor; reading the current set is a lock-free load of an immutable set (internal/cowmap).
 type Fleet struct {
 	system  *actor.ActorSystem
 	pid     *actor.PID
 	deps    *deps
-	mirrors atomic.Pointer[cowSet[uint64]]
+	mirrors atomic.Pointer[cowmap.Map[uint64, *Mirror]]
 	// schemes is what every worker's multimodal forms have in common (allLegacyMM, allHexMMIDs bits):
 	// the frontend asks it per image request, so the fleet actor works it out when a worker comes or
 	// goes rather than each request reading every mirror.
@@ -114,7 +115,7 @@ type Fleet struct {
 
 	// Bind mode: one SUB socket per bind endpoint (dp rank) for every topic-attributed worker.
 	binds    []*kvevents.BindSubscriber
-	byTopic  atomic.Pointer[cowSet[string]]
+	byTopic  atomic.Pointer[cowmap.Map[string, *Mirror]]
 	bindStop context.CancelFunc
 	bindDone []chan struct{}
 	unknown  unknownTopics
@@ -130,8 +131,8 @@ func NewFleet(system *actor.ActorSystem, index *indexer.Indexer, cfg Config) (*F
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	f := &Fleet{system: system, deps: &deps{cfg: cfg, index: index}}
-	f.mirrors.Store(newIDSet())
-	f.byTopic.Store(newTopicSet())
+	f.mirrors.Store(cowmap.NewByID[*Mirror]())
+	f.byTopic.Store(cowmap.NewByString[*Mirror]())
 	props := actor.PropsFromProducer(func() actor.Actor { return &fleetActor{f: f, pids: map[uint64]*actor.PID{}} },
 		// A mirror that panics is restarted; its subscribers are restarted with it.
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective })))
@@ -176,7 +177,7 @@ func (f *Fleet) startBind() error {
 func (f *Fleet) newBind(rank int, ep string) (*kvevents.BindSubscriber, error) {
 	convs := map[string]*converter{}
 	conv := func(topic string) (*Mirror, *converter) {
-		m, _ := f.byTopic.Load().get(topic)
+		m, _ := f.byTopic.Load().Get(topic)
 		if m == nil {
 			return nil, nil
 		}
@@ -264,20 +265,26 @@ func (f *Fleet) Remove(id uint64) error {
 
 // Get returns the mirror of a worker.
 func (f *Fleet) Get(id uint64) (*Mirror, bool) {
-	return f.mirrors.Load().get(id)
+	return f.mirrors.Load().Get(id)
 }
 
 // Len returns the number of workers.
-func (f *Fleet) Len() int { return f.mirrors.Load().len() }
+func (f *Fleet) Len() int { return f.mirrors.Load().Len() }
 
 // Each calls fn with every current mirror, in no order, without copying or sorting the set (Mirrors).
-func (f *Fleet) Each(fn func(*Mirror)) { f.mirrors.Load().each(fn) }
+func (f *Fleet) Each(fn func(*Mirror)) {
+	for _, m := range f.mirrors.Load().All() {
+		fn(m)
+	}
+}
 
 // Mirrors returns the current mirrors sorted by id.
 func (f *Fleet) Mirrors() []*Mirror {
 	cur := f.mirrors.Load()
-	out := make([]*Mirror, 0, cur.len())
-	cur.each(func(m *Mirror) { out = append(out, m) })
+	out := make([]*Mirror, 0, cur.Len())
+	for _, m := range cur.All() {
+		out = append(out, m)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Spec.ID < out[j].Spec.ID })
 	return out
 }
@@ -307,7 +314,7 @@ func (f *Fleet) countSchemes(m *Mirror, d int) {
 	if m.Spec.TakesHexMMIDs() {
 		f.hexMMIDs += d
 	}
-	n := f.mirrors.Load().len()
+	n := f.mirrors.Load().Len()
 	var bits uint32
 	if n > 0 && f.legacyMM == n {
 		bits |= allLegacyMM
@@ -445,7 +452,7 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 			// server key; taking the spec would index whoever publishes on its topic, keyed or not.
 			return fmt.Errorf("%w: worker %d names curve_key with topic %q, but CURVE is not available on the --kv-events-bind socket: give the worker an events= endpoint (the router connects and authenticates it) or drop curve_key", registry.ErrBadSpec, spec.ID, spec.Topic)
 		}
-		if _, taken := a.f.byTopic.Load().get(spec.Topic); taken {
+		if _, taken := a.f.byTopic.Load().Get(spec.Topic); taken {
 			return fmt.Errorf("%w: topic %q is already registered", ErrDuplicate, spec.Topic)
 		}
 		m.bound = true
@@ -462,10 +469,10 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 		actor.WithSupervisor(actor.NewExponentialBackoffStrategy(d.cfg.BackoffWindow, d.cfg.InitialBackoff)))
 	m.pid = ctx.Spawn(props)
 	a.pids[spec.ID] = m.pid
-	a.f.mirrors.Store(a.f.mirrors.Load().with(spec.ID, m))
+	a.f.mirrors.Store(a.f.mirrors.Load().With(spec.ID, m))
 	a.f.countSchemes(m, 1)
 	if m.bound {
-		a.f.byTopic.Store(a.f.byTopic.Load().with(spec.Topic, m))
+		a.f.byTopic.Store(a.f.byTopic.Load().With(spec.Topic, m))
 		for rank, b := range a.f.binds {
 			replay := ""
 			if rank < spec.DPRanks() {
@@ -485,15 +492,15 @@ func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
 	// Stop the mirror (and its subscribers) first so no batch of this worker follows the removal.
 	_ = ctx.PoisonFuture(pid).Wait()
 	delete(a.pids, id)
-	if m, ok := a.f.mirrors.Load().get(id); ok {
+	if m, ok := a.f.mirrors.Load().Get(id); ok {
 		setState(m.c, StateRemoved)
 		if m.bound {
 			for _, b := range a.f.binds {
 				b.RemoveTopic(m.Spec.Topic)
 			}
-			a.f.byTopic.Store(a.f.byTopic.Load().without(m.Spec.Topic))
+			a.f.byTopic.Store(a.f.byTopic.Load().Without(m.Spec.Topic))
 		}
-		a.f.mirrors.Store(a.f.mirrors.Load().without(id))
+		a.f.mirrors.Store(a.f.mirrors.Load().Without(id))
 		a.f.countSchemes(m, -1)
 	}
 	return a.f.deps.index.RemoveWorker(id)

@@ -3,11 +3,12 @@ package kvevents
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/cowmap"
 )
 
 // BindConfig configures a BindSubscriber: one SUB socket that binds, to which the workers' PUB sockets
@@ -53,17 +54,21 @@ type BindHandler struct {
 // registered with AddTopic. Sequence tracking, replay and reset detection are per topic.
 //
 // Run owns the SUB socket and every topic's DEALER replay socket. AddTopic, RemoveTopic, Addr and Stats
-// are safe from any goroutine: the topic registry is an immutable map swapped through an atomic pointer.
+// are safe from any goroutine: the topic registry is an immutable map (internal/cowmap: a change copies
+// 1/64 of it) swapped through an atomic pointer, and Run reconciles its streams with the topics changed
+// since it last looked, not with the whole registry.
 type BindSubscriber struct {
 	cfg BindConfig
 	h   BindHandler
 	c   Counters
 
 	regMu sync.Mutex // serializes registry writers
-	reg   atomic.Pointer[map[string]string]
-	// topicC holds each registered topic's counters (its stream's sequence, replay and decode counts),
-	// swapped with reg under regMu; Stats sums them with c (session-wide counts).
-	topicC atomic.Pointer[map[string]*Counters]
+	reg   atomic.Pointer[cowmap.Map[string, *topicReg]]
+	// changed is set with each registry change; pending lists the topics changed since Run last took
+	// them, up to maxPending, past which rescan asks Run to check every stream instead (under regMu).
+	changed atomic.Bool
+	pending []string
+	rescan  bool
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -71,7 +76,15 @@ type BindSubscriber struct {
 
 	// Owned by Run's goroutine.
 	streams map[string]*stream
-	seenReg *map[string]string
+}
+
+// topicReg is a registered topic: its replay endpoint and its counters (its stream's sequence, replay
+// and decode counts; Stats sums them with the session-wide ones). Immutable once published: a new
+// endpoint is a new topicReg with the same counters, and a topic removed and added again gets new
+// counters, so a stream whose counters are not its topic's belongs to an earlier registration.
+type topicReg struct {
+	replay string
+	c      *Counters
 }
 
 // NewBindSubscriber validates cfg and returns a BindSubscriber with no registered topics.
@@ -84,10 +97,7 @@ func NewBindSubscriber(cfg BindConfig, h BindHandler) (*BindSubscriber, error) {
 	cfg.ReconnectMin, cfg.ReconnectMax, cfg.PollInterval = d.ReconnectMin, d.ReconnectMax, d.PollInterval
 	cfg.ReplayTimeout, cfg.RcvHWM = d.ReplayTimeout, d.RcvHWM
 	s := &BindSubscriber{cfg: cfg, h: h, ready: make(chan struct{}), streams: map[string]*stream{}}
-	empty := map[string]string{}
-	s.reg.Store(&empty)
-	emptyC := map[string]*Counters{}
-	s.topicC.Store(&emptyC)
+	s.reg.Store(cowmap.NewByString[*topicReg]())
 	return s, nil
 }
 
@@ -96,41 +106,47 @@ func NewBindSubscriber(cfg BindConfig, h BindHandler) (*BindSubscriber, error) {
 func (s *BindSubscriber) AddTopic(topic, replayEndpoint string) {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
-	old := *s.reg.Load()
-	next := make(map[string]string, len(old)+1)
-	for k, v := range old {
-		next[k] = v
+	reg := s.reg.Load()
+	c := &Counters{}
+	if old, ok := reg.Get(topic); ok {
+		if old.replay == replayEndpoint {
+			return
+		}
+		c = old.c
 	}
-	next[topic] = replayEndpoint
-	if _, ok := (*s.topicC.Load())[topic]; !ok {
-		nc := maps.Clone(*s.topicC.Load())
-		nc[topic] = &Counters{}
-		s.topicC.Store(&nc)
-	}
-	s.reg.Store(&next)
+	s.publish(reg.With(topic, &topicReg{replay: replayEndpoint, c: c}), topic)
 }
 
 // RemoveTopic unregisters a topic; its later messages count as UnknownTopics and its state is dropped.
 func (s *BindSubscriber) RemoveTopic(topic string) {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
-	old := *s.reg.Load()
-	next := make(map[string]string, len(old))
-	for k, v := range old {
-		if k != topic {
-			next[k] = v
-		}
+	if reg := s.reg.Load(); reg.Without(topic) != reg {
+		s.publish(reg.Without(topic), topic)
 	}
-	s.reg.Store(&next)
-	nc := maps.Clone(*s.topicC.Load())
-	delete(nc, topic)
-	s.topicC.Store(&nc)
+}
+
+// maxPending bounds the changed topics kept for Run: changes made while no message arrives (Run
+// reconciles on the next one) do not pile up.
+const maxPending = 1 << 12
+
+// publish swaps in the next registry, topic changed in it, and tells Run. The caller holds regMu.
+func (s *BindSubscriber) publish(next *cowmap.Map[string, *topicReg], topic string) {
+	s.reg.Store(next)
+	switch {
+	case s.rescan:
+	case len(s.pending) < maxPending:
+		s.pending = append(s.pending, topic)
+	default:
+		s.pending, s.rescan = nil, true
+	}
+	s.changed.Store(true)
 }
 
 // TopicStats returns a registered topic's counters (zero for an unknown topic); safe from any goroutine.
 func (s *BindSubscriber) TopicStats(topic string) Stats {
-	if c := (*s.topicC.Load())[topic]; c != nil {
-		return c.Snapshot()
+	if e, ok := s.reg.Load().Get(topic); ok {
+		return e.c.Snapshot()
 	}
 	return Stats{}
 }
@@ -148,8 +164,8 @@ func (s *BindSubscriber) Addr() string { return load(&s.addr) }
 // leave the sum); safe from any goroutine.
 func (s *BindSubscriber) Stats() Stats {
 	st := s.c.Snapshot()
-	for _, c := range *s.topicC.Load() {
-		st.Add(c.Snapshot())
+	for _, e := range s.reg.Load().All() {
+		st.Add(e.c.Snapshot())
 	}
 	return st
 }
@@ -228,34 +244,20 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 }
 
 // stream returns the state of a registered topic, creating it on first sight, or nil for an unknown
-// topic. It prunes the state of unregistered topics whenever the registry changes.
+// topic. It first reconciles the streams of the topics changed since it last looked; after that every
+// stream is one of a registered topic, so a topic with a stream needs no look at the registry.
 func (s *BindSubscriber) stream(topic []byte) *stream {
-	reg := s.reg.Load()
-	if reg != s.seenReg {
-		s.seenReg = reg
-		for name, st := range s.streams {
-			if ep, ok := (*reg)[name]; !ok || ep != st.replayEndpoint {
-				st.closeDealer()
-				if !ok {
-					delete(s.streams, name)
-				} else {
-					st.replayEndpoint = ep
-				}
-			}
-		}
-	}
-	replay, ok := (*reg)[string(topic)]
-	if !ok {
-		return nil
+	if s.changed.Load() {
+		s.reconcile()
 	}
 	if st := s.streams[string(topic)]; st != nil {
 		return st
 	}
-	name := string(topic)
-	c := (*s.topicC.Load())[name]
-	if c == nil {
-		c = &s.c // unregistered since reg was loaded; counted session-wide
+	e, ok := cowmap.GetBytes(s.reg.Load(), topic)
+	if !ok {
+		return nil
 	}
+	name, replay, c := string(topic), e.replay, e.c
 	st := &stream{replayEndpoint: replay, replayTimeout: s.cfg.ReplayTimeout, poll: s.cfg.PollInterval, c: c}
 	if s.h.OnBatch != nil {
 		st.onBatch = func(seq uint64, b *Batch) { s.h.OnBatch(name, seq, b) }
@@ -265,6 +267,43 @@ func (s *BindSubscriber) stream(topic []byte) *stream {
 	}
 	s.streams[name] = st
 	return st
+}
+
+// reconcile takes the topics changed since the last call and brings their streams in line with the
+// registry: a removed topic's stream (or one of an earlier registration, removed and added again) is
+// closed and dropped, and a stream whose replay endpoint changed closes its DEALER to open the new one.
+// The work is the changed topics', so a fleet registering one worker at a time costs a step per worker.
+func (s *BindSubscriber) reconcile() {
+	s.regMu.Lock()
+	topics, all := s.pending, s.rescan
+	s.pending, s.rescan = nil, false
+	s.changed.Store(false)
+	reg := s.reg.Load()
+	s.regMu.Unlock()
+	if all { // more changes than maxPending since the last look
+		for name, st := range s.streams {
+			s.align(reg, name, st)
+		}
+		return
+	}
+	for _, name := range topics {
+		if st := s.streams[name]; st != nil {
+			s.align(reg, name, st)
+		}
+	}
+}
+
+// align brings one stream in line with its topic's registration in reg.
+func (s *BindSubscriber) align(reg *cowmap.Map[string, *topicReg], name string, st *stream) {
+	e, ok := reg.Get(name)
+	switch {
+	case !ok || e.c != st.c:
+		st.closeDealer()
+		delete(s.streams, name)
+	case e.replay != st.replayEndpoint:
+		st.closeDealer()
+		st.replayEndpoint = e.replay
+	}
 }
 
 func (s *BindSubscriber) closeDealers() {

@@ -58,7 +58,9 @@
 // The SUB socket's monitor PAIR socket is opened and closed in the same session as the SUB socket.
 //
 // Cross-goroutine reads: counters are atomics (Stats, Counters); the BindSubscriber's topic registry is
-// an immutable map swapped through an atomic.Pointer (AddTopic / RemoveTopic serialize on a mutex);
+// an immutable map (internal/cowmap, 64 parts: a change copies one) swapped through an atomic.Pointer
+// (AddTopic / RemoveTopic serialize on a mutex and list the topic they changed), and Run, at its next
+// message, reconciles only the streams of the changed topics;
 // Publisher.Publish hands encoded payloads to Run through the bounded channel "kvevents.publish"
 // (QueueSize, default 1024, depth in PublisherStats.QueueDepth) and blocks when it is full, as vLLM's
 // scheduler blocks on its queue.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -426,6 +428,75 @@ func TestBindSubscriberTopics(t *testing.T) {
 	})
 	if got := get(topics[1]).count(); got != before {
 		t.Fatalf("removed topic still delivered: %d -> %d", before, got)
+	}
+}
+
+// TestBindSubscriberTopicAddedAgain: a topic removed and added again between two of its messages is
+// delivered again through a new stream, counted under its new registration; adding a topic again with
+// the same replay endpoint changes nothing, its counts included.
+func TestBindSubscriberTopicAddedAgain(t *testing.T) {
+	s := startBindSubscriber(t, 0, BindHandler{})
+	topic := VLLMTopic("10.0.0.1:8000", "m")
+	p, _ := startPublisher(t, PublisherConfig{Endpoint: s.Addr(), ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic})
+	s.AddTopic(topic, p.ReplayAddr())
+	next := pump(t, p, 0, 0, "first deliveries", func() bool { return s.TopicStats(topic).Batches >= 5 })
+	counted := s.TopicStats(topic).Batches
+	s.AddTopic(topic, p.ReplayAddr())
+	if got := s.TopicStats(topic).Batches; got < counted {
+		t.Fatalf("the same registration again: %d batches counted, was %d", got, counted)
+	}
+	s.RemoveTopic(topic)
+	s.AddTopic(topic, p.ReplayAddr())
+	// The stream of the first registration counts into the old counters: only a new stream counts here.
+	pump(t, p, next, 0, "deliveries under the new registration", func() bool { return s.TopicStats(topic).Batches >= 5 })
+}
+
+// TestBindSubscriberReconcile drives the registry's reconciliation as Run meets messages (stream, on the
+// test's goroutine, with no socket): an endpoint change keeps the stream and points it at the new
+// endpoint; a topic removed and added again gets a new stream with its new counters; a removed topic's
+// stream goes; and past maxPending changes Run checks every stream instead of the changed topics'.
+func TestBindSubscriberReconcile(t *testing.T) {
+	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*"}, BindHandler{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := []byte("kv@a"), []byte("kv@b")
+	s.AddTopic("kv@a", "tcp://127.0.0.1:1")
+	s.AddTopic("kv@b", "")
+	stA, stB := s.stream(a), s.stream(b)
+	if stA == nil || stB == nil || stA.replayEndpoint != "tcp://127.0.0.1:1" {
+		t.Fatalf("streams %v %v", stA, stB)
+	}
+	s.AddTopic("kv@a", "tcp://127.0.0.1:2")
+	if st := s.stream(a); st != stA || st.replayEndpoint != "tcp://127.0.0.1:2" {
+		t.Fatalf("endpoint change: stream %p (was %p) at %q", st, stA, st.replayEndpoint)
+	}
+	s.RemoveTopic("kv@b")
+	s.AddTopic("kv@b", "")
+	e, _ := s.reg.Load().Get("kv@b")
+	if st := s.stream(b); st == stB || st.c != e.c {
+		t.Fatal("a topic added again kept the stream of its earlier registration")
+	}
+	s.RemoveTopic("kv@a")
+	if s.stream(a) != nil || s.streams["kv@a"] != nil {
+		t.Fatal("a removed topic's stream stayed")
+	}
+	s.AddTopic("kv@a", "")
+	if s.stream(a) == nil {
+		t.Fatal("a topic added again has no stream")
+	}
+	s.RemoveTopic("kv@a")
+	for i := range maxPending + 1 {
+		s.AddTopic(fmt.Sprint("kv@other-", i), "")
+	}
+	if !s.rescan || len(s.pending) != 0 {
+		t.Fatalf("%d changes kept by name, rescan %v", len(s.pending), s.rescan)
+	}
+	if s.stream(b) == nil || s.streams["kv@a"] != nil || s.rescan || !slices.Equal(slices.Collect(maps.Keys(s.streams)), []string{"kv@b"}) {
+		t.Fatalf("after the rescan: streams of %v", slices.Collect(maps.Keys(s.streams)))
+	}
+	if s.AddTopic("kv@b", ""); s.changed.Load() {
+		t.Fatal("the same registration again was published as a change")
 	}
 }
 
