@@ -16,18 +16,28 @@ const (
 // sessions binds X-Dynamo-Session-ID values to the worker rank their first request went to
 // (--router-session-affinity-ttl-secs, hard affinity): later requests of the session are pinned there
 // while the binding lives. The TTL slides: every routed request of the session renews it.
+//
+// The bindings are also listed in expiry order, soonest first (first … last): a binding made or renewed
+// goes to the end (before any that expire later, should the clock step back), so expiring stops at the
+// first live binding. A pass over every binding instead, whenever a new session met the full table
+// (MaxSessionBindings live sessions), held the machine 1.6 ms per new session (BenchmarkSessionsFull;
+// now 34–65 ns).
 type sessions struct {
-	ttl time.Duration
-	m   map[string]binding
+	ttl         time.Duration
+	limit       int // MaxSessionBindings
+	m           map[string]*binding
+	first, last *binding
 }
 
 type binding struct {
-	k      scoring.WorkerKey
-	expiry time.Time
+	id         string
+	k          scoring.WorkerKey
+	expiry     time.Time
+	prev, next *binding
 }
 
 func newSessions(ttl time.Duration) *sessions {
-	s := &sessions{}
+	s := &sessions{limit: MaxSessionBindings}
 	s.setTTL(ttl)
 	return s
 }
@@ -35,9 +45,9 @@ func newSessions(ttl time.Duration) *sessions {
 func (s *sessions) setTTL(ttl time.Duration) {
 	s.ttl = ttl
 	if ttl <= 0 {
-		s.m = nil
+		s.m, s.first, s.last = nil, nil, nil
 	} else if s.m == nil {
-		s.m = make(map[string]binding)
+		s.m = make(map[string]*binding)
 	}
 }
 
@@ -52,36 +62,84 @@ func (s *sessions) lookup(now time.Time, id string) (scoring.WorkerKey, bool) {
 	return b.k, true
 }
 
-// bind binds (or renews) id to k until now + TTL. At the binding limit, expired bindings are swept
+// bind binds (or renews) id to k until now + TTL. At the binding limit, expired bindings are dropped
 // first; a new session that still finds no room stays unbound (routed on its merits).
 func (s *sessions) bind(now time.Time, id string, k scoring.WorkerKey) {
 	if s.m == nil || len(id) > MaxSessionIDBytes {
 		return
 	}
-	if _, ok := s.m[id]; !ok && len(s.m) >= MaxSessionBindings {
-		s.expire(now)
-		if len(s.m) >= MaxSessionBindings {
-			return
+	b := s.m[id]
+	if b == nil {
+		if len(s.m) >= s.limit {
+			s.expire(now)
+			if len(s.m) >= s.limit {
+				return
+			}
 		}
+		b = &binding{id: id}
+		s.m[id] = b
+	} else {
+		s.unlink(b)
 	}
-	s.m[id] = binding{k: k, expiry: now.Add(s.ttl)}
+	b.k, b.expiry = k, now.Add(s.ttl)
+	s.insert(b)
 }
 
-// expire drops the bindings whose TTL passed.
+// insert puts b in the list by its expiry: at the end, unless the clock stepped back.
+func (s *sessions) insert(b *binding) {
+	after := s.last
+	for after != nil && after.expiry.After(b.expiry) {
+		after = after.prev
+	}
+	b.prev = after
+	if after == nil {
+		b.next, s.first = s.first, b
+	} else {
+		b.next, after.next = after.next, b
+	}
+	if b.next == nil {
+		s.last = b
+	} else {
+		b.next.prev = b
+	}
+}
+
+// unlink takes b out of the list.
+func (s *sessions) unlink(b *binding) {
+	if b.prev == nil {
+		s.first = b.next
+	} else {
+		b.prev.next = b.next
+	}
+	if b.next == nil {
+		s.last = b.prev
+	} else {
+		b.next.prev = b.prev
+	}
+	b.prev, b.next = nil, nil
+}
+
+// drop forgets b.
+func (s *sessions) drop(b *binding) {
+	s.unlink(b)
+	delete(s.m, b.id)
+}
+
+// expire drops the bindings whose TTL passed: the list's head, up to the first live one.
 func (s *sessions) expire(now time.Time) {
-	for id, b := range s.m {
-		if !now.Before(b.expiry) {
-			delete(s.m, id)
-		}
+	for s.first != nil && !now.Before(s.first.expiry) {
+		s.drop(s.first)
 	}
 }
 
 // removeWorker drops the bindings to a worker that left.
 func (s *sessions) removeWorker(id uint64) {
-	for sid, b := range s.m {
+	for b := s.first; b != nil; {
+		next := b.next
 		if b.k.WorkerID == id {
-			delete(s.m, sid)
+			s.drop(b)
 		}
+		b = next
 	}
 }
 
