@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/scoring/prefix"
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
@@ -213,5 +214,26 @@ func TestRegisterKeyEnvNeedsPrefix(t *testing.T) {
 	}
 	if code, body := call(t, "POST", base+"/v1/workers", `{"id":7,"url":"http://127.0.0.1:9","api_key_env":"KVROUTE_WORKER_KEY_TEST"}`); code != 200 {
 		t.Fatalf("prefixed variable: %d %v", code, body)
+	}
+}
+
+// TestOverlapScoresOrder: /v1/overlap_scores lists the largest overlap first, ties by worker id and then
+// rank, over a large answer with many ties.
+func TestOverlapScoresOrder(t *testing.T) {
+	var scores []prefix.Score
+	for i := range 5000 {
+		scores = append(scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64((i * 7919) % 1201), DPRank: uint32(i % 3)},
+			Blocks: uint32((i * 31) % 17)})
+	}
+	out := toOverlapScores(scores)
+	if len(out) != len(scores) {
+		t.Fatalf("%d scores listed, want %d", len(out), len(scores))
+	}
+	for i := 1; i < len(out); i++ {
+		a, b := out[i-1], out[i]
+		if a.OverlapBlocks < b.OverlapBlocks || (a.OverlapBlocks == b.OverlapBlocks &&
+			(a.WorkerID > b.WorkerID || (a.WorkerID == b.WorkerID && a.DPRank > b.DPRank))) {
+			t.Fatalf("position %d: %+v before %+v", i, a, b)
+		}
 	}
 }
