@@ -234,10 +234,20 @@ func (f *Fleet) BindStats() kvevents.Stats {
 	return st
 }
 
+// bindSessions returns the bind sockets' session-wide counts (unknown topics, connections, malformed
+// frames) without the per-topic ones: a step per socket, where BindStats sums every topic's counters.
+func (f *Fleet) bindSessions() kvevents.Stats {
+	var st kvevents.Stats
+	for _, b := range f.binds {
+		st.Add(b.Counters().Snapshot())
+	}
+	return st
+}
+
 // UnknownTopics returns the distinct unregistered topics seen on the bind sockets (at most 16, the first
 // ones) and how many messages carried any unregistered topic.
 func (f *Fleet) UnknownTopics() ([]string, uint64) {
-	return f.unknown.list(), f.BindStats().UnknownTopics
+	return f.unknown.list(), f.bindSessions().UnknownTopics
 }
 
 // Add starts mirroring a worker.
