@@ -8,9 +8,9 @@
 // compressed trie of the active chains (trie.go), so requests sharing a prefix count their common blocks
 // once when KV reuse is assumed, and charges ISL − cached prefill tokens. MarkPrefillCompleted (first
 // output token) drops the prefill charge and keeps the blocks; Free (end, error or cancel) drops
-// both. Requests never freed expire after StaleExpiry (3600 s): the owner calls MaybeExpire before
-// AddRequest (a sweep at most every CleanupInterval, 30 s, as Dynamo does lazily on add) and learns the
-// dropped ids; the clock is the time passed in. With TrackOutputBlocks each generated block adds a block
+// both. Requests never freed expire after StaleExpiry (3600 s): the owner calls MaybeExpire (a sweep at
+// most every CleanupInterval, 30 s; Dynamo sweeps lazily on add, scoring/sched on its tick) and learns
+// the dropped ids; the clock is the time passed in. With TrackOutputBlocks each generated block adds a block
 // unique to the request, weighted by remaining progress when the expected output length is known.
 //
 // Projection gives additional_active_blocks for a candidate request: its blocks not already active on

@@ -66,6 +66,7 @@ func ConfigFrom(c *scoring.Config) Config {
 	d.TrackOutputBlocks = c.TrackOutputBlocks
 	d.Stride = c.ActiveSequenceStride
 	d.StaleExpiry = c.StaleExpiry
+	d.CleanupInterval = min(d.CleanupInterval, c.StaleExpiry/10) // a request expires at most a tenth late
 	return d
 }
 

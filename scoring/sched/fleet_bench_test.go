@@ -46,3 +46,23 @@ func BenchmarkCapacityReport(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTick: the machine's tick, once a second, over W workers with A active requests each (none
+// stale): amortized over ticks, the stale-request sweeps included.
+func BenchmarkTick(b *testing.B) {
+	for _, c := range []struct{ workers, active int }{{1024, 8}, {8192, 8}} {
+		b.Run(fmt.Sprintf("W=%d/A=%d", c.workers, c.active), func(b *testing.B) {
+			m, now := kvMachine(b, c.workers), time.Unix(0, 0)
+			for r := range c.workers * c.active {
+				if _, _, err := m.Route(now, &Request{ID: strconv.Itoa(r), ISL: 100, Matched: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				now = now.Add(time.Second)
+				m.Tick(now)
+			}
+		})
+	}
+}

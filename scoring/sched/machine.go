@@ -553,14 +553,16 @@ func (m *Machine) Loads(dst []TargetLoad) []TargetLoad {
 
 // Tick runs the time-driven work at now: approximate-mode and predicted-index expiry, stale-request
 // expiry, session expiry and the minimum-workers patience. It returns the requests it released or
-// failed.
+// failed. A worker's requests are swept for stale ones at most every load.Config.CleanupInterval (30 s,
+// Dynamo's; a tenth of StaleExpiry when that is shorter), not at every tick: sweeping 65,536 active
+// requests at every tick held the machine 5.0–6.2 ms a second at 8,192 workers (BenchmarkTick).
 func (m *Machine) Tick(now time.Time) []Released {
 	m.expireApprox(now)
 	m.pred.expireDue(now)
 	m.sess.expire(now)
 	freed := false
 	for _, t := range m.list {
-		ids := t.t.Expire(now)
+		ids := t.t.MaybeExpire(now) // each tracker's sweep of its requests at most every CleanupInterval
 		if len(ids) == 0 {
 			continue
 		}
