@@ -185,14 +185,8 @@ func (c *DisaggConfig) bypass(netNew int, loads func() (decodePrefill, decodeWor
 
 // decodeLoads sums the prefill tokens the decode core's healthy workers carry.
 func (a *OpenAIAPI) decodeLoads() (int, int) {
-	carried, n := 0, 0
-	for _, t := range a.R.Loads() {
-		if t.Healthy {
-			carried += int(t.Load.ActivePrefillTokens)
-			n++
-		}
-	}
-	return carried, n
+	carried, n := a.R.PrefillCarried()
+	return int(carried), n
 }
 
 // Serving modes, in the x-kvroute-serving header of a frontend with prefill workers.

@@ -254,6 +254,10 @@ func (r *Router) QueueClasses() []sched.ClassQueue { return r.sched.classes() }
 // Loads returns every worker rank's load as the scheduler tracks it (one locked copy).
 func (r *Router) Loads() []sched.TargetLoad { return r.sched.loads() }
 
+// PrefillCarried returns the prefill tokens the healthy worker ranks carry, summed, and how many ranks
+// are healthy (Loads summed, without a list).
+func (r *Router) PrefillCarried() (tokens uint64, healthy int) { return r.sched.prefillCarried() }
+
 // Waiting is the number of requests the scheduler holds (queue and minimum-workers gate).
 func (r *Router) Waiting() int { return r.sched.waiting() }
 

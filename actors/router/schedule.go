@@ -464,6 +464,13 @@ func (s *scheduler) loads() []sched.TargetLoad {
 	return s.m.Loads(nil)
 }
 
+// prefillCarried is the healthy targets' prefill tokens summed, and their number.
+func (s *scheduler) prefillCarried() (uint64, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.PrefillCarried()
+}
+
 // calibration is the machine's prefill fit (α, β, γ in use, observations).
 func (s *scheduler) calibration() (alpha, beta, gamma float64, n int) {
 	s.mu.Lock()

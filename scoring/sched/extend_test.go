@@ -18,6 +18,8 @@ type denseViews struct {
 	Ctxs, Pfg         []float64
 	Prefilling        int64
 	PfIdle, Roomy     int
+	EvictedAt         []int64
+	Evicting          int
 	Index, Pos        []int // each target's t.i, and where its key is found
 	Spacious          []bool
 	MemoLen, SlotMaps int
@@ -25,7 +27,7 @@ type denseViews struct {
 
 func viewsOf(m *Machine) denseViews {
 	v := denseViews{Lines: m.lines, Tmpl: m.tmpl, Ctxs: m.ctxs, Pfg: m.pfg, Prefilling: m.prefilling, PfIdle: m.pfIdle,
-		Roomy: m.roomy, MemoLen: len(m.sc.memo), SlotMaps: len(m.sc.slots)}
+		Roomy: m.roomy, EvictedAt: m.evictedAt, Evicting: m.evicting, MemoLen: len(m.sc.memo), SlotMaps: len(m.sc.slots)}
 	for _, t := range m.list {
 		i, ok := m.pos.find(t.key)
 		if !ok {
@@ -41,9 +43,9 @@ func viewsOf(m *Machine) denseViews {
 func rebuild(m *Machine) {
 	n := len(m.list)
 	m.lines, m.tmpl = make([]line, 0, n), make([]candTmpl, 0, n)
-	m.ctxs, m.pfg = make([]float64, 0, n), make([]float64, 0, n)
+	m.ctxs, m.pfg, m.evictedAt = make([]float64, 0, n), make([]float64, 0, n), make([]int64, 0, n)
 	m.pos = newPosTable(n)
-	m.prefilling, m.pfIdle, m.roomy = 0, 0, 0
+	m.prefilling, m.pfIdle, m.roomy, m.evicting = 0, 0, 0, 0
 	m.extend(0)
 }
 
@@ -86,6 +88,17 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 			if from, to := m.ranks(id); from != at[0] || to != at[len(at)-1]+1 || to-from != len(at) {
 				t.Fatalf("step %d, %s: worker %d's ranks at [%d, %d), listed at %v", step, what, id, from, to, at)
 			}
+		}
+		var carried uint64
+		healthy := 0
+		for _, l := range m.Loads(nil) {
+			if l.Healthy {
+				carried += l.Load.ActivePrefillTokens
+				healthy++
+			}
+		}
+		if c, h := m.PrefillCarried(); c != carried || h != healthy {
+			t.Fatalf("step %d, %s: prefill carried %d by %d healthy targets, Loads says %d by %d", step, what, c, h, carried, healthy)
 		}
 		held := 0
 		for _, tg := range m.list {
@@ -151,6 +164,10 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 			tg := m.list[rng.IntN(len(m.list))]
 			m.SetCachedBlocks(tg.key, uint64(rng.IntN(5000)))
 			m.SetKVUsage(tg.key, uint64(rng.IntN(5000)))
+			if rng.IntN(2) == 0 { // its engine evicted a block (age.go)
+				m.Evicted([]prefix.Evicted{{Worker: prefix.WorkerKey(tg.key)}})
+			}
+			same(step, "cache report", false)
 		case op == 10:
 			m.SetCapacity(m.list[rng.IntN(len(m.list))].key.WorkerID, 1000+rng.IntN(8000), 2048)
 			same(step, "capacity", false)

@@ -129,6 +129,10 @@ type Machine struct {
 	// recent prefill rate, decode.go).
 	pfg  []float64
 	pfT0 int64
+	// evictedAt is every target's age.evictedAt by index, and evicting counts the targets whose engine
+	// has evicted (age.go): a decision's age charges read them densely.
+	evictedAt []int64
+	evicting  int
 	// prefilling is Σ lines[i].prefilling, the fleet's requests routed and not yet at their first token
 	// (kept by publish): the kvroute cost's load.
 	prefilling int64
@@ -327,12 +331,14 @@ func (m *Machine) drop(id uint64, first int) {
 			continue
 		}
 		m.list[j], m.lines[j], m.tmpl[j], m.ctxs[j], m.pfg[j] = t, m.lines[i], m.tmpl[i], m.ctxs[i], m.pfg[i]
+		m.evictedAt[j] = m.evictedAt[i]
 		t.i = j
 		m.pos.put(t.key, j)
 		j++
 	}
 	clear(m.list[j:])
 	m.list, m.lines, m.tmpl, m.ctxs, m.pfg = m.list[:j], m.lines[:j], m.tmpl[:j], m.ctxs[:j], m.pfg[:j]
+	m.evictedAt = m.evictedAt[:j]
 	// Positions found by key are remembered per decision and per keys table (extend).
 	m.sc.memo = m.sc.memo[:0]
 	m.sc.slots = m.sc.slots[:0]
@@ -358,6 +364,9 @@ func (m *Machine) forget(t *target) {
 	}
 	if t.spacious {
 		m.roomy--
+	}
+	if t.age.evictedAt > 0 {
+		m.evicting--
 	}
 	if !t.healthy {
 		m.unhealthy--
@@ -385,6 +394,10 @@ func (m *Machine) extend(from int) {
 		m.tmpl = append(m.tmpl, candTmpl{worker: t.key, totalKV: t.totalKV(), maxBatched: t.maxBatched(), device: t.w.Device})
 		m.ctxs = append(m.ctxs, t.ctx)
 		m.pfg = append(m.pfg, t.pfg)
+		m.evictedAt = append(m.evictedAt, t.age.evictedAt)
+		if t.age.evictedAt > 0 {
+			m.evicting++
+		}
 		m.pfIdle++ // publish counts the new line's own prefill in or out
 		m.publish(t)
 		t.spacious = false
@@ -534,6 +547,20 @@ type TargetLoad struct {
 	// EvictingFreedAt is when the blocks its engine evicts now were freed (age.go): zero while it has
 	// evicted nothing, the Unix epoch while it has evicted only blocks whose release is not recorded.
 	EvictingFreedAt time.Time
+}
+
+// PrefillCarried returns the prefill tokens the healthy targets carry, summed, and how many targets are
+// healthy: what Loads would give summed, read from the dense lines without a TargetLoad per target (the
+// disaggregation policy asks per request: at 8,192 targets 7.1–8.1 µs, where the list cost 1.3–1.4 ms
+// and 3.2 MB).
+func (m *Machine) PrefillCarried() (tokens uint64, healthy int) {
+	for i := range m.lines {
+		if m.unhealthy == 0 || m.list[i].healthy {
+			tokens += m.lines[i].prefill
+			healthy++
+		}
+	}
+	return tokens, healthy
 }
 
 // Loads appends every target's load to dst.

@@ -100,6 +100,23 @@ func BenchmarkSelectionPass(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
+			// The same once every engine has evicted and no worker is spacious (a busy fleet's steady
+			// state): each target's eviction-age charge is added (age.go).
+			b.Run("calibrated/evicting", func(b *testing.B) {
+				evs := make([]prefix.Evicted, w)
+				for i := range evs {
+					evs[i].Worker = prefix.WorkerKey{WorkerID: uint64(i)}
+				}
+				m.Evicted(evs)
+				m.sc.now = time.Unix(3600, 0).UnixNano()
+				b.ResetTimer()
+				for range b.N {
+					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
+			})
 			for i := range rows {
 				rows[i].Overlap = 0
 			}
