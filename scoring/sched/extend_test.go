@@ -84,6 +84,9 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 		for i, tg := range m.list {
 			byID[tg.key.WorkerID] = append(byID[tg.key.WorkerID], i)
 		}
+		if m.workerCount() != len(byID) {
+			t.Fatalf("step %d, %s: %d workers counted, %d listed", step, what, m.workerCount(), len(byID))
+		}
 		for id, at := range byID {
 			if from, to := m.ranks(id); from != at[0] || to != at[len(at)-1]+1 || to-from != len(at) {
 				t.Fatalf("step %d, %s: worker %d's ranks at [%d, %d), listed at %v", step, what, id, from, to, at)

@@ -87,10 +87,12 @@ type Machine struct {
 	selector   scoring.Selector
 	observe    func(LoadEvent)
 
-	list  []*target // routable (worker, rank) targets, in join order
-	lines []line    // lines[i] is list[i]'s load, dense for the candidate loop
-	tmpl  []candTmpl
-	pos   posTable
+	list []*target // routable (worker, rank) targets, in join order
+	// workers counts the workers the list holds (a worker's ranks are adjacent targets).
+	workers int
+	lines   []line // lines[i] is list[i]'s load, dense for the candidate loop
+	tmpl    []candTmpl
+	pos     posTable
 	// unhealthy counts unhealthy targets, so the common case skips the per-target filter.
 	unhealthy int
 	rr        uint64
@@ -287,6 +289,7 @@ func (m *Machine) AddWorker(now time.Time, w Worker) []Released {
 		}
 	}
 	m.seenWorkers++
+	m.workers++
 	m.extend(from)
 	return m.drain(now)
 }
@@ -337,6 +340,7 @@ func (m *Machine) drop(id uint64, first int) {
 		j++
 	}
 	clear(m.list[j:])
+	m.workers--
 	m.list, m.lines, m.tmpl, m.ctxs, m.pfg = m.list[:j], m.lines[:j], m.tmpl[:j], m.ctxs[:j], m.pfg[:j]
 	m.evictedAt = m.evictedAt[:j]
 	// Positions found by key are remembered per decision and per keys table (extend).

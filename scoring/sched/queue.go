@@ -214,15 +214,7 @@ func (m *Machine) admitClass(ci int) error {
 }
 
 // workerCount is the number of workers (not ranks) the machine routes to.
-func (m *Machine) workerCount() int {
-	n := 0
-	for i, t := range m.list {
-		if i == 0 || t.w != m.list[i-1].w {
-			n++
-		}
-	}
-	return n
-}
+func (m *Machine) workerCount() int { return m.workers }
 
 // enqueue pushes w into class ci's heap under its key (strict tier, then the class's policy
 // score; WSPT reads the best cached prefix among the eligible workers at arrival).
