@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -67,6 +68,7 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 	now := time.Unix(0, 0)
 	var active []string
 	joins, leaves, rejoins := 0, 0, 0
+	var exclude []uint64
 	// same checks the views after a change; moved: the change moved targets, so the positions remembered
 	// by key (the memo, the slot maps) must be dropped too.
 	same := func(step int, what string, moved bool) {
@@ -115,6 +117,11 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 		if held != len(m.active) {
 			t.Fatalf("step %d, %s: %d requests active, %d on the listed workers", step, what, len(m.active), held)
 		}
+		for i, tg := range m.list { // the last request's exclusions, read again after the change
+			if want := !tg.healthy || slices.Contains(exclude, tg.key.WorkerID); m.skip(i, exclude) != want {
+				t.Fatalf("step %d, %s: target %d skipped %v, want %v (excluding %v)", step, what, i, !want, want, exclude)
+			}
+		}
 		got := viewsOf(m)
 		rebuild(m)
 		want := viewsOf(m)
@@ -154,8 +161,24 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 					scores = append(scores, prefix.Score{Worker: prefix.WorkerKey(tg.key), Blocks: uint32(rng.IntN(100))})
 				}
 			}
-			if _, queued, err := m.Route(now, &Request{ID: id, Local: prompt(uint64(step%5), 0), ISL: 100, Scores: scores, Matched: true}); err == nil && !queued {
+			// Some requests exclude workers, in one array the test reuses as a caller may (long lists
+			// are read through a bitmap the machine must not keep across requests).
+			exclude = exclude[:0]
+			for range rng.IntN(3) * rng.IntN(12) {
+				exclude = append(exclude, m.list[rng.IntN(len(m.list))].key.WorkerID)
+			}
+			d, queued, err := m.Route(now, &Request{ID: id, Local: prompt(uint64(step%5), 0), ISL: 100, Scores: scores, Matched: true,
+				Exclude: exclude})
+			if err == nil && !queued {
 				active = append(active, id)
+				if slices.Contains(exclude, d.Worker.WorkerID) {
+					t.Fatalf("step %d: routed to worker %d, which the request excludes", step, d.Worker.WorkerID)
+				}
+			}
+			for i, tg := range m.list {
+				if want := !tg.healthy || slices.Contains(exclude, tg.key.WorkerID); m.skip(i, exclude) != want {
+					t.Fatalf("step %d: target %d skipped %v, want %v (excluding %v)", step, i, !want, want, exclude)
+				}
 			}
 		case op == 7 && len(active) > 0:
 			_, _ = m.PrefillDone(now, active[rng.IntN(len(active))])

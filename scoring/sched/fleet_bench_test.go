@@ -66,3 +66,27 @@ func BenchmarkTick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRouteExcluding: a decision whose request excludes half of a fleet of W (a gateway's endpoint
+// subset leaves the rest out), routed and freed.
+func BenchmarkRouteExcluding(b *testing.B) {
+	for _, w := range []int{1024, 8192} {
+		b.Run(fmt.Sprintf("W=%d", w), func(b *testing.B) {
+			m, now := kvMachine(b, w), time.Unix(0, 0)
+			exclude := make([]uint64, 0, w/2)
+			for i := 0; i < w; i += 2 {
+				exclude = append(exclude, uint64(i))
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				id := strconv.Itoa(i)
+				if _, _, err := m.Route(now, &Request{ID: id, ISL: 100, Matched: true, Exclude: exclude}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := m.Free(now, id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

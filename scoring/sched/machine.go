@@ -346,6 +346,7 @@ func (m *Machine) drop(id uint64, first int) {
 	// Positions found by key are remembered per decision and per keys table (extend).
 	m.sc.memo = m.sc.memo[:0]
 	m.sc.slots = m.sc.slots[:0]
+	m.sc.excl.src = nil
 }
 
 // forget removes a target leaving the list from the position table, the side indexes and the fleet's
@@ -411,6 +412,7 @@ func (m *Machine) extend(from int) {
 	// key they hold as absent.
 	m.sc.memo = m.sc.memo[:0]
 	m.sc.slots = m.sc.slots[:0]
+	m.sc.excl.src = nil
 }
 
 // publish copies a target's tracker load into its line.

@@ -113,6 +113,16 @@ type scratch struct {
 	// memo[j] is the position of the worker the j-th overlap score named last time (-1: none); reset
 	// whenever positions change.
 	memo []posMemo
+	// excl is the bitmap of target positions a long exclusion list names (skip), with the list it was
+	// built from; dropped when positions change and when a caller's request comes in (Route, Query:
+	// the caller may reuse the list's array), while lists the machine holds (a waiting request's) are
+	// never written.
+	excl exclusion
+}
+
+type exclusion struct {
+	src  []uint64
+	bits []uint64
 }
 
 type posMemo struct {
@@ -124,6 +134,7 @@ type posMemo struct {
 // threshold is reached for every eligible worker, requests already wait, or the minimum fleet has not
 // joined) it is parked and queued is true: its Released comes back from a later call.
 func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, err error) {
+	m.sc.excl.src = nil
 	if req.ID == "" {
 		return d, false, fmt.Errorf("%w: missing request id", ErrBadRequest)
 	}
@@ -216,6 +227,7 @@ func (m *Machine) decide(now time.Time, req *Request, chain []uint64, isl int, s
 // Query is a dry decision: where req would go now, with nothing charged, recorded or bound (the
 // standalone API's query-only routing, and the scenarios' sampling). It never waits.
 func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
+	m.sc.excl.src = nil
 	if req.Override != nil {
 		if _, err := m.cfg.WithOverride(req.Override); err != nil {
 			return Decision{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -403,9 +415,40 @@ func (m *Machine) recordApprox(now time.Time, k scoring.WorkerKey, local, chain 
 // unhealthy), so the common case skips the per-target check.
 func (m *Machine) filtering(exclude []uint64) bool { return len(exclude) > 0 || m.unhealthy > 0 }
 
-// skip reports whether target i is left out: its worker is excluded or it is unhealthy.
+// skip reports whether target i is left out: its worker is excluded or it is unhealthy. A list of more
+// than shortExclude workers is read through a bitmap of target positions built once for it (excluded):
+// a gateway's endpoint subset excludes every other worker, and a scan of that list per target made a
+// decision excluding half of 8,192 workers take 15 ms (BenchmarkRouteExcluding; 0.12 ms now).
 func (m *Machine) skip(i int, exclude []uint64) bool {
-	return !m.list[i].healthy || slices.Contains(exclude, m.tmpl[i].worker.WorkerID)
+	if !m.list[i].healthy {
+		return true
+	}
+	if len(exclude) <= shortExclude {
+		return slices.Contains(exclude, m.tmpl[i].worker.WorkerID)
+	}
+	return m.excluded(exclude)[i>>6]&(1<<(i&63)) != 0
+}
+
+// shortExclude is the longest exclusion list skip scans.
+const shortExclude = 8
+
+// excluded returns the bitmap of the target positions whose worker exclude names, built when exclude is
+// not the list the scratch's bitmap was built from.
+func (m *Machine) excluded(exclude []uint64) []uint64 {
+	e := &m.sc.excl
+	if len(e.src) == len(exclude) && &e.src[0] == &exclude[0] {
+		return e.bits
+	}
+	n := (len(m.list) + 63) >> 6
+	e.src, e.bits = exclude, slices.Grow(e.bits[:0], n)[:n]
+	clear(e.bits)
+	for _, id := range exclude {
+		from, to := m.ranks(id)
+		for i := from; i < to; i++ {
+			e.bits[i>>6] |= 1 << (i & 63)
+		}
+	}
+	return e.bits
 }
 
 // argmin is the decision of scoring.Argmin over every routable target: in the common case (the linear
