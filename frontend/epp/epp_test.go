@@ -603,3 +603,26 @@ func startPNGServer(t testing.TB) string {
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()
 }
+
+// TestAddrMemo: the memo answers what addrOf parses, for URLs with and without a port and malformed
+// ones, asked again or not, and stays bounded while workers keep coming under new URLs.
+func TestAddrMemo(t *testing.T) {
+	var a addrMemo
+	urls := []string{"http://10.0.0.1:8000", "http://10.0.0.1", "://bad", "http://[::1]:9000/v1", "http://10.0.0.1:8000"}
+	for range 2 {
+		for _, u := range urls {
+			if got, want := a.of(u), addrOf(u); got != want {
+				t.Fatalf("%q: memo %q, addrOf %q", u, got, want)
+			}
+		}
+	}
+	for i := range maxAddrs + 10 {
+		u := fmt.Sprintf("http://10.%d.%d.%d:8000", i>>16, (i>>8)&255, i&255)
+		if got, want := a.of(u), addrOf(u); got != want {
+			t.Fatalf("%q: memo %q, addrOf %q", u, got, want)
+		}
+	}
+	if n := a.n.Load(); n > maxAddrs {
+		t.Fatalf("the memo counts %d URLs, bound %d", n, maxAddrs)
+	}
+}
