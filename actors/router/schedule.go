@@ -492,11 +492,13 @@ func (s *scheduler) activeList(emit func(sched.ActiveList)) {
 	emit(s.m.ActiveList())
 }
 
-// reconcile frees another router's requests its active list lacks (Router.ReconcileRemote).
+// reconcile frees another router's requests its active list lacks (Router.ReconcileRemote). The list
+// is indexed before the lock is taken.
 func (s *scheduler) reconcile(routerID string, l sched.ActiveList) int {
+	ix := l.Index()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rel, n := s.m.Reconcile(s.now(), routerID, l)
+	rel, n := s.m.ReconcileIndex(s.now(), routerID, ix)
 	s.deliver(rel)
 	return n
 }

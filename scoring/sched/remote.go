@@ -141,19 +141,40 @@ func (m *Machine) ActiveList() ActiveList {
 	return l
 }
 
+// ActiveIndex is an ActiveList indexed for Reconcile: its targets and its request ids as sets. Building
+// it needs no machine, so a caller builds it before taking the lock it reconciles under: with 65,536 of
+// a peer's requests on 8,192 targets a reconciliation took 30 ms, of which 18–22 ms is left under the
+// lock (the pass over the peer's requests the machine holds; a one-off benchmark).
+type ActiveIndex struct {
+	covered map[scoring.WorkerKey]struct{}
+	listed  map[string]struct{}
+	all     bool
+}
+
+// Index returns l indexed for ReconcileIndex.
+func (l ActiveList) Index() ActiveIndex {
+	ix := ActiveIndex{covered: make(map[scoring.WorkerKey]struct{}, len(l.Workers)),
+		listed: make(map[string]struct{}, len(l.Requests)), all: l.All}
+	for _, w := range l.Workers {
+		ix.covered[w] = struct{}{}
+	}
+	for _, r := range l.Requests {
+		ix.listed[r.ID] = struct{}{}
+	}
+	return ix
+}
+
 // Reconcile frees, at now, the requests this machine holds for routerID on the targets l covers that l
 // does not list, and returns the releases that frees and their number. Requests on targets l does not
 // cover are left alone (another core of that router lists them), and so are listed requests this machine
 // never saw (a lost Add cannot be rebuilt from a list).
 func (m *Machine) Reconcile(now time.Time, routerID string, l ActiveList) ([]Released, int) {
-	covered := make(map[scoring.WorkerKey]struct{}, len(l.Workers))
-	for _, w := range l.Workers {
-		covered[w] = struct{}{}
-	}
-	listed := make(map[string]struct{}, len(l.Requests))
-	for _, r := range l.Requests {
-		listed[r.ID] = struct{}{}
-	}
+	return m.ReconcileIndex(now, routerID, l.Index())
+}
+
+// ReconcileIndex is Reconcile with the list already indexed.
+func (m *Machine) ReconcileIndex(now time.Time, routerID string, l ActiveIndex) ([]Released, int) {
+	covered, listed := l.covered, l.listed
 	ns := RemoteID(routerID, "")
 	freed := 0
 	for id := range m.remote[routerID] {
@@ -162,7 +183,7 @@ func (m *Machine) Reconcile(now time.Time, routerID string, l ActiveList) ([]Rel
 			m.forgetRemote(routerID, id)
 			continue
 		}
-		if _, c := covered[t.key]; !c && !l.All {
+		if _, c := covered[t.key]; !c && !l.all {
 			continue
 		}
 		if _, live := listed[id[len(ns):]]; live {
