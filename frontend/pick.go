@@ -89,8 +89,10 @@ func (p *Picked) Move(id uint64) error {
 type PickOptions struct {
 	// Exclude lists workers the request must not go to (the gateway's endpoint subset, inverted).
 	Exclude []uint64
-	// ReturnCosts asks the router for every candidate's cost (the picker's fallback endpoints).
+	// ReturnCosts asks the router for every candidate's cost (the picker's fallback endpoints), or with
+	// CostsTop > 0 the cheapest candidate of each of the CostsTop cheapest workers not busy.
 	ReturnCosts bool
+	CostsTop    int
 }
 
 // Pick runs the request path up to the routing decision for a request the caller forwards itself:
@@ -127,6 +129,7 @@ func (a *OpenAIAPI) Pick(path string, h HeaderSource, body []byte, opt PickOptio
 		return nil, err
 	}
 	j.returnRoute = j.returnRoute || opt.ReturnCosts
+	j.costsTop = opt.CostsTop
 	j.exclude = opt.Exclude
 	a.begin(j)
 	p := a.runRequestActor(j)

@@ -66,6 +66,7 @@ type job struct {
 	// then skips conditional prefill).
 	pinPrefill  *uint64
 	returnRoute bool
+	costsTop    int // with returnRoute, the cheapest workers' candidates only (PickOptions.CostsTop)
 	// policyClass is x-dynamo-meta-policy-class: an explicit policy class or a policy family.
 	policyClass string
 	// exclude lists workers this request must not route to (the endpoint picker's subset hint).
@@ -431,7 +432,7 @@ func (a *OpenAIAPI) tokenize(j *job) ([]uint32, error) {
 // routeRequest is the router's request for j: the routing tokens (image positions expanded when routing
 // on images), namespace, priority, tier, pin, OSL, session, excluded workers.
 func (a *OpenAIAPI) routeRequest(j *job, tokens []uint32, view imageView) *router.RouteRequest {
-	rr := &router.RouteRequest{ID: j.id, Tokens: tokens, ReturnCosts: j.returnRoute, CacheNamespace: j.namespace}
+	rr := &router.RouteRequest{ID: j.id, Tokens: tokens, ReturnCosts: j.returnRoute, CostsTop: j.costsTop, CacheNamespace: j.namespace}
 	if view.tokens != nil {
 		rr.Tokens, rr.ISL = view.tokens, view.isl
 		if view.blockMM != nil { // legacy scheme: the images' mm_hash values enter their blocks' hashes

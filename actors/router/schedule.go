@@ -66,6 +66,9 @@ type RouteRequest struct {
 	Sequences int
 	// ReturnCosts asks for every candidate's overlap and cost (nvext return_routing).
 	ReturnCosts bool
+	// CostsTop, with ReturnCosts, keeps the cheapest candidate of each of the CostsTop cheapest workers
+	// that are not busy (sched.Request.CostsTop); 0 keeps them all.
+	CostsTop int
 	// Exclude lists workers not to route to (they failed this request before; migration).
 	Exclude []uint64
 	// Session is the request's X-Dynamo-Session-ID ("" none), for session affinity.
@@ -268,7 +271,7 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 
 	mreq := sched.Request{ID: req.ID, Local: sc.local, Chain: sc.chain, ISL: isl, Matches: &sc.matches, Matched: true,
 		Priority: req.Priority, Strict: req.Strict, Pin: req.Pin, PinRank: req.PinRank, Override: req.Override,
-		OSL: req.ExpectedOutputTokens, Sequences: req.Sequences, ReturnCosts: req.ReturnCosts, Exclude: req.Exclude, Session: req.Session,
+		OSL: req.ExpectedOutputTokens, Sequences: req.Sequences, ReturnCosts: req.ReturnCosts, CostsTop: req.CostsTop, Exclude: req.Exclude, Session: req.Session,
 		PolicyClass: req.PolicyClass}
 	var wait chan sched.Released
 	evicted := s.takeEvicted(tf)

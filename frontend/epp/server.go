@@ -339,7 +339,8 @@ func (x *exchange) end() {
 
 // pick routes the gathered request and answers with the destination.
 func (x *exchange) pick(md *corev3.Metadata) (bool, error) {
-	opt := frontend.PickOptions{ReturnCosts: x.s.cfg.Fallbacks > 0}
+	// The primary and its fallbacks come from the cheapest workers: the router keeps no more candidates.
+	opt := frontend.PickOptions{ReturnCosts: x.s.cfg.Fallbacks > 0, CostsTop: x.s.cfg.Fallbacks + 1}
 	if subset, ok := x.subset(md); ok {
 		allowed, exclude := x.s.allowed(subset)
 		if !allowed {
