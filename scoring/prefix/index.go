@@ -589,9 +589,11 @@ func (ix *Index) clear(workerID uint64, rank int64, forget bool) {
 	if mask == nil {
 		return
 	}
+	// Only the nodes the worker held change (the drops and merges below touch what they change): the
+	// next Sync copies those alone. Touching every node made a worker's reset at 256 workers sync every
+	// node of the index.
 	for n := 1; n < len(ix.nodes); n++ {
-		if nd := &ix.nodes[n]; nd.live {
-			nd.workers.andNot(mask)
+		if nd := &ix.nodes[n]; nd.live && nd.workers.andNotAny(mask) {
 			ix.touch(uint32(n))
 		}
 	}

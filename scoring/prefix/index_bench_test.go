@@ -125,3 +125,26 @@ func BenchmarkChurn(b *testing.B) {
 		b.ReportMetric(float64(ix.Size()), "entries")
 	})
 }
+
+// BenchmarkClearWorker: one worker's engine reset (ClearRank) in the W=256 workload's index with a view
+// copy kept in step, then the Sync that brings the copy up to date (what an indexer shard does before it
+// lets readers into the copy). Each op clears another worker; at most 256 ops.
+func BenchmarkClearWorker(b *testing.B) {
+	wl := getWorkload(256)
+	b.Run("W=256", func(b *testing.B) {
+		if b.N > wl.workers {
+			b.Skip("more ops than workers")
+		}
+		ix, _ := wl.build()
+		v := ix.NewView()
+		ix.Sync(v)
+		nodes := 0
+		b.ResetTimer()
+		for i := range b.N {
+			ix.ClearRank(WorkerKey{WorkerID: uint64(1000 + i/2), DPRank: uint32(i % 2)}) // the workload's keys
+			nodes += len(ix.dirty)
+			ix.Sync(v)
+		}
+		b.ReportMetric(float64(nodes)/float64(b.N), "nodes-synced")
+	})
+}

@@ -156,6 +156,20 @@ func (s *wset) andNot(mask bitset) {
 	}
 }
 
+// andNotAny is andNot, reporting whether it took a member out.
+func (s *wset) andNotAny(mask bitset) bool {
+	var hit uint64
+	for i := range min(inlineWords, len(mask)) {
+		hit |= s.inl[i] & mask[i]
+		s.inl[i] &^= mask[i]
+	}
+	for i := range min(len(s.ext), max(len(mask)-inlineWords, 0)) {
+		hit |= s.ext[i] & mask[inlineWords+i]
+		s.ext[i] &^= mask[inlineWords+i]
+	}
+	return hit != 0
+}
+
 // bits returns the set as a plain bitset (a copy).
 func (s *wset) bits() bitset {
 	b := make(bitset, inlineWords+len(s.ext))
