@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/kvroute/kvroute/scoring"
@@ -569,8 +570,11 @@ func (m *Machine) PrefillCarried() (tokens uint64, healthy int) {
 	return tokens, healthy
 }
 
-// Loads appends every target's load to dst.
+// Loads appends every target's load to dst, grown once for all of them: appending 8,192 to a nil slice
+// took 1.2–1.5 ms and 3.2 MB under the scheduler's lock (per metrics scrape and readiness probe), 0.41–
+// 0.46 ms and 0.79 MB grown once (a one-off benchmark).
 func (m *Machine) Loads(dst []TargetLoad) []TargetLoad {
+	dst = slices.Grow(dst, len(m.list))
 	for i, t := range m.list {
 		l := &m.lines[i]
 		tl := TargetLoad{Worker: t.key, Healthy: t.healthy, Predicted: t.approx, FreeKVBlocks: int64(l.room) - 1,
