@@ -17,6 +17,7 @@ import (
 // workers of several ranks.
 func TestCheapestWorkers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
+	m := kvMachine(t, 0)
 	for trial := range 2000 {
 		costs := make([]scoring.CandidateCost, rng.IntN(60))
 		for i := range costs {
@@ -47,13 +48,13 @@ func TestCheapestWorkers(t *testing.T) {
 			return dup
 		})
 		want = want[:min(n, len(want))]
-		got := candidatesOf(costs, n)
+		got := m.candidatesOf(costs, n)
 		if len(got) != len(want) || (len(got) > 0 && !reflect.DeepEqual(keysOf(got), keysOf(want))) {
 			t.Fatalf("trial %d (n %d): got %v, want %v", trial, n, got, want)
 		}
 	}
 	all := []scoring.CandidateCost{{Cost: 2}, {Cost: 1, Busy: true}}
-	if got := candidatesOf(all, 0); !reflect.DeepEqual(got, all) {
+	if got := m.candidatesOf(all, 0); !reflect.DeepEqual(got, all) {
 		t.Fatalf("top 0 kept %v, want every candidate", got)
 	}
 }

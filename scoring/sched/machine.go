@@ -344,10 +344,7 @@ func (m *Machine) drop(id uint64, first int) {
 	m.workers--
 	m.list, m.lines, m.tmpl, m.ctxs, m.pfg = m.list[:j], m.lines[:j], m.tmpl[:j], m.ctxs[:j], m.pfg[:j]
 	m.evictedAt = m.evictedAt[:j]
-	// Positions found by key are remembered per decision and per keys table (extend).
-	m.sc.memo = m.sc.memo[:0]
-	m.sc.slots = m.sc.slots[:0]
-	m.sc.excl.src = nil
+	m.positionsMoved()
 }
 
 // forget removes a target leaving the list from the position table, the side indexes and the fleet's
@@ -381,9 +378,9 @@ func (m *Machine) forget(t *target) {
 
 // extend adds the dense views of the targets the list holds from index from on, leaving the others'
 // as they are (each is kept current where its target changes); extend(0) on empty views builds them
-// all (TestFleetChangesKeepViewsAsRebuildWould). A worker joining appends its targets, so a fleet registering one worker at a time costs a step per
-// worker, where rebuilding every view per join cost the fleet's size: 8,000 workers took 3.5 s,
-// each of the last joins holding the machine 0.9 ms.
+// all (TestFleetChangesKeepViewsAsRebuildWould). A worker joining appends its targets, so a fleet
+// registering one worker at a time costs a step per worker, where rebuilding every view per join cost
+// the fleet's size: 8,000 workers took 3.5 s, each of the last joins holding the machine 0.9 ms.
 func (m *Machine) extend(from int) {
 	n := len(m.list)
 	if 2*n > len(m.pos.slots) { // at most half full: a larger table, with every position again
@@ -409,8 +406,13 @@ func (m *Machine) extend(from int) {
 		t.spacious = false
 		m.setRoom(t)
 	}
-	// Positions found by key are remembered per decision and per keys table; a new target may own a
-	// key they hold as absent.
+	m.positionsMoved()
+}
+
+// positionsMoved drops what remembers target positions (a join's new target may own a key they hold as
+// absent; a leave moves the later targets down): the overlap memo, the slot maps of the index's keys
+// tables and the exclusion bitmap.
+func (m *Machine) positionsMoved() {
 	m.sc.memo = m.sc.memo[:0]
 	m.sc.slots = m.sc.slots[:0]
 	m.sc.excl.src = nil
