@@ -125,8 +125,9 @@ func (s *BindSubscriber) AddTopic(topic, replayEndpoint string) {
 func (s *BindSubscriber) RemoveTopic(topic string) {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
-	if reg := s.reg.Load(); reg.Without(topic) != reg {
-		s.publish(reg.Without(topic), topic)
+	reg := s.reg.Load()
+	if next := reg.Without(topic); next != reg {
+		s.publish(next, topic)
 	}
 }
 
