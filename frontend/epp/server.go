@@ -497,7 +497,7 @@ func (s *Server) allowed(subset []string) (bool, []uint64) {
 // destination is the header value: the picked worker's ip:port, then up to Fallbacks other candidates,
 // cheapest first.
 func (s *Server) destination(r router.RouteResult) string {
-	primary := addrOf(r.Spec.URL)
+	primary := s.addrs.of(r.Spec.URL)
 	if primary == "" || s.cfg.Fallbacks == 0 || len(r.Candidates) < 2 {
 		return primary
 	}
@@ -513,7 +513,7 @@ func (s *Server) destination(r router.RouteResult) string {
 			continue
 		}
 		u, _ := s.workers.URL(c.Worker.WorkerID)
-		a := addrOf(u)
+		a := s.addrs.of(u)
 		if a == "" || seen[a] {
 			continue
 		}
