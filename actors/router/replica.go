@@ -30,12 +30,14 @@ func (r *Router) ApplyRemote(routerID string, ev LoadEvent) error {
 }
 
 // ActiveLists hands emit this router's active list (sched.ActiveList: its workers and its own active
-// requests) while its scheduler's lock is held, so that the list is in order with the load events it
-// reports to OnLoad: replica sync publishes both through one queue.
+// requests) in parts of up to 256 workers, each while its scheduler's lock is held, so that each part
+// is exact for its workers and in order with the load events it reports to OnLoad: replica sync
+// publishes both through one queue. Decisions run between the parts.
 func (r *Router) ActiveLists(emit func(sched.ActiveList)) { r.sched.activeList(emit) }
 
 // ReconcileRemote frees the requests this router charges for routerID on the workers l covers that l
-// does not list (their Free was lost) and returns their number.
+// does not list (their Free was lost) and returns their number. Decisions wait only while it reads and
+// frees a part of the workers, not while it checks the requests against the list.
 func (r *Router) ReconcileRemote(routerID string, l sched.ActiveList) int {
 	return r.sched.reconcile(routerID, l)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/worker"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/sched"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
@@ -136,5 +137,74 @@ func TestReplicaSharesSessionBindings(t *testing.T) {
 	res, err := b.Route(context.Background(), &RouteRequest{ID: "other", Tokens: []uint32{7, 7, 7, 7}})
 	if err != nil || res.Worker.WorkerID != 1 {
 		t.Fatalf("a request without the session went to %d (%v), want the idle worker 1", res.Worker.WorkerID, err)
+	}
+}
+
+// TestActiveListsAndReconcileInParts: with more workers than one part holds, ActiveLists emits parts that
+// together cover every worker once and list every local request once, and a peer's list, whole or
+// marked All, frees exactly the peer's unlisted requests on the workers it covers.
+func TestActiveListsAndReconcileInParts(t *testing.T) {
+	cfg := DefaultConfig(16)
+	cfg.TickInterval = -1
+	r, err := New(actors.NewSystem(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	const workers = 2*replicaPart + 7
+	for id := uint64(1); id <= workers; id++ {
+		if err := r.AddWorker(registry.Spec{ID: id, URL: "http://127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toks := make([]uint32, 32)
+	for i := range 300 {
+		if _, err := r.Route(context.Background(), &RouteRequest{ID: "own-" + strconv.Itoa(i), Tokens: toks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var peer sched.ActiveList
+	for id := uint64(1); id <= workers; id++ {
+		w := scoring.WorkerKey{WorkerID: id}
+		peer.Workers = append(peer.Workers, w)
+		for k := range 2 {
+			rid := strconv.FormatUint(id, 10) + "-" + strconv.Itoa(k)
+			if err := r.ApplyRemote("peer", LoadEvent{Kind: LoadAdd, RequestID: rid, Worker: w, ISL: 8}); err != nil {
+				t.Fatal(err)
+			}
+			if k == 0 || id > workers/2 { // the peer lost the Free of every other request on the first half
+				peer.Requests = append(peer.Requests, sched.ActiveRequest{ID: rid, Worker: w})
+			}
+		}
+	}
+	parts, covered, listed := 0, map[scoring.WorkerKey]int{}, map[string]int{}
+	r.ActiveLists(func(l sched.ActiveList) {
+		parts++
+		for _, w := range l.Workers {
+			covered[w]++
+		}
+		for _, q := range l.Requests {
+			listed[q.ID]++
+		}
+	})
+	if parts != 3 || len(covered) != workers || len(listed) != 300 {
+		t.Fatalf("%d parts covering %d workers and listing %d requests, want 3, %d and 300", parts, len(covered), len(listed), workers)
+	}
+	for w, n := range covered {
+		if n != 1 {
+			t.Fatalf("worker %v covered %d times", w, n)
+		}
+	}
+	if n := r.ReconcileRemote("peer", peer); n != workers/2 {
+		t.Fatalf("reconciliation freed %d, want %d", n, workers/2)
+	}
+	if n := r.ActiveRequests(); n != 300+len(peer.Requests) {
+		t.Fatalf("%d active after the reconciliation, want %d", n, 300+len(peer.Requests))
+	}
+	if n := r.ReconcileRemote("peer", sched.ActiveList{All: true}); n != len(peer.Requests) {
+		t.Fatalf("the peer gone: freed %d, want %d", n, len(peer.Requests))
+	}
+	if n := r.ActiveRequests(); n != 300 {
+		t.Fatalf("%d active once the peer is gone, want the 300 local ones", n)
 	}
 }

@@ -99,10 +99,6 @@ type Machine struct {
 	rr        uint64
 
 	active map[string]*target
-	// remote indexes the ids in active of each other router's requests (replica sync), so that its
-	// active list is checked against its requests alone; an id that left active another way (stale
-	// expiry, its worker removed) is pruned at the router's next list.
-	remote map[string]map[string]struct{}
 
 	pq       policyQueue
 	waitByID map[string]*waiting
@@ -221,7 +217,7 @@ func New(cfg scoring.Config, index Index, opt Options) (*Machine, error) {
 		return nil, err
 	}
 	m := &Machine{cfg: &cfg, index: index, selector: opt.Selector, observe: opt.Observer,
-		active: make(map[string]*target), remote: make(map[string]map[string]struct{}), waitByID: make(map[string]*waiting),
+		active: make(map[string]*target), waitByID: make(map[string]*waiting),
 		approx: scoring.NewApprox(scoring.ApproxConfigFrom(&cfg)), patience: opt.MinWorkersPatience,
 		cal: scoring.NewCalibrator(), obs: make(map[string]calObs),
 		dcal: scoring.NewDecodeFit(), dreq: make(map[string]decodeReq),

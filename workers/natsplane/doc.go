@@ -66,10 +66,11 @@
 //     (QueueSize, default 100,000; full → the newest event is dropped and counted); one publisher
 //     goroutine drains it; the subscription's goroutine applies remote events (Router.ApplyRemote).
 //     Every ListInterval (10 s) a ticker goroutine takes each core's active list (its workers and own
-//     requests) under that core's lock and enqueues it in the same queue, so a list follows every event
-//     reported before it; a replica frees what it charges for that router on those workers and the list
-//     lacks (Router.ReconcileRemote): a lost Free costs ten seconds of phantom load, not the hour of
-//     stale-request expiry.
+//     requests) in parts of 256 workers, each under that core's lock, and enqueues each in the same
+//     queue, so a part follows every event reported before it; a replica frees what it charges for that
+//     router on those workers and the list lacks (Router.ReconcileRemote, which holds the core's lock only
+//     to collect and to free, a part at a time): a lost Free costs ten seconds of phantom load, not the
+//     hour of stale-request expiry.
 //   - Watcher: Run owns the known-worker map; one goroutine. Ready is closed once the registrations present
 //     at start are added: a frontend starts its Source after it, so no event of a known worker is
 //     dropped as unknown.
