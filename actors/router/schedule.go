@@ -512,10 +512,11 @@ func (s *scheduler) activeList(emit func(sched.ActiveList)) {
 
 // reconcile frees another router's requests its active list lacks (Router.ReconcileRemote). The lock is
 // held, in parts, to collect that router's requests on the workers the list covers and to free the
-// unlisted ones, not while they are checked against the list (sched.Machine.Reconcile). Only this
-// goroutine applies that router's events, so between the parts its requests can only leave.
+// unlisted ones, not while they are checked against the list (sched.Machine.Reconcile); the list is
+// indexed only when this core charges that router something there. That router's events are applied
+// by the goroutine that reads its lists, so between the parts its requests only leave (the sweep of a
+// router gone silent, on the list ticker's goroutine, only frees).
 func (s *scheduler) reconcile(routerID string, l sched.ActiveList) int {
-	ix := l.Index()
 	workers := l.Workers
 	if l.All {
 		s.mu.Lock()
@@ -528,7 +529,10 @@ func (s *scheduler) reconcile(routerID string, l sched.ActiveList) int {
 		ids = s.m.Charged(routerID, workers[lo:min(lo+replicaPart, len(workers))], ids)
 		s.mu.Unlock()
 	}
-	ids = ix.Unlisted(routerID, ids)
+	if len(ids) == 0 { // none of those workers is this core's, or that router has nothing on them
+		return 0
+	}
+	ids = l.Index().Unlisted(routerID, ids)
 	n := 0
 	for lo := 0; lo < len(ids); lo += replicaPart {
 		s.mu.Lock()
