@@ -46,6 +46,10 @@ type Request struct {
 	// reuse the slice.
 	ReturnCosts bool
 	CostsBuf    []CandidateCost
+	// CostsTop, with ReturnCosts, says the caller keeps only the cheapest candidate of each of the
+	// CostsTop cheapest workers that are not busy: a selector may then return those rows alone (in
+	// that order) instead of every candidate's. 0: every candidate.
+	CostsTop int
 }
 
 // CandidateCost is one row of Decision.Costs.
@@ -68,7 +72,8 @@ type Decision struct {
 	Overlap uint32
 	// CachedTokens is min(Overlap × block size, ISL): the prefill charge is ISL − CachedTokens.
 	CachedTokens int
-	// Costs has one row per candidate, in candidate order, when Request.ReturnCosts.
+	// Costs has one row per candidate, in candidate order, when Request.ReturnCosts (or, with
+	// Request.CostsTop, possibly only the rows that keeps, cheapest first).
 	Costs []CandidateCost
 }
 

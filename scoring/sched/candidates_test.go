@@ -6,9 +6,12 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/prefix"
 )
 
 // TestCheapestWorkers: the cheapest candidate of each of the n cheapest workers, busy ones left out, is
@@ -78,4 +81,78 @@ func keysOf(cs []scoring.CandidateCost) []candKey {
 		out[i] = candKey{c.Worker, math.Float64bits(c.Cost)}
 	}
 	return out
+}
+
+// TestCostsTopAsEveryCost: a decision asked for the cheapest workers' rows alone (CostsTop) returns
+// what cheapestWorkers takes from every candidate's row, and routes where the decision with every row
+// does: two machines alike, random fleets of 1 to 90 workers of 1 to 3 ranks with random loads and
+// overlaps, through the vector kernel (nothing filtered) and the scalar loop (exclusions, busy
+// thresholds), idle fleets whose costs all tie.
+func TestCostsTopAsEveryCost(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for round := range 300 {
+		cfg := scoring.DefaultConfig()
+		cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
+		if round%3 == 2 {
+			cfg.ActivePrefillTokensThreshold = scoring.Some(float64(50 + rng.IntN(400)))
+		}
+		seed := uint64(round)
+		var ms [2]*Machine
+		for k := range ms {
+			m, err := New(cfg, nil, Options{Seed: &seed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms[k] = m
+		}
+		n := 1 + round%90
+		for id := range n {
+			w := Worker{ID: uint64(id + 1), DPRanks: 1 + id%3}
+			ms[0].AddWorker(time.Unix(0, 0), w)
+			ms[1].AddWorker(time.Unix(0, 0), w)
+		}
+		for r := range rng.IntN(3 * n) { // loads: requests pinned at random, on both machines
+			pin := scoring.WorkerKey{WorkerID: uint64(1 + rng.IntN(n))}
+			req := Request{ID: "load-" + strconv.Itoa(r), Local: prompt(uint64(r), 4+rng.IntN(60)), ISL: 100 + rng.IntN(400), Pin: &pin, Matched: true}
+			a, errA := routeOnce(ms[0], req)
+			b, errB := routeOnce(ms[1], req)
+			if (errA == nil) != (errB == nil) || a.Worker != b.Worker { // busy pins fail on both
+				t.Fatalf("round %d: the machines differ before the decision asked", round)
+			}
+		}
+		var scores []prefix.Score
+		for id := range n {
+			if rng.IntN(3) == 0 {
+				scores = append(scores, prefix.Score{Worker: prefix.WorkerKey{WorkerID: uint64(id + 1)}, Blocks: uint32(rng.IntN(40))})
+			}
+		}
+		var exclude []uint64
+		if round%4 == 1 {
+			for id := range n {
+				if rng.IntN(3) == 0 {
+					exclude = append(exclude, uint64(id+1))
+				}
+			}
+		}
+		top := 1 + rng.IntN(17)
+		req := Request{ID: "asked", Local: prompt(99, 40), ISL: 40 + rng.IntN(300), Scores: scores, Matched: true, Exclude: exclude, ReturnCosts: true}
+		all, errAll := routeOnce(ms[0], req)
+		req.CostsTop = top
+		some, errSome := routeOnce(ms[1], req)
+		if (errAll == nil) != (errSome == nil) {
+			t.Fatalf("round %d: every row: %v; top %d: %v", round, errAll, top, errSome)
+		}
+		if errAll != nil {
+			continue
+		}
+		if want := cheapestWorkers(all.Candidates, top); all.Worker != some.Worker || !slices.Equal(some.Candidates, want) {
+			t.Fatalf("round %d (%d workers, top %d): routed to %v and %v; rows %v, want %v", round, n, top, all.Worker, some.Worker, some.Candidates, want)
+		}
+	}
+}
+
+// routeOnce routes a copy of req on m at a fixed time.
+func routeOnce(m *Machine, req Request) (Decision, error) {
+	d, _, err := m.Route(time.Unix(2, 0), &req)
+	return d, err
 }

@@ -90,3 +90,39 @@ func BenchmarkRouteExcluding(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRouteCosts: a decision returning its candidates' costs (a gateway picker naming fallback
+// endpoints, return_routing), every row (top=0) or the cheapest T workers' rows (top=-1: no costs
+// asked), over W workers carrying two active requests each, with nothing excluded (the vector kernel
+// where the CPU has one) or half of the fleet excluded (the scalar loop); routed and freed.
+func BenchmarkRouteCosts(b *testing.B) {
+	for _, w := range []int{1024, 8192} {
+		for _, half := range []bool{false, true} {
+			for _, top := range []int{-1, 0, 3, 17} {
+				b.Run(fmt.Sprintf("W=%d/excluding=%v/top=%d", w, half, top), func(b *testing.B) {
+					m, now := kvMachine(b, w), time.Unix(0, 0)
+					for r := range 2 * w {
+						if _, _, err := m.Route(now, &Request{ID: "load-" + strconv.Itoa(r), ISL: 100 + r%700, Matched: true}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					var exclude []uint64
+					for i := 0; half && i < w; i += 2 {
+						exclude = append(exclude, uint64(i))
+					}
+					b.ResetTimer()
+					for i := range b.N {
+						id := strconv.Itoa(i)
+						req := Request{ID: id, ISL: 300, Matched: true, ReturnCosts: top >= 0, CostsTop: max(top, 0), Exclude: exclude}
+						if _, _, err := m.Route(now, &req); err != nil {
+							b.Fatal(err)
+						}
+						if _, err := m.Free(now, id); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}

@@ -271,29 +271,52 @@ func (m *Machine) candidatesOf(costs []scoring.CandidateCost, top int) []scoring
 // busy candidates left out; equal costs keep the candidates' order, as a stable sort of costs would,
 // and NaN costs come last.
 func cheapestWorkers(costs []scoring.CandidateCost, n int) []scoring.CandidateCost {
-	top := make([]scoring.CandidateCost, 0, n+1)
+	top := newTopCosts(n, nil)
 	for _, c := range costs {
-		// Not cheaper than the n-th is out, also as its worker's cheaper candidate (that worker's entry
-		// is no dearer than the n-th).
-		if c.Busy || (len(top) == n && !cheaper(c.Cost, top[n-1].Cost)) {
-			continue
-		}
-		if j := slices.IndexFunc(top, func(t scoring.CandidateCost) bool { return t.Worker.WorkerID == c.Worker.WorkerID }); j >= 0 {
-			if !cheaper(c.Cost, top[j].Cost) {
-				continue
-			}
-			top = slices.Delete(top, j, j+1)
-		}
-		at := len(top)
-		for at > 0 && cheaper(c.Cost, top[at-1].Cost) {
-			at--
-		}
-		top = slices.Insert(top, at, c)
-		if len(top) > n {
-			top = top[:n]
+		if !c.Busy && top.worth(c.Cost) {
+			top.offer(c)
 		}
 	}
-	return top
+	return top.rows
+}
+
+// topCosts collects cheapestWorkers' rows from candidates offered in order. A cost loop asks worth
+// before it builds a row, so a decision over thousands of candidates writes a handful of rows.
+type topCosts struct {
+	n    int
+	rows []scoring.CandidateCost
+}
+
+// newTopCosts returns an empty collection of n rows in buf's array (a new one when it is too small).
+func newTopCosts(n int, buf []scoring.CandidateCost) topCosts {
+	if cap(buf) < n+1 {
+		buf = make([]scoring.CandidateCost, 0, n+1)
+	}
+	return topCosts{n: n, rows: buf[:0]}
+}
+
+// worth reports whether a candidate of this cost can enter: not cheaper than the n-th is out, also as
+// its worker's cheaper candidate (that worker's row is no dearer than the n-th).
+func (t *topCosts) worth(cost float64) bool {
+	return len(t.rows) < t.n || cheaper(cost, t.rows[t.n-1].Cost)
+}
+
+// offer enters c (worth said it may), replacing its worker's dearer row.
+func (t *topCosts) offer(c scoring.CandidateCost) {
+	if j := slices.IndexFunc(t.rows, func(r scoring.CandidateCost) bool { return r.Worker.WorkerID == c.Worker.WorkerID }); j >= 0 {
+		if !cheaper(c.Cost, t.rows[j].Cost) {
+			return
+		}
+		t.rows = slices.Delete(t.rows, j, j+1)
+	}
+	at := len(t.rows)
+	for at > 0 && cheaper(c.Cost, t.rows[at-1].Cost) {
+		at--
+	}
+	t.rows = slices.Insert(t.rows, at, c)
+	if len(t.rows) > t.n {
+		t.rows = t.rows[:t.n]
+	}
 }
 
 // cheaper orders costs with NaN last.
@@ -330,7 +353,7 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 		}
 	}
 	// Costs go into the machine's buffer: a decision's Candidates are a copy (candidatesOf).
-	sreq := scoring.Request{ISL: isl, Override: req.Override, ReturnCosts: req.ReturnCosts, CostsBuf: m.sc.costs}
+	sreq := scoring.Request{ISL: isl, Override: req.Override, ReturnCosts: req.ReturnCosts, CostsBuf: m.sc.costs, CostsTop: req.CostsTop}
 	if pin != nil {
 		sreq.Pin, sreq.Pinned, sreq.PinRank = *pin, true, pinRank
 	}
