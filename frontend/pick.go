@@ -75,7 +75,7 @@ func (p *Picked) Move(id uint64) error {
 	}
 	p.a.finish(p.j)
 	again := *p.req
-	again.Exclude, again.ReturnCosts = nil, false
+	again.Exclude, again.Only, again.ReturnCosts = nil, nil, false
 	again.Pin, again.PinRank = &scoring.WorkerKey{WorkerID: id}, false
 	res, err := p.a.R.Route(p.j.ctx, &again)
 	if err != nil {
@@ -87,8 +87,11 @@ func (p *Picked) Move(id uint64) error {
 
 // PickOptions narrows one Pick.
 type PickOptions struct {
-	// Exclude lists workers the request must not go to (the gateway's endpoint subset, inverted).
+	// Exclude lists workers the request must not go to.
 	Exclude []uint64
+	// Only, when not empty, lists the only workers the request may go to (the gateway's endpoint
+	// subset).
+	Only []uint64
 	// ReturnCosts asks the router for every candidate's cost (the picker's fallback endpoints), or with
 	// CostsTop > 0 the cheapest candidate of each of the CostsTop cheapest workers not busy.
 	ReturnCosts bool
@@ -130,7 +133,7 @@ func (a *OpenAIAPI) Pick(path string, h HeaderSource, body []byte, opt PickOptio
 	}
 	j.returnRoute = j.returnRoute || opt.ReturnCosts
 	j.costsTop = opt.CostsTop
-	j.exclude = opt.Exclude
+	j.exclude, j.only = opt.Exclude, opt.Only
 	a.begin(j)
 	p := a.runRequestActor(j)
 	if p.err != nil {

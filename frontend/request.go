@@ -69,8 +69,9 @@ type job struct {
 	costsTop    int // with returnRoute, the cheapest workers' candidates only (PickOptions.CostsTop)
 	// policyClass is x-dynamo-meta-policy-class: an explicit policy class or a policy family.
 	policyClass string
-	// exclude lists workers this request must not route to (the endpoint picker's subset hint).
-	exclude []uint64
+	// exclude lists workers this request must not route to; only, when not empty, the only ones it may
+	// route to (the endpoint picker's subset hint).
+	exclude, only []uint64
 
 	// watch cancels ctx when the client hangs up (clientgone.go).
 	watch clientWatch
@@ -443,7 +444,7 @@ func (a *OpenAIAPI) routeRequest(j *job, tokens []uint32, view imageView) *route
 	if j.priority != nil {
 		rr.Priority = *j.priority
 	}
-	rr.Strict, rr.PolicyClass, rr.Session, rr.Exclude = j.strict, j.policyClass, j.session, j.exclude
+	rr.Strict, rr.PolicyClass, rr.Session, rr.Exclude, rr.Only = j.strict, j.policyClass, j.session, j.exclude, j.only
 	if h := j.common.NVExt; h != nil && h.AgentHints != nil && h.AgentHints.OSL != nil {
 		rr.ExpectedOutputTokens = *h.AgentHints.OSL
 	}

@@ -71,6 +71,9 @@ type RouteRequest struct {
 	CostsTop int
 	// Exclude lists workers not to route to (they failed this request before; migration).
 	Exclude []uint64
+	// Only, when not empty, lists the only workers the request may go to (a gateway's endpoint subset;
+	// sched.Request.Only).
+	Only []uint64
 	// Session is the request's X-Dynamo-Session-ID ("" none), for session affinity.
 	Session string
 	// PolicyClass is the request's x-dynamo-meta-policy-class ("" none): an explicit policy class, or a
@@ -271,7 +274,7 @@ func (s *scheduler) route(ctx context.Context, req *RouteRequest, blockSize int)
 
 	mreq := sched.Request{ID: req.ID, Local: sc.local, Chain: sc.chain, ISL: isl, Matches: &sc.matches, Matched: true,
 		Priority: req.Priority, Strict: req.Strict, Pin: req.Pin, PinRank: req.PinRank, Override: req.Override,
-		OSL: req.ExpectedOutputTokens, Sequences: req.Sequences, ReturnCosts: req.ReturnCosts, CostsTop: req.CostsTop, Exclude: req.Exclude, Session: req.Session,
+		OSL: req.ExpectedOutputTokens, Sequences: req.Sequences, ReturnCosts: req.ReturnCosts, CostsTop: req.CostsTop, Exclude: req.Exclude, Only: req.Only, Session: req.Session,
 		PolicyClass: req.PolicyClass}
 	var wait chan sched.Released
 	evicted := s.takeEvicted(tf)

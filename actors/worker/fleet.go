@@ -105,6 +105,8 @@ type Fleet struct {
 	pid     *actor.PID
 	deps    *deps
 	mirrors atomic.Pointer[cowmap.Map[uint64, *Mirror]]
+	// version counts the changes of mirrors, each after its set was published (Version).
+	version atomic.Uint64
 	// schemes is what every worker's multimodal forms have in common (allLegacyMM, allHexMMIDs bits):
 	// the frontend asks it per image request, so the fleet actor works it out when a worker comes or
 	// goes rather than each request reading every mirror.
@@ -277,6 +279,11 @@ func (f *Fleet) Remove(id uint64) error {
 func (f *Fleet) Get(id uint64) (*Mirror, bool) {
 	return f.mirrors.Load().Get(id)
 }
+
+// Version changes after every change of the set of workers (a worker added, replaced or removed): a
+// reader that keeps something worked out from the set, read after Version, knows it is still current
+// while Version returns the same value.
+func (f *Fleet) Version() uint64 { return f.version.Load() }
 
 // Len returns the number of workers.
 func (f *Fleet) Len() int { return f.mirrors.Load().Len() }
@@ -480,6 +487,7 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 	m.pid = ctx.Spawn(props)
 	a.pids[spec.ID] = m.pid
 	a.f.mirrors.Store(a.f.mirrors.Load().With(spec.ID, m))
+	a.f.version.Add(1)
 	a.f.countSchemes(m, 1)
 	if m.bound {
 		a.f.byTopic.Store(a.f.byTopic.Load().With(spec.Topic, m))
@@ -511,6 +519,7 @@ func (a *fleetActor) remove(ctx actor.Context, id uint64) error {
 			a.f.byTopic.Store(a.f.byTopic.Load().Without(m.Spec.Topic))
 		}
 		a.f.mirrors.Store(a.f.mirrors.Load().Without(id))
+		a.f.version.Add(1)
 		a.f.countSchemes(m, -1)
 	}
 	return a.f.deps.index.RemoveWorker(id)

@@ -19,8 +19,9 @@
 //     the request at the response's end of stream (or trailers), and when the stream breaks first.
 //
 // Protocol details: the gateway's endpoint subset (filter metadata envoy.lb.subset_hint /
-// x-gateway-destination-endpoint-subset) restricts the candidates, and a subset with no known worker is
-// a 503; the served endpoint the gateway reports (envoy.lb / x-gateway-destination-endpoint-served)
+// x-gateway-destination-endpoint-subset) restricts the candidates (the decision's Only list, looked up
+// in the server's index of workers by address, rebuilt when the fleet's version moves), and a subset
+// with no known worker is a 503; the served endpoint the gateway reports (envoy.lb / x-gateway-destination-endpoint-served)
 // moves the request's load when a fallback served it. A client error (bad JSON, unknown model) is an
 // ImmediateResponse with the frontend's status and OpenAI error body. When no worker can take the
 // request (503, or 429/529 from a queue limit) FailClose answers with that error and FailOpen lets the
@@ -32,8 +33,9 @@
 // # Concurrency model
 //
 // gRPC runs each Process stream on its own goroutine; the exchange (one request's state: headers, body,
-// the Picked request) is owned by that goroutine. Shared state is atomic: the counters and the failure
-// mode. The router core is called directly (Pick, PrefillDone, Free are safe for concurrent use).
+// the Picked request) is owned by that goroutine. Shared state is atomic: the counters, the failure
+// mode and the index of workers by address (a stream that finds it behind the fleet's version builds
+// the next under a mutex, so streams meeting a change build it once). The router core is called directly (Pick, PrefillDone, Free are safe for concurrent use).
 //
 // # Ownership
 //

@@ -5,6 +5,12 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/workers/registry"
 )
 
 // BenchmarkPickerExchange measures what the picker adds to a request, end to end over real gRPC on
@@ -41,4 +47,40 @@ func BenchmarkPickerExchange(b *testing.B) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "exchange-p50-us")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "exchange-p99-us")
+}
+
+// BenchmarkSubset: a gateway's endpoint subset of S addresses mapped to the workers a decision may use,
+// for a router of W workers (real router, workers registered without KV events), the fleet unchanged
+// since the first.
+func BenchmarkSubset(b *testing.B) {
+	for _, w := range []int{1024, 8192} {
+		b.Run(fmt.Sprintf("W=%d/S=4", w), func(b *testing.B) {
+			rcfg := router.DefaultConfig(16)
+			rcfg.Registerer = prometheus.NewRegistry()
+			r, err := router.New(actors.NewSystem(nil), rcfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Stop()
+			for id := range w {
+				url := fmt.Sprintf("http://10.%d.%d.%d:8000", id>>16, (id>>8)&255, id&255)
+				if err := r.AddWorker(registry.Spec{ID: uint64(id + 1), URL: url}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s, err := NewServer(DefaultConfig(), nil, RouterWorkers{R: r})
+			if err != nil {
+				b.Fatal(err)
+			}
+			subset := []string{"10.0.0.7:8000", "10.0.1.9:8000", "10.0.2.3:8000", "10.0.3.1:8000"}
+			s.allowed(subset) // whatever the server builds once per fleet version
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if ok, _ := s.allowed(subset); !ok {
+					b.Fatal("no worker in the subset")
+				}
+			}
+		})
+	}
 }

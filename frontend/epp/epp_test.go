@@ -487,24 +487,16 @@ func TestPickerConformance(t *testing.T) {
 	ws := r.router.Workers()
 	only := addrOf(ws[1].URL)
 
-	subset := func(eps ...string) *corev3.Metadata {
-		var vals []*structpb.Value
-		for _, e := range eps {
-			vals = append(vals, structpb.NewStringValue(e))
-		}
-		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{DefaultSubsetNamespace: {Fields: map[string]*structpb.Value{
-			SubsetKey: structpb.NewListValue(&structpb.ListValue{Values: vals})}}}}
-	}
 	for i := 0; i < 4; i++ {
 		g := r.open(t, i%2 == 0)
-		d := g.request(path, chat(longText(fmt.Sprint("subset", i), 20), false), 2, subset(only))
+		d := g.request(path, chat(longText(fmt.Sprint("subset", i), 20), false), 2, subsetOf(only))
 		if primary, _, _ := strings.Cut(d.header, ","); primary != only {
 			t.Fatalf("subset [%s]: picked %q", only, d.header)
 		}
 		g.cancel()
 	}
 	g := r.open(t, true)
-	if d := g.request(path, chat("hello", false), 1, subset("10.0.0.1:8000")); d.immediate == nil || d.immediate.GetStatus().GetCode() != 503 {
+	if d := g.request(path, chat("hello", false), 1, subsetOf("10.0.0.1:8000")); d.immediate == nil || d.immediate.GetStatus().GetCode() != 503 {
 		t.Fatalf("a subset of unknown endpoints: %+v", d)
 	}
 
@@ -606,6 +598,54 @@ func startPNGServer(t testing.TB) string {
 
 // TestAddrMemo: the memo answers what addrOf parses, for URLs with and without a port and malformed
 // ones, asked again or not, and stays bounded while workers keep coming under new URLs.
+// subsetOf is the gateway's subset metadata naming eps.
+func subsetOf(eps ...string) *corev3.Metadata {
+	var vals []*structpb.Value
+	for _, e := range eps {
+		vals = append(vals, structpb.NewStringValue(e))
+	}
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{DefaultSubsetNamespace: {Fields: map[string]*structpb.Value{
+		SubsetKey: structpb.NewListValue(&structpb.ListValue{Values: vals})}}}}
+}
+
+// TestSubsetFollowsTheFleet: the server's index of workers by address follows the fleet: a worker that
+// joins is picked by a subset naming only its address, one that leaves makes that subset a 503, and a
+// subset naming it beside a known worker routes to the known one.
+func TestSubsetFollowsTheFleet(t *testing.T) {
+	r := startRig(t, 2, DefaultConfig())
+	const path = "/v1/chat/completions"
+	const joiner = "127.0.0.1:9"
+	ask := func(eps ...string) decision {
+		g := r.open(t, false)
+		defer g.cancel()
+		return g.request(path, chat(longText("follow", 20), false), 1, subsetOf(eps...))
+	}
+	if d := ask(joiner); d.immediate == nil || d.immediate.GetStatus().GetCode() != 503 {
+		t.Fatalf("a subset of an address no worker has: %+v", d)
+	}
+	before := r.srv.workers.Version()
+	if err := r.router.AddWorker(registry.Spec{ID: 77, URL: "http://" + joiner}); err != nil {
+		t.Fatal(err)
+	}
+	if r.srv.workers.Version() == before {
+		t.Fatal("the fleet's version did not move when a worker joined")
+	}
+	if d := ask(joiner); d.header != joiner {
+		t.Fatalf("a subset of the worker that joined: picked %q (%+v)", d.header, d.immediate)
+	}
+	if err := r.router.RemoveWorker(77); err != nil {
+		t.Fatal(err)
+	}
+	if d := ask(joiner); d.immediate == nil || d.immediate.GetStatus().GetCode() != 503 {
+		t.Fatalf("a subset of the worker that left: %+v", d)
+	}
+	known := addrOf(r.router.Workers()[0].URL)
+	if d := ask(joiner, known); d.header != known {
+		t.Fatalf("a subset of the worker that left and a known one: picked %q", d.header)
+	}
+	testutil.Eventually(t, "the subset requests freed", func() bool { return r.router.ActiveRequests() == 0 })
+}
+
 func TestAddrMemo(t *testing.T) {
 	var a addrMemo
 	urls := []string{"http://10.0.0.1:8000", "http://10.0.0.1", "://bad", "http://[::1]:9000/v1", "http://10.0.0.1:8000"}

@@ -102,7 +102,7 @@ func TestCostKernel(t *testing.T) {
 			defer func(on bool) { haveCostKernel = on }(haveCostKernel)
 			haveCostKernel = kernel
 			sreq := scoring.Request{ISL: isl, ReturnCosts: costs}
-			_, d, err := m.calibrated(&sreq, overlap{scores: scores}, primary, false, chain, isl, reuse, nil)
+			_, d, err := m.calibrated(&sreq, overlap{scores: scores}, primary, false, chain, isl, reuse, avoid{})
 			if err != nil {
 				t.Fatal(err)
 			}

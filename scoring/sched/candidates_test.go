@@ -2,6 +2,7 @@ package sched
 
 import (
 	"cmp"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -91,35 +92,9 @@ func keysOf(cs []scoring.CandidateCost) []candKey {
 func TestCostsTopAsEveryCost(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	for round := range 300 {
-		cfg := scoring.DefaultConfig()
-		cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
-		if round%3 == 2 {
-			cfg.ActivePrefillTokensThreshold = scoring.Some(float64(50 + rng.IntN(400)))
-		}
-		seed := uint64(round)
-		var ms [2]*Machine
-		for k := range ms {
-			m, err := New(cfg, nil, Options{Seed: &seed})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ms[k] = m
-		}
+		cfg := twinConfig(rng, round, false)
 		n := 1 + round%90
-		for id := range n {
-			w := Worker{ID: uint64(id + 1), DPRanks: 1 + id%3}
-			ms[0].AddWorker(time.Unix(0, 0), w)
-			ms[1].AddWorker(time.Unix(0, 0), w)
-		}
-		for r := range rng.IntN(3 * n) { // loads: requests pinned at random, on both machines
-			pin := scoring.WorkerKey{WorkerID: uint64(1 + rng.IntN(n))}
-			req := Request{ID: "load-" + strconv.Itoa(r), Local: prompt(uint64(r), 4+rng.IntN(60)), ISL: 100 + rng.IntN(400), Pin: &pin, Matched: true}
-			a, errA := routeOnce(ms[0], req)
-			b, errB := routeOnce(ms[1], req)
-			if (errA == nil) != (errB == nil) || a.Worker != b.Worker { // busy pins fail on both
-				t.Fatalf("round %d: the machines differ before the decision asked", round)
-			}
-		}
+		ms := twins(t, rng, cfg, uint64(round), n, 3, 0, true)
 		var scores []prefix.Score
 		for id := range n {
 			if rng.IntN(3) == 0 {
@@ -151,8 +126,97 @@ func TestCostsTopAsEveryCost(t *testing.T) {
 	}
 }
 
+// twinConfig is round's configuration for twins: kv mode, blocks of one token, a random busy threshold
+// every third round and, with dynamo, Dynamo's cost every other round.
+func twinConfig(rng *rand.Rand, round int, dynamo bool) scoring.Config {
+	cfg := scoring.DefaultConfig()
+	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
+	if dynamo && round%2 == 1 {
+		cfg.Preset = scoring.PresetDynamo
+	}
+	if round%3 == 2 {
+		cfg.ActivePrefillTokensThreshold = scoring.Some(float64(50 + rng.IntN(400)))
+	}
+	return cfg
+}
+
+// twins returns two machines alike for cfg and seed: n workers of 1 to ranks ranks, one in sickOdds
+// marked unhealthy (none at 0), carrying the same random requests (pinned at random when pinned), both
+// machines deciding them alike.
+func twins(t *testing.T, rng *rand.Rand, cfg scoring.Config, seed uint64, n, ranks, sickOdds int, pinned bool) [2]*Machine {
+	t.Helper()
+	var ms [2]*Machine
+	for k := range ms {
+		m, err := New(cfg, nil, Options{Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[k] = m
+	}
+	for id := range n {
+		w, sick := Worker{ID: uint64(id + 1), DPRanks: 1 + id%ranks}, sickOdds > 0 && rng.IntN(sickOdds) == 0
+		for _, m := range ms {
+			m.AddWorker(time.Unix(0, 0), w)
+			if sick {
+				m.SetHealthy(time.Unix(0, 0), w.ID, false)
+			}
+		}
+	}
+	for r := range rng.IntN(3 * n) {
+		req := Request{ID: "load-" + strconv.Itoa(r), Local: prompt(uint64(r), 4+rng.IntN(60)), ISL: 100 + rng.IntN(400), Matched: true}
+		if pinned {
+			req.Pin = &scoring.WorkerKey{WorkerID: uint64(1 + rng.IntN(n))}
+		}
+		a, errA := routeOnce(ms[0], req)
+		b, errB := routeOnce(ms[1], req)
+		if (errA == nil) != (errB == nil) || a.Worker != b.Worker { // busy pins fail on both
+			t.Fatalf("the machines differ before the decision asked")
+		}
+	}
+	return ms
+}
+
 // routeOnce routes a copy of req on m at a fixed time.
 func routeOnce(m *Machine, req Request) (Decision, error) {
 	d, _, err := m.Route(time.Unix(2, 0), &req)
 	return d, err
+}
+
+// TestOnlyAsItsComplement: a request limited to a subset of workers (Only) is decided as the same
+// request excluding every other worker: the same worker or the same error, on two machines alike.
+// Subsets short and long (the per-worker and the bitmap paths), with ids listed twice or unknown,
+// beside exclusions, pins, busy thresholds and unhealthy workers; both the kvroute cost and Dynamo's.
+func TestOnlyAsItsComplement(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for round := range 300 {
+		cfg := twinConfig(rng, round, true)
+		n := 1 + rng.IntN(150)
+		ms := twins(t, rng, cfg, uint64(round), n, 2, 12, false)
+		var only, exclude []uint64
+		for range 1 + rng.IntN([]int{6, 100}[rng.IntN(2)]) {
+			only = append(only, uint64(1+rng.IntN(n+3))) // some listed twice, some unknown
+		}
+		for range rng.IntN(3) {
+			exclude = append(exclude, uint64(1+rng.IntN(n)))
+		}
+		complement := slices.Clone(exclude)
+		for id := range n {
+			if !slices.Contains(only, uint64(id+1)) {
+				complement = append(complement, uint64(id+1))
+			}
+		}
+		req := Request{ID: "asked", Local: prompt(99, 30), ISL: 40 + rng.IntN(300), Matched: true, Exclude: exclude, Only: only}
+		if rng.IntN(4) == 0 {
+			req.Pin = &scoring.WorkerKey{WorkerID: uint64(1 + rng.IntN(n))}
+		}
+		got, errGot := routeOnce(ms[0], req)
+		req.Exclude, req.Only = complement, nil
+		want, errWant := routeOnce(ms[1], req)
+		if !errors.Is(errGot, errWant) && (errGot == nil || errWant == nil || errGot.Error() != errWant.Error()) {
+			t.Fatalf("round %d: only %v: %v; its complement: %v", round, only, errGot, errWant)
+		}
+		if errGot == nil && got.Worker != want.Worker {
+			t.Fatalf("round %d: only %v routed to %v, its complement to %v", round, only, got.Worker, want.Worker)
+		}
+	}
 }

@@ -68,7 +68,7 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 	now := time.Unix(0, 0)
 	var active []string
 	joins, leaves, rejoins := 0, 0, 0
-	var exclude []uint64
+	var exclude, only []uint64
 	// same checks the views after a change; moved: the change moved targets, so the positions remembered
 	// by key (the memo, the slot maps) must be dropped too.
 	same := func(step int, what string, moved bool) {
@@ -118,8 +118,8 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 			t.Fatalf("step %d, %s: %d requests active, %d on the listed workers", step, what, len(m.active), held)
 		}
 		for i, tg := range m.list { // the last request's exclusions, read again after the change
-			if want := !tg.healthy || slices.Contains(exclude, tg.key.WorkerID); m.skip(i, exclude) != want {
-				t.Fatalf("step %d, %s: target %d skipped %v, want %v (excluding %v)", step, what, i, !want, want, exclude)
+			if want := !tg.healthy || leftOut(tg.key.WorkerID, exclude, only); m.skip(i, avoid{exclude, only}) != want {
+				t.Fatalf("step %d, %s: target %d skipped %v, want %v (excluding %v, only %v)", step, what, i, !want, want, exclude, only)
 			}
 		}
 		got := viewsOf(m)
@@ -163,21 +163,24 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 			}
 			// Some requests exclude workers, in one array the test reuses as a caller may (long lists
 			// are read through a bitmap the machine must not keep across requests).
-			exclude = exclude[:0]
+			exclude, only = exclude[:0], only[:0]
 			for range rng.IntN(3) * rng.IntN(12) {
 				exclude = append(exclude, m.list[rng.IntN(len(m.list))].key.WorkerID)
 			}
+			for range rng.IntN(2) * rng.IntN(14) { // a gateway's subset, some of its workers gone
+				only = append(only, m.list[rng.IntN(len(m.list))].key.WorkerID+uint64(rng.IntN(2)*1000))
+			}
 			d, queued, err := m.Route(now, &Request{ID: id, Local: prompt(uint64(step%5), 0), ISL: 100, Scores: scores, Matched: true,
-				Exclude: exclude})
+				Exclude: exclude, Only: only})
 			if err == nil && !queued {
 				active = append(active, id)
-				if slices.Contains(exclude, d.Worker.WorkerID) {
-					t.Fatalf("step %d: routed to worker %d, which the request excludes", step, d.Worker.WorkerID)
+				if leftOut(d.Worker.WorkerID, exclude, only) {
+					t.Fatalf("step %d: routed to worker %d, which the request leaves out", step, d.Worker.WorkerID)
 				}
 			}
 			for i, tg := range m.list {
-				if want := !tg.healthy || slices.Contains(exclude, tg.key.WorkerID); m.skip(i, exclude) != want {
-					t.Fatalf("step %d: target %d skipped %v, want %v (excluding %v)", step, i, !want, want, exclude)
+				if want := !tg.healthy || leftOut(tg.key.WorkerID, exclude, only); m.skip(i, avoid{exclude, only}) != want {
+					t.Fatalf("step %d: target %d skipped %v, want %v (excluding %v, only %v)", step, i, !want, want, exclude, only)
 				}
 			}
 		case op == 7 && len(active) > 0:
@@ -229,4 +232,13 @@ func TestJoinIsFoundByTheNextDecision(t *testing.T) {
 	if d.Worker != late || d.OverlapBlocks != 100 {
 		t.Fatalf("routed to %v with overlap %d, want the joined worker %v holding all 100 blocks", d.Worker, d.OverlapBlocks, late)
 	}
+}
+
+// leftOut is whether a request excluding exclude and, when only is not empty, limited to only may not
+// go to worker id: written out here rather than through the machine's own avoid.
+func leftOut(id uint64, exclude, only []uint64) bool {
+	if slices.Contains(exclude, id) {
+		return true
+	}
+	return len(only) > 0 && !slices.Contains(only, id)
 }

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -123,6 +124,40 @@ func BenchmarkRouteCosts(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkRouteSubset: a decision limited to a gateway's subset of S workers of W, given as the
+// workers it may use (Only) or as every other worker excluded; routed and freed.
+func BenchmarkRouteSubset(b *testing.B) {
+	for _, w := range []int{1024, 8192} {
+		for _, as := range []string{"exclude", "only"} {
+			b.Run(fmt.Sprintf("W=%d/S=4/as=%s", w, as), func(b *testing.B) {
+				m, now := kvMachine(b, w), time.Unix(0, 0)
+				subset := []uint64{7, uint64(w / 3), uint64(w / 2), uint64(w - 2)}
+				var req Request
+				if as == "only" {
+					req.Only = subset
+				} else {
+					for i := range w {
+						if !slices.Contains(subset, uint64(i)) {
+							req.Exclude = append(req.Exclude, uint64(i))
+						}
+					}
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					req.ID, req.ISL, req.Matched = strconv.Itoa(i), 100, true
+					d, _, err := m.Route(now, &req)
+					if err != nil || !slices.Contains(subset, d.Worker.WorkerID) {
+						b.Fatalf("routed to %v: %v", d.Worker, err)
+					}
+					if _, err := m.Free(now, req.ID); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }

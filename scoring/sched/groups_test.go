@@ -367,8 +367,8 @@ func checkBestCached(t *testing.T, m *Machine, rng *rand.Rand, scores []prefix.S
 		}
 	}
 	wantCached := min(int(want)*m.cfg.BlockSize, isl)
-	byScores := m.bestCached(scores, nil, isl, pin, false, exclude)
-	byGroups := m.bestCached(nil, mt, isl, pin, false, exclude)
+	byScores := m.bestCached(scores, nil, isl, pin, false, avoid{exclude: exclude})
+	byGroups := m.bestCached(nil, mt, isl, pin, false, avoid{exclude: exclude})
 	if byScores != wantCached || byGroups != wantCached {
 		t.Fatalf("best cached %d from Scores, %d from groups, want %d (pin %v, exclude %v)", byScores, byGroups, wantCached, pin, exclude)
 	}

@@ -411,7 +411,7 @@ func (m *Machine) extend(from int) {
 func (m *Machine) positionsMoved() {
 	m.sc.memo = m.sc.memo[:0]
 	m.sc.slots = m.sc.slots[:0]
-	m.sc.excl.src = nil
+	m.sc.excl.valid = false
 }
 
 // publish copies a target's tracker load into its line.

@@ -42,11 +42,11 @@ func BenchmarkSelectionPass(b *testing.B) {
 			sreq := scoring.Request{ISL: 8192}
 			b.Run("rows", func(b *testing.B) {
 				for range b.N {
-					m.loadRows(overlap{scores: scores}, chain, true, false, nil)
+					m.loadRows(overlap{scores: scores}, chain, true, false, avoid{})
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
-			rows, _ := m.loadRows(overlap{scores: scores}, chain, true, false, nil)
+			rows, _ := m.loadRows(overlap{scores: scores}, chain, true, false, avoid{})
 			costs := func(b *testing.B) {
 				for range b.N {
 					am, ok := scoring.NewArgmin(&sreq, m.cfg, m.rng)
@@ -73,14 +73,14 @@ func BenchmarkSelectionPass(b *testing.B) {
 			b.Run("offer/busy-thresholds", func(b *testing.B) {
 				for range b.N {
 					am, _ := scoring.NewArgmin(&sreq, &busyCfg, m.rng)
-					m.offer(&am, overlap{scores: scores}, chain, true, false, nil)
+					m.offer(&am, overlap{scores: scores}, chain, true, false, avoid{})
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
 			// The kvroute preset's decision loop (calibrated cost), which reads the dense rows itself.
 			b.Run("calibrated", func(b *testing.B) {
 				for range b.N {
-					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, nil); err != nil {
+					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, avoid{}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -94,7 +94,7 @@ func BenchmarkSelectionPass(b *testing.B) {
 				m.cfg = &dcfg
 				defer func() { m.cfg = plain }()
 				for range b.N {
-					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, nil); err != nil {
+					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, avoid{}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -111,7 +111,7 @@ func BenchmarkSelectionPass(b *testing.B) {
 				m.sc.now = time.Unix(3600, 0).UnixNano()
 				b.ResetTimer()
 				for range b.N {
-					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, nil); err != nil {
+					if _, _, err := m.calibrated(&sreq, overlap{scores: scores}, scores, false, chain, 8192, true, avoid{}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -141,6 +141,7 @@ func (m *Machine) newWaiting(now time.Time, req *Request, chain []uint64, isl in
 	w.keep(scores, grouped)
 	w.req.Local = append([]uint64(nil), req.Local...)
 	w.req.Exclude = append([]uint64(nil), req.Exclude...)
+	w.req.Only = append([]uint64(nil), req.Only...)
 	w.req.Chain, w.req.Scores = nil, nil
 	if req.Pin != nil {
 		p := *req.Pin
@@ -175,15 +176,15 @@ func (m *Machine) classify(req *Request, isl int, scores []prefix.Score, grouped
 	ci, direct := m.pq.profile.Direct(req.PolicyClass)
 	cached = -1
 	if !direct {
-		cached = m.bestCached(scores, grouped, isl, pin, pinRank, req.Exclude)
+		cached = m.bestCached(scores, grouped, isl, pin, pinRank, avoidOf(req))
 		ci = m.pq.profile.Classify(req.PolicyClass, isl-cached)
 	}
 	c := &m.pq.classes[ci]
-	if !c.cls.Queues() || (c.st.Requests == 0 && !m.poolBusy(c.cls, pin, pinRank, req.Exclude)) {
+	if !c.cls.Queues() || (c.st.Requests == 0 && !m.poolBusy(c.cls, pin, pinRank, avoidOf(req))) {
 		return ci, cached, false
 	}
 	if cached < 0 {
-		cached = m.bestCached(scores, grouped, isl, pin, pinRank, req.Exclude)
+		cached = m.bestCached(scores, grouped, isl, pin, pinRank, avoidOf(req))
 	}
 	return ci, cached, true
 }
@@ -248,10 +249,10 @@ func (m *Machine) unqueue(w *waiting) *classQueue {
 // worker's when pinned), the overlap being scores, or grouped when not nil. A worker is looked at only
 // when its overlap would raise the best so far, so groups of equal overlap cost a step each.
 func (m *Machine) bestCached(scores []prefix.Score, grouped *prefix.Matches, isl int, pin *scoring.WorkerKey, pinRank bool,
-	exclude []uint64) int {
+	av avoid) int {
 	best := uint32(0)
 	if grouped != nil {
-		best, scores = m.bestGrouped(grouped, pin, pinRank, exclude), grouped.Scores
+		best, scores = m.bestGrouped(grouped, pin, pinRank, av), grouped.Scores
 	}
 	for _, s := range scores {
 		if s.Blocks <= best {
@@ -261,7 +262,7 @@ func (m *Machine) bestCached(scores []prefix.Score, grouped *prefix.Matches, isl
 		if pin != nil && !pinMatches(k, pin, pinRank) {
 			continue
 		}
-		if i, ok := m.pos.find(k); !ok || m.skip(i, exclude) {
+		if i, ok := m.pos.find(k); !ok || m.skip(i, av) {
 			continue
 		}
 		best = s.Blocks
@@ -271,7 +272,7 @@ func (m *Machine) bestCached(scores []prefix.Score, grouped *prefix.Matches, isl
 
 // bestGrouped is the largest overlap of g's groups held by an eligible target, found through the
 // slot maps as a decision scatters them.
-func (m *Machine) bestGrouped(g *prefix.Matches, pin *scoring.WorkerKey, pinRank bool, exclude []uint64) uint32 {
+func (m *Machine) bestGrouped(g *prefix.Matches, pin *scoring.WorkerKey, pinRank bool, av avoid) uint32 {
 	best := uint32(0)
 	for p := range g.Parts() {
 		keys, groups := g.Part(p)
@@ -283,7 +284,7 @@ func (m *Machine) bestGrouped(g *prefix.Matches, pin *scoring.WorkerKey, pinRank
 			base := rows[gr.Word<<6:]
 			for s := gr.Set; s != 0; s &= s - 1 {
 				i := int(base[bits.TrailingZeros64(s)])
-				if i < 0 || m.skip(i, exclude) || (pin != nil && !pinMatches(m.list[i].key, pin, pinRank)) {
+				if i < 0 || m.skip(i, av) || (pin != nil && !pinMatches(m.list[i].key, pin, pinRank)) {
 					continue
 				}
 				best = gr.Blocks
@@ -299,14 +300,14 @@ func (m *Machine) bestGrouped(g *prefix.Matches, pin *scoring.WorkerKey, pinRank
 // fraction of max_num_batched_tokens); the pool when all of them are, or busy_worker_ratio of them.
 // Workers already busy by the router's busy thresholds are not eligible. With no eligible worker it is
 // false, so the request falls through to the selection error instead of waiting forever.
-func (m *Machine) poolBusy(cls *policy.Class, pin *scoring.WorkerKey, pinRank bool, exclude []uint64) bool {
+func (m *Machine) poolBusy(cls *policy.Class, pin *scoring.WorkerKey, pinRank bool, av avoid) bool {
 	eligible, busy := 0, 0
 	var c scoring.Candidate
 	for i, t := range m.list {
 		if pin != nil && !pinMatches(t.key, pin, pinRank) {
 			continue
 		}
-		if m.skip(i, exclude) {
+		if m.skip(i, av) {
 			continue
 		}
 		l := &m.lines[i]
@@ -348,7 +349,7 @@ func (m *Machine) dispatchable(now time.Time, c *classQueue) drrCand {
 		return drrCand{}
 	}
 	pin, pinRank := m.sessionPin(now, &w.req)
-	if m.poolBusy(c.cls, pin, pinRank, w.req.Exclude) {
+	if m.poolBusy(c.cls, pin, pinRank, avoidOf(&w.req)) {
 		return drrCand{}
 	}
 	return drrCand{cost: w.cost(), ok: true}

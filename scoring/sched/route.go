@@ -49,6 +49,10 @@ type Request struct {
 	CostsTop int
 	// Exclude lists workers not to route to (they failed this request before; migration).
 	Exclude []uint64
+	// Only, when not empty, lists the only workers the request may go to (a gateway's endpoint subset):
+	// a decision reads it in O(its length), where the same subset as an exclusion list is as long as
+	// the rest of the fleet.
+	Only []uint64
 	// Session is the X-Dynamo-Session-ID of the request ("" none); with session affinity on, a session's
 	// requests go to the worker its first request went to while the binding lives.
 	Session string
@@ -127,8 +131,9 @@ type scratch struct {
 }
 
 type exclusion struct {
-	src  []uint64
-	bits []uint64
+	src, only []uint64
+	valid     bool
+	bits      []uint64
 }
 
 type posMemo struct {
@@ -140,7 +145,7 @@ type posMemo struct {
 // threshold is reached for every eligible worker, requests already wait, or the minimum fleet has not
 // joined) it is parked and queued is true: its Released comes back from a later call.
 func (m *Machine) Route(now time.Time, req *Request) (d Decision, queued bool, err error) {
-	m.sc.excl.src = nil
+	m.sc.excl.valid = false
 	if req.ID == "" {
 		return d, false, fmt.Errorf("%w: missing request id", ErrBadRequest)
 	}
@@ -212,7 +217,7 @@ func (m *Machine) sessionPin(now time.Time, req *Request) (*scoring.WorkerKey, b
 	if !ok {
 		return nil, false
 	}
-	if t := m.find(k); t == nil || !t.healthy || slices.Contains(req.Exclude, k.WorkerID) {
+	if t := m.find(k); t == nil || !t.healthy || avoidOf(req).names(k.WorkerID) {
 		return nil, false
 	}
 	return &k, true
@@ -233,7 +238,7 @@ func (m *Machine) decide(now time.Time, req *Request, chain []uint64, isl int, s
 // Query is a dry decision: where req would go now, with nothing charged, recorded or bound (the
 // standalone API's query-only routing, and the scenarios' sampling). It never waits.
 func (m *Machine) Query(now time.Time, req *Request) (Decision, error) {
-	m.sc.excl.src = nil
+	m.sc.excl.valid = false
 	if req.Override != nil {
 		if _, err := m.cfg.WithOverride(req.Override); err != nil {
 			return Decision{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -367,16 +372,16 @@ func (m *Machine) choose(req *Request, chain []uint64, isl int, scores []prefix.
 	if m.sc.calibrated {
 		m.sc.osl = req.OSL
 		m.rr++
-		t, sel, err = m.calibrated(&sreq, src, primary, tiered, chain, isl, reuse, req.Exclude)
+		t, sel, err = m.calibrated(&sreq, src, primary, tiered, chain, isl, reuse, avoidOf(req))
 		return t, sel, reuse, err
 	}
 	if am, ok := scoring.NewArgmin(&sreq, cfg, m.rng); ok && m.selector == nil && !tiered {
 		// The common case in one pass over the targets, no candidate slice (argmin).
 		m.rr++
-		t, sel, err = m.argmin(&am, src, chain, reuse, req.Exclude)
+		t, sel, err = m.argmin(&am, src, chain, reuse, avoidOf(req))
 		return t, sel, reuse, err
 	}
-	cands := m.candidates(src, chain, reuse, req.Exclude, tiered)
+	cands := m.candidates(src, chain, reuse, avoidOf(req), tiered)
 	sreq.RoundRobin = m.rr
 	m.rr++
 	if m.selector != nil {
@@ -488,55 +493,89 @@ func (m *Machine) recordApprox(now time.Time, k scoring.WorkerKey, local, chain 
 	}
 }
 
-// filtering reports whether some target may be left out of a decision (excluded workers, or any target
-// unhealthy), so the common case skips the per-target check.
-func (m *Machine) filtering(exclude []uint64) bool { return len(exclude) > 0 || m.unhealthy > 0 }
+// avoid is the workers a request may not go to: every one exclude names and, when only is not empty,
+// every one only does not name.
+type avoid struct{ exclude, only []uint64 }
 
-// skip reports whether target i is left out: its worker is excluded or it is unhealthy. A list of more
-// than shortExclude workers is read through a bitmap of target positions built once for it (excluded):
-// a gateway's endpoint subset excludes every other worker, and a scan of that list per target made a
-// decision excluding half of 8,192 workers take 15 ms (BenchmarkRouteExcluding; 0.12 ms now).
-func (m *Machine) skip(i int, exclude []uint64) bool {
+// avoidOf is req's avoid.
+func avoidOf(req *Request) avoid { return avoid{exclude: req.Exclude, only: req.Only} }
+
+// names reports whether a leaves worker id out.
+func (a avoid) names(id uint64) bool {
+	return slices.Contains(a.exclude, id) || len(a.only) > 0 && !slices.Contains(a.only, id)
+}
+
+// filtering reports whether some target may be left out of a decision (excluded workers, an only list,
+// or any target unhealthy), so the common case skips the per-target check.
+func (m *Machine) filtering(av avoid) bool {
+	return len(av.exclude) > 0 || len(av.only) > 0 || m.unhealthy > 0
+}
+
+// skip reports whether target i is left out: its worker is avoided or it is unhealthy. An only list,
+// or an exclusion list of more than shortExclude workers, is read through a bitmap of target positions
+// built once for it (excluded): a gateway's endpoint subset excludes every other worker, and a scan of that list per
+// target made a decision excluding half of 8,192 workers take 15 ms (BenchmarkRouteExcluding; 0.12 ms
+// now).
+func (m *Machine) skip(i int, av avoid) bool {
 	if !m.list[i].healthy {
 		return true
 	}
-	if len(exclude) <= shortExclude {
-		return slices.Contains(exclude, m.tmpl[i].worker.WorkerID)
+	if len(av.only) == 0 && len(av.exclude) <= shortExclude {
+		return slices.Contains(av.exclude, m.tmpl[i].worker.WorkerID)
 	}
-	return m.excluded(exclude)[i>>6]&(1<<(i&63)) != 0
+	return m.excluded(av)[i>>6]&(1<<(i&63)) != 0
 }
 
 // shortExclude is the longest exclusion list skip scans.
 const shortExclude = 8
 
-// excluded returns the bitmap of the target positions whose worker exclude names, built when exclude is
-// not the list the scratch's bitmap was built from.
-func (m *Machine) excluded(exclude []uint64) []uint64 {
+// excluded returns the bitmap of the target positions av leaves out, built when av's lists are not
+// those the scratch's bitmap was built from: from an only list, every position but its workers'.
+func (m *Machine) excluded(av avoid) []uint64 {
 	e := &m.sc.excl
-	if len(e.src) == len(exclude) && &e.src[0] == &exclude[0] {
+	if e.valid && sameList(e.src, av.exclude) && sameList(e.only, av.only) {
 		return e.bits
 	}
 	n := (len(m.list) + 63) >> 6
-	e.src, e.bits = exclude, slices.Grow(e.bits[:0], n)[:n]
-	clear(e.bits)
-	for _, id := range exclude {
+	e.src, e.only, e.valid, e.bits = av.exclude, av.only, true, slices.Grow(e.bits[:0], n)[:n]
+	mark := func(id uint64, on bool) {
 		from, to := m.ranks(id)
 		for i := from; i < to; i++ {
-			e.bits[i>>6] |= 1 << (i & 63)
+			if on {
+				e.bits[i>>6] |= 1 << (i & 63)
+			} else {
+				e.bits[i>>6] &^= 1 << (i & 63)
+			}
 		}
+	}
+	if len(av.only) > 0 {
+		for i := range e.bits {
+			e.bits[i] = ^uint64(0)
+		}
+		for _, id := range av.only {
+			mark(id, false)
+		}
+	} else {
+		clear(e.bits)
+	}
+	for _, id := range av.exclude {
+		mark(id, true)
 	}
 	return e.bits
 }
 
+// sameList reports whether a and b are the same list: the same array and length.
+func sameList(a, b []uint64) bool { return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) }
+
 // argmin is the decision of scoring.Argmin over every routable target: in the common case (the linear
 // policy) as compact load rows (and capacities, with busy thresholds) in one cost loop, otherwise one
 // stack candidate at a time.
-func (m *Machine) argmin(am *scoring.Argmin, src overlap, chain []uint64, reuse bool, exclude []uint64) (*target, scoring.Decision, error) {
-	filter := m.filtering(exclude)
+func (m *Machine) argmin(am *scoring.Argmin, src overlap, chain []uint64, reuse bool, av avoid) (*target, scoring.Decision, error) {
+	filter := m.filtering(av)
 	var targetOf []int32 // row → target index when targets are left out
 	if am.LoadOnly() {
 		var rows []scoring.LoadRow
-		rows, targetOf = m.loadRows(src, chain, reuse, filter, exclude)
+		rows, targetOf = m.loadRows(src, chain, reuse, filter, av)
 		var caps []scoring.Capacity
 		if am.ReadsCapacity() {
 			caps = m.capacities(targetOf)
@@ -544,7 +583,7 @@ func (m *Machine) argmin(am *scoring.Argmin, src overlap, chain []uint64, reuse 
 		am.OfferLoads(rows, caps)
 	} else {
 		am.Ties(m.sc.ties)
-		m.offer(am, src, chain, reuse, filter, exclude)
+		m.offer(am, src, chain, reuse, filter, av)
 	}
 	d, err := am.Decision()
 	if t := am.Ties(nil); t != nil {
@@ -564,7 +603,7 @@ func (m *Machine) argmin(am *scoring.Argmin, src overlap, chain []uint64, reuse 
 // loadRows writes a row of cost inputs for every target left in, in one pass over the load lines and
 // the overlaps (overlaps). Row i is target i unless targets are left out (filter); then the others' rows
 // are moved up, and targetOf maps a row to its target.
-func (m *Machine) loadRows(src overlap, chain []uint64, reuse, filter bool, exclude []uint64) (rows []scoring.LoadRow, targetOf []int32) {
+func (m *Machine) loadRows(src overlap, chain []uint64, reuse, filter bool, av avoid) (rows []scoring.LoadRow, targetOf []int32) {
 	ov := m.overlaps(src)
 	rows = slices.Grow(m.sc.rows[:0], len(m.lines))[:len(m.lines)]
 	for i := range rows {
@@ -579,7 +618,7 @@ func (m *Machine) loadRows(src overlap, chain []uint64, reuse, filter bool, excl
 	}
 	targetOf = m.sc.targetOf[:0]
 	for i := range rows {
-		if !m.skip(i, exclude) {
+		if !m.skip(i, av) {
 			rows[len(targetOf)] = rows[i]
 			targetOf = append(targetOf, int32(i))
 		}
@@ -607,12 +646,12 @@ func (m *Machine) capacities(targetOf []int32) []scoring.Capacity {
 }
 
 // offer offers every target left in to am as a candidate, one at a time.
-func (m *Machine) offer(am *scoring.Argmin, src overlap, chain []uint64, reuse, filter bool, exclude []uint64) {
+func (m *Machine) offer(am *scoring.Argmin, src overlap, chain []uint64, reuse, filter bool, av avoid) {
 	ov := m.overlaps(src)
 	capacity := am.ReadsCapacity()
 	var c scoring.Candidate
 	for i := range m.list {
-		if filter && m.skip(i, exclude) {
+		if filter && m.skip(i, av) {
 			continue
 		}
 		m.fillLoad(&c, i, ov[i], chain, reuse)
@@ -724,13 +763,13 @@ func (t *overlapTop) target(b uint32, i int) bool {
 
 // candidates builds one Candidate per routable target: overlap (per tier when tiered), load plus this
 // request's additional blocks, capacity. m.sc.tgts[i] is candidate i's target.
-func (m *Machine) candidates(src overlap, chain []uint64, reuse bool, exclude []uint64, tiered bool) []scoring.Candidate {
+func (m *Machine) candidates(src overlap, chain []uint64, reuse bool, av avoid, tiered bool) []scoring.Candidate {
 	ov := m.overlaps(src)
 	cands := m.sc.cands[:0]
 	tgts := m.sc.tgts[:0]
-	filter := m.filtering(exclude)
+	filter := m.filtering(av)
 	for i := range m.list {
-		if filter && m.skip(i, exclude) {
+		if filter && m.skip(i, av) {
 			continue
 		}
 		cands = append(cands, scoring.Candidate{})
