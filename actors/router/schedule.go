@@ -498,7 +498,9 @@ func (s *scheduler) decodeCalibration() (a, b float64, n int, meanOut float64) {
 const replicaPart = 256
 
 // activeList hands emit the machine's active list in parts of replicaPart targets, each under the lock
-// (Router.ActiveLists): each part is exact for its targets and in order with the load events.
+// (Router.ActiveLists): each part is exact for its targets and in order with the load events. A worker
+// leaving between two parts moves the targets after it down, so a few may be in no part this time: a
+// peer then leaves their requests alone until the next list.
 func (s *scheduler) activeList(emit func(sched.ActiveList)) {
 	for from := 0; ; from += replicaPart {
 		s.mu.Lock()
