@@ -13,7 +13,7 @@ import (
 // TestSessionsAsAPassWould: bindings made, renewed, expired, refused at the limit and dropped with
 // their worker, while the clock mostly moves on and sometimes steps back and the TTL changes, hold what
 // a plain map swept whole at every expiry holds (the table before the expiry order); the expiry list
-// stays in order and lists every binding once.
+// stays in order and lists every binding once, and so do the workers' lists, each under its worker.
 func TestSessionsAsAPassWould(t *testing.T) {
 	type ref struct {
 		k      scoring.WorkerKey
@@ -77,6 +77,17 @@ func TestSessionsAsAPassWould(t *testing.T) {
 		if n != len(s.m) {
 			t.Fatalf("step %d: %d bindings listed, %d held", step, n, len(s.m))
 		}
+		n = 0
+		for w, head := range s.byWorker {
+			for b := head; b != nil; b = b.wnext {
+				if n++; b.k.WorkerID != w || (b.wprev == nil) != (b == head) || (b.wnext != nil && b.wnext.wprev != b) || s.m[b.id] != b {
+					t.Fatalf("step %d: worker %d's list is broken at %s", step, w, b.id)
+				}
+			}
+		}
+		if n != len(s.m) {
+			t.Fatalf("step %d: %d bindings in the workers' lists, %d held", step, n, len(s.m))
+		}
 	}
 	if refused == 0 {
 		t.Fatal("no session was refused at the limit: the test did not reach it")
@@ -99,4 +110,26 @@ func BenchmarkSessionsFull(b *testing.B) {
 	for i := range b.N {
 		s.bind(now, ids[i%len(ids)], scoring.WorkerKey{})
 	}
+}
+
+// BenchmarkSessionsWorkerLeaving: a worker of 1,024 leaving while the session table is full
+// (MaxSessionBindings live bindings, 64 to each worker): its bindings dropped, then made again.
+func BenchmarkSessionsWorkerLeaving(b *testing.B) {
+	s := newSessions(time.Hour)
+	now := time.Unix(0, 0)
+	for i := range MaxSessionBindings {
+		s.bind(now, fmt.Sprint("live-", i), scoring.WorkerKey{WorkerID: uint64(i % 1024)})
+	}
+	var leave time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		w := uint64(i*7919) % 1024
+		t0 := time.Now()
+		s.removeWorker(w)
+		leave += time.Since(t0)
+		for j := int(w); j < MaxSessionBindings; j += 1024 {
+			s.bind(now, fmt.Sprint("live-", j), scoring.WorkerKey{WorkerID: w})
+		}
+	}
+	b.ReportMetric(float64(leave.Nanoseconds())/float64(b.N)/1e3, "leave-us")
 }
