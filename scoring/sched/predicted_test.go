@@ -85,8 +85,12 @@ func TestPredictedMarks(t *testing.T) {
 		t.Fatalf("worker 2's renewed marks expired early: %d", got)
 	}
 	p.removeWorker(w2)
-	if len(p.marks) != 0 {
-		t.Fatalf("%d marks left after removing the last worker", len(p.marks))
+	if got := predictedOverlap(p, a, 0, w2); got != 0 {
+		t.Fatalf("the removed worker 2 still predicted %d blocks", got)
+	}
+	p.record(now.Add(2*time.Second), w2, a[:24], 0) // worker 2 back: its new marks count, not its old
+	if got := predictedOverlap(p, a, 0, w2); got != 24 {
+		t.Fatalf("worker 2 back: %d predicted, want 24 (its new decision's)", got)
 	}
 	p.expireDue(now.Add(time.Hour))
 	if len(p.fifo) != 0 || p.head != 0 {
@@ -176,4 +180,84 @@ func TestPredictedQueryTerminates(t *testing.T) {
 		}
 		p.record(now, scoring.WorkerKey{WorkerID: uint64(rng.IntN(4))}, c, rng.IntN(len(c)+1))
 	}
+}
+
+// TestPredictedRemovalAsDeleting: removing a worker rank outdates its marks where it used to delete
+// them (a pass over every mark): random decisions, expiries, removals and ranks coming back, with the
+// clock moving on; every query's scores equal those of an index that deletes a removed rank's marks at
+// once, and the removals are forgotten once no older mark is left.
+func TestPredictedRemovalAsDeleting(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 14))
+	lazy, eager := newPredicted(2*time.Second), newPredicted(2*time.Second)
+	now := time.Unix(0, 0)
+	chains := make([][]uint64, 16)
+	for i := range chains {
+		chains[i] = chainOfLen(uint64(i%4+1), rng.IntN(30), 1+rng.IntN(60))
+	}
+	removals := 0
+	var dl, de []prefix.Score
+	for step := range 20_000 {
+		now = now.Add(time.Duration(rng.IntN(20)) * time.Millisecond)
+		lazy.expireDue(now)
+		eager.expireDue(now)
+		switch op := rng.IntN(10); {
+		case op < 6:
+			c := chains[rng.IntN(len(chains))]
+			c, k, held := c[:1+rng.IntN(len(c))], scoring.WorkerKey{WorkerID: uint64(rng.IntN(5)), DPRank: uint32(rng.IntN(2))}, rng.IntN(20)
+			lazy.record(now, k, c, held)
+			eager.record(now, k, c, held)
+		case op < 7:
+			k := scoring.WorkerKey{WorkerID: uint64(rng.IntN(5)), DPRank: uint32(rng.IntN(2))}
+			lazy.removeWorker(k)
+			for h, m := range eager.marks { // what removing used to do
+				if m.worker == k {
+					delete(eager.marks, h)
+				}
+			}
+			removals++
+		default:
+			c := chains[rng.IntN(len(chains))]
+			c = c[:1+rng.IntN(len(c))]
+			floor := uint32(rng.IntN(len(c) + 1))
+			got, want := lazy.scores(c, floor, &dl), eager.scores(c, floor, &de)
+			if len(got) != len(want) {
+				t.Fatalf("step %d: %v, deleting at once gives %v", step, got, want)
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("step %d: %v, deleting at once gives %v", step, got, want)
+				}
+			}
+		}
+		if len(lazy.removed) > len(lazy.gone) || len(lazy.gone) > removals {
+			t.Fatalf("step %d: %d removals remembered, %d listed", step, len(lazy.removed), len(lazy.gone))
+		}
+	}
+	lazy.expireDue(now.Add(time.Hour))
+	if len(lazy.removed) != 0 || len(lazy.gone) != 0 || len(lazy.marks) != 0 {
+		t.Fatalf("everything expired: %d removals remembered, %d listed, %d marks", len(lazy.removed), len(lazy.gone), len(lazy.marks))
+	}
+	if removals == 0 {
+		t.Fatal("no removal")
+	}
+}
+
+// BenchmarkPredictedWorkerLeaving: a worker rank of 1,024 leaving while recent decisions hold 262,144
+// marks (a busy fleet's TTL's worth), its decisions made again after.
+func BenchmarkPredictedWorkerLeaving(b *testing.B) {
+	p := newPredicted(time.Hour)
+	now := time.Unix(0, 0)
+	for i := range 1 << 18 {
+		p.record(now, scoring.WorkerKey{WorkerID: uint64(i % 1024)}, []uint64{uint64(i) + 1}, 0)
+	}
+	var leave time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		k := scoring.WorkerKey{WorkerID: uint64(i*7919) % 1024}
+		t0 := time.Now()
+		p.removeWorker(k)
+		leave += time.Since(t0)
+		p.record(now, k, []uint64{uint64(i) + 1<<40}, 0)
+	}
+	b.ReportMetric(float64(leave.Nanoseconds())/float64(b.N)/1e3, "leave-us")
 }
