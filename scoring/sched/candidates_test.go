@@ -220,3 +220,48 @@ func TestOnlyAsItsComplement(t *testing.T) {
 		}
 	}
 }
+
+// TestShortVisitsAsTheFullPass: decisions of pinned requests (worker or rank) and of requests limited to
+// a few workers, classified over their targets alone, equal those of the pass over every target on a
+// twin machine: the worker, cost and overlap, every returned cost row, and the error; with exclusions,
+// busy thresholds, unhealthy workers and both costs, over the twins' evolving loads.
+func TestShortVisitsAsTheFullPass(t *testing.T) {
+	defer func() { shortVisits = true }()
+	rng := rand.New(rand.NewPCG(6, 6))
+	decided := 0
+	for round := range 200 {
+		n := 1 + rng.IntN(120)
+		ms := twins(t, rng, twinConfig(rng, round, true), uint64(round), n, 3, 10, false)
+		for r := range 12 {
+			req := Request{ID: "asked-" + strconv.Itoa(r), Local: prompt(uint64(r%3), 20+rng.IntN(20)), ISL: 40 + rng.IntN(300), Matched: true,
+				ReturnCosts: rng.IntN(2) == 0}
+			switch rng.IntN(3) {
+			case 0:
+				req.Pin, req.PinRank = &scoring.WorkerKey{WorkerID: uint64(1 + rng.IntN(n+2)), DPRank: uint32(rng.IntN(3))}, rng.IntN(2) == 0
+			case 1:
+				for range 1 + rng.IntN(max(n/4, 1)) {
+					req.Only = append(req.Only, uint64(1+rng.IntN(n+2)))
+				}
+			}
+			if rng.IntN(3) == 0 {
+				req.Exclude = []uint64{uint64(1 + rng.IntN(n))}
+			}
+			shortVisits = true
+			got, errGot := routeOnce(ms[0], req)
+			shortVisits = false
+			want, errWant := routeOnce(ms[1], req)
+			if (errGot == nil) != (errWant == nil) || errGot != nil && errGot.Error() != errWant.Error() {
+				t.Fatalf("round %d, request %d (%+v): %v; the full pass: %v", round, r, req, errGot, errWant)
+			}
+			if errGot == nil {
+				decided++
+				if got.Worker != want.Worker || got.Cost != want.Cost || got.OverlapBlocks != want.OverlapBlocks || !slices.Equal(got.Candidates, want.Candidates) {
+					t.Fatalf("round %d, request %d: %+v; the full pass: %+v", round, r, got, want)
+				}
+			}
+		}
+	}
+	if decided == 0 {
+		t.Fatal("nothing decided")
+	}
+}

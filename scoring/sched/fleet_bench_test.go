@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // BenchmarkRemoveWorker: a worker leaving a fleet of W, whose workers have A active requests each on
@@ -129,17 +131,27 @@ func BenchmarkRouteCosts(b *testing.B) {
 }
 
 // BenchmarkRouteSubset: a decision limited to a gateway's subset of S workers of W, given as the
-// workers it may use (Only) or as every other worker excluded; routed and freed.
+// workers it may use (Only) or as every other worker excluded, or pinned to one worker (as session
+// affinity pins), over W workers carrying A active requests each; routed and freed.
 func BenchmarkRouteSubset(b *testing.B) {
-	for _, w := range []int{1024, 8192} {
-		for _, as := range []string{"exclude", "only"} {
-			b.Run(fmt.Sprintf("W=%d/S=4/as=%s", w, as), func(b *testing.B) {
+	for _, c := range []struct{ workers, active int }{{1024, 0}, {8192, 0}, {8192, 2}} {
+		for _, as := range []string{"exclude", "only", "pin"} {
+			w := c.workers
+			b.Run(fmt.Sprintf("W=%d/A=%d/S=4/as=%s", w, c.active, as), func(b *testing.B) {
 				m, now := kvMachine(b, w), time.Unix(0, 0)
+				for r := range c.active * w {
+					if _, _, err := m.Route(now, &Request{ID: "load-" + strconv.Itoa(r), Local: prompt(uint64(r%64), 8), ISL: 100 + r%700, Matched: true}); err != nil {
+						b.Fatal(err)
+					}
+				}
 				subset := []uint64{7, uint64(w / 3), uint64(w / 2), uint64(w - 2)}
 				var req Request
-				if as == "only" {
+				switch as {
+				case "pin":
+					req.Pin = &scoring.WorkerKey{WorkerID: subset[1]}
+				case "only":
 					req.Only = subset
-				} else {
+				default:
 					for i := range w {
 						if !slices.Contains(subset, uint64(i)) {
 							req.Exclude = append(req.Exclude, uint64(i))

@@ -116,6 +116,7 @@ type scratch struct {
 	targetOf   []int32
 	ties       []uint64
 	mask       []uint8 // calibrated: the candidates' standing when some are filtered (eligibility)
+	visit      []int32 // calibrated: the only targets to cost, when a pin or a short only list names them
 	// calibrated's vector kernel (vectorCosts): the targets' costs and active blocks with the request's,
 	// and the projections of those with active requests.
 	cost, k, proj []float64
@@ -517,7 +518,7 @@ func (m *Machine) filtering(av avoid) bool {
 // target made a decision excluding half of 8,192 workers take 15 ms (BenchmarkRouteExcluding; 0.12 ms
 // now).
 func (m *Machine) skip(i int, av avoid) bool {
-	if !m.list[i].healthy {
+	if m.unhealthy > 0 && !m.list[i].healthy { // the count first: a pass reads no target it needs not
 		return true
 	}
 	if len(av.only) == 0 && len(av.exclude) <= shortExclude {
