@@ -168,6 +168,7 @@ type target struct {
 	cached      uint64
 	cachedKnown bool
 	spacious    bool    // counted in Machine.roomy
+	pool        []uint8 // its standing in each policy class's pool (pool.go)
 	ctx         float64 // the context blocks of the requests decoding here, each counted whole (decode.go)
 	pfg         float64 // Machine.pfg's entry
 	age         lruAge  // the engine's eviction order (age.go)
@@ -262,6 +263,7 @@ func (m *Machine) SetConfig(now time.Time, cfg scoring.Config) ([]Released, erro
 	m.cfg = &cfg
 	m.pred.setTTL(cfg.PredictTTL())
 	m.sess.setTTL(cfg.SessionAffinityTTL)
+	m.repoolAll() // the classes or the busy thresholds may have changed
 	return m.drain(now), nil
 }
 
@@ -354,6 +356,7 @@ func (m *Machine) forget(t *target) {
 		delete(m.dreq, id)
 	}
 	m.pos.del(t.key)
+	m.unpool(t)
 	m.approx.RemoveWorker(t.key)
 	m.pred.removeWorker(t.key)
 	l := &m.lines[t.i]
@@ -427,6 +430,7 @@ func (m *Machine) publish(t *target) {
 	}
 	l.prefill, l.decode, l.unique = s.ActivePrefillTokens, s.ActiveDecodeBlocks, uint32(s.UniqueBlocks)
 	l.active, l.prefilling = uint32(s.ActiveRequests), uint32(s.PrefillingRequests)
+	m.repool(t)
 }
 
 // find returns the target of k, or nil.
@@ -452,6 +456,7 @@ func (m *Machine) SetHealthy(now time.Time, id uint64, healthy bool) (bool, []Re
 		} else {
 			m.unhealthy++
 		}
+		m.repool(t)
 	}
 	if changed && healthy {
 		return true, m.drain(now)
@@ -463,6 +468,7 @@ func (m *Machine) SetHealthy(now time.Time, id uint64, healthy bool) (bool, []Re
 func (m *Machine) SetKVUsage(k scoring.WorkerKey, used uint64) {
 	if t := m.find(k); t != nil {
 		t.kvUsed, t.kvKnown = used, true
+		m.repool(t)
 	}
 }
 
@@ -480,6 +486,7 @@ func (m *Machine) SetCapacity(id uint64, totalKVBlocks, maxBatched int) {
 		}
 		m.tmpl[t.i].totalKV, m.tmpl[t.i].maxBatched = t.totalKV(), t.maxBatched()
 		m.setRoom(t)
+		m.repool(t)
 	}
 }
 

@@ -45,6 +45,7 @@ type classQueue struct {
 	q       *queue.Queue[*waiting]
 	deficit uint64
 	st      policy.Stats
+	pool    poolCount // the fleet's targets in the class's pool (pool.go)
 }
 
 // drrCand is a class head's turn in a DRR pass: its cost, and whether it can be served now.
@@ -180,7 +181,7 @@ func (m *Machine) classify(req *Request, isl int, scores []prefix.Score, grouped
 		ci = m.pq.profile.Classify(req.PolicyClass, isl-cached)
 	}
 	c := &m.pq.classes[ci]
-	if !c.cls.Queues() || (c.st.Requests == 0 && !m.poolBusy(c.cls, pin, pinRank, avoidOf(req))) {
+	if !c.cls.Queues() || (c.st.Requests == 0 && !m.poolBusy(c, pin, pinRank, avoidOf(req))) {
 		return ci, cached, false
 	}
 	if cached < 0 {
@@ -296,37 +297,48 @@ func (m *Machine) bestGrouped(g *prefix.Matches, pin *scoring.WorkerKey, pinRank
 }
 
 // poolBusy reports whether a request with this pin and exclusions finds its eligible workers busy by
-// class cls's rule: a worker is busy above the class's prefill thresholds (absolute tokens, or a
+// class c's rule: a worker is busy above the class's prefill thresholds (absolute tokens, or a
 // fraction of max_num_batched_tokens); the pool when all of them are, or busy_worker_ratio of them.
 // Workers already busy by the router's busy thresholds are not eligible. With no eligible worker it is
-// false, so the request falls through to the selection error instead of waiting forever.
-func (m *Machine) poolBusy(cls *policy.Class, pin *scoring.WorkerKey, pinRank bool, av avoid) bool {
-	eligible, busy := 0, 0
-	var c scoring.Candidate
-	for i, t := range m.list {
+// false, so the request falls through to the selection error instead of waiting forever. A request
+// with no pin and no exclusion reads the class's counts (pool.go); a pinned one its worker's targets.
+func (m *Machine) poolBusy(c *classQueue, pin *scoring.WorkerKey, pinRank bool, av avoid) bool {
+	if pin == nil && len(av.exclude) == 0 && len(av.only) == 0 {
+		return c.cls.PoolBusy(c.pool.busy, c.pool.eligible)
+	}
+	from, to := 0, len(m.list)
+	if pin != nil {
+		from, to = m.ranks(pin.WorkerID)
+	}
+	return c.cls.PoolBusy(m.poolPass(c, from, to, pin, pinRank, av))
+}
+
+// poolPass counts the eligible and the busy targets among from..to for poolBusy, as the counts do for
+// the whole fleet.
+func (m *Machine) poolPass(c *classQueue, from, to int, pin *scoring.WorkerKey, pinRank bool, av avoid) (busy, eligible int) {
+	var cd scoring.Candidate
+	for i := from; i < to; i++ {
+		t := m.list[i]
 		if pin != nil && !pinMatches(t.key, pin, pinRank) {
 			continue
 		}
 		if m.skip(i, av) {
 			continue
 		}
-		l := &m.lines[i]
-		c.Worker = t.key
-		if m.busyAt(i, &c) {
+		cd.Worker = t.key
+		if m.busyAt(i, &cd) {
 			continue
 		}
 		eligible++
-		mb := c.Capacity.MaxNumBatchedTokens
+		mb := cd.Capacity.MaxNumBatchedTokens
 		if mb == 0 {
 			mb = scoring.DefaultMaxBatchedTokens
 		}
-		if cls.WorkerBusy(l.prefill, mb) {
+		if c.cls.WorkerBusy(m.lines[i].prefill, mb) {
 			busy++
-		} else if !cls.BusyWorkerRatio.Set {
-			return false
 		}
 	}
-	return cls.PoolBusy(busy, eligible)
+	return busy, eligible
 }
 
 // classHead returns class c's first live entry, dropping cancelled ones on the way.
@@ -349,7 +361,7 @@ func (m *Machine) dispatchable(now time.Time, c *classQueue) drrCand {
 		return drrCand{}
 	}
 	pin, pinRank := m.sessionPin(now, &w.req)
-	if m.poolBusy(c.cls, pin, pinRank, avoidOf(&w.req)) {
+	if m.poolBusy(c, pin, pinRank, avoidOf(&w.req)) {
 		return drrCand{}
 	}
 	return drrCand{cost: w.cost(), ok: true}
