@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -22,5 +23,26 @@ func BenchmarkApproxRecord(b *testing.B) {
 		now = now.Add(10 * time.Millisecond)
 		a.Record(WorkerKey{WorkerID: uint64(i % 16)}, seq, now)
 		a.Expire(now)
+	}
+}
+
+// BenchmarkApproxExpireIdle: the tick's expiry sweep over W workers that declared a capacity and hold
+// no predicted block (a router on KV events, none degraded), one of them holding blocks.
+func BenchmarkApproxExpireIdle(b *testing.B) {
+	for _, w := range []int{1024, 8192} {
+		b.Run(fmt.Sprintf("W=%d", w), func(b *testing.B) {
+			a := NewApprox(ApproxConfig{TTL: time.Hour, Capacity: 1 << 16, TargetRatio: 0.8})
+			for id := range w {
+				a.SetCapacity(WorkerKey{WorkerID: uint64(id)}, 4096)
+			}
+			now := time.Unix(0, 0)
+			a.Record(WorkerKey{WorkerID: 7}, []uint64{1, 2, 3}, now)
+			b.ResetTimer()
+			for range b.N {
+				if out := a.Expire(now); len(out) != 0 {
+					b.Fatal("expired before the TTL")
+				}
+			}
+		})
 	}
 }

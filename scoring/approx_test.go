@@ -59,3 +59,50 @@ func TestApproxCapacity(t *testing.T) {
 		t.Fatalf("heap grew to %d", n)
 	}
 }
+
+// TestApproxHeldAsTheHeaps: after random records (some evicting over capacity), expiries, capacity
+// changes and removals, the workers Expire reads (held) are exactly those whose heap holds anything, and
+// every block recorded and not yet expired, evicted or removed is still held.
+func TestApproxHeldAsTheHeaps(t *testing.T) {
+	a := NewApprox(ApproxConfig{TTL: 2 * time.Second, Capacity: 40, TargetRatio: 0.8})
+	now := time.Unix(0, 0)
+	seed := uint64(1)
+	next := func(n uint64) uint64 { seed = seed*6364136223846793005 + 1442695040888963407; return (seed >> 33) % n }
+	for step := range 5000 {
+		w := WorkerKey{WorkerID: next(6)}
+		switch next(10) {
+		case 0, 1, 2, 3:
+			seq := make([]uint64, 1+next(30))
+			for i := range seq {
+				seq[i] = next(200)
+			}
+			a.Record(w, seq, now)
+		case 4:
+			a.SetCapacity(w, int(next(60)))
+		case 5:
+			a.RemoveWorker(w)
+		default:
+			now = now.Add(time.Duration(next(600)) * time.Millisecond)
+			a.Expire(now)
+		}
+		for k, aw := range a.workers {
+			if _, ok := a.held[k]; (len(aw.heap) > 0) && !ok {
+				t.Fatalf("step %d: worker %v holds %d heap entries and is not listed for expiry", step, k, len(aw.heap))
+			}
+		}
+		for k, aw := range a.held {
+			if a.workers[k] != aw {
+				t.Fatalf("step %d: worker %v is listed for expiry and not known", step, k)
+			}
+		}
+	}
+	a.Expire(now.Add(time.Hour))
+	for k, aw := range a.workers {
+		if len(aw.blocks) != 0 || len(aw.heap) != 0 {
+			t.Fatalf("worker %v holds %d blocks after every TTL passed", k, len(aw.blocks))
+		}
+	}
+	if len(a.held) != 0 {
+		t.Fatalf("%d workers listed for expiry with nothing held", len(a.held))
+	}
+}
