@@ -13,7 +13,9 @@ import (
 )
 
 // TestCostKernel: the calibrated decision through the vector kernel gives the scalar loop's costs bit
-// for bit (in its arrays and the returned costs), its chosen cost and k and its tie list, over random fleets of 1 to 70 workers (every tail
+// for bit (in its arrays and the returned costs), its chosen cost and k and its tie list (or its
+// error), with targets left out or busy (exclusions, unhealthy workers, busy thresholds) in some rounds,
+// over random fleets of 1 to 70 workers (every tail
 // length) and 256: random overlaps, queued prefill, active blocks (some equal, for ties), capacities
 // (unknown, ample, overflowed), prompts shorter than some overlaps, workers with active requests sharing the prompt (projections, the
 // holder's sharers: the replica credit and the decode-batch credit on and off), load, prefill tracking
@@ -98,19 +100,44 @@ func TestCostKernel(t *testing.T) {
 			isl = (1 + rng.IntN(shared)) * cfg.BlockSize
 		}
 		reuse := rng.IntN(5) != 0
-		decide := func(kernel, costs bool) (scoring.Decision, []uint64, float64) {
+		// Some rounds leave targets out (an exclusion, an unhealthy worker): the mask the kernel's
+		// costs are masked by, as the scalar loop skips them.
+		var av avoid
+		if round%3 == 1 {
+			for range 1 + rng.IntN(3) {
+				av.exclude = append(av.exclude, uint64(1+rng.IntN(n)))
+			}
+		}
+		if round%5 == 2 {
+			m.SetHealthy(time.Unix(0, 0), uint64(1+rng.IntN(n)), false)
+		}
+		if round%4 == 3 { // busy targets in the mask
+			c := *m.cfg
+			c.ActivePrefillTokensThreshold = scoring.Some(float64(rng.IntN(30000)))
+			if _, err := m.SetConfig(time.Unix(1, 0), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		masked := len(av.exclude) > 0 || m.unhealthy > 0 || m.cfg.ActivePrefillTokensThreshold.Set
+		decide := func(kernel, costs bool) (scoring.Decision, []uint64, float64, error) {
 			defer func(on bool) { haveCostKernel = on }(haveCostKernel)
 			haveCostKernel = kernel
 			sreq := scoring.Request{ISL: isl, ReturnCosts: costs}
-			_, d, err := m.calibrated(&sreq, overlap{scores: scores}, primary, false, chain, isl, reuse, avoid{})
+			_, d, err := m.calibrated(&sreq, overlap{scores: scores}, primary, false, chain, isl, reuse, av)
+			return d, slices.Clone(m.sc.ties), m.sc.chosenK, err
+		}
+		ref, refTies, refK, refErr := decide(false, true)
+		if refErr != nil {
+			if _, _, _, err := decide(true, false); err == nil || err.Error() != refErr.Error() {
+				t.Fatalf("round %d: the scalar loop: %v; the kernel: %v", round, refErr, err)
+			}
+			continue
+		}
+		for _, costs := range []bool{false, true} {
+			d, ties, k, err := decide(true, costs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return d, slices.Clone(m.sc.ties), m.sc.chosenK
-		}
-		ref, refTies, refK := decide(false, true)
-		for _, costs := range []bool{false, true} {
-			d, ties, k := decide(true, costs)
 			if math.Float64bits(d.Cost) != math.Float64bits(ref.Cost) || math.Float64bits(k) != math.Float64bits(refK) || !slices.Equal(ties, refTies) ||
 				!slices.Contains(ties, uint64(d.Index)) {
 				t.Fatalf("round %d (%d workers), costs %v: cost %v k %v ties %v, scalar %v %v %v",
@@ -124,6 +151,9 @@ func TestCostKernel(t *testing.T) {
 			}
 		}
 		for i, c := range ref.Costs {
+			if masked { // the rows skip the targets left out, and the kernel's array holds them as +Inf
+				break
+			}
 			if math.Float64bits(m.sc.cost[i]) != math.Float64bits(c.Cost) {
 				t.Fatalf("round %d (%d workers): target %d cost %v (%#x), scalar %v (%#x)", round, n, i,
 					m.sc.cost[i], math.Float64bits(m.sc.cost[i]), c.Cost, math.Float64bits(c.Cost))

@@ -117,6 +117,18 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 		if held != len(m.active) {
 			t.Fatalf("step %d, %s: %d requests active, %d on the listed workers", step, what, len(m.active), held)
 		}
+		sick := 0
+		for _, tg := range m.list {
+			if _, listed := m.sick[tg]; listed != !tg.healthy {
+				t.Fatalf("step %d, %s: worker %d healthy %v, listed unhealthy %v", step, what, tg.key.WorkerID, tg.healthy, listed)
+			}
+			if !tg.healthy {
+				sick++
+			}
+		}
+		if len(m.sick) != sick || m.unhealthy != sick {
+			t.Fatalf("step %d, %s: %d unhealthy targets, %d listed, %d counted", step, what, sick, len(m.sick), m.unhealthy)
+		}
 		for i, tg := range m.list { // the last request's exclusions, read again after the change
 			if want := !tg.healthy || leftOut(tg.key.WorkerID, exclude, only); m.skip(i, avoid{exclude, only}) != want {
 				t.Fatalf("step %d, %s: target %d skipped %v, want %v (excluding %v, only %v)", step, what, i, !want, want, exclude, only)

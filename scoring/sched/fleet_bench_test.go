@@ -173,3 +173,38 @@ func BenchmarkRouteSubset(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRouteOneUnhealthy: a decision in a fleet of W workers (two active requests each) where one
+// worker is unhealthy (its health check failed; a large fleet mostly has one), or one worker excluded
+// (a retry after it failed the request), or neither; routed and freed.
+func BenchmarkRouteOneUnhealthy(b *testing.B) {
+	for _, w := range []int{1024, 8192} {
+		for _, as := range []string{"none", "unhealthy", "excluded"} {
+			b.Run(fmt.Sprintf("W=%d/%s", w, as), func(b *testing.B) {
+				m, now := kvMachine(b, w), time.Unix(0, 0)
+				for r := range 2 * w {
+					if _, _, err := m.Route(now, &Request{ID: "load-" + strconv.Itoa(r), ISL: 100 + r%700, Matched: true}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				var exclude []uint64
+				switch as {
+				case "unhealthy":
+					m.SetHealthy(now, 5, false)
+				case "excluded":
+					exclude = []uint64{5}
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					id := strconv.Itoa(i)
+					if _, _, err := m.Route(now, &Request{ID: id, ISL: 300, Matched: true, Exclude: exclude}); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := m.Free(now, id); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

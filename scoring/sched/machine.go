@@ -94,8 +94,10 @@ type Machine struct {
 	lines   []line // lines[i] is list[i]'s load, dense for the candidate loop
 	tmpl    []candTmpl
 	pos     posTable
-	// unhealthy counts unhealthy targets, so the common case skips the per-target filter.
+	// unhealthy counts unhealthy targets, so the common case skips the per-target filter; sick holds
+	// them, so a filtered decision marks them without a pass over every target (eligibility).
 	unhealthy int
+	sick      map[*target]struct{}
 	rr        uint64
 
 	active map[string]*target
@@ -372,6 +374,7 @@ func (m *Machine) forget(t *target) {
 	}
 	if !t.healthy {
 		m.unhealthy--
+		delete(m.sick, t)
 	}
 }
 
@@ -453,8 +456,13 @@ func (m *Machine) SetHealthy(now time.Time, id uint64, healthy bool) (bool, []Re
 		t.healthy, changed = healthy, true
 		if healthy {
 			m.unhealthy--
+			delete(m.sick, t)
 		} else {
 			m.unhealthy++
+			if m.sick == nil {
+				m.sick = make(map[*target]struct{})
+			}
+			m.sick[t] = struct{}{}
 		}
 		m.repool(t)
 	}
