@@ -390,7 +390,6 @@ func (m *Machine) eligibility(sreq *scoring.Request, av avoid) (mask []uint8, vi
 	}
 	mask = slices.Grow(m.sc.mask[:0], n)[:n]
 	m.sc.mask = mask
-	var c scoring.Candidate
 	// A pinned request, or one limited to a few workers, can only go to their targets: they alone are
 	// classified and costed (visit, in target order). With a pass over the fleet a pinned decision at
 	// 8,192 workers took 55–72 µs, four times an unpinned one; 1.6–2.5 µs now (BenchmarkRouteSubset).
@@ -403,60 +402,19 @@ func (m *Machine) eligibility(sreq *scoring.Request, av avoid) (mask []uint8, vi
 		some = av.only
 	}
 	if some != nil {
-		for i := range mask {
-			mask[i] = candLeftOut
-		}
-		visit = m.sc.visit[:0]
-		for _, id := range some {
-			from, to := m.ranks(id)
-			for i := from; i < to; i++ {
-				if mask[i] != candLeftOut { // an id listed twice
-					continue
-				}
-				switch st := m.standingOf(i, sreq, av, filter, busyCheck, &c); st {
-				case costed:
-					eligible++
-					fallthrough
-				case pinned:
-					allowed++
-					mask[i] = st.mask()
-					visit = append(visit, int32(i))
-				}
-			}
-		}
-		slices.Sort(visit)
-		m.sc.visit = visit
-		if allowed > 0 {
+		if visit, allowed, eligible = m.visitSome(mask, some, sreq, av, filter, busyCheck); allowed > 0 {
 			return mask, visit, allowed, allowed, eligible // offer counts only whether it is 0
 		}
 		// Nothing to cost: the full pass below tells "no worker" from "not the pinned one".
-		eligible = 0
+		allowed, eligible = 0, 0
 	}
 	if shortVisits && !sreq.Pinned && !busyCheck && len(av.only) == 0 && len(av.exclude) <= shortExclude {
-		// Only unhealthy targets and a few excluded workers' are left out: every target eligible but
-		// those, marked from their lists. A pass classifying every target made a decision with one
-		// unhealthy worker in a fleet of 8,192 take 110 µs instead of 18 (BenchmarkRouteOneUnhealthy).
-		for i := range mask {
-			mask[i] = candEligible
-		}
-		eligible = n
-		for t := range m.sick {
-			mask[t.i] = candLeftOut
-			eligible--
-		}
-		for _, id := range av.exclude {
-			from, to := m.ranks(id)
-			for i := from; i < to; i++ {
-				if mask[i] == candEligible {
-					mask[i] = candLeftOut
-					eligible--
-				}
-			}
-		}
+		eligible = m.markLeftOut(mask, av.exclude)
 		return mask, nil, eligible, eligible, eligible
 	}
 	// Every target: standingOf written out, as a call a target made a decision excluding half of 8,192
 	// workers 10–20 % slower (BenchmarkRouteSubset).
+	var c scoring.Candidate
 	for i := range mask {
 		mask[i] = candLeftOut
 		if filter && m.skip(i, av) {
@@ -475,6 +433,61 @@ func (m *Machine) eligibility(sreq *scoring.Request, av avoid) (mask []uint8, vi
 		mask[i] = candEligible
 	}
 	return mask, nil, offer, allowed, eligible
+}
+
+// visitSome classifies the targets of the workers some names alone into mask (the rest left out), and
+// returns those it can cost or report busy, in target order, with the counts.
+func (m *Machine) visitSome(mask []uint8, some []uint64, sreq *scoring.Request, av avoid, filter, busyCheck bool) (visit []int32, allowed, eligible int) {
+	for i := range mask {
+		mask[i] = candLeftOut
+	}
+	var c scoring.Candidate
+	visit = m.sc.visit[:0]
+	for _, id := range some {
+		from, to := m.ranks(id)
+		for i := from; i < to; i++ {
+			if mask[i] != candLeftOut { // an id listed twice
+				continue
+			}
+			switch st := m.standingOf(i, sreq, av, filter, busyCheck, &c); st {
+			case costed:
+				eligible++
+				fallthrough
+			case pinned:
+				allowed++
+				mask[i] = st.mask()
+				visit = append(visit, int32(i))
+			}
+		}
+	}
+	slices.Sort(visit)
+	m.sc.visit = visit
+	return visit, allowed, eligible
+}
+
+// markLeftOut fills mask for a decision whose only filters are the unhealthy targets and a few excluded
+// workers: every target eligible but those, marked from their lists, and returns how many are left. A
+// pass classifying every target made a decision with one unhealthy worker in a fleet of 8,192 take 110
+// µs instead of 18 (BenchmarkRouteOneUnhealthy).
+func (m *Machine) markLeftOut(mask []uint8, exclude []uint64) (eligible int) {
+	for i := range mask {
+		mask[i] = candEligible
+	}
+	eligible = len(mask)
+	for t := range m.sick {
+		mask[t.i] = candLeftOut
+		eligible--
+	}
+	for _, id := range exclude {
+		from, to := m.ranks(id)
+		for i := from; i < to; i++ {
+			if mask[i] == candEligible {
+				mask[i] = candLeftOut
+				eligible--
+			}
+		}
+	}
+	return eligible
 }
 
 // standing is how far a target gets in eligibility: left out (excluded, unhealthy), offered, pinned
