@@ -176,35 +176,49 @@ func BenchmarkRouteSubset(b *testing.B) {
 
 // BenchmarkRouteOneUnhealthy: a decision in a fleet of W workers (two active requests each) where one
 // worker is unhealthy (its health check failed; a large fleet mostly has one), or one worker excluded
-// (a retry after it failed the request), or neither; routed and freed.
+// (a retry after it failed the request), or neither, by the kvroute cost or Dynamo's; routed and freed.
 func BenchmarkRouteOneUnhealthy(b *testing.B) {
-	for _, w := range []int{1024, 8192} {
-		for _, as := range []string{"none", "unhealthy", "excluded"} {
-			b.Run(fmt.Sprintf("W=%d/%s", w, as), func(b *testing.B) {
-				m, now := kvMachine(b, w), time.Unix(0, 0)
-				for r := range 2 * w {
-					if _, _, err := m.Route(now, &Request{ID: "load-" + strconv.Itoa(r), ISL: 100 + r%700, Matched: true}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				var exclude []uint64
-				switch as {
-				case "unhealthy":
-					m.SetHealthy(now, 5, false)
-				case "excluded":
-					exclude = []uint64{5}
-				}
-				b.ResetTimer()
-				for i := range b.N {
-					id := strconv.Itoa(i)
-					if _, _, err := m.Route(now, &Request{ID: id, ISL: 300, Matched: true, Exclude: exclude}); err != nil {
-						b.Fatal(err)
-					}
-					if _, err := m.Free(now, id); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+	for _, preset := range []scoring.Preset{scoring.PresetKVRoute, scoring.PresetDynamo} {
+		for _, w := range []int{1024, 8192} {
+			for _, as := range []string{"none", "unhealthy", "excluded"} {
+				benchOneUnhealthy(b, preset, w, as)
+			}
 		}
 	}
+}
+
+// benchOneUnhealthy is one case of BenchmarkRouteOneUnhealthy.
+func benchOneUnhealthy(b *testing.B, preset scoring.Preset, w int, as string) {
+	b.Run(fmt.Sprintf("%s/W=%d/%s", preset, w, as), func(b *testing.B) {
+		m, now := kvMachine(b, w), time.Unix(0, 0)
+		if preset != scoring.PresetKVRoute {
+			cfg := *m.cfg
+			cfg.Preset = preset
+			if _, err := m.SetConfig(now, cfg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for r := range 2 * w {
+			if _, _, err := m.Route(now, &Request{ID: "load-" + strconv.Itoa(r), ISL: 100 + r%700, Matched: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var exclude []uint64
+		switch as {
+		case "unhealthy":
+			m.SetHealthy(now, 5, false)
+		case "excluded":
+			exclude = []uint64{5}
+		}
+		b.ResetTimer()
+		for i := range b.N {
+			id := strconv.Itoa(i)
+			if _, _, err := m.Route(now, &Request{ID: id, ISL: 300, Matched: true, Exclude: exclude}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := m.Free(now, id); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -618,10 +618,25 @@ func (m *Machine) loadRows(src overlap, chain []uint64, reuse, filter bool, av a
 		return rows, nil
 	}
 	targetOf = m.sc.targetOf[:0]
-	for i := range rows {
-		if !m.skip(i, av) {
-			rows[len(targetOf)] = rows[i]
-			targetOf = append(targetOf, int32(i))
+	if shortVisits && len(av.only) == 0 && len(av.exclude) <= shortExclude {
+		// Only the unhealthy targets and a few excluded workers' are left out: marked from their lists
+		// (markLeftOut), not asked of each target (an unhealthy worker in a fleet of 8,192 made a
+		// decision on Dynamo's cost 40 % slower: BenchmarkRouteOneUnhealthy).
+		mask := slices.Grow(m.sc.mask[:0], len(rows))[:len(rows)]
+		m.sc.mask = mask
+		m.markLeftOut(mask, av.exclude)
+		for i := range rows {
+			if mask[i] == candEligible {
+				rows[len(targetOf)] = rows[i]
+				targetOf = append(targetOf, int32(i))
+			}
+		}
+	} else {
+		for i := range rows {
+			if !m.skip(i, av) {
+				rows[len(targetOf)] = rows[i]
+				targetOf = append(targetOf, int32(i))
+			}
 		}
 	}
 	m.sc.targetOf = targetOf
