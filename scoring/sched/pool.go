@@ -1,6 +1,9 @@
 package sched
 
-import "github.com/kvroute/kvroute/scoring"
+import (
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/scoring/policy"
+)
 
 // The queue's pool rule (poolBusy) for a request with no pin and no exclusion asks, per policy class,
 // how many targets are eligible (healthy, not busy by the router's thresholds) and how many of those
@@ -22,8 +25,9 @@ const (
 // poolCount is a class's counts over the fleet.
 type poolCount struct{ eligible, busy int }
 
-// poolStanding is target t's standing in class ci's pool.
-func (m *Machine) poolStanding(t *target, ci int) uint8 {
+// poolStanding is target t's standing in class cls's pool: what the counts keep, and what poolPass
+// counts over a part of the fleet.
+func (m *Machine) poolStanding(t *target, cls *policy.Class) uint8 {
 	if !t.healthy {
 		return 0
 	}
@@ -36,7 +40,7 @@ func (m *Machine) poolStanding(t *target, ci int) uint8 {
 	if mb == 0 {
 		mb = scoring.DefaultMaxBatchedTokens
 	}
-	if m.pq.classes[ci].cls.WorkerBusy(m.lines[t.i].prefill, mb) {
+	if cls.WorkerBusy(m.lines[t.i].prefill, mb) {
 		return poolEligible | poolBusy
 	}
 	return poolEligible
@@ -51,7 +55,7 @@ func (m *Machine) repool(t *target) {
 		t.pool = make([]uint8, len(m.pq.classes))
 	}
 	for ci := range m.pq.classes {
-		st := m.poolStanding(t, ci)
+		st := m.poolStanding(t, m.pq.classes[ci].cls)
 		m.pq.classes[ci].pool.add(t.pool[ci], -1)
 		m.pq.classes[ci].pool.add(st, 1)
 		t.pool[ci] = st

@@ -316,25 +316,16 @@ func (m *Machine) poolBusy(c *classQueue, pin *scoring.WorkerKey, pinRank bool, 
 // poolPass counts the eligible and the busy targets among from..to for poolBusy, as the counts do for
 // the whole fleet.
 func (m *Machine) poolPass(c *classQueue, from, to int, pin *scoring.WorkerKey, pinRank bool, av avoid) (busy, eligible int) {
-	var cd scoring.Candidate
 	for i := from; i < to; i++ {
 		t := m.list[i]
-		if pin != nil && !pinMatches(t.key, pin, pinRank) {
+		if pin != nil && !pinMatches(t.key, pin, pinRank) || m.skip(i, av) {
 			continue
 		}
-		if m.skip(i, av) {
-			continue
+		st := m.poolStanding(t, c.cls)
+		if st&poolEligible != 0 {
+			eligible++
 		}
-		cd.Worker = t.key
-		if m.busyAt(i, &cd) {
-			continue
-		}
-		eligible++
-		mb := cd.Capacity.MaxNumBatchedTokens
-		if mb == 0 {
-			mb = scoring.DefaultMaxBatchedTokens
-		}
-		if c.cls.WorkerBusy(m.lines[i].prefill, mb) {
+		if st&poolBusy != 0 {
 			busy++
 		}
 	}
