@@ -617,30 +617,36 @@ func (m *Machine) loadRows(src overlap, chain []uint64, reuse, filter bool, av a
 	if !filter {
 		return rows, nil
 	}
+	mask := m.leftOutMask(av)
 	targetOf = m.sc.targetOf[:0]
-	if shortVisits && len(av.only) == 0 && len(av.exclude) <= shortExclude {
-		// Only the unhealthy targets and a few excluded workers' are left out: marked from their lists
-		// (markLeftOut), not asked of each target (an unhealthy worker in a fleet of 8,192 made a
-		// decision on Dynamo's cost 40 % slower: BenchmarkRouteOneUnhealthy).
-		mask := slices.Grow(m.sc.mask[:0], len(rows))[:len(rows)]
-		m.sc.mask = mask
-		m.markLeftOut(mask, av.exclude)
-		for i := range rows {
-			if mask[i] == candEligible {
-				rows[len(targetOf)] = rows[i]
-				targetOf = append(targetOf, int32(i))
-			}
-		}
-	} else {
-		for i := range rows {
-			if !m.skip(i, av) {
-				rows[len(targetOf)] = rows[i]
-				targetOf = append(targetOf, int32(i))
-			}
+	for i := range rows {
+		if mask[i] == candEligible {
+			rows[len(targetOf)] = rows[i]
+			targetOf = append(targetOf, int32(i))
 		}
 	}
 	m.sc.targetOf = targetOf
 	return rows[:len(targetOf)], targetOf
+}
+
+// leftOutMask is, by target position, candLeftOut for the targets av or their health leave out and
+// candEligible for the rest. When the only filters are the unhealthy targets and a few excluded
+// workers, those are marked from their lists (markLeftOut), not asked of each target: an unhealthy
+// worker in a fleet of 8,192 made a decision on Dynamo's cost 40 % slower (BenchmarkRouteOneUnhealthy).
+func (m *Machine) leftOutMask(av avoid) []uint8 {
+	mask := slices.Grow(m.sc.mask[:0], len(m.list))[:len(m.list)]
+	m.sc.mask = mask
+	if shortVisits && len(av.only) == 0 && len(av.exclude) <= shortExclude {
+		m.markLeftOut(mask, av.exclude)
+		return mask
+	}
+	for i := range mask {
+		mask[i] = candEligible
+		if m.skip(i, av) {
+			mask[i] = candLeftOut
+		}
+	}
+	return mask
 }
 
 // capacities writes the capacity of every row's target (busy thresholds); targetOf as loadRows.
