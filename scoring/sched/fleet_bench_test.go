@@ -82,13 +82,7 @@ func BenchmarkRouteExcluding(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := range b.N {
-				id := strconv.Itoa(i)
-				if _, _, err := m.Route(now, &Request{ID: id, ISL: 100, Matched: true, Exclude: exclude}); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := m.Free(now, id); err != nil {
-					b.Fatal(err)
-				}
+				routeFree(b, m, now, Request{ID: strconv.Itoa(i), ISL: 100, Matched: true, Exclude: exclude})
 			}
 		})
 	}
@@ -115,14 +109,8 @@ func BenchmarkRouteCosts(b *testing.B) {
 					}
 					b.ResetTimer()
 					for i := range b.N {
-						id := strconv.Itoa(i)
-						req := Request{ID: id, ISL: 300, Matched: true, ReturnCosts: top >= 0, CostsTop: max(top, 0), Exclude: exclude}
-						if _, _, err := m.Route(now, &req); err != nil {
-							b.Fatal(err)
-						}
-						if _, err := m.Free(now, id); err != nil {
-							b.Fatal(err)
-						}
+						routeFree(b, m, now, Request{ID: strconv.Itoa(i), ISL: 300, Matched: true, ReturnCosts: top >= 0, CostsTop: max(top, 0),
+							Exclude: exclude})
 					}
 				})
 			}
@@ -139,11 +127,7 @@ func BenchmarkRouteSubset(b *testing.B) {
 			w := c.workers
 			b.Run(fmt.Sprintf("W=%d/A=%d/S=4/as=%s", w, c.active, as), func(b *testing.B) {
 				m, now := kvMachine(b, w), time.Unix(0, 0)
-				for r := range c.active * w {
-					if _, _, err := m.Route(now, &Request{ID: "load-" + strconv.Itoa(r), Local: prompt(uint64(r%64), 8), ISL: 100 + r%700, Matched: true}); err != nil {
-						b.Fatal(err)
-					}
-				}
+				loadFleet(b, m, now, c.active*w, true)
 				subset := []uint64{7, uint64(w / 3), uint64(w / 2), uint64(w - 2)}
 				var req Request
 				switch as {
@@ -161,12 +145,8 @@ func BenchmarkRouteSubset(b *testing.B) {
 				b.ResetTimer()
 				for i := range b.N {
 					req.ID, req.ISL, req.Matched = strconv.Itoa(i), 100, true
-					d, _, err := m.Route(now, &req)
-					if err != nil || !slices.Contains(subset, d.Worker.WorkerID) {
-						b.Fatalf("routed to %v: %v", d.Worker, err)
-					}
-					if _, err := m.Free(now, req.ID); err != nil {
-						b.Fatal(err)
+					if d := routeFree(b, m, now, req); !slices.Contains(subset, d.Worker.WorkerID) {
+						b.Fatalf("routed to %v, out of the subset", d.Worker)
 					}
 				}
 			})
@@ -198,11 +178,7 @@ func benchOneUnhealthy(b *testing.B, preset scoring.Preset, w int, as string) {
 				b.Fatal(err)
 			}
 		}
-		for r := range 2 * w {
-			if _, _, err := m.Route(now, &Request{ID: "load-" + strconv.Itoa(r), ISL: 100 + r%700, Matched: true}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		loadFleet(b, m, now, 2*w, false)
 		var exclude []uint64
 		switch as {
 		case "unhealthy":
@@ -212,13 +188,33 @@ func benchOneUnhealthy(b *testing.B, preset scoring.Preset, w int, as string) {
 		}
 		b.ResetTimer()
 		for i := range b.N {
-			id := strconv.Itoa(i)
-			if _, _, err := m.Route(now, &Request{ID: id, ISL: 300, Matched: true, Exclude: exclude}); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := m.Free(now, id); err != nil {
-				b.Fatal(err)
-			}
+			routeFree(b, m, now, Request{ID: strconv.Itoa(i), ISL: 300, Matched: true, Exclude: exclude})
 		}
 	})
+}
+
+// loadFleet routes n requests onto m at now, which stay active: ISLs of 100 to 799 tokens, with short
+// prompts (64 distinct ones) when prompts is set.
+func loadFleet(b *testing.B, m *Machine, now time.Time, n int, prompts bool) {
+	for r := range n {
+		req := Request{ID: "load-" + strconv.Itoa(r), ISL: 100 + r%700, Matched: true}
+		if prompts {
+			req.Local = prompt(uint64(r%64), 8)
+		}
+		if _, _, err := m.Route(now, &req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// routeFree routes req on m at now and frees it, and returns the decision.
+func routeFree(b *testing.B, m *Machine, now time.Time, req Request) Decision {
+	d, _, err := m.Route(now, &req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Free(now, req.ID); err != nil {
+		b.Fatal(err)
+	}
+	return d
 }
