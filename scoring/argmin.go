@@ -61,20 +61,23 @@ type LoadRow struct {
 	Requests   uint32  // Load.ActiveRequests
 }
 
-// linear is the cost of a row: costInputs.logit for a candidate with a device-tier overlap only and a
+// Linear is the cost of a row: costInputs.logit for a candidate with a device-tier overlap only and a
 // known load under the linear policy. With a known load the raw prefill is (prefill + ISL) / block size,
 // as the clipped cached tokens cancel (exact: every term is an integer below 2^53), and zero when prefill
-// is not tracked (pf = 0). The same operations in the same order give the same bits.
-type linear struct{ pf, islPf, invBs, credit, scale, weight float64 }
+// is not tracked (pf = 0). The same operations in the same order give the same bits: a vector kernel
+// that reads these constants (the scheduler's, eight rows at a time) does them unfused, in this order.
+type Linear struct{ Pf, IslPf, InvBs, Credit, Scale, Weight float64 }
 
-func (a *Argmin) linear() linear {
-	return linear{a.pf, a.islPf, a.in.invBs, a.in.credit, a.in.scale, a.in.requestWeight}
+// Linear is the cost's constants for this request (LoadOnly).
+func (a *Argmin) Linear() Linear {
+	return Linear{a.pf, a.islPf, a.in.invBs, a.in.credit, a.in.scale, a.in.requestWeight}
 }
 
-func (k *linear) cost(r *LoadRow) float64 {
-	raw := (float64(int64(r.Prefill))*k.pf + k.islPf) * k.invBs
-	adjusted := fmax(raw-k.credit*float64(int64(r.Overlap)), 0)
-	return k.scale*adjusted + (r.Decode + float64(int64(r.Additional))) + k.weight*float64(int64(r.Requests))
+// Cost is row r's cost.
+func (k *Linear) Cost(r *LoadRow) float64 {
+	raw := (float64(int64(r.Prefill))*k.Pf + k.IslPf) * k.InvBs
+	adjusted := fmax(raw-k.Credit*float64(int64(r.Overlap)), 0)
+	return k.Scale*adjusted + (r.Decode + float64(int64(r.Additional))) + k.Weight*float64(int64(r.Requests))
 }
 
 // OfferLoads offers rows as candidates 0…len(rows)−1, when LoadOnly and nothing was offered before: the
@@ -83,7 +86,7 @@ func (k *linear) cost(r *LoadRow) float64 {
 // second pass over the rows (it finds the drawn one), not a list of the tied.
 func (a *Argmin) OfferLoads(rows []LoadRow, caps []Capacity) {
 	a.n += len(rows)
-	k := a.linear()
+	k := a.Linear()
 	busy := a.f.anyBusy
 	if busy {
 		caps = caps[:len(rows)]
@@ -94,7 +97,7 @@ func (a *Argmin) OfferLoads(rows []LoadRow, caps []Capacity) {
 			continue
 		}
 		eligible++
-		l := k.cost(&rows[i])
+		l := k.Cost(&rows[i])
 		switch {
 		case l < bestLogit || best < 0:
 			best, bestLogit, ties = i, l, 1
@@ -108,7 +111,7 @@ func (a *Argmin) OfferLoads(rows []LoadRow, caps []Capacity) {
 			if busy && a.f.busyLoad(rows[i].Decode, rows[i].Prefill, &caps[i]) {
 				continue
 			}
-			if k.cost(&rows[i]) == bestLogit {
+			if k.Cost(&rows[i]) == bestLogit {
 				if r == 0 {
 					best = i
 					break
@@ -121,6 +124,19 @@ func (a *Argmin) OfferLoads(rows []LoadRow, caps []Capacity) {
 	if best >= 0 {
 		a.bestOver = rows[best].Overlap
 	}
+}
+
+// OfferTied records candidates 0…n−1 (n > 0) as offered, every one eligible, when LoadOnly and nothing
+// was offered before, by their least cost, computed elsewhere (Linear): tied are the candidates at that
+// cost in order (at least one) and overlap their overlaps by candidate. One is drawn as OfferLoads
+// draws, so the decision is OfferLoads' for the same rows.
+func (a *Argmin) OfferTied(n int, cost float64, tied []uint64, overlap []uint32) {
+	best := int(tied[0])
+	if len(tied) > 1 {
+		best = int(tied[a.rng.IntN(len(tied))])
+	}
+	a.n, a.eligible = a.n+n, a.eligible+n
+	a.best, a.bestLogit, a.bestOver = best, cost, overlap[best]
 }
 
 // ReadsCapacity reports whether Offer reads the candidates' Capacity (busy thresholds are set); Offer

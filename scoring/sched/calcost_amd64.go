@@ -17,3 +17,6 @@ func calArgminAVX512(cost, k *float64, n int, ties *uint64) int
 
 //go:noescape
 func calActiveAVX512(lines *line, n int, active *uint8)
+
+//go:noescape
+func calLinearAVX512(a *linArgs)

@@ -93,6 +93,26 @@ DATA costIota<>+48(SB)/8, $6
 DATA costIota<>+56(SB)/8, $7
 GLOBL costIota<>(SB), RODATA|NOPTR, $64
 
+// LINES8 transposes the eight lines at DX by the permutes in Z26–Z29: Z4 their decode words, Z5 their
+// prefill words, Z8 their unique|active words (Z6, Z7, Z9 scratch), and sets K2 to the lines with
+// active requests among K7's lanes (Z30: the active half's mask).
+#define LINES8 \
+	VMOVDQU64 0(DX), Z4; \
+	VMOVDQU64 64(DX), Z5; \
+	VMOVDQU64 128(DX), Z6; \
+	VMOVDQU64 192(DX), Z7; \
+	VMOVDQA64 Z4, Z8; \
+	VPERMT2Q  Z5, Z27, Z8; \
+	VPERMT2Q  Z5, Z26, Z4; \
+	VMOVDQA64 Z6, Z9; \
+	VPERMT2Q  Z7, Z27, Z9; \
+	VPERMT2Q  Z7, Z26, Z6; \
+	VPERMT2Q  Z9, Z28, Z8; \
+	VMOVDQA64 Z4, Z5; \
+	VPERMT2Q  Z6, Z28, Z5; \
+	VPERMT2Q  Z6, Z29, Z4; \
+	VPTESTMQ  Z30, Z8, K7, K2
+
 // func calCostsAVX512(a *costArgs)
 //
 // The calibrated decision's cost and active blocks k of targets 0…a.n−1 (a.n a multiple of 8) into
@@ -142,22 +162,7 @@ loop:
 	VPERMT2Q  Z1, Z12, Z10
 	VPERMT2Q  256(R8), Z13, Z10
 
-	// Transpose eight lines: Z4 decode, Z5 prefill, Z8 unique|active.
-	VMOVDQU64 0(DX), Z4
-	VMOVDQU64 64(DX), Z5
-	VMOVDQU64 128(DX), Z6
-	VMOVDQU64 192(DX), Z7
-	VMOVDQA64 Z4, Z8
-	VPERMT2Q  Z5, Z27, Z8
-	VPERMT2Q  Z5, Z26, Z4
-	VMOVDQA64 Z6, Z9
-	VPERMT2Q  Z7, Z27, Z9
-	VPERMT2Q  Z7, Z26, Z6
-	VPERMT2Q  Z9, Z28, Z8
-	VMOVDQA64 Z4, Z5
-	VPERMT2Q  Z6, Z28, Z5
-	VPERMT2Q  Z6, Z29, Z4
-	VPTESTMQ  Z30, Z8, K7, K2 // active != 0, projections on
+	LINES8 // Z4 decode, Z5 prefill, Z8 unique|active; K2 active, projections on
 
 	VCVTUDQ2PD (SI), Z0
 	VMULPD     Z16, Z0, Z0 // cached = ov·bs
@@ -220,6 +225,70 @@ loop:
 	JNZ  loop
 
 done:
+	VZEROUPPER
+	RET
+
+// func calLinearAVX512(a *linArgs)
+//
+// The linear policy's cost of targets 0…a.n−1 (a.n a multiple of 8) into a.cost, eight per step:
+// scoring.Linear's operations in its order, unfused, fmax(x, 0) as a compare and a zeroing move. The
+// lines are transposed as in calCostsAVX512.
+TEXT ·calLinearAVX512(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), DI
+	MOVQ linArgs_ov(DI), SI
+	MOVQ linArgs_lines(DI), DX
+	MOVQ linArgs_proj(DI), R9
+	MOVQ linArgs_cost(DI), R10
+	MOVQ linArgs_n(DI), CX
+	MOVQ linArgs_projOn(DI), AX
+	KMOVB AX, K7
+	SHRQ $3, CX
+	JZ   ldone
+	VBROADCASTSD linArgs_pf(DI), Z16
+	VBROADCASTSD linArgs_islPf(DI), Z17
+	VBROADCASTSD linArgs_invBs(DI), Z18
+	VBROADCASTSD linArgs_credit(DI), Z19
+	VBROADCASTSD linArgs_scale(DI), Z20
+	VBROADCASTSD linArgs_weight(DI), Z21
+	VBROADCASTSD linArgs_nchain(DI), Z22
+	VPBROADCASTQ costConst<>+0(SB), Z30
+	VMOVDQU64 costPerm<>+0(SB), Z26
+	VMOVDQU64 costPerm<>+64(SB), Z27
+	VMOVDQU64 costPerm<>+128(SB), Z28
+	VMOVDQU64 costPerm<>+192(SB), Z29
+	VPXORQ    Z14, Z14, Z14
+
+lloop:
+	LINES8 // Z4 decode, Z5 prefill, Z8 unique|active; K2 active, projections on
+
+	VCVTQQ2PD  Z5, Z5
+	VMULPD     Z16, Z5, Z5 // prefill·pf
+	VADDPD     Z17, Z5, Z5 // + ISL·pf
+	VMULPD     Z18, Z5, Z5 // raw = … / bs
+	VCVTUDQ2PD (SI), Z0
+	VMULPD     Z19, Z0, Z0 // credit·overlap
+	VSUBPD     Z0, Z5, Z5
+	VCMPPD     $0x1e, Z14, Z5, K3
+	VMOVAPD.Z  Z5, K3, Z5 // adjusted = raw − credit·overlap if > 0, else 0
+	VMULPD     Z20, Z5, Z5 // scale·adjusted
+	VMOVAPD    Z22, Z2
+	VMOVUPD    (R9), K2, Z2 // additional = projection if active, else len(chain)
+	VADDPD     Z2, Z4, Z4 // decode + additional
+	VADDPD     Z4, Z5, Z5
+	VPSRLQ     $32, Z8, Z8
+	VCVTQQ2PD  Z8, Z8 // requests
+	VMULPD     Z21, Z8, Z8
+	VADDPD     Z8, Z5, Z5 // + weight·requests
+	VMOVUPD    Z5, (R10)
+
+	ADDQ $32, SI
+	ADDQ $256, DX
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ CX
+	JNZ  lloop
+
+ldone:
 	VZEROUPPER
 	RET
 

@@ -17,3 +17,7 @@ func calArgminAVX512(cost, k *float64, n int, ties *uint64) int {
 func calActiveAVX512(lines *line, n int, active *uint8) {
 	panic("sched: no cost kernel on this architecture")
 }
+
+func calLinearAVX512(a *linArgs) {
+	panic("sched: no cost kernel on this architecture")
+}

@@ -30,6 +30,9 @@
 // blocks each engine evicts are (age.go, from the requests' ends and the index's log of evictions,
 // Evicted), and the decode the request adds where it goes (decode.go, from the decode the fleet's
 // requests reported at their ends: RecordOutput before Free), added to the kernel's costs in Go.
+// Dynamo's linear cost (and every other preset's kv mode) has a kernel of its own (calLinearAVX512,
+// linearArgmin: TestLinearKernel) with the same transposed reads, filtered targets at +Inf and the
+// vector argmin; busy thresholds keep the one-pass loop over load rows.
 //
 // Overlap in groups (groups.go): the router's indexer answers a query as groups of worker slots with
 // equal overlap (prefix.Matches: some tens a query at 1,000 workers, where Scores are one per worker

@@ -70,6 +70,24 @@ func BenchmarkSelectionPass(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
 			})
+			// The linear policy's whole pass (argmin: overlaps scattered, costs, argmin) by the load rows
+			// and by the vector kernel (linearArgmin), where the machine has it.
+			for _, kernel := range []bool{false, true} {
+				if kernel && !haveCostKernel {
+					continue
+				}
+				b.Run(fmt.Sprintf("argmin/kernel=%v", kernel), func(b *testing.B) {
+					defer func(on bool) { haveCostKernel = on }(haveCostKernel)
+					haveCostKernel = kernel
+					for range b.N {
+						am, _ := scoring.NewArgmin(&sreq, m.cfg, m.rng)
+						if _, _, err := m.argmin(&am, overlap{scores: scores}, chain, true, avoid{}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w), "ns/worker")
+				})
+			}
 			b.Run("offer/busy-thresholds", func(b *testing.B) {
 				for range b.N {
 					am, _ := scoring.NewArgmin(&sreq, &busyCfg, m.rng)
