@@ -307,3 +307,31 @@ func TestLinearKernel(t *testing.T) {
 		t.Fatalf("only %d of 400 rounds compared every target's cost", ran)
 	}
 }
+
+// TestNotEligibleAsAByteLoop: notEligible visits the positions a loop over every byte would, in order,
+// and fillEligible leaves every byte eligible, for masks of every length up to 70 and random standings.
+func TestNotEligibleAsAByteLoop(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	for round := range 2000 {
+		mask := make([]uint8, round%71)
+		fillEligible(mask)
+		if slices.ContainsFunc(mask, func(b uint8) bool { return b != candEligible }) {
+			t.Fatalf("fillEligible(%d bytes) = %v", len(mask), mask)
+		}
+		for range rng.IntN(4) {
+			if len(mask) > 0 {
+				mask[rng.IntN(len(mask))] = []uint8{candLeftOut, candBusy}[rng.IntN(2)]
+			}
+		}
+		var want, got []int
+		for i, st := range mask {
+			if st != candEligible {
+				want = append(want, i)
+			}
+		}
+		notEligible(mask, func(i int) { got = append(got, i) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("mask %v: notEligible visits %v, the byte loop %v", mask, got, want)
+		}
+	}
+}

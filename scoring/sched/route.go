@@ -616,11 +616,7 @@ func (m *Machine) linearArgmin(am *scoring.Argmin, src overlap, chain []uint64, 
 	case filter && shortVisits && len(av.only) == 0 && len(av.exclude) <= shortExclude:
 		in -= m.infLeftOut(cost, av.exclude)
 	case filter:
-		for i, st := range m.leftOutMask(av) {
-			if st != candEligible {
-				cost[i], in = math.Inf(1), in-1
-			}
-		}
+		notEligible(m.leftOutMask(av), func(i int) { cost[i], in = math.Inf(1), in-1 })
 	}
 	if in == 0 {
 		return false
