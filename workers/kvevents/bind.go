@@ -80,6 +80,16 @@ type BindSubscriber struct {
 	// 8,192 workers connecting.
 	streams  map[string]*stream
 	connects uint64
+	// conns maps the descriptor of each connection the socket accepted to the connection's ordinal
+	// (accepts, counted from 1): a message's descriptor (its "__fd" property) names the connection it
+	// came on, so a stream verifies its publisher only when its own connection changed, not at every
+	// worker's connect (with 8,192 workers, a connect made every stream ask its publisher in turn, one
+	// round trip each, on this goroutine). A descriptor reused by a later connection gets that one's
+	// ordinal before any of its messages is read (the monitor is read first). Entries are not removed on
+	// disconnect: a closed connection's queued messages keep its ordinal, and the map is bounded by the
+	// descriptors the process can hold.
+	conns   map[int]uint64
+	accepts uint64
 }
 
 // topicReg is a registered topic: its replay endpoint and its counters (its stream's sequence, replay
@@ -222,7 +232,7 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 	// connection carries, so every stream with a replay endpoint verifies its publisher's identity
 	// (replay from its last seq, compared by digest) before its next live batch, as connect mode does on
 	// each reconnect.
-	mon, stopMonitor, err := monitorConnects(sub)
+	mon, stopMonitor, err := monitorConnects(sub, true)
 	if err != nil {
 		return false, err
 	}
@@ -231,10 +241,15 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 	defer s.closeDealers()
 	onConnect := func() {
 		s.c.Connects.Add(1)
-		s.connects++ // each stream asks for the check at its next message (stream)
+		s.connects++ // a stream whose messages name no connection checks at its next message (stream)
 	}
-	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(topic []byte, seq uint64, payload []byte) {
-		st := s.stream(topic)
+	s.conns = map[int]uint64{} // this socket's connections
+	onAccept := func(fd int) {
+		s.accepts++
+		s.conns[fd] = s.accepts
+	}
+	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(topic []byte, seq uint64, payload []byte, fd int) {
+		st := s.stream(topic, fd)
 		if st == nil {
 			s.c.UnknownTopics.Add(1)
 			if s.h.OnUnknownTopic != nil {
@@ -243,20 +258,20 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 			return
 		}
 		st.handle(ctx, seq, payload)
-	}, loopHooks{mon: mon, onConnect: onConnect}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
+	}, loopHooks{mon: mon, onConnect: onConnect, conns: true, onAccept: onAccept}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
 }
 
 // stream returns the state of a registered topic, creating it on first sight, or nil for an unknown
-// topic. It first reconciles the streams of the topics changed since it last looked; after that every
-// stream is one of a registered topic, so a topic with a stream needs no look at the registry.
-func (s *BindSubscriber) stream(topic []byte) *stream {
+// topic; fd is the descriptor of the connection the message came on (-1: not known). It first
+// reconciles the streams of the topics changed since it last looked; after that every stream is one of
+// a registered topic, so a topic with a stream needs no look at the registry.
+func (s *BindSubscriber) stream(topic []byte, fd int) *stream {
 	if s.changed.Load() {
 		s.reconcile()
 	}
+	conn := s.conns[fd]
 	if st := s.streams[string(topic)]; st != nil {
-		if st.connects != s.connects {
-			st.connects, st.verify = s.connects, st.replayEndpoint != "" && !st.replayDead
-		}
+		s.observe(st, conn)
 		return st
 	}
 	e, ok := cowmap.GetBytes(s.reg.Load(), topic)
@@ -265,7 +280,7 @@ func (s *BindSubscriber) stream(topic []byte) *stream {
 	}
 	name, replay, c := string(topic), e.replay, e.c
 	st := &stream{replayEndpoint: replay, replayTimeout: s.cfg.ReplayTimeout, poll: s.cfg.PollInterval, c: c,
-		connects: s.connects}
+		connects: s.connects, conn: conn}
 	if s.h.OnBatch != nil {
 		st.onBatch = func(seq uint64, b *Batch) { s.h.OnBatch(name, seq, b) }
 	}
@@ -274,6 +289,20 @@ func (s *BindSubscriber) stream(topic []byte) *stream {
 	}
 	s.streams[name] = st
 	return st
+}
+
+// observe sets st.verify when the publisher behind st may have changed since its last message: the
+// message came on another connection than the last one (conn, its ordinal), or, when the connection is
+// not known (0), some publisher connected since st last looked.
+func (s *BindSubscriber) observe(st *stream, conn uint64) {
+	switch {
+	case conn != 0 && conn != st.conn:
+		st.conn = conn
+	case conn != 0 || st.connects == s.connects:
+		st.connects = s.connects
+		return
+	}
+	st.connects, st.verify = s.connects, st.replayEndpoint != "" && !st.replayDead
 }
 
 // reconcile takes the topics changed since the last call and brings their streams in line with the

@@ -78,9 +78,14 @@
 //
 //  1. SUB receives [topic, seq_be8, payload]; a message of another shape counts as a decode error.
 //  2. BindSubscriber only: the topic picks the worker's stream; unregistered topics are counted
-//     (UnknownTopics), shown to OnUnknownTopic and dropped. A publisher connection (a socket-monitor
-//     PAIR reports each handshake on the bound socket) cannot be tied to a topic, so every stream with
-//     replay verifies its publisher's identity, as in step 3, before its next live batch. Bind mode has
+//     (UnknownTopics), shown to OnUnknownTopic and dropped. Each message names the connection it came on
+//     (libzmq's "__fd" message property, mapped to the connection's ordinal by the monitor's accepted
+//     events, read before the message), so a stream with replay verifies its publisher's identity, as
+//     in step 3, before the first live batch that came on another connection than its last: a
+//     restarted engine's stream verifies, the rest of the fleet does not (TestBindVerifiesOnlyTheReconnected;
+//     before, every connect made every stream ask, one round trip each on this goroutine: 454–484 ms
+//     per connect at 128 workers, BenchmarkBindConnect). A message that names no connection falls back
+//     to verifying after any handshake the monitor reported since the stream last looked. Bind mode has
 //     no join probe (step 3): it would replay topics whose engine may not be up yet, and each silent
 //     replay stalls every worker's stream for ReplayTimeout. A batch dropped before our subscription
 //     reached a newly connected publisher is recovered at that worker's next batch (its seq shows the

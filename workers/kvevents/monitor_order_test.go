@@ -30,7 +30,7 @@ func TestConnectPrecedesItsMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	mon, stopMonitor, err := monitorConnects(sub)
+	mon, stopMonitor, err := monitorConnects(sub, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestConnectPrecedesItsMessages(t *testing.T) {
 	defer cancel()
 	var order []string
 	var c Counters
-	_, err = readLoop(ctx, sub, 10*time.Millisecond, &c, func(_ []byte, _ uint64, _ []byte) {
+	_, err = readLoop(ctx, sub, 10*time.Millisecond, &c, func(_ []byte, _ uint64, _ []byte, _ int) {
 		order = append(order, "message")
 		if len(order) >= 5 {
 			cancel()

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"context"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -127,4 +128,82 @@ func TestBindReconnectVerifiesIdentity(t *testing.T) {
 		t.Fatalf("reset after %d deliveries, want %d", resets[0], n)
 	}
 	checkContiguous(t, seqs[resets[0]:], ids[resets[0]:], 0, 1<<20)
+}
+
+// TestBindVerifiesOnlyTheReconnected: in bind mode each message names the connection it came on, so
+// when one engine restarts (a new connection) its stream alone verifies its publisher: the restart is
+// found (its first batch to arrive is last+1, which only the check can tell from the old engine's) and
+// the worker reset, while the other workers' streams, on connections of their own that did not change,
+// ask their publishers nothing. (Before, every connect made every stream with a replay endpoint ask, one
+// round trip each on the socket's goroutine.)
+func TestBindVerifiesOnlyTheReconnected(t *testing.T) {
+	s := startBindSubscriber(t, time.Second, BindHandler{})
+	topics := []string{"kv@a", "kv@b", "kv@c"}
+	pubs := make([]*Publisher, len(topics))
+	var stopA context.CancelFunc
+	for i, topic := range topics {
+		p, stop := startPublisher(t, PublisherConfig{Endpoint: s.Addr(), ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic})
+		s.AddTopic(topic, p.ReplayAddr())
+		pubs[i] = p
+		if i == 0 {
+			stopA = stop
+		}
+	}
+	next := make([]uint64, len(topics))
+	for i, p := range pubs {
+		next[i] = pump(t, p, 0, 0, topics[i]+"'s first batches", func() bool { return s.TopicStats(topics[i]).Batches >= 3 })
+	}
+	for i, p := range pubs { // every batch in: no stream is left with a gap to fill
+		testutil.Within(t, testTimeout, topics[i]+"'s batches", func() bool { return s.TopicStats(topics[i]).Batches == p.Stats().Published })
+	}
+	replays := func(i int) uint64 { return s.TopicStats(topics[i]).Replays }
+	b0, c0 := replays(1), replays(2)
+
+	n := s.TopicStats(topics[0]).Batches
+	stopA()
+	a2, _ := startPublisher(t, PublisherConfig{Endpoint: s.Addr(), ReplayEndpoint: pubs[0].ReplayAddr(), Topic: topics[0],
+		SkipSend: func(seq uint64) bool { return seq < n }})
+	pump(t, a2, 0, 1000, "the restart found", func() bool { return s.TopicStats(topics[0]).Resets == 1 })
+	for i := 1; i < len(topics); i++ {
+		before := s.TopicStats(topics[i]).Batches
+		next[i] = pump(t, pubs[i], next[i], 0, topics[i]+"'s batches after the restart", func() bool {
+			return s.TopicStats(topics[i]).Batches >= before+3
+		})
+	}
+	if b, c := replays(1), replays(2); b != b0 || c != c0 {
+		t.Fatalf("replays of the streams whose connections stayed: %d, %d (were %d, %d)", b, c, b0, c0)
+	}
+	if st := s.TopicStats(topics[0]); st.Replays == 0 || st.Resets != 1 {
+		t.Fatalf("the restarted worker's stream: %+v", st)
+	}
+}
+
+// TestBindObserve: a stream verifies its publisher when its message came on another connection than
+// its last; on the same connection, not even after other publishers connected; and when the message
+// names no connection, after any connect since the stream last looked.
+func TestBindObserve(t *testing.T) {
+	s, err := NewBindSubscriber(BindConfig{Endpoint: "tcp://127.0.0.1:*"}, BindHandler{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &stream{replayEndpoint: "tcp://127.0.0.1:1", conn: 1}
+	s.connects = 5
+	if s.observe(st, 1); st.verify {
+		t.Fatal("the same connection, others connected: verified")
+	}
+	if s.observe(st, 2); !st.verify || st.conn != 2 {
+		t.Fatalf("another connection: verify %v, conn %d", st.verify, st.conn)
+	}
+	st.verify = false
+	if s.observe(st, 0); st.verify {
+		t.Fatal("no connection named, no connect since: verified")
+	}
+	s.connects++
+	if s.observe(st, 0); !st.verify {
+		t.Fatal("no connection named, a connect since: not verified")
+	}
+	st.verify, st.replayDead = false, true
+	if s.observe(st, 3); st.verify {
+		t.Fatal("a dead replay endpoint: verified")
+	}
 }

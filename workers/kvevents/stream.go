@@ -48,8 +48,9 @@ type stream struct {
 	// sharing the socket for a replay timeout) until a replay of this stream is answered again.
 	verify     bool
 	replayDead bool
-	// connects is the bind socket's count of connections when this stream last looked (BindSubscriber).
-	connects uint64
+	// connects is the bind socket's count of connections when this stream last looked, and conn the
+	// ordinal of the connection its last message came on (0: not known) (BindSubscriber).
+	connects, conn uint64
 	// join repeats the catch-up until a live message proves that the publisher has our subscription.
 	join joinProbe
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -169,7 +170,7 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 	}
 	defer s.st.closeDealer()
 	// Every (re)connection of the SUB socket may have lost batches: watch for it and catch up.
-	mon, stopMonitor, err := monitorConnects(sub)
+	mon, stopMonitor, err := monitorConnects(sub, false)
 	if err != nil {
 		return false, err
 	}
@@ -200,7 +201,7 @@ func (s *Subscriber) session(ctx context.Context) (healthy bool, err error) {
 			lastCheck = time.Now()
 		}
 	}
-	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(_ []byte, seq uint64, payload []byte) {
+	return readLoop(ctx, sub, s.cfg.PollInterval, &s.c, func(_ []byte, seq uint64, payload []byte, _ int) {
 		s.st.join.joined = true
 		s.st.handle(ctx, seq, payload)
 	}, loop)
@@ -251,6 +252,11 @@ type loopHooks struct {
 	// any further message is read, so a catch-up replay precedes the live messages of the new connection.
 	mon       *zmq.Socket
 	onConnect func()
+	// conns (bind mode) reads each message's connection (its file descriptor, "__fd" among libzmq's
+	// message properties) for the handler, and the monitor's accepted events for onAccept with theirs
+	// (monitorConnects with conns).
+	conns    bool
+	onAccept func(fd int)
 	// tick, when not nil, runs after every wait (at least once per poll interval) with the time.
 	tick func(now time.Time)
 	// waitIgnoresMonitor makes the wait deaf to mon (tests: a monitor helper that never runs in time).
@@ -261,7 +267,8 @@ type loopHooks struct {
 var monitorSeq atomic.Uint64
 
 // monitorConnects opens a PAIR socket that receives sub's handshake-succeeded events (one per
-// established connection, the first included). stop ends the monitoring, then closes the PAIR; it must
+// established connection, the first included), and with conns its accepted events (their values are
+// the connections' file descriptors). stop ends the monitoring, then closes the PAIR; it must
 // run before sub is closed.
 //
 // The order matters to the whole process: libzmq emits a handshake event from its I/O thread with a
@@ -271,9 +278,13 @@ var monitorSeq atomic.Uint64
 // the other workers' streams, the simulated workers' publishers) stops moving, and the router sees no
 // event again. zmq_socket_monitor with no endpoint detaches the monitor under libzmq's monitor lock, so
 // no event can be sent to it afterwards.
-func monitorConnects(sub *zmq.Socket) (mon *zmq.Socket, stop func(), err error) {
+func monitorConnects(sub *zmq.Socket, conns bool) (mon *zmq.Socket, stop func(), err error) {
 	addr := fmt.Sprintf("inproc://kvevents-monitor-%d", monitorSeq.Add(1))
-	if err := sub.Monitor(addr, zmq.EVENT_HANDSHAKE_SUCCEEDED); err != nil {
+	events := zmq.EVENT_HANDSHAKE_SUCCEEDED
+	if conns {
+		events |= zmq.EVENT_ACCEPTED
+	}
+	if err := sub.Monitor(addr, events); err != nil {
 		return nil, nil, err
 	}
 	detach := func() { _ = sub.Monitor("", 0) }
@@ -302,8 +313,8 @@ const maxDrain = 1024
 // one to fn. healthy reports whether any message arrived.
 // The hooks (loopHooks) add the connect monitor and a periodic tick.
 func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Counters,
-	fn func(topic []byte, seq uint64, payload []byte), h loopHooks) (healthy bool, err error) {
-	mon, onConnect := h.mon, h.onConnect
+	fn func(topic []byte, seq uint64, payload []byte, fd int), h loopHooks) (healthy bool, err error) {
+	mon := h.mon
 	waitMon := mon
 	if h.waitIgnoresMonitor {
 		waitMon = nil
@@ -313,6 +324,7 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 		return false, err
 	}
 	defer closeWait()
+	var msg [][]byte // the frames' slice, reused (the frames are not)
 	for ctx.Err() == nil {
 		readable, monitor, err := wait()
 		if err != nil {
@@ -322,7 +334,7 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 			h.tick(time.Now())
 		}
 		if monitor {
-			readConnects(mon, onConnect)
+			readConnects(mon, &h)
 		}
 		if !readable {
 			continue
@@ -336,9 +348,10 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 				// cannot promise that: under load the reader can find the SUB readable before the helper
 				// has run, and a new engine's batch handled ahead of the catch-up that would detect the
 				// restart can read as in order (TestConnectPrecedesItsMessages).
-				readConnects(mon, onConnect)
+				readConnects(mon, &h)
 			}
-			msg, err := sub.RecvMessageBytes(zmq.DONTWAIT)
+			var fd int
+			msg, fd, err = recvMessage(sub, h.conns, msg[:0])
 			if err != nil {
 				if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
 					break
@@ -351,26 +364,65 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 				c.DecodeErrors.Add(1)
 				continue
 			}
-			fn(topic, seq, payload)
+			fn(topic, seq, payload, fd)
 		}
 	}
 	return healthy, nil
 }
 
-// readConnects reads every event queued in the monitor, calling onConnect for each handshake. ZMQ_EVENTS
+// recvMessage reads one multi-part message without waiting (frames appended to msg) and, with conns,
+// the descriptor of the connection it came on from its first frame's properties (-1 when it has none).
+func recvMessage(sub *zmq.Socket, conns bool, msg [][]byte) (_ [][]byte, fd int, err error) {
+	fd = -1
+	if !conns {
+		msg, err = sub.RecvMessageBytes(zmq.DONTWAIT)
+		return msg, fd, err
+	}
+	first, props, err := sub.RecvBytesWithMetadata(zmq.DONTWAIT, fdProperty)
+	if err != nil {
+		return msg, fd, err
+	}
+	if v, ok := props[fdProperty]; ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			fd = n
+		}
+	}
+	msg = append(msg, first)
+	for {
+		more, err := sub.GetRcvmore()
+		if err != nil || !more {
+			return msg, fd, err
+		}
+		part, err := sub.RecvBytes(0) // a message's parts arrive together
+		if err != nil {
+			return msg, fd, err
+		}
+		msg = append(msg, part)
+	}
+}
+
+// fdProperty is libzmq's message property holding the descriptor of the connection the message came on
+// (the private property behind the deprecated ZMQ_SRCFD).
+const fdProperty = "__fd"
+
+// readConnects reads every event queued in the monitor, calling onConnect for each handshake (and
+// onAccept for each connection accepted). ZMQ_EVENTS
 // (one call, which also takes in the socket's pending commands) answers the usual "nothing" before a
 // receive is tried (three calls and a message allocated).
-func readConnects(mon *zmq.Socket, onConnect func()) {
+func readConnects(mon *zmq.Socket, h *loopHooks) {
 	for {
 		if st, err := mon.GetEvents(); err == nil && st&zmq.POLLIN == 0 {
 			return
 		}
-		ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+		ev, _, value, err := mon.RecvEvent(zmq.DONTWAIT)
 		if err != nil {
 			return
 		}
-		if ev&zmq.EVENT_HANDSHAKE_SUCCEEDED != 0 {
-			onConnect()
+		switch {
+		case ev&zmq.EVENT_HANDSHAKE_SUCCEEDED != 0:
+			h.onConnect()
+		case ev&zmq.EVENT_ACCEPTED != 0 && h.onAccept != nil:
+			h.onAccept(value)
 		}
 	}
 }

@@ -463,26 +463,26 @@ func TestBindSubscriberReconcile(t *testing.T) {
 	a, b := []byte("kv@a"), []byte("kv@b")
 	s.AddTopic("kv@a", "tcp://127.0.0.1:1")
 	s.AddTopic("kv@b", "")
-	stA, stB := s.stream(a), s.stream(b)
+	stA, stB := s.stream(a, -1), s.stream(b, -1)
 	if stA == nil || stB == nil || stA.replayEndpoint != "tcp://127.0.0.1:1" {
 		t.Fatalf("streams %v %v", stA, stB)
 	}
 	s.AddTopic("kv@a", "tcp://127.0.0.1:2")
-	if st := s.stream(a); st != stA || st.replayEndpoint != "tcp://127.0.0.1:2" {
+	if st := s.stream(a, -1); st != stA || st.replayEndpoint != "tcp://127.0.0.1:2" {
 		t.Fatalf("endpoint change: stream %p (was %p) at %q", st, stA, st.replayEndpoint)
 	}
 	s.RemoveTopic("kv@b")
 	s.AddTopic("kv@b", "")
 	e, _ := s.reg.Load().Get("kv@b")
-	if st := s.stream(b); st == stB || st.c != e.c {
+	if st := s.stream(b, -1); st == stB || st.c != e.c {
 		t.Fatal("a topic added again kept the stream of its earlier registration")
 	}
 	s.RemoveTopic("kv@a")
-	if s.stream(a) != nil || s.streams["kv@a"] != nil {
+	if s.stream(a, -1) != nil || s.streams["kv@a"] != nil {
 		t.Fatal("a removed topic's stream stayed")
 	}
 	s.AddTopic("kv@a", "")
-	if s.stream(a) == nil {
+	if s.stream(a, -1) == nil {
 		t.Fatal("a topic added again has no stream")
 	}
 	s.RemoveTopic("kv@a")
@@ -492,7 +492,7 @@ func TestBindSubscriberReconcile(t *testing.T) {
 	if !s.rescan || len(s.pending) != 0 {
 		t.Fatalf("%d changes kept by name, rescan %v", len(s.pending), s.rescan)
 	}
-	if s.stream(b) == nil || s.streams["kv@a"] != nil || s.rescan || !slices.Equal(slices.Collect(maps.Keys(s.streams)), []string{"kv@b"}) {
+	if s.stream(b, -1) == nil || s.streams["kv@a"] != nil || s.rescan || !slices.Equal(slices.Collect(maps.Keys(s.streams)), []string{"kv@b"}) {
 		t.Fatalf("after the rescan: streams of %v", slices.Collect(maps.Keys(s.streams)))
 	}
 	if s.AddTopic("kv@b", ""); s.changed.Load() {
