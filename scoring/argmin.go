@@ -126,16 +126,16 @@ func (a *Argmin) OfferLoads(rows []LoadRow, caps []Capacity) {
 	}
 }
 
-// OfferTied records candidates 0…n−1 (n > 0) as offered, every one eligible, when LoadOnly and nothing
-// was offered before, by their least cost, computed elsewhere (Linear): tied are the candidates at that
-// cost in order (at least one) and overlap their overlaps by candidate. One is drawn as OfferLoads
-// draws, so the decision is OfferLoads' for the same rows.
-func (a *Argmin) OfferTied(n int, cost float64, tied []uint64, overlap []uint32) {
+// OfferTied records n candidates as offered, eligible of them (> 0) not busy, when LoadOnly and nothing
+// was offered before, by their least cost among the eligible, computed elsewhere (Linear): tied are the
+// candidates at that cost in order (at least one) and overlap their overlaps by candidate index. One is
+// drawn as OfferLoads draws, so the decision is OfferLoads' for the same rows.
+func (a *Argmin) OfferTied(n, eligible int, cost float64, tied []uint64, overlap []uint32) {
 	best := int(tied[0])
 	if len(tied) > 1 {
 		best = int(tied[a.rng.IntN(len(tied))])
 	}
-	a.n, a.eligible = a.n+n, a.eligible+n
+	a.n, a.eligible = a.n+n, a.eligible+eligible
 	a.best, a.bestLogit, a.bestOver = best, cost, overlap[best]
 }
 

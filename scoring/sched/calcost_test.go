@@ -191,7 +191,8 @@ func (d *drawRNG) Float64() float64 { return 0 }
 // workers (every tail length) and 256: random overlaps, prefill and decode loads (some alike, for ties),
 // active requests sharing the prompt (projections), prefill tracking, a request weight, the overlap
 // credit and the prefill scale, reuse on and off, targets left out (exclusions, unhealthy workers, every
-// worker), and rounds with a NaN or infinite cost (the scalar loop decides those).
+// worker), busy thresholds (the busy marks; every worker busy in some rounds), and rounds with a NaN or
+// infinite cost (the scalar loop decides those).
 func TestLinearKernel(t *testing.T) {
 	if !haveCostKernel {
 		t.Skip("no AVX-512DQ cost kernel")
@@ -241,6 +242,24 @@ func TestLinearKernel(t *testing.T) {
 		if round%26 == 18 { // every cost +Inf, one target left out below: it must not be among the tied
 			for i := range m.lines {
 				m.lines[i].decode = math.Inf(1)
+			}
+		}
+		// Busy thresholds in some rounds, set after the loads so the busy marks read them (SetConfig);
+		// one round in 26 has every worker busy.
+		if round%4 == 3 || round%26 == 7 {
+			c := *m.cfg
+			c.ActivePrefillTokensThreshold = scoring.Some(float64(rng.IntN(30000)))
+			if round%8 == 7 {
+				c.ActivePrefillTokensThresholdFrac = scoring.Some(rng.Float64() * 4)
+			}
+			if round%26 == 7 {
+				c.ActivePrefillTokensThreshold = scoring.Some(0)
+				for i := range m.lines {
+					m.lines[i].prefill++
+				}
+			}
+			if _, err := m.SetConfig(time.Unix(1, 0), c); err != nil {
+				t.Fatal(err)
 			}
 		}
 		isl := (1 + rng.IntN(shared+100)) * cfg.BlockSize

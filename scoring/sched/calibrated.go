@@ -379,10 +379,10 @@ const (
 // targets the cost loop needs to read.
 func (m *Machine) eligibility(sreq *scoring.Request, av avoid) (mask []uint8, visit []int32, offer, allowed, eligible int) {
 	cfg := m.cfg
-	busyCheck := cfg.ActiveDecodeBlocksThreshold.Set || cfg.ActivePrefillTokensThreshold.Set || cfg.ActivePrefillTokensThresholdFrac.Set
+	busyCheck := busyThresholds(cfg)
 	filter := m.filtering(av)
 	n := len(m.lines)
-	if !filter && !sreq.Pinned && !busyCheck {
+	if !filter && !sreq.Pinned && (!busyCheck || shortVisits && m.overN == 0) {
 		return nil, nil, n, n, n
 	}
 	mask = slices.Grow(m.sc.mask[:0], n)[:n]
@@ -405,9 +405,13 @@ func (m *Machine) eligibility(sreq *scoring.Request, av avoid) (mask []uint8, vi
 		// Nothing to cost: the full pass below tells "no worker" from "not the pinned one".
 		allowed, eligible = 0, 0
 	}
-	if shortVisits && !sreq.Pinned && !busyCheck && len(av.only) == 0 && len(av.exclude) <= shortExclude {
-		eligible = m.markLeftOut(mask, av.exclude)
-		return mask, nil, eligible, eligible, eligible
+	if shortVisits && !sreq.Pinned && len(av.only) == 0 && len(av.exclude) <= shortExclude {
+		offer = m.markLeftOut(mask, av.exclude)
+		eligible = offer
+		if busyCheck {
+			eligible -= m.markBusy(mask) // the busy marks (busy.go), not a question to each target
+		}
+		return mask, nil, offer, offer, eligible
 	}
 	// Every target: standingOf written out, as a call a target made a decision excluding half of 8,192
 	// workers 10–20 % slower (BenchmarkRouteSubset).

@@ -32,7 +32,8 @@
 // requests reported at their ends: RecordOutput before Free), added to the kernel's costs in Go.
 // Dynamo's linear cost (and every other preset's kv mode) has a kernel of its own (calLinearAVX512,
 // linearArgmin: TestLinearKernel) with the same transposed reads, filtered targets at +Inf and the
-// vector argmin; busy thresholds keep the one-pass loop over load rows.
+// vector argmin. Busy thresholds are kept as marks by target position where a target's load, KV usage or
+// capacity change (busy.go: TestBusyMarksAsThePass), so neither cost asks each target at a decision.
 //
 // Overlap in groups (groups.go): the router's indexer answers a query as groups of worker slots with
 // equal overlap (prefix.Matches: some tens a query at 1,000 workers, where Scores are one per worker

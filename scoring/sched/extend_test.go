@@ -24,11 +24,14 @@ type denseViews struct {
 	Index, Pos        []int // each target's t.i, and where its key is found
 	Spacious          []bool
 	MemoLen, SlotMaps int
+	Over              []uint64 // the busy marks by position (busy.go), and their count
+	OverN             int
 }
 
 func viewsOf(m *Machine) denseViews {
 	v := denseViews{Lines: m.lines, Tmpl: m.tmpl, Ctxs: m.ctxs, Pfg: m.pfg, Prefilling: m.prefilling, PfIdle: m.pfIdle,
-		Roomy: m.roomy, EvictedAt: m.evictedAt, Evicting: m.evicting, MemoLen: len(m.sc.memo), SlotMaps: len(m.sc.slots)}
+		Roomy: m.roomy, EvictedAt: m.evictedAt, Evicting: m.evicting, MemoLen: len(m.sc.memo), SlotMaps: len(m.sc.slots),
+		Over: slices.Clone(m.over), OverN: m.overN}
 	for _, t := range m.list {
 		i, ok := m.pos.find(t.key)
 		if !ok {
@@ -47,6 +50,10 @@ func rebuild(m *Machine) {
 	m.ctxs, m.pfg, m.evictedAt = make([]float64, 0, n), make([]float64, 0, n), make([]int64, 0, n)
 	m.pos = newPosTable(n)
 	m.prefilling, m.pfIdle, m.roomy, m.evicting = 0, 0, 0, 0
+	m.over, m.overN = nil, 0
+	for _, t := range m.list {
+		t.over = false // publish marks them again
+	}
 	m.extend(0)
 }
 
@@ -59,6 +66,7 @@ func rebuild(m *Machine) {
 func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
+	cfg.ActivePrefillTokensThreshold = scoring.Some(250) // some targets busy: their marks move too
 	seed := uint64(7)
 	m, err := New(cfg, nil, Options{Seed: &seed})
 	if err != nil {

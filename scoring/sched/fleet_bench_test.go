@@ -156,11 +156,12 @@ func BenchmarkRouteSubset(b *testing.B) {
 
 // BenchmarkRouteOneUnhealthy: a decision in a fleet of W workers (two active requests each) where one
 // worker is unhealthy (its health check failed; a large fleet mostly has one), or one worker excluded
-// (a retry after it failed the request), or neither, by the kvroute cost or Dynamo's; routed and freed.
+// (a retry after it failed the request), or a busy threshold set that some workers are over, or none of
+// these, by the kvroute cost or Dynamo's; routed and freed.
 func BenchmarkRouteOneUnhealthy(b *testing.B) {
 	for _, preset := range []scoring.Preset{scoring.PresetKVRoute, scoring.PresetDynamo} {
 		for _, w := range []int{1024, 8192} {
-			for _, as := range []string{"none", "unhealthy", "excluded"} {
+			for _, as := range []string{"none", "unhealthy", "excluded", "busy"} {
 				benchOneUnhealthy(b, preset, w, as)
 			}
 		}
@@ -185,6 +186,12 @@ func benchOneUnhealthy(b *testing.B, preset scoring.Preset, w int, as string) {
 			m.SetHealthy(now, 5, false)
 		case "excluded":
 			exclude = []uint64{5}
+		case "busy": // a busy threshold some workers are over
+			cfg := *m.cfg
+			cfg.ActivePrefillTokensThreshold = scoring.Some(1200)
+			if _, err := m.SetConfig(now, cfg); err != nil {
+				b.Fatal(err)
+			}
 		}
 		b.ResetTimer()
 		for i := range b.N {

@@ -98,7 +98,12 @@ type Machine struct {
 	// them, so a filtered decision marks them without a pass over every target (eligibility).
 	unhealthy int
 	sick      map[*target]struct{}
-	rr        uint64
+	// over marks, by target position, the targets over a busy threshold (busy.go), and overN counts
+	// them: kept where a target's load, KV usage or capacity or the thresholds change, so a decision
+	// with busy thresholds marks the busy targets without asking each one.
+	over  []uint64
+	overN int
+	rr    uint64
 
 	active map[string]*target
 
@@ -170,6 +175,7 @@ type target struct {
 	cached      uint64
 	cachedKnown bool
 	spacious    bool    // counted in Machine.roomy
+	over        bool    // over a busy threshold: marked in Machine.over (busy.go)
 	pool        []uint8 // its standing in each policy class's pool (pool.go)
 	ctx         float64 // the context blocks of the requests decoding here, each counted whole (decode.go)
 	pfg         float64 // Machine.pfg's entry
@@ -265,6 +271,7 @@ func (m *Machine) SetConfig(now time.Time, cfg scoring.Config) ([]Released, erro
 	m.cfg = &cfg
 	m.pred.setTTL(cfg.PredictTTL())
 	m.sess.setTTL(cfg.SessionAffinityTTL)
+	m.overAll()   // the busy thresholds may have changed
 	m.repoolAll() // the classes or the busy thresholds may have changed
 	return m.drain(now), nil
 }
@@ -344,6 +351,7 @@ func (m *Machine) drop(id uint64, first int) {
 	m.workers--
 	m.list, m.lines, m.tmpl, m.ctxs, m.pfg = m.list[:j], m.lines[:j], m.tmpl[:j], m.ctxs[:j], m.pfg[:j]
 	m.evictedAt = m.evictedAt[:j]
+	m.overFrom(first)
 	m.positionsMoved()
 }
 
@@ -359,6 +367,9 @@ func (m *Machine) forget(t *target) {
 	}
 	m.pos.del(t.key)
 	m.unpool(t)
+	if t.over {
+		m.overN--
+	}
 	m.approx.RemoveWorker(t.key)
 	m.pred.removeWorker(t.key)
 	l := &m.lines[t.i]
@@ -391,6 +402,7 @@ func (m *Machine) extend(from int) {
 			m.pos.put(t.key, i)
 		}
 	}
+	m.overFrom(from)
 	for i, t := range m.list[from:] {
 		i += from
 		t.i = i
@@ -433,6 +445,7 @@ func (m *Machine) publish(t *target) {
 	}
 	l.prefill, l.decode, l.unique = s.ActivePrefillTokens, s.ActiveDecodeBlocks, uint32(s.UniqueBlocks)
 	l.active, l.prefilling = uint32(s.ActiveRequests), uint32(s.PrefillingRequests)
+	m.reover(t)
 	m.repool(t)
 }
 
@@ -476,6 +489,7 @@ func (m *Machine) SetHealthy(now time.Time, id uint64, healthy bool) (bool, []Re
 func (m *Machine) SetKVUsage(k scoring.WorkerKey, used uint64) {
 	if t := m.find(k); t != nil {
 		t.kvUsed, t.kvKnown = used, true
+		m.reover(t)
 		m.repool(t)
 	}
 }
@@ -494,6 +508,7 @@ func (m *Machine) SetCapacity(id uint64, totalKVBlocks, maxBatched int) {
 		}
 		m.tmpl[t.i].totalKV, m.tmpl[t.i].maxBatched = t.totalKV(), t.maxBatched()
 		m.setRoom(t)
+		m.reover(t)
 		m.repool(t)
 	}
 }

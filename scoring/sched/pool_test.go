@@ -34,64 +34,11 @@ policy_classes:
 		cfg := scoring.DefaultConfig()
 		cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
 		cfg.QueueThreshold = scoring.Some(0.1)
-		seed := uint64(3)
-		m, err := New(cfg, nil, Options{Seed: &seed, Policy: profile})
-		if err != nil {
-			t.Fatal(err)
-		}
-		now := time.Unix(1, 0)
-		for id := range 12 {
-			m.AddWorker(now, Worker{ID: uint64(id + 1), DPRanks: 1 + id%3, TotalKVBlocks: 64 * (id % 2)})
-		}
+		m, now := stepFleet(t, cfg, 3, profile)
 		var active []string
 		checked := 0
 		for step := range 3000 {
-			id := uint64(1 + rng.IntN(14))
-			switch op := rng.IntN(20); {
-			case op < 7:
-				r := fmt.Sprint("r", step)
-				d, queued, err := m.Route(now, &Request{ID: r, Local: prompt(uint64(step%9), 1+rng.IntN(50)), ISL: 10 + rng.IntN(600), Matched: true,
-					PolicyClass: []string{"", "a", "b", "c"}[rng.IntN(4)]})
-				if err == nil && !queued && d.Worker.WorkerID != 0 {
-					active = append(active, r)
-				}
-			case op < 10 && len(active) > 0:
-				_, _ = m.PrefillDone(now, active[rng.IntN(len(active))])
-			case op < 13 && len(active) > 0:
-				k := rng.IntN(len(active))
-				_, _ = m.Free(now, active[k])
-				active[k] = active[len(active)-1]
-				active = active[:len(active)-1]
-			case op < 14:
-				m.SetKVUsage(scoring.WorkerKey{WorkerID: id, DPRank: uint32(rng.IntN(3))}, uint64(rng.IntN(80)))
-			case op < 15:
-				m.SetCapacity(id, 16+rng.IntN(100), 200+rng.IntN(4000))
-			case op < 16:
-				m.SetHealthy(now, id, rng.IntN(3) != 0)
-			case op < 17:
-				m.RemoveWorker(now, id)
-			case op < 18:
-				m.AddWorker(now, Worker{ID: id, DPRanks: 1 + rng.IntN(3)})
-			case op < 19:
-				c := *m.cfg
-				c.ActiveDecodeBlocksThreshold, c.ActivePrefillTokensThreshold = scoring.OptFloat{}, scoring.OptFloat{}
-				if rng.IntN(2) == 0 {
-					c.ActiveDecodeBlocksThreshold = scoring.Some(0.3 + rng.Float64()/2)
-				}
-				if rng.IntN(2) == 0 {
-					c.ActivePrefillTokensThreshold = scoring.Some(float64(200 + rng.IntN(800)))
-				}
-				c.QueueThreshold = scoring.OptFloat{}
-				if rng.IntN(4) != 0 {
-					c.QueueThreshold = scoring.Some(0.02 + rng.Float64()/5)
-				}
-				if _, err := m.SetConfig(now, c); err != nil {
-					t.Fatal(err)
-				}
-			default:
-				now = now.Add(time.Duration(rng.IntN(500)) * time.Millisecond)
-				m.Tick(now)
-			}
+			id := fleetStep(t, m, rng, step, &now, &active)
 			for ci := range m.pq.classes {
 				c := &m.pq.classes[ci]
 				if !m.pq.on {
@@ -116,6 +63,76 @@ policy_classes:
 			t.Fatal("no class ever had a busy worker: the test did not reach the rule")
 		}
 	}
+}
+
+// stepFleet is the machine fleetStep drives: cfg, seeded, with the policy profile (nil: none), and
+// workers 1 to 12 of 1 to 3 ranks, every other one with a KV capacity; and the time it starts at.
+func stepFleet(t *testing.T, cfg scoring.Config, seed uint64, profile *policy.Profile) (*Machine, time.Time) {
+	t.Helper()
+	m, err := New(cfg, nil, Options{Seed: &seed, Policy: profile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1, 0)
+	for id := range 12 {
+		m.AddWorker(now, Worker{ID: uint64(id + 1), DPRanks: 1 + id%3, TotalKVBlocks: 64 * (id % 2)})
+	}
+	return m, now
+}
+
+// fleetStep makes one random change to m, as a fleet lives it: a route (a policy class drawn), a first
+// token, a free, a KV usage or capacity report, a health change, a worker leaving or joining (again),
+// a configuration change (busy thresholds, the queue threshold, the queue off and on) or time passing
+// with a tick. active holds the routed requests; it returns the worker id the step drew.
+func fleetStep(t *testing.T, m *Machine, rng *rand.Rand, step int, now *time.Time, active *[]string) uint64 {
+	t.Helper()
+	id := uint64(1 + rng.IntN(14))
+	switch op := rng.IntN(20); {
+	case op < 7:
+		r := fmt.Sprint("r", step)
+		d, queued, err := m.Route(*now, &Request{ID: r, Local: prompt(uint64(step%9), 1+rng.IntN(50)), ISL: 10 + rng.IntN(600), Matched: true,
+			PolicyClass: []string{"", "a", "b", "c"}[rng.IntN(4)]})
+		if err == nil && !queued && d.Worker.WorkerID != 0 {
+			*active = append(*active, r)
+		}
+	case op < 10 && len(*active) > 0:
+		_, _ = m.PrefillDone(*now, (*active)[rng.IntN(len(*active))])
+	case op < 13 && len(*active) > 0:
+		k := rng.IntN(len(*active))
+		_, _ = m.Free(*now, (*active)[k])
+		(*active)[k] = (*active)[len(*active)-1]
+		*active = (*active)[:len(*active)-1]
+	case op < 14:
+		m.SetKVUsage(scoring.WorkerKey{WorkerID: id, DPRank: uint32(rng.IntN(3))}, uint64(rng.IntN(80)))
+	case op < 15:
+		m.SetCapacity(id, 16+rng.IntN(100), 200+rng.IntN(4000))
+	case op < 16:
+		m.SetHealthy(*now, id, rng.IntN(3) != 0)
+	case op < 17:
+		m.RemoveWorker(*now, id)
+	case op < 18:
+		m.AddWorker(*now, Worker{ID: id, DPRanks: 1 + rng.IntN(3)})
+	case op < 19:
+		c := *m.cfg
+		c.ActiveDecodeBlocksThreshold, c.ActivePrefillTokensThreshold = scoring.OptFloat{}, scoring.OptFloat{}
+		if rng.IntN(2) == 0 {
+			c.ActiveDecodeBlocksThreshold = scoring.Some(0.3 + rng.Float64()/2)
+		}
+		if rng.IntN(2) == 0 {
+			c.ActivePrefillTokensThreshold = scoring.Some(float64(200 + rng.IntN(800)))
+		}
+		c.QueueThreshold = scoring.OptFloat{}
+		if rng.IntN(4) != 0 {
+			c.QueueThreshold = scoring.Some(0.02 + rng.Float64()/5)
+		}
+		if _, err := m.SetConfig(*now, c); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		*now = now.Add(time.Duration(rng.IntN(500)) * time.Millisecond)
+		m.Tick(*now)
+	}
+	return id
 }
 
 // BenchmarkPoolBusy: what a first token or a free costs the queue while requests wait and the pool is

@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -575,7 +576,7 @@ func (m *Machine) argmin(am *scoring.Argmin, src overlap, chain []uint64, reuse 
 	filter := m.filtering(av)
 	var targetOf []int32 // row → target index when targets are left out
 	switch {
-	case am.LoadOnly() && haveCostKernel && !am.ReadsCapacity() && m.linearArgmin(am, src, chain, reuse, filter, av):
+	case am.LoadOnly() && haveCostKernel && m.linearArgmin(am, src, chain, reuse, filter, av):
 	case am.LoadOnly():
 		var rows []scoring.LoadRow
 		rows, targetOf = m.loadRows(src, chain, reuse, filter, av)
@@ -603,11 +604,11 @@ func (m *Machine) argmin(am *scoring.Argmin, src overlap, chain []uint64, reuse 
 	return t, d, nil
 }
 
-// linearArgmin offers every target left in to am (LoadOnly, no busy thresholds) by their costs from the
-// vector kernel (linearCosts) and the vector argmin, the targets left out at +Inf; false, with nothing
-// offered, when no target is left in or the least cost is NaN or infinite (the scalar loop's
-// comparisons decide those). The loop over load rows took 77-86 us a decision at 8,192 workers
-// (BenchmarkRouteOneUnhealthy, dynamo).
+// linearArgmin offers every target left in to am (LoadOnly) by their costs from the vector kernel
+// (linearCosts) and the vector argmin, the targets left out, and with busy thresholds those marked busy
+// (busy.go), at +Inf; false, with nothing offered, when no target is left in or none is eligible or the
+// least cost is NaN or infinite (the scalar loop's comparisons and errors decide those). The loop over
+// load rows took 77-86 us a decision at 8,192 workers (BenchmarkRouteOneUnhealthy, dynamo).
 func (m *Machine) linearArgmin(am *scoring.Argmin, src overlap, chain []uint64, reuse, filter bool, av avoid) bool {
 	ov := m.overlaps(src)
 	cost := m.linearCosts(am.Linear(), ov, chain, reuse)
@@ -618,7 +619,17 @@ func (m *Machine) linearArgmin(am *scoring.Argmin, src overlap, chain []uint64, 
 	case filter:
 		notEligible(m.leftOutMask(av), func(i int) { cost[i], in = math.Inf(1), in-1 })
 	}
-	if in == 0 {
+	eligible := in
+	if am.ReadsCapacity() { // the marks are the thresholds the Argmin reads: the machine's configuration
+		for w, x := range m.over {
+			for ; x != 0; x &= x - 1 {
+				if i := w<<6 + bits.TrailingZeros64(x); !filter || !m.skip(i, av) {
+					cost[i], eligible = math.Inf(1), eligible-1
+				}
+			}
+		}
+	}
+	if eligible == 0 {
 		return false
 	}
 	tied, ok := vectorArgmin(cost, cost, m.sc.ties) // k = cost: every target at the least cost
@@ -626,7 +637,7 @@ func (m *Machine) linearArgmin(am *scoring.Argmin, src overlap, chain []uint64, 
 	if !ok || math.IsInf(cost[tied[0]], 0) {
 		return false
 	}
-	am.OfferTied(in, cost[tied[0]], tied, ov)
+	am.OfferTied(in, eligible, cost[tied[0]], tied, ov)
 	return true
 }
 
