@@ -114,6 +114,8 @@ type scheduler struct {
 
 	// evictedAt is when the index's evictions were last taken (ns).
 	evictedAt atomic.Int64
+	// marks is eventHealth's buffer (the tick's goroutine alone uses it).
+	marks []sched.EventMark
 }
 
 // indexAdapter lets the machine read the sharded index and write its predicted blocks into it.
@@ -376,20 +378,26 @@ func (s *scheduler) tick() {
 }
 
 // eventHealth runs per-worker degradation (see sched.Machine.EventHealth) with the mirrors' last batch
-// times, and returns the workers to switch.
+// times, and returns the workers to switch. The lock is held to take the marks and to apply the
+// decisions, not while each worker's last batch is looked up and judged (JudgeEvents).
 func (s *scheduler) eventHealth(stale time.Duration, fleet *worker.Fleet) (toApprox, toEvents []uint64) {
-	last := map[uint64]time.Time{}
-	for _, m := range fleet.Mirrors() {
-		if m.Spec.PublishesEvents() {
-			last[m.Spec.ID] = m.LastBatch()
-		}
+	s.mu.Lock()
+	s.marks = s.m.EventMarks(s.marks)
+	now := s.now()
+	s.mu.Unlock()
+	if len(s.marks) == 0 {
+		return nil, nil
 	}
+	sched.JudgeEvents(now, stale, s.marks, func(id uint64) (time.Time, bool) {
+		m, ok := fleet.Get(id)
+		if !ok || !m.Spec.PublishesEvents() {
+			return time.Time{}, false
+		}
+		return m.LastBatch(), true
+	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m.EventHealth(s.now(), stale, func(id uint64) (time.Time, bool) {
-		t, ok := last[id]
-		return t, ok
-	})
+	return s.m.ApplyEvents(s.marks)
 }
 
 // setHealthy takes a worker's ranks out of (or back into) the candidate set. It reports whether the

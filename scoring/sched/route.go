@@ -91,7 +91,8 @@ type Released struct {
 
 // scratch is the per-decision scratch, reused by every decision of the machine.
 type scratch struct {
-	evict   []float64 // room.go's charges
+	marks   []EventMark // EventHealth's
+	evict   []float64   // room.go's charges
 	chain   []uint64
 	scores  []prefix.Score
 	matches prefix.Matches // the machine's own Match, when its index answers in groups
