@@ -222,9 +222,10 @@ func TestOnlyAsItsComplement(t *testing.T) {
 }
 
 // TestShortVisitsAsTheFullPass: decisions of pinned requests (worker or rank) and of requests limited to
-// a few workers, classified over their targets alone, equal those of the pass over every target on a
-// twin machine: the worker, cost and overlap, every returned cost row, and the error; with exclusions,
-// busy thresholds, unhealthy workers and both costs, over the twins' evolving loads.
+// a few workers, classified over their targets alone, and of requests limited to more workers or
+// excluding many (marked from the bitmap of their positions), equal those of the pass over every target
+// on a twin machine: the worker, cost and overlap, every returned cost row, and the error; with busy
+// thresholds, unhealthy workers and both costs, over the twins' evolving loads.
 func TestShortVisitsAsTheFullPass(t *testing.T) {
 	defer func() { shortVisits = true }()
 	rng := rand.New(rand.NewPCG(6, 6))
@@ -238,13 +239,22 @@ func TestShortVisitsAsTheFullPass(t *testing.T) {
 			switch rng.IntN(3) {
 			case 0:
 				req.Pin, req.PinRank = &scoring.WorkerKey{WorkerID: uint64(1 + rng.IntN(n+2)), DPRank: uint32(rng.IntN(3))}, rng.IntN(2) == 0
-			case 1:
-				for range 1 + rng.IntN(max(n/4, 1)) {
+			case 1: // a few workers, or up to the whole fleet (read through the bitmap)
+				k := 1 + rng.IntN(max(n/4, 1))
+				if rng.IntN(2) == 0 {
+					k = 1 + rng.IntN(n+2)
+				}
+				for range k {
 					req.Only = append(req.Only, uint64(1+rng.IntN(n+2)))
 				}
 			}
-			if rng.IntN(3) == 0 {
+			switch rng.IntN(6) {
+			case 0, 1:
 				req.Exclude = []uint64{uint64(1 + rng.IntN(n))}
+			case 2: // longer than the lists read as they are
+				for range shortExclude + 1 + rng.IntN(n) {
+					req.Exclude = append(req.Exclude, uint64(1+rng.IntN(n+2)))
+				}
 			}
 			shortVisits = true
 			got, errGot := routeOnce(ms[0], req)

@@ -698,8 +698,8 @@ func (m *Machine) loadRows(src overlap, chain []uint64, reuse, filter bool, av a
 func (m *Machine) leftOutMask(av avoid) []uint8 {
 	mask := slices.Grow(m.sc.mask[:0], len(m.list))[:len(m.list)]
 	m.sc.mask = mask
-	if shortVisits && len(av.only) == 0 && len(av.exclude) <= shortExclude {
-		m.markLeftOut(mask, av.exclude)
+	if shortVisits {
+		m.markAvoided(mask, av)
 		return mask
 	}
 	for i := range mask {
