@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/routine"
+	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
 // This file makes event-plane trouble visible: a worker whose stream shows a problem for longer than the
@@ -87,7 +88,17 @@ func (f *Fleet) problem(m *Mirror, grace time.Duration) string {
 		// registered while this worker's topic stays silent.
 		if !m.bound {
 			if m.eventStats().Connects == 0 {
-				return fmt.Sprintf("never connected to the event publisher at %s within %v", m.Spec.Events, grace)
+				why := fmt.Sprintf("never connected to the event publisher at %s within %v", m.Spec.Events, grace)
+				for _, sub := range m.subs {
+					if err := sub.err(); err != nil {
+						why += ": " + err.Error()
+						if kvevents.OutOfSockets(err) {
+							why += fmt.Sprintf(" (ZMQ socket limit %d, about four a followed worker: raise the open-file limit)", kvevents.SocketLimit())
+						}
+						return why
+					}
+				}
+				return why
 			}
 			return ""
 		}

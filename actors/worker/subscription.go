@@ -72,6 +72,17 @@ func (s *subscription) stats() kvevents.Stats {
 	return st
 }
 
+// err is why the current subscriber's last socket session failed, nil if none did.
+func (s *subscription) err() error {
+	s.mu.Lock()
+	cur := s.cur
+	s.mu.Unlock()
+	if cur == nil {
+		return nil
+	}
+	return cur.Err()
+}
+
 // addStats adds the counters /v1/workers reports of c to st.
 func addStats(st *kvevents.Stats, c kvevents.Stats) {
 	st.Gaps += c.Gaps

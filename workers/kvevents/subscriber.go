@@ -114,6 +114,8 @@ type Subscriber struct {
 	cfg Config
 	c   Counters
 	st  stream
+	// lastErr is why the last socket session ended, nil once a session received a message (Err).
+	lastErr atomic.Pointer[error]
 }
 
 // NewSubscriber validates cfg (zero durations take their defaults) and returns a Subscriber that calls h.
@@ -136,6 +138,15 @@ func (s *Subscriber) Stats() Stats { return s.c.Snapshot() }
 // Counters exposes the live counters (for metrics exporters); safe from any goroutine.
 func (s *Subscriber) Counters() *Counters { return &s.c }
 
+// Err returns why the last socket session ended (a socket that could not be opened or connected), nil
+// when none failed since one received a message; safe from any goroutine.
+func (s *Subscriber) Err() error {
+	if e := s.lastErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
 // Run connects and delivers batches until ctx is done, reopening the sockets with exponential backoff
 // after a socket error. It returns nil once ctx is done and its sockets are closed. Run must not be called
 // twice concurrently.
@@ -146,8 +157,13 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		_ = err // the session ended on a socket error; counted, then retried
-		s.c.Reconnects.Add(1)
+		s.c.Reconnects.Add(1) // the session ended on a socket error: counted, kept for Err, retried
+		switch {
+		case err != nil:
+			s.lastErr.Store(&err)
+		case healthy:
+			s.lastErr.Store(nil)
+		}
 		if healthy {
 			backoff = s.cfg.ReconnectMin
 		}
