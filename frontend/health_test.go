@@ -2,11 +2,14 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,4 +147,126 @@ func TestSelfTestFlagsBlockSizeMismatch(t *testing.T) {
 		st, _ := r.Fleet.StatusOf(1)
 		return strings.Contains(st.Degraded, "block size 32")
 	})
+}
+
+// TestHealthRoundSpreads: a round spread over a window starts its last worker's check no earlier than
+// its slot (the window × 39/40 for the 40th of 40 workers) and still checks every worker once; a round
+// with no window (CheckAll) checks them all too.
+func TestHealthRoundSpreads(t *testing.T) {
+	var mu sync.Mutex
+	var arrivals []time.Time
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			mu.Lock()
+			arrivals = append(arrivals, time.Now())
+			mu.Unlock()
+		}
+		w.WriteHeader(http.StatusOK)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	system := actors.NewSystem(nil)
+	r, err := router.New(system, router.DefaultConfig(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop(); system.Shutdown() })
+	const n = 40
+	for id := range uint64(n) {
+		if err := r.AddWorker(registry.Spec{ID: id + 1, URL: "http://" + ln.Addr().String()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := NewWorkerPool(client.DefaultConfig())
+	t.Cleanup(pool.Close)
+	cfg := DefaultHealthConfig()
+	cfg.SelfTest = false
+	mon := NewMonitor(r, pool, cfg, nil)
+	const spread = 400 * time.Millisecond
+	start := time.Now()
+	mon.round(context.Background(), spread)
+	mu.Lock()
+	got := slices.Clone(arrivals)
+	arrivals = nil
+	mu.Unlock()
+	if len(got) != n {
+		t.Fatalf("%d checks in a round of %d workers", len(got), n)
+	}
+	if last := slices.MaxFunc(got, time.Time.Compare); last.Sub(start) < spread*(n-1)/n {
+		t.Fatalf("the last check %v after the round began, its slot at %v", last.Sub(start), spread*(n-1)/n)
+	}
+	mon.CheckAll(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(arrivals) != n {
+		t.Fatalf("%d checks in CheckAll of %d workers", len(arrivals), n)
+	}
+}
+
+// BenchmarkHealthRound: one round of health checks over W workers, each its own local HTTP server
+// answering /health and a 64 KiB /metrics (about a vLLM exposition's size), all at once (spread 0) and
+// spread over a second (Start's, at the default 2 s interval): the most requests in flight at once
+// over the servers, and the checks that failed (the one-second timeout) per round.
+func BenchmarkHealthRound(b *testing.B) {
+	var inFlight, most atomic.Int64
+	body := []byte(strings.Repeat("# HELP some_other_metric a series the router skips\n", 1300))
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := inFlight.Add(1); n > most.Load() {
+			most.Store(n)
+		}
+		defer inFlight.Add(-1)
+		if r.URL.Path == "/metrics" {
+			_, _ = w.Write(body)
+		}
+	})
+	const w = 2000
+	urls := make([]string, w)
+	for i := range urls {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := &http.Server{Handler: handler}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		urls[i] = "http://" + ln.Addr().String()
+	}
+	for _, spread := range []time.Duration{0, time.Second} {
+		b.Run(fmt.Sprintf("W=%d/spread=%v", w, spread), func(b *testing.B) {
+			system := actors.NewSystem(nil)
+			r, err := router.New(system, router.DefaultConfig(16))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { r.Stop(); system.Shutdown() }()
+			for i, u := range urls {
+				if err := r.AddWorker(registry.Spec{ID: uint64(i + 1), URL: u}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pool := NewWorkerPool(client.DefaultConfig())
+			defer pool.Close()
+			cfg := DefaultHealthConfig()
+			cfg.SelfTest = false
+			mon := NewMonitor(r, pool, cfg, nil)
+			most.Store(0)
+			b.ResetTimer()
+			for range b.N {
+				mon.round(context.Background(), spread)
+			}
+			b.StopTimer()
+			failed := 0
+			mon.mu.Lock()
+			for _, f := range mon.fails {
+				failed += f
+			}
+			mon.mu.Unlock()
+			b.ReportMetric(float64(most.Load()), "max-in-flight")
+			b.ReportMetric(float64(failed)/float64(b.N), "failed/round")
+		})
+	}
 }

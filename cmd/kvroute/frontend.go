@@ -96,7 +96,7 @@ func addFrontendFlags(fs *flag.FlagSet, defaultMode scoring.RouterMode) (*fronte
 	}
 	f.maxBody = fs.Int("max-body-bytes", maxBody, "largest request body accepted (413 above) [$DYN_HTTP_BODY_LIMIT_MB, in MiB]")
 	f.timeout = fs.Duration("request-timeout", 10*time.Minute, "bound on one request, queue wait included")
-	f.health = fs.Duration("health-check-interval", 2*time.Second, "how often each worker's /health and /metrics are checked (0 disables)")
+	f.health = fs.Duration("health-check-interval", 2*time.Second, "how often each worker's /health and /metrics are checked, the checks of a round spread over half of it (0 disables)")
 	f.selfTest = fs.Bool("worker-self-test", true, "on registration, send a canary prompt and check its KV events match the router's hashes")
 	f.mmOn = fs.Bool("mm-routing", true, "route images by identity (mm_hash pad values) when the model family is known")
 	f.allow = fs.String("media-allow-hosts", "", "comma-separated hosts, IPs or CIDRs that image URLs may reach although internal (SSRF guard)")

@@ -92,7 +92,7 @@ var bareGo = map[string]string{
 	"internal/routine/routine.go Kind.Go":         "the helper itself",
 	"internal/routine/routine.go Group.Go":        "the helper itself",
 	"mm/resolve.go Resolver.fanOut":               "one goroutine per image of a request, joined before Resolve returns (pprof-labelled)",
-	"frontend/health.go Monitor.CheckAll":         "one health check per worker, joined before CheckAll returns",
+	"frontend/health.go Monitor.round":            "one health check per worker, joined before the round returns",
 	"workers/mocker/fleet.go Fleet.Close":         "closes the workers concurrently, joined before Close returns",
 	"cmd/kvroute/models.go loadModels":            "loads the served models' directories concurrently, joined before returning",
 	"bench/indexer.go IndexerWorkload.RunIndexer": "one replay goroutine per timeline, joined before the run is measured",
