@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"errors"
 	"testing"
 
@@ -28,15 +27,7 @@ func TestBindModeRefusesCurveSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	topic := kvevents.VLLMTopic("127.0.0.1:8101", "m")
-	p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: r.Fleet.BindAddr(), ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { _ = p.Run(ctx) }()
-	<-p.Ready()
-	pp := &pub{p: p, cancel: cancel}
-	defer pp.stop()
+	pp := startTopicPub(t, r.Fleet.BindAddr(), topic)
 	err = r.AddWorker(registry.Spec{ID: 20, Topic: topic, CurveKey: key})
 	if !errors.Is(err, registry.ErrBadSpec) {
 		t.Fatalf("bind-mode spec with curve_key: %v, want ErrBadSpec", err)

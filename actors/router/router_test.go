@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,22 @@ type pub struct {
 
 func startPublisher(t *testing.T, endpoint, replay string, layout kvevents.Layout, skip func(uint64) bool) *pub {
 	t.Helper()
-	p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: endpoint, ReplayEndpoint: replay, Layout: layout, SkipSend: skip})
+	return startPub(t, kvevents.PublisherConfig{Endpoint: endpoint, ReplayEndpoint: replay, Layout: layout, SkipSend: skip})
+}
+
+// startTopicPub starts a publisher of topic connecting to a bind address, with a replay endpoint of its
+// own, stopped when the test ends.
+func startTopicPub(t *testing.T, addr, topic string) *pub {
+	t.Helper()
+	p := startPub(t, kvevents.PublisherConfig{Endpoint: addr, ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic})
+	t.Cleanup(p.stop)
+	return p
+}
+
+// startPub runs a publisher until stop.
+func startPub(t *testing.T, cfg kvevents.PublisherConfig) *pub {
+	t.Helper()
+	p, err := kvevents.NewPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,17 +285,9 @@ func TestBindModeAttributesByTopic(t *testing.T) {
 	topics := []string{kvevents.VLLMTopic("127.0.0.1:8001", "m"), kvevents.VLLMTopic("127.0.0.1:8002", "m")}
 	var pubs []*pub
 	for i, topic := range topics {
-		p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: addr, ReplayEndpoint: "tcp://127.0.0.1:*", Topic: topic})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { _ = p.Run(ctx) }()
-		<-p.Ready()
-		pp := &pub{p: p, cancel: cancel}
-		defer pp.stop()
+		pp := startTopicPub(t, addr, topic)
 		pubs = append(pubs, pp)
-		if err := r.AddWorker(registry.Spec{ID: uint64(10 + i), Topic: topic, Replay: p.ReplayAddr()}); err != nil {
+		if err := r.AddWorker(registry.Spec{ID: uint64(10 + i), Topic: topic, Replay: pp.p.ReplayAddr()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -434,4 +442,67 @@ func TestSaltedChainsOverZMQ(t *testing.T) {
 	p.publish(t, &kvevents.Batch{TS: 1, HasDPRank: true, Events: []kvevents.Event{{Kind: kvevents.Removed, BlockHashes: []uint64{100, 101}, Medium: "GPU"}}})
 	p.publish(t, stored(0, false, []uint64{100}, []uint32{1, 2, 3, 4}))
 	testutil.Eventually(t, "unsalted after removal", func() bool { return ns(prompt[:4], "") == 1 && ns(prompt, "tenant-a") == 0 })
+}
+
+// TestBindSocketsShared: a second router (a model's prefill core, or another model) sharing the first's
+// bind sockets (Worker.BindShare) binds nothing of its own; each router's topic-attributed workers get
+// their own batches from the shared sockets, a topic registered on one router is refused on the other,
+// and a third router sharing the second's ends on the first's sockets too.
+func TestBindSocketsShared(t *testing.T) {
+	system := actors.NewSystem(nil)
+	defer system.Shutdown()
+	cfg := DefaultConfig(4)
+	cfg.Worker.BindEndpoints = []string{"tcp://127.0.0.1:*"}
+	host, err := New(system, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Stop()
+	scfg := DefaultConfig(4)
+	scfg.Worker.BindEndpoints = cfg.Worker.BindEndpoints // ignored: the sockets are the host's
+	scfg.Worker.BindShare = host.Fleet
+	sharer, err := New(system, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sharer.Stop()
+	scfg.Worker.BindShare = sharer.Fleet
+	third, err := New(system, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Stop()
+	addr := host.Fleet.BindAddr()
+	if addr == "" || sharer.Fleet.BindAddr() != addr || third.Fleet.BindAddr() != addr {
+		t.Fatalf("bind addresses %q, %q, %q", addr, sharer.Fleet.BindAddr(), third.Fleet.BindAddr())
+	}
+	routers := []*Router{host, sharer, third}
+	var pubs []*pub
+	for i, r := range routers {
+		topic := kvevents.VLLMTopic(fmt.Sprintf("127.0.0.1:%d", 8001+i), "m")
+		pp := startTopicPub(t, addr, topic)
+		pubs = append(pubs, pp)
+		if err := r.AddWorker(registry.Spec{ID: uint64(10 + i), Topic: topic, Replay: pp.p.ReplayAddr()}); err != nil {
+			t.Fatal(err)
+		}
+		for j, other := range routers {
+			if j != i && other.AddWorker(registry.Spec{ID: 99, Topic: topic}) == nil {
+				t.Fatalf("topic %q of router %d accepted by router %d", topic, i, j)
+			}
+		}
+	}
+	toks := [][]uint32{{1, 1, 1, 1}, {2, 2, 2, 2}, {3, 3, 3, 3}}
+	testutil.Eventually(t, "every router's topic indexed", func() bool {
+		ok := true
+		for i, r := range routers {
+			pubs[i].publish(t, stored(0, false, []uint64{uint64(5 + i)}, toks[i]))
+			ok = ok && overlapOf(r, toks[i], uint64(10+i)) == 1
+		}
+		return ok
+	})
+	for i, r := range routers {
+		if n := r.Index.Size(); n != 1 {
+			t.Fatalf("router %d's index holds %d blocks, want its worker's one", i, n)
+		}
+	}
 }

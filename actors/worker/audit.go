@@ -105,7 +105,7 @@ func (f *Fleet) problem(m *Mirror, grace time.Duration) string {
 		// The sockets' session-wide counts: summing every topic's (BindStats) per silent worker made an
 		// audit of 8,192 silent bound workers take 7 s.
 		bs := f.bindSessions()
-		if topics, n := f.unknown.list(), bs.UnknownTopics; n > 0 {
+		if topics, n := f.bindOwner().unknown.list(), bs.UnknownTopics; n > 0 {
 			return fmt.Sprintf("no KV event batch on topic %q within %v, but %d messages under unregistered topics %q", m.Spec.Topic, grace, n, topics)
 		}
 		if bs.Connects == 0 {

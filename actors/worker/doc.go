@@ -10,7 +10,9 @@
 //
 // Bind mode (Config.BindEndpoints): the fleet owns one kvevents.BindSubscriber per bound endpoint, the
 // i-th receiving dp rank i, and attributes batches to workers by topic; a worker's topic is registered on
-// every bind socket with its replay endpoint offset by that rank.
+// every bind socket with its replay endpoint offset by that rank. A fleet with Config.BindShare binds
+// nothing and uses the sockets of the fleet that owns them, which dispatches each topic to the fleet
+// holding it (a process's cores, one socket per endpoint).
 //
 // audit.go makes problems visible: Audit (every second, or a quarter of Config.Grace) marks a worker
 // degraded with the reason when its stream has shown one for longer than the grace period (no batch

@@ -62,6 +62,12 @@ type Config struct {
 	// (workers registered without an events endpoint). The i-th endpoint receives dp rank i, as vLLM's
 	// rank r publishes to its endpoint's port + r; a worker's replay endpoint is offset the same way.
 	BindEndpoints []string
+	// BindShare, when set, makes the fleet use another fleet's bind sockets instead of binding its own
+	// (a model's prefill core shares its decode core's: both fleets' workers publish to the same
+	// --kv-events-bind endpoints, and a second bind of a port cannot succeed). Its workers' topics are
+	// registered on those sockets, checked against both fleets' topics, and their batches dispatched to
+	// its mirrors. BindEndpoints is then ignored.
+	BindShare *Fleet
 	// Grace is how long a worker's event stream may show a problem (no batch yet, every store rejected,
 	// batches of ranks it does not have) before the worker is marked degraded with the reason (Audit).
 	// Default 10s.
@@ -121,6 +127,10 @@ type Fleet struct {
 	bindStop context.CancelFunc
 	bindDone []chan struct{}
 	unknown  unknownTopics
+	// bindHost is the fleet whose sockets binds are (Config.BindShare), nil when they are this fleet's;
+	// sharers are the fleets sharing this fleet's sockets, whose mirrors its sockets' batches may be for.
+	bindHost *Fleet
+	sharers  atomic.Pointer[[]*Fleet]
 
 	auditStop context.CancelFunc
 	auditDone chan struct{}
@@ -139,7 +149,12 @@ func NewFleet(system *actor.ActorSystem, index *indexer.Indexer, cfg Config) (*F
 		// A mirror that panics is restarted; its subscribers are restarted with it.
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, func(any) actor.Directive { return actor.RestartDirective })))
 	f.pid = system.Root.Spawn(props)
-	if len(cfg.BindEndpoints) > 0 {
+	switch host := cfg.BindShare; {
+	case host != nil:
+		host = host.bindOwner() // the fleet that owns the sockets dispatches to every sharer
+		f.bindHost, f.binds = host, host.binds
+		host.share(f)
+	case len(cfg.BindEndpoints) > 0:
 		if err := f.startBind(); err != nil {
 			f.Stop()
 			return nil, err
@@ -177,19 +192,24 @@ func (f *Fleet) startBind() error {
 }
 
 func (f *Fleet) newBind(rank int, ep string) (*kvevents.BindSubscriber, error) {
-	convs := map[string]*converter{}
+	type conversion struct {
+		m *Mirror
+		c *converter
+	}
+	convs := map[string]conversion{}
 	conv := func(topic string) (*Mirror, *converter) {
-		m, _ := f.byTopic.Load().Get(topic)
+		m, owner := f.topicOwner(topic)
 		if m == nil {
 			return nil, nil
 		}
-		c := convs[topic]
-		if c == nil || c.workerID != m.Spec.ID {
-			imageTok, imageEnd := f.deps.cfg.imageTokensFor(&m.Spec)
-			c = &converter{workerID: m.Spec.ID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: f.deps.cfg.BlockSize, imageTok: imageTok, imageEnd: imageEnd}
-			convs[topic] = c
+		cv := convs[topic]
+		if cv.m != m {
+			imageTok, imageEnd := owner.deps.cfg.imageTokensFor(&m.Spec)
+			cv = conversion{m, &converter{workerID: m.Spec.ID, rank: rank, dpSize: m.Spec.DPRanks(), blockSize: owner.deps.cfg.BlockSize,
+				imageTok: imageTok, imageEnd: imageEnd}}
+			convs[topic] = cv
 		}
-		return m, c
+		return m, cv.c
 	}
 	return kvevents.NewBindSubscriber(kvevents.BindConfig{Endpoint: ep, ReplayTimeout: f.deps.cfg.ReplayTimeout},
 		kvevents.BindHandler{
@@ -208,6 +228,40 @@ func (f *Fleet) newBind(rank int, ep string) (*kvevents.BindSubscriber, error) {
 			},
 			OnUnknownTopic: func(topic []byte) { f.unknown.saw(f.deps.cfg.Log, topic, ep) },
 		})
+}
+
+// share adds sharer to the fleets whose mirrors this fleet's bind sockets dispatch to.
+func (f *Fleet) share(sharer *Fleet) {
+	var next []*Fleet
+	if cur := f.sharers.Load(); cur != nil {
+		next = append(next, *cur...)
+	}
+	next = append(next, sharer)
+	f.sharers.Store(&next)
+}
+
+// bindOwner is the fleet whose bind sockets this fleet uses: its host, or itself.
+func (f *Fleet) bindOwner() *Fleet {
+	if f.bindHost != nil {
+		return f.bindHost
+	}
+	return f
+}
+
+// topicOwner returns the mirror registered under topic on this fleet's bind sockets and the fleet that
+// holds it (this one or a sharer), or nil.
+func (f *Fleet) topicOwner(topic string) (*Mirror, *Fleet) {
+	if m, _ := f.byTopic.Load().Get(topic); m != nil {
+		return m, f
+	}
+	if sharers := f.sharers.Load(); sharers != nil {
+		for _, s := range *sharers {
+			if m, _ := s.byTopic.Load().Get(topic); m != nil {
+				return m, s
+			}
+		}
+	}
+	return nil, nil
 }
 
 // BindAddr is the first resolved --kv-events-bind endpoint ("" when bind mode is off).
@@ -249,7 +303,7 @@ func (f *Fleet) bindSessions() kvevents.Stats {
 // UnknownTopics returns the distinct unregistered topics seen on the bind sockets (at most 16, the first
 // ones) and how many messages carried any unregistered topic.
 func (f *Fleet) UnknownTopics() ([]string, uint64) {
-	return f.unknown.list(), f.bindSessions().UnknownTopics
+	return f.bindOwner().unknown.list(), f.bindSessions().UnknownTopics
 }
 
 // Add starts mirroring a worker.
@@ -469,7 +523,7 @@ func (a *fleetActor) add(ctx actor.Context, spec registry.Spec) error {
 			// server key; taking the spec would index whoever publishes on its topic, keyed or not.
 			return fmt.Errorf("%w: worker %d names curve_key with topic %q, but CURVE is not available on the --kv-events-bind socket: give the worker an events= endpoint (the router connects and authenticates it) or drop curve_key", registry.ErrBadSpec, spec.ID, spec.Topic)
 		}
-		if _, taken := a.f.byTopic.Load().Get(spec.Topic); taken {
+		if m, _ := a.f.bindOwner().topicOwner(spec.Topic); m != nil { // this fleet's or a fleet sharing its sockets
 			return fmt.Errorf("%w: topic %q is already registered", ErrDuplicate, spec.Topic)
 		}
 		m.bound = true

@@ -49,7 +49,7 @@ var flagEvidence = map[string][]string{
 
 	// Workers and KV events.
 	"health-check-interval":    {"frontend: TestHealthChecksTakeWorkerOutAndResyncIt"},
-	"kv-events-bind":           {"actors/router: TestBindModeAttributesByTopic"},
+	"kv-events-bind":           {"actors/router: TestBindModeAttributesByTopic", "cmd/kvroute: TestServeWithBindSockets"},
 	"kv-events-identity-check": {"workers/faultproxy: TestIdleRestartBehindRelay"},
 	"huge-pages":               {"cmd/kvroute: TestHugePagesFlag", "internal/hugepage: TestReserveThenGrowth", "internal/hugepage: TestReservePopulated", "internal/hugepage: TestProbeWorth"},
 	"worker":                   {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestRequestTimeout"},

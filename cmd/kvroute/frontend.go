@@ -412,12 +412,18 @@ func (a *frontendApp) startModel(ms modelSetup, i int, sm servedModel, workers w
 		a.nats = f.nats
 	} else {
 		rcfg.OnLoad = f.nats.loadObserver() // replica sync: every core publishes its load changes
+		if len(*f.bind) > 0 {
+			rcfg.Worker.BindShare = a.router.Fleet // one socket per endpoint: the first model's
+		}
 		r, err = router.New(a.system, rcfg)
 	}
 	if err != nil {
 		return nil, err
 	}
 	rcfg.OnLoad = f.nats.loadObserver() // and the model's prefill core, started from rcfg below
+	if len(*f.bind) > 0 {
+		rcfg.Worker.BindShare = r.Fleet // the prefill core's workers publish to the same sockets
+	}
 	a.routers = append(a.routers, r)
 	if i == 0 {
 		a.router = r

@@ -15,7 +15,10 @@ import (
 
 	json "github.com/goccy/go-json"
 
+	"github.com/kvroute/kvroute/actors/worker"
+	"github.com/kvroute/kvroute/workers/kvevents"
 	"github.com/kvroute/kvroute/workers/mocker"
+	"github.com/kvroute/kvroute/workers/registry"
 )
 
 // twoModelArgs are kvroute serve's flags for two models of different families and block sizes: the
@@ -529,5 +532,44 @@ func TestWorkerModelInferredAndEveryModelReady(t *testing.T) {
 	})
 	if st, w, _, b := post(t, base, "/v1/completions", map[string]any{"model": "llama", "prompt": "hi", "max_tokens": 1}); st != 200 || w != 2 {
 		t.Errorf("llama request: %d on worker %d: %s", st, w, b)
+	}
+}
+
+// TestServeWithBindSockets: kvroute serve with --kv-events-bind binds each endpoint once, whatever the
+// cores: both models' decode cores and their prefill cores share the first model's sockets (every core
+// binding the endpoint made the second bind time out, and serve never started), and a topic registered
+// on one core is refused on another.
+func TestServeWithBindSockets(t *testing.T) {
+	captureCLI(t)
+	args := append(twoModelArgs(t), "--kv-events-bind", "tcp://127.0.0.1:*")
+	f, _, code, ok := parseFrontend("serve", args, nil)
+	if !ok {
+		t.Fatalf("exit %d", code)
+	}
+	app, err := startServe(f, serveConfig{workers: 1, gpuBlocks: 1024, speedup: 50}, newRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.closeFleet()
+	defer app.stop()
+	addr := app.router.Fleet.BindAddr()
+	if addr == "" {
+		t.Fatal("no bind address")
+	}
+	fleets := []*worker.Fleet{}
+	for i, r := range app.routers {
+		fleets = append(fleets, r.Fleet, app.pds[i].Prefill.Fleet)
+	}
+	for i, fl := range fleets {
+		if fl.BindAddr() != addr {
+			t.Fatalf("core %d's bind address %q, the first's %q", i, fl.BindAddr(), addr)
+		}
+	}
+	topic := kvevents.VLLMTopic("127.0.0.1:9", "qwen")
+	if err := app.routers[1].AddWorker(registry.Spec{ID: 77, Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.pds[0].Prefill.AddWorker(registry.Spec{ID: 78, Topic: topic}); err == nil {
+		t.Fatal("a topic registered on one core accepted on another")
 	}
 }
