@@ -76,13 +76,27 @@ func (m *Machine) overFrom(from int) {
 // markBusy marks the targets over a busy threshold that mask holds eligible as busy, and returns how
 // many it marked.
 func (m *Machine) markBusy(mask []uint8) (n int) {
-	for w, x := range m.over {
-		for ; x != 0; x &= x - 1 {
-			if i := w<<6 + bits.TrailingZeros64(x); mask[i] == candEligible {
-				mask[i] = candBusy
-				n++
+	eachBit(m.over, len(mask), func(i int) {
+		if mask[i] == candEligible {
+			mask[i] = candBusy
+			n++
+		}
+	})
+	return n
+}
+
+// eachBit calls f with the position of every set bit of words below n, in order: a bitmap of target
+// positions read a word of 64 at a time (the busy marks, an exclusion's bitmap).
+func eachBit(words []uint64, n int, f func(i int)) {
+	for w, x := range words {
+		if tail := n - w<<6; tail < 64 { // the last word's bits past n (an only list's bitmap sets them)
+			if tail <= 0 {
+				return
 			}
+			x &= 1<<tail - 1
+		}
+		for ; x != 0; x &= x - 1 {
+			f(w<<6 + bits.TrailingZeros64(x))
 		}
 	}
-	return n
 }

@@ -3,7 +3,6 @@ package sched
 import (
 	"encoding/binary"
 	"math"
-	"math/bits"
 	"slices"
 	"time"
 
@@ -474,20 +473,31 @@ func (m *Machine) visitSome(mask []uint8, some []uint64, sreq *scoring.Request, 
 func (m *Machine) markLeftOut(mask []uint8, exclude []uint64) (eligible int) {
 	fillEligible(mask)
 	eligible = len(mask)
-	for t := range m.sick {
-		mask[t.i] = candLeftOut
+	m.eachLeftOut(exclude, func(i int) {
+		mask[i] = candLeftOut
 		eligible--
+	})
+	return eligible
+}
+
+// eachLeftOut calls f once for every target the unhealthy workers or exclude (a short list) leave out,
+// from their lists: the unhealthy targets, then the excluded workers' healthy ones, a worker listed
+// twice once.
+func (m *Machine) eachLeftOut(exclude []uint64, f func(i int)) {
+	for t := range m.sick {
+		f(t.i)
 	}
-	for _, id := range exclude {
+	for j, id := range exclude {
+		if slices.Contains(exclude[:j], id) {
+			continue
+		}
 		from, to := m.ranks(id)
 		for i := from; i < to; i++ {
-			if mask[i] == candEligible {
-				mask[i] = candLeftOut
-				eligible--
+			if m.list[i].healthy {
+				f(i)
 			}
 		}
 	}
-	return eligible
 }
 
 // allEligible is eight candEligible bytes read as a word.
@@ -537,17 +547,12 @@ func (m *Machine) markAvoided(mask []uint8, av avoid) (eligible int) {
 		return m.markLeftOut(mask, av.exclude)
 	}
 	eligible = m.markLeftOut(mask, nil)
-	for w, x := range m.excluded(av) {
-		if tail := len(mask) - w<<6; tail < 64 { // an only list's bitmap is set past the last target
-			x &= 1<<tail - 1
+	eachBit(m.excluded(av), len(mask), func(i int) {
+		if mask[i] == candEligible {
+			mask[i] = candLeftOut
+			eligible--
 		}
-		for ; x != 0; x &= x - 1 {
-			if i := w<<6 + bits.TrailingZeros64(x); mask[i] == candEligible {
-				mask[i] = candLeftOut
-				eligible--
-			}
-		}
-	}
+	})
 	return eligible
 }
 

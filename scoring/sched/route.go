@@ -3,7 +3,6 @@ package sched
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"time"
 
@@ -622,13 +621,11 @@ func (m *Machine) linearArgmin(am *scoring.Argmin, src overlap, chain []uint64, 
 	}
 	eligible := in
 	if am.ReadsCapacity() { // the marks are the thresholds the Argmin reads: the machine's configuration
-		for w, x := range m.over {
-			for ; x != 0; x &= x - 1 {
-				if i := w<<6 + bits.TrailingZeros64(x); !filter || !m.skip(i, av) {
-					cost[i], eligible = math.Inf(1), eligible-1
-				}
+		eachBit(m.over, len(cost), func(i int) {
+			if !filter || !m.skip(i, av) {
+				cost[i], eligible = math.Inf(1), eligible-1
 			}
-		}
+		})
 	}
 	if eligible == 0 {
 		return false
@@ -643,23 +640,10 @@ func (m *Machine) linearArgmin(am *scoring.Argmin, src overlap, chain []uint64, 
 }
 
 // infLeftOut sets the cost of every target the unhealthy workers or exclude (a short list) leave out to
-// +Inf, each once, and returns how many: markLeftOut's targets without a pass over every target (with
-// one unhealthy worker among 8,192 the pass over the mask took 4-8 us of a 14-20 us decision).
+// +Inf, each once (eachLeftOut), and returns how many, without a pass over every target (with one
+// unhealthy worker among 8,192 the pass over the mask took 4-8 us of a 14-20 us decision).
 func (m *Machine) infLeftOut(cost []float64, exclude []uint64) (out int) {
-	for t := range m.sick {
-		cost[t.i], out = math.Inf(1), out+1
-	}
-	for j, id := range exclude {
-		if slices.Contains(exclude[:j], id) {
-			continue
-		}
-		from, to := m.ranks(id)
-		for i := from; i < to; i++ {
-			if m.list[i].healthy {
-				cost[i], out = math.Inf(1), out+1
-			}
-		}
-	}
+	m.eachLeftOut(exclude, func(i int) { cost[i], out = math.Inf(1), out+1 })
 	return out
 }
 
