@@ -26,17 +26,13 @@ const (
 type poolCount struct{ eligible, busy int }
 
 // poolStanding is target t's standing in class cls's pool: what the counts keep, and what poolPass
-// counts over a part of the fleet.
+// counts over a part of the fleet. A target over the router's busy thresholds is out: its busy mark,
+// which every change repool follows has updated first (busy.go).
 func (m *Machine) poolStanding(t *target, cls *policy.Class) uint8 {
-	if !t.healthy {
+	if !t.healthy || t.over {
 		return 0
 	}
-	var c scoring.Candidate
-	c.Worker = t.key
-	if m.busyAt(t.i, &c) {
-		return 0
-	}
-	mb := c.Capacity.MaxNumBatchedTokens
+	mb := m.tmpl[t.i].maxBatched
 	if mb == 0 {
 		mb = scoring.DefaultMaxBatchedTokens
 	}
