@@ -258,7 +258,7 @@ func (s *BindSubscriber) session(ctx context.Context) (bool, error) {
 			return
 		}
 		st.handle(ctx, seq, payload)
-	}, loopHooks{mon: mon, onConnect: onConnect, conns: true, onAccept: onAccept}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
+	}, loopHooks{mon: mon, onConnect: onConnect, onAccept: onAccept}) // no timed identity checks: one silent replay endpoint would stall every worker's stream
 }
 
 // stream returns the state of a registered topic, creating it on first sight, or nil for an unknown

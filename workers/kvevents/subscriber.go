@@ -268,10 +268,9 @@ type loopHooks struct {
 	// any further message is read, so a catch-up replay precedes the live messages of the new connection.
 	mon       *zmq.Socket
 	onConnect func()
-	// conns (bind mode) reads each message's connection (its file descriptor, "__fd" among libzmq's
-	// message properties) for the handler, and the monitor's accepted events for onAccept with theirs
-	// (monitorConnects with conns).
-	conns    bool
+	// onAccept (bind mode), when not nil, gets the monitor's accepted events with their connections'
+	// file descriptors (monitorConnects with conns), and each message's connection is read for the
+	// handler ("__fd" among libzmq's message properties).
 	onAccept func(fd int)
 	// tick, when not nil, runs after every wait (at least once per poll interval) with the time.
 	tick func(now time.Time)
@@ -367,7 +366,7 @@ func readLoop(ctx context.Context, sub *zmq.Socket, poll time.Duration, c *Count
 				readConnects(mon, &h)
 			}
 			var fd int
-			msg, fd, err = recvMessage(sub, h.conns, msg[:0])
+			msg, fd, err = recvMessage(sub, h.onAccept != nil, msg[:0])
 			if err != nil {
 				if errors.Is(err, zmq.Errno(syscall.EAGAIN)) {
 					break
