@@ -93,6 +93,14 @@ DATA costIota<>+48(SB)/8, $6
 DATA costIota<>+56(SB)/8, $7
 GLOBL costIota<>(SB), RODATA|NOPTR, $64
 
+// LINES8SETUP loads what LINES8 reads: the permutes into Z26–Z29 and the active half's mask into Z30.
+#define LINES8SETUP \
+	VPBROADCASTQ costConst<>+0(SB), Z30; \
+	VMOVDQU64 costPerm<>+0(SB), Z26; \
+	VMOVDQU64 costPerm<>+64(SB), Z27; \
+	VMOVDQU64 costPerm<>+128(SB), Z28; \
+	VMOVDQU64 costPerm<>+192(SB), Z29
+
 // LINES8 transposes the eight lines at DX by the permutes in Z26–Z29: Z4 their decode words, Z5 their
 // prefill words, Z8 their unique|active words (Z6, Z7, Z9 scratch), and sets K2 to the lines with
 // active requests among K7's lanes (Z30: the active half's mask).
@@ -142,11 +150,7 @@ TEXT ·calCostsAVX512(SB), NOSPLIT, $0-8
 	VBROADCASTSD costArgs_slowK(DI), Z23
 	VBROADCASTSD costArgs_gamma(DI), Z24
 	VBROADCASTSD costConst<>+8(SB), Z25
-	VPBROADCASTQ costConst<>+0(SB), Z30
-	VMOVDQU64 costPerm<>+0(SB), Z26
-	VMOVDQU64 costPerm<>+64(SB), Z27
-	VMOVDQU64 costPerm<>+128(SB), Z28
-	VMOVDQU64 costPerm<>+192(SB), Z29
+	LINES8SETUP
 	VMOVDQU64 costPerm<>+256(SB), Z31
 	VMOVDQU64 costPerm<>+320(SB), Z11
 	VMOVDQU64 costPerm<>+384(SB), Z12
@@ -251,11 +255,7 @@ TEXT ·calLinearAVX512(SB), NOSPLIT, $0-8
 	VBROADCASTSD linArgs_scale(DI), Z20
 	VBROADCASTSD linArgs_weight(DI), Z21
 	VBROADCASTSD linArgs_nchain(DI), Z22
-	VPBROADCASTQ costConst<>+0(SB), Z30
-	VMOVDQU64 costPerm<>+0(SB), Z26
-	VMOVDQU64 costPerm<>+64(SB), Z27
-	VMOVDQU64 costPerm<>+128(SB), Z28
-	VMOVDQU64 costPerm<>+192(SB), Z29
+	LINES8SETUP
 	VPXORQ    Z14, Z14, Z14
 
 lloop:
