@@ -25,7 +25,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -95,10 +94,22 @@ type eppApp struct {
 	done     chan struct{}
 }
 
-// kubeClients builds the Kubernetes clients (the seam tests replace with client-go's fakes).
-type kubeClients func(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error)
+// kubeClients builds the Kubernetes client (the seam tests replace with client-go's fake). The watcher
+// reads pods and the pool through the dynamic client only: the typed clientset and its informers
+// compiled a few hundred generated API packages into the binary for one resource.
+type kubeClients func(kubeconfig string) (dynamic.Interface, error)
 
-func realKubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {
+func realKubeClients(kubeconfig string) (dynamic.Interface, error) {
+	cfg, err := kubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return dynamic.NewForConfig(cfg)
+}
+
+// kubeConfig is the API server and credentials of --kubeconfig, or of the pod's service account when
+// it is empty.
+func kubeConfig(kubeconfig string) (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -109,17 +120,9 @@ func realKubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("--kubeconfig %q: %w", kubeconfig, err)
+		return nil, fmt.Errorf("--kubeconfig %q: %w", kubeconfig, err)
 	}
-	kc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	dc, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return kc, dc, nil
+	return cfg, nil
 }
 
 // startEPP starts the frontend's core, the pool watcher and the gRPC servers.
@@ -181,7 +184,7 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 func (a *eppApp) watchPool(e *eppFlags, kube kubeClients) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	kc, dc, err := kube(*e.kubeconfig)
+	dc, err := kube(*e.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -192,7 +195,7 @@ func (a *eppApp) watchPool(e *eppFlags, kube kubeClients) error {
 		pc.Resource.Version = "v1alpha2"
 	}
 	pc.EventsPort, pc.ReplayPort = *e.eventsPort, *e.replayPort
-	if a.watcher, err = k8spool.NewWatcher(kc, dc, a.router, pc, func(m string) {
+	if a.watcher, err = k8spool.NewWatcher(dc, a.router, pc, func(m string) {
 		a.picker.SetFailureMode(epp.FailureMode(m))
 	}); err != nil {
 		return err

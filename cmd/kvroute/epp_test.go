@@ -26,15 +26,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	dynfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kvroute/kvroute/workers/k8spool"
 	"github.com/kvroute/kvroute/workers/mocker"
@@ -270,30 +267,33 @@ func TestEPPPool(t *testing.T) {
 		_, p, _ := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "tcp://"))
 		return p
 	}
-	mkPod := func(name string, sp registry.Spec, ann map[string]string) *corev1.Pod {
-		a := map[string]string{k8spool.AnnotationWorkerID: strconv.FormatUint(sp.ID, 10), k8spool.AnnotationPort: port(sp.URL)}
+	mkPod := func(name string, sp registry.Spec, ann map[string]string) *unstructured.Unstructured {
+		a := map[string]any{k8spool.AnnotationWorkerID: strconv.FormatUint(sp.ID, 10), k8spool.AnnotationPort: port(sp.URL)}
 		for k, v := range ann {
 			a[k] = v
 		}
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "llm", Labels: map[string]string{"app": "vllm"}, Annotations: a},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
-				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": name, "namespace": "llm", "labels": map[string]any{"app": "vllm"}, "annotations": a},
+			"status": map[string]any{"phase": "Running", "podIP": "127.0.0.1",
+				"conditions": []any{map[string]any{"type": "Ready", "status": "True"}}},
+		}}
 	}
-	kc := kubefake.NewClientset(
-		mkPod("w1", specs[0], map[string]string{k8spool.AnnotationEventsPort: port(specs[0].Events), k8spool.AnnotationReplayPort: port(specs[0].Replay)}),
-		mkPod("w2", specs[1], nil), // events and replay from the flags
-	)
 	gvr := schema.GroupVersionResource{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Resource: "inferencepools"}
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "inference.networking.x-k8s.io/v1alpha2", "kind": "InferencePool",
 		"metadata": map[string]any{"name": "qwen", "namespace": "llm"},
 		"spec":     map[string]any{"selector": map[string]any{"app": "vllm"}, "targetPortNumber": int64(1), "extensionRef": map[string]any{"name": "kvroute-epp"}},
 	}}
-	dc := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "InferencePoolList"}, pool)
+	lists := map[schema.GroupVersionResource]string{gvr: "InferencePoolList", k8spool.PodsResource: "PodList"}
+	dc := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), lists, pool,
+		mkPod("w1", specs[0], map[string]string{k8spool.AnnotationEventsPort: port(specs[0].Events), k8spool.AnnotationReplayPort: port(specs[0].Replay)}),
+		mkPod("w2", specs[1], nil), // events and replay from the flags
+	)
 	var gotKubeconfig string
-	kube := func(path string) (kubernetes.Interface, dynamic.Interface, error) {
+	kube := func(path string) (dynamic.Interface, error) {
 		gotKubeconfig = path
-		return kc, dc, nil
+		return dc, nil
 	}
 	a := startEPPTest(t, kube, "--secure-serving=false", "--grpc-health-port", "0", "--pool-name", "qwen", "--pool-namespace", "llm",
 		"--pool-group", "inference.networking.x-k8s.io", "--pool-kv-events-port", port(specs[1].Events), "--pool-kv-replay-port", "7777",
@@ -323,7 +323,7 @@ func TestEPPPool(t *testing.T) {
 		t.Fatalf("pick: %q %d %v", dest, imm, err)
 	}
 	// A pod that leaves the pool leaves the candidates.
-	if err := kc.CoreV1().Pods("llm").Delete(context.Background(), "w1", metav1.DeleteOptions{}); err != nil {
+	if err := dc.Resource(k8spool.PodsResource).Namespace("llm").Delete(context.Background(), "w1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eppWaitFor(t, "w1 gone", func() bool { return len(a.router.Workers()) == 1 })
@@ -347,12 +347,11 @@ func TestEPPKubeconfig(t *testing.T) {
 	if err := os.WriteFile(good, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kc, _, err := realKubeClients(good)
-	if err != nil {
+	if _, err := realKubeClients(good); err != nil {
 		t.Fatal(err)
 	}
-	if host := kc.CoreV1().RESTClient().Get().URL().Host; host != "127.0.0.1:1" {
-		t.Fatalf("clients built for %q, not the kubeconfig's server", host)
+	if cfg, err := kubeConfig(good); err != nil || cfg.Host != "http://127.0.0.1:1" {
+		t.Fatalf("client config for %v (%v), not the kubeconfig's server", cfg, err)
 	}
 }
 

@@ -14,11 +14,17 @@
 // kvroute.io/kv-replay-port, kvroute.io/dp-size). Without an id annotation the worker id is a hash of
 // namespace/name, stable across picker restarts.
 //
+// Pods are read through the dynamic client too, a handful of fields of each (ReadPod), and the pods
+// informer's transform keeps only those fields in its store. The typed clientset and its informer
+// factory did the same with client-go's generated packages of every API group, about 350 packages: on
+// 2 cores with an empty build cache, go vet ./... took 412 s with them and 199 s without, the race
+// build of the tests 431 s and 248 s, and the kvroute binary was 126 MB against 70 MB.
+//
 // # Concurrency model
 //
-// client-go informers (pods of the namespace, the pool) run their own goroutines; their callbacks only
-// signal a one-slot channel. Run's goroutine is the single writer: it reads the informers' stores and
-// adds or removes workers, so a burst of changes costs one reconcile.
+// client-go informers (pods of the namespace, the pool; two goroutines Run starts and joins) read the
+// API server; their callbacks only signal a one-slot channel. Run's goroutine is the single writer: it
+// reads the informers' stores and adds or removes workers, so a burst of changes costs one reconcile.
 //
 // # Ownership
 //

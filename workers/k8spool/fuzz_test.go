@@ -1,8 +1,10 @@
 package k8spool
 
 import (
+	"bytes"
 	"net"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,11 +31,7 @@ func FuzzParsePool(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, b)
-		if err != nil {
-			return
-		}
-		u, ok := obj.(*unstructured.Unstructured)
+		u, ok := decodeObject(b)
 		if !ok {
 			return
 		}
@@ -73,7 +71,7 @@ func FuzzSpecOf(f *testing.F) {
 			}
 		}
 		p := pod("w", ip, map[string]string{"app": "vllm"}, true, annotations)
-		sp, ok := w.specOf(p, Pool{TargetPort: port})
+		sp, ok := w.specOf(ReadPod(p.Object), Pool{TargetPort: port})
 		if !ok {
 			return
 		}
@@ -97,4 +95,47 @@ func FuzzSpecOf(f *testing.F) {
 			t.Fatalf("worker id annotation %q, spec id %d", v, sp.ID)
 		}
 	})
+}
+
+// FuzzReadPod reads pod objects as the pods informer does (JSON through client-go's unstructured codec,
+// then the informer's transform) and asserts that the transform keeps everything the watcher reads:
+// the trimmed pod reads as the whole one, and a pod reads as ready only with a Ready condition "True".
+func FuzzReadPod(f *testing.F) {
+	for _, s := range []string{
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"llm","labels":{"app":"vllm"},"annotations":{"kvroute.io/worker-id":"7"},"managedFields":[{"manager":"kubelet"}]},"spec":{"containers":[{"name":"c"}]},"status":{"phase":"Running","podIP":"10.0.0.1","conditions":[{"type":"PodScheduled","status":"True"},{"type":"Ready","status":"True"}]}}`,
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b","deletionTimestamp":"2026-12-07T00:00:00Z"},"status":{"phase":"Running","podIP":"fd00::1","conditions":[{"type":"Ready","status":"True"}]}}`,
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"c","deletionTimestamp":null,"labels":{"a":1}},"status":{"phase":"Pending","conditions":[{"type":"Ready"}]}}`,
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"d"},"status":{"conditions":[7,{"type":"Ready","status":"False"},{"type":"Ready","status":"True"}],"podIP":3}}`,
+		`{"apiVersion":"v1","kind":"Pod","metadata":"x","status":[]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		u, ok := decodeObject(b)
+		if !ok {
+			return
+		}
+		whole := ReadPod(u.Object)
+		trimmed, err := trimPod(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ReadPod(trimmed.(*unstructured.Unstructured).Object); !reflect.DeepEqual(got, whole) {
+			t.Fatalf("%s: trimmed pod reads %+v, whole %+v", b, got, whole)
+		}
+		if whole.Ready && !bytes.Contains(b, []byte(`"True"`)) {
+			t.Fatalf("%s: ready without a condition \"True\"", b)
+		}
+	})
+}
+
+// decodeObject decodes an API object as the dynamic client does (JSON through client-go's unstructured
+// codec); false for bytes the client would refuse.
+func decodeObject(b []byte) (*unstructured.Unstructured, bool) {
+	obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, b)
+	if err != nil {
+		return nil, false
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	return u, ok
 }

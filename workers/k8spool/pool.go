@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sort"
 	"strconv"
 	"sync"
@@ -12,16 +13,16 @@ import (
 	"time"
 
 	"github.com/zeebo/xxh3"
-	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/workers/registry"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 // DefaultResource is the InferencePool resource of the Gateway API Inference Extension's v1 API.
 var DefaultResource = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
 
+// PodsResource is the core API's pods, which the watcher reads through the dynamic client like the pool.
+var PodsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
 // DefaultConfig returns the conventions: v1 InferencePool, events on 5557, no replay.
 func DefaultConfig() Config {
 	return Config{Resource: DefaultResource, EventsPort: 5557, Resync: 10 * time.Minute}
@@ -92,16 +96,15 @@ type Pool struct {
 }
 
 // Watcher keeps a WorkerSet equal to the pool's ready pods. Informer callbacks only signal; one
-// goroutine (Run) reads the listers and adds or removes workers, so the set is written by one owner.
+// goroutine (Run) reads the informers' stores and adds or removes workers, so the set is written by one
+// owner.
 type Watcher struct {
-	cfg      Config
-	set      WorkerSet
-	pods     cache.SharedIndexInformer
-	pool     cache.SharedIndexInformer
-	factory  informers.SharedInformerFactory
-	dfactory dynamicinformer.DynamicSharedInformerFactory
-	kick     chan struct{}
-	onMode   func(string)
+	cfg    Config
+	set    WorkerSet
+	pods   cache.SharedIndexInformer
+	pool   cache.SharedIndexInformer
+	kick   chan struct{}
+	onMode func(string)
 
 	mu      sync.Mutex // guards current for Workers (readers outside Run)
 	current map[string]registry.Spec
@@ -111,17 +114,18 @@ type Watcher struct {
 	errs    atomic.Uint64
 }
 
-// NewWatcher watches the pool cfg names through kc (pods) and dc (the InferencePool). onFailureMode,
-// when set, gets the pool's spec.endpointPickerRef.failureMode whenever the pool changes.
-func NewWatcher(kc kubernetes.Interface, dc dynamic.Interface, set WorkerSet, cfg Config, onFailureMode func(string)) (*Watcher, error) {
+// NewWatcher watches the pool cfg names and the pods of its namespace through dc. onFailureMode, when
+// set, gets the pool's spec.endpointPickerRef.failureMode whenever the pool changes.
+func NewWatcher(dc dynamic.Interface, set WorkerSet, cfg Config, onFailureMode func(string)) (*Watcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	w := &Watcher{cfg: cfg, set: set, kick: make(chan struct{}, 1), onMode: onFailureMode, current: map[string]registry.Spec{}}
-	w.factory = informers.NewSharedInformerFactoryWithOptions(kc, cfg.Resync, informers.WithNamespace(cfg.Namespace))
-	w.pods = w.factory.Core().V1().Pods().Informer()
-	w.dfactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dc, cfg.Resync, cfg.Namespace, nil)
-	w.pool = w.dfactory.ForResource(cfg.Resource).Informer()
+	w.pods = newInformer(dc, PodsResource, cfg)
+	if err := w.pods.SetTransform(trimPod); err != nil {
+		return nil, err
+	}
+	w.pool = newInformer(dc, cfg.Resource, cfg)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { w.signal() },
 		UpdateFunc: func(any, any) { w.signal() },
@@ -143,10 +147,29 @@ func (w *Watcher) signal() {
 	}
 }
 
-// Run starts the informers and reconciles until ctx ends.
+// newInformer is an informer of resource r in the pool's namespace, its objects unstructured.
+func newInformer(dc dynamic.Interface, r schema.GroupVersionResource, cfg Config) cache.SharedIndexInformer {
+	ri := dc.Resource(r).Namespace(cfg.Namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return ri.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return ri.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, dc), &unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ResyncPeriod: cfg.Resync, ObjectDescription: r.String()})
+}
+
+var informerLoop = routine.Named("k8spool.informer")
+
+// Run starts the informers and reconciles until ctx ends; it returns once the informers have stopped.
 func (w *Watcher) Run(ctx context.Context) {
-	w.factory.Start(ctx.Done())
-	w.dfactory.Start(ctx.Done())
+	var g routine.Group
+	defer g.Wait()
+	g.Go(informerLoop, func() { w.pods.RunWithContext(ctx) })
+	g.Go(informerLoop, func() { w.pool.RunWithContext(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), w.pods.HasSynced, w.pool.HasSynced) {
 		return
 	}
@@ -155,8 +178,6 @@ func (w *Watcher) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			w.factory.Shutdown()
-			w.dfactory.Shutdown()
 			return
 		case <-w.kick:
 			w.reconcile()
@@ -196,8 +217,12 @@ func (w *Watcher) reconcile() {
 			w.onMode(pool.FailureMode)
 		}
 		for _, o := range w.pods.GetStore().List() {
-			pod, isPod := o.(*corev1.Pod)
-			if !isPod || !pool.Selector.Matches(labels.Set(pod.Labels)) {
+			u, isPod := o.(*unstructured.Unstructured)
+			if !isPod {
+				continue
+			}
+			pod := ReadPod(u.Object)
+			if !pool.Selector.Matches(labels.Set(pod.Labels)) {
 				continue
 			}
 			if sp, ok := w.specOf(pod, pool); ok {
@@ -276,10 +301,13 @@ func ParsePool(obj map[string]any) (Pool, bool) {
 	return p, p.TargetPort > 0 && p.TargetPort < 65536
 }
 
-// specOf describes a ready pod as a worker; false for pods that are not ready, have no IP or are
-// leaving.
-func (w *Watcher) specOf(pod *corev1.Pod, pool Pool) (registry.Spec, bool) {
-	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning || !podReady(pod) {
+// specOf describes a ready pod as a worker; false for pods that are not ready, are leaving, or have no
+// IP address (or something else in status.podIP).
+func (w *Watcher) specOf(pod Pod, pool Pool) (registry.Spec, bool) {
+	if pod.Leaving || pod.Phase != "Running" || !pod.Ready {
+		return registry.Spec{}, false
+	}
+	if ip, err := netip.ParseAddr(pod.IP); err != nil || ip.Zone() != "" {
 		return registry.Spec{}, false
 	}
 	ann := pod.Annotations
@@ -302,11 +330,11 @@ func (w *Watcher) specOf(pod *corev1.Pod, pool Pool) (registry.Spec, bool) {
 	if n, ok := annInt(ann, AnnotationReplayPort); ok {
 		replay = n
 	}
-	sp := registry.Spec{ID: id, URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port))}
+	sp := registry.Spec{ID: id, URL: "http://" + net.JoinHostPort(pod.IP, strconv.Itoa(port))}
 	if events > 0 {
-		sp.Events = "tcp://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(events))
+		sp.Events = "tcp://" + net.JoinHostPort(pod.IP, strconv.Itoa(events))
 		if replay > 0 {
-			sp.Replay = "tcp://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(replay))
+			sp.Replay = "tcp://" + net.JoinHostPort(pod.IP, strconv.Itoa(replay))
 		}
 	}
 	if n, ok := annInt(ann, AnnotationDPSize); ok && n > 1 {
@@ -328,13 +356,4 @@ func annInt(ann map[string]string, key string) (int, bool) {
 		return 0, false
 	}
 	return n, true
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -7,13 +7,11 @@ import (
 	"sync"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kvroute/kvroute/internal/testutil"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -64,16 +62,43 @@ func (s *recordingSet) get(id uint64) (registry.Spec, bool) {
 	return sp, ok
 }
 
-func pod(name, ip string, lbl map[string]string, ready bool, ann map[string]string) *corev1.Pod {
-	st := corev1.ConditionFalse
+// pod is a running pod of namespace llm as the API server serves it, with its spec and the metadata the
+// watcher does not read (which its informer's transform drops).
+func pod(name, ip string, lbl map[string]string, ready bool, ann map[string]string) *unstructured.Unstructured {
+	st := "False"
 	if ready {
-		st = corev1.ConditionTrue
+		st = "True"
 	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "llm", Labels: lbl, Annotations: ann},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+	meta := map[string]any{"name": name, "namespace": "llm", "uid": "uid-" + name,
+		"managedFields": []any{map[string]any{"manager": "kubelet", "operation": "Update"}}}
+	if lbl != nil {
+		meta["labels"] = stringMap(lbl)
 	}
+	if ann != nil {
+		meta["annotations"] = stringMap(ann)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+		"spec": map[string]any{"containers": []any{map[string]any{"name": "vllm", "image": "vllm/vllm-openai"}}},
+		"status": map[string]any{"phase": "Running", "podIP": ip, "conditions": []any{
+			map[string]any{"type": "PodScheduled", "status": "True"},
+			map[string]any{"type": "Ready", "status": st, "lastTransitionTime": "2026-12-07T00:00:00Z"},
+		}},
+	}}
+}
+
+func stringMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// fakeCluster is client-go's fake dynamic client holding the given pools of resource r and pods.
+func fakeCluster(r schema.GroupVersionResource, objs ...runtime.Object) *dynfake.FakeDynamicClient {
+	lists := map[schema.GroupVersionResource]string{r: "InferencePoolList", PodsResource: "PodList"}
+	return dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), lists, objs...)
 }
 
 func inferencePool(port int64, mode string) *unstructured.Unstructured {
@@ -91,24 +116,22 @@ func inferencePool(port int64, mode string) *unstructured.Unstructured {
 
 func eq(a []string, b ...string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 
-// TestWatcherFollowsThePool drives client-go's fake clientset: pods of the pool's selector join the
+// TestWatcherFollowsThePool drives client-go's fake dynamic client: pods of the pool's selector join the
 // candidate set when ready and leave when deleted, unready or relabelled; annotations override the
 // ports and the id; the pool's target port and failure mode are followed.
 func TestWatcherFollowsThePool(t *testing.T) {
 	vllm := map[string]string{"app": "vllm"}
-	kc := fake.NewClientset(
+	dc := fakeCluster(DefaultResource, inferencePool(8000, "FailOpen"),
 		pod("a", "10.0.0.1", vllm, true, nil),
 		pod("b", "10.0.0.2", map[string]string{"app": "other"}, true, nil),
 		pod("c", "10.0.0.3", vllm, false, nil),
 	)
-	gvrList := map[schema.GroupVersionResource]string{DefaultResource: "InferencePoolList"}
-	dc := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrList, inferencePool(8000, "FailOpen"))
 	set := &recordingSet{specs: map[uint64]registry.Spec{}}
 	var modeMu sync.Mutex
 	mode := ""
 	cfg := DefaultConfig()
 	cfg.Namespace, cfg.Name, cfg.ReplayPort = "llm", "qwen", 5558
-	w, err := NewWatcher(kc, dc, set, cfg, func(m string) { modeMu.Lock(); mode = m; modeMu.Unlock() })
+	w, err := NewWatcher(dc, set, cfg, func(m string) { modeMu.Lock(); mode = m; modeMu.Unlock() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +151,7 @@ func TestWatcherFollowsThePool(t *testing.T) {
 	}
 	modeMu.Unlock()
 
-	pods := kc.CoreV1().Pods("llm")
+	pods := dc.Resource(PodsResource).Namespace("llm")
 	bg := context.Background()
 	// A pod with annotations: its id and event port are its own.
 	if _, err := pods.Create(bg, pod("d", "10.0.0.4", vllm, true, map[string]string{
