@@ -19,7 +19,6 @@ import (
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/internal/testutil"
-	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
@@ -89,19 +88,6 @@ func (c *capture) requests() []captured {
 	return append([]captured(nil), c.reqs...)
 }
 
-// pdModels loads the fixture model once for the disaggregation tests: the frontend's and the
-// simulated workers' (read-only after loading; ~7 s each under the race detector).
-var pdModels = sync.OnceValue(func() (fx struct {
-	m   *model.Model
-	wm  *mocker.Model
-	err error
-}) {
-	if fx.m, fx.err = model.Load(fixtureModel); fx.err == nil {
-		fx.wm, fx.err = mocker.LoadModel(fixtureModel, "Qwen3-VL-2B-Instruct")
-	}
-	return fx
-})
-
 // pdStack is a disaggregated deployment on loopback: prefill and decode mockers publishing real KV
 // events, the two router cores, the frontend.
 type pdStack struct {
@@ -115,11 +101,7 @@ type pdStack struct {
 func startPDStack(t *testing.T, prefill, decode int, cfg DisaggConfig) *pdStack {
 	t.Helper()
 	const name = "Qwen3-VL-2B-Instruct"
-	fx := pdModels()
-	if fx.err != nil {
-		t.Fatal(fx.err)
-	}
-	m, wm := fx.m, fx.wm
+	m, wm := fixtureModels(t, name)
 	var err error
 	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
 	tmpl.Engine.BlockSize, tmpl.Engine.NumGPUBlocks, tmpl.Engine.SpeedupRatio = 16, 2048, 100

@@ -91,6 +91,17 @@ type stackOpts struct {
 // detector, and a stack used to parse it three times).
 var fixtureLoaded = sync.OnceValues(func() (*model.Model, error) { return model.Load(fixtureModel) })
 
+// fixtureModels is the fixture model (fixtureLoaded) for a frontend and for simulated workers serving
+// it as name.
+func fixtureModels(t testing.TB, name string) (*model.Model, *mocker.Model) {
+	t.Helper()
+	m, err := fixtureLoaded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, mocker.ModelOf(m, name)
+}
+
 func startStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
 	dir, name := fixtureModel, "Qwen3-VL-2B-Instruct"

@@ -16,7 +16,6 @@ import (
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/internal/testutil"
-	"github.com/kvroute/kvroute/model"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
 	"github.com/kvroute/kvroute/workers/mocker"
@@ -96,15 +95,8 @@ func (b *badWorker) serve(c net.Conn, stop chan struct{}) {
 // faultStack is one healthy simulated worker (id 1) and one bad worker (id 2) behind the frontend.
 func faultStack(t *testing.T, mode string, migration int, timeout time.Duration) (base string, bad *badWorker) {
 	t.Helper()
-	m, err := model.Load(fixtureModel)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const name = "Qwen3-VL-2B-Instruct"
-	wm, err := mocker.LoadModel(fixtureModel, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, wm := fixtureModels(t, name)
 	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
 	tmpl.Engine.BlockSize = 16
 	tmpl.Engine.NumGPUBlocks = 1024
@@ -342,15 +334,8 @@ func (p *killableProxy) restore(t *testing.T) {
 // (passive health) instead of letting it draw traffic until the health checks notice. When it answers
 // again, the health check puts it back.
 func TestKillOneOfFourUnderLoad(t *testing.T) {
-	m, err := model.Load(fixtureModel)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const name = "Qwen3-VL-2B-Instruct"
-	wm, err := mocker.LoadModel(fixtureModel, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, wm := fixtureModels(t, name)
 	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
 	tmpl.Engine.BlockSize = 16
 	tmpl.Engine.NumGPUBlocks = 1024

@@ -54,10 +54,7 @@ func startFlakyProxy(t *testing.T, target string) *flakyProxy {
 // them registered (edit may change each spec first) and a health monitor checking every 20 ms.
 func startHealthRig(t *testing.T, n, workerBlockSize int, edit func(i int, sp *registry.Spec)) *router.Router {
 	t.Helper()
-	wm, err := mocker.LoadModel(fixtureModel, "m")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, wm := fixtureModels(t, "m")
 	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
 	tmpl.Engine.BlockSize, tmpl.Engine.SpeedupRatio = workerBlockSize, 100
 	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: n, Template: tmpl, FirstID: 1})

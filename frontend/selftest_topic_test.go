@@ -27,10 +27,7 @@ func TestSelfTestRunsForTopicWorkers(t *testing.T) {
 	}
 	t.Cleanup(func() { r.Stop(); system.Shutdown() })
 
-	wm, err := mocker.LoadModel(fixtureModel, "m")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, wm := fixtureModels(t, "m")
 	start := func(id int, topic string) *mocker.Worker {
 		wc := mocker.WorkerConfig{ID: id, Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig(), HTTPAddr: "127.0.0.1:0"}
 		wc.Engine.BlockSize, wc.Engine.SpeedupRatio = 16, 100

@@ -43,11 +43,11 @@ const eppModel = "../../testdata/models/Qwen3-VL-2B-Instruct"
 // eppFleet starts n simulated workers and returns their specs.
 func eppFleet(t *testing.T, n int) []registry.Spec {
 	t.Helper()
-	wm, err := mocker.LoadModel(eppModel, "Qwen3-VL-2B-Instruct")
+	m, err := loadModel(eppModel) // loaded once for the test binary (TestMain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
+	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: mocker.ModelOf(m, "Qwen3-VL-2B-Instruct"), KVEvents: mocker.DefaultKVEventsConfig()}
 	tmpl.Engine.BlockSize, tmpl.Engine.SpeedupRatio = 16, 50
 	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: n, Template: tmpl, FirstID: 1})
 	if err != nil {

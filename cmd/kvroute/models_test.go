@@ -277,12 +277,12 @@ func TestWorkerAPIKeyNeverShown(t *testing.T) {
 func startSimWorker(t *testing.T, name, dir string, id, blockSize int, key string) string {
 	t.Helper()
 	dir, _ = filepath.Abs(filepath.Join("..", "..", dir))
-	wm, err := mocker.LoadModel(dir, name)
+	m, err := loadModel(dir) // loaded once for the test binary (TestMain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := mocker.DefaultWorkerConfig()
-	cfg.Model, cfg.APIKey, cfg.ID = wm, key, id
+	cfg.Model, cfg.APIKey, cfg.ID = mocker.ModelOf(m, name), key, id
 	cfg.Engine.BlockSize, cfg.Engine.SpeedupRatio = blockSize, 50
 	w, err := mocker.StartWorker(cfg)
 	if err != nil {

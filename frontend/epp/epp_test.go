@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,17 +51,17 @@ type rig struct {
 	images string // base URL of a PNG server
 }
 
+// fixtureLoaded is the fixture model, loaded once per test binary and shared by every rig's picker and
+// simulated workers (read-only after loading; parsing its tokenizer takes seconds under -race).
+var fixtureLoaded = sync.OnceValues(func() (*model.Model, error) { return model.Load(fixtureModel) })
+
 func startRig(t testing.TB, workers int, cfg Config) *rig {
 	t.Helper()
-	m, err := model.Load(fixtureModel)
+	m, err := fixtureLoaded()
 	if err != nil {
 		t.Fatal(err)
 	}
-	wm, err := mocker.LoadModel(fixtureModel, modelName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
+	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: mocker.ModelOf(m, modelName), KVEvents: mocker.DefaultKVEventsConfig()}
 	tmpl.Engine.BlockSize, tmpl.Engine.NumGPUBlocks, tmpl.Engine.SpeedupRatio = 16, 2048, 20
 	tmpl.MediaAllowHosts = []string{"127.0.0.1"}
 	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: workers, Template: tmpl, FirstID: 1})
