@@ -48,31 +48,28 @@ type block struct {
 // blockPool is vLLM's BlockPool: a fixed set of physical blocks, a hash → block map of full cached blocks
 // and a free queue in eviction order (head first). Freed blocks keep their hash (they stay cached) until
 // they are popped for reuse; only then is BlockRemoved emitted. Not safe for concurrent use.
+//
+// Blocks are made as they are first allocated. vLLM's queue starts with every block in id order, and a
+// freed block joins its tail, behind every block never used; so the queue is the blocks not made yet
+// (ids len(blocks) .. capacity-1, popped in order) followed by the linked list of freed blocks (head ..
+// tail). Making all of them up front (and sizing the cache map for all) was most of a simulated
+// worker's start: 80 % of the CPU of kvroute bench lab's standing suite, whose hundreds of fleets use
+// a fraction of their blocks (docs/benchmarks.md, "Blocks made as they are first used").
 type blockPool struct {
-	bs      int
-	blocks  []block
-	cache   map[BlockHash]int32
-	head    int32
-	tail    int32
-	numFree int
-	events  []KVEvent
+	bs       int
+	capacity int // physical blocks (num_gpu_blocks)
+	blocks   []block
+	cache    map[BlockHash]int32
+	head     int32
+	tail     int32
+	numFree  int
+	events   []KVEvent
 	// evictions counts BlockRemoved events (a metric).
 	evictions uint64
 }
 
 func newBlockPool(numBlocks, blockSize int) *blockPool {
-	p := &blockPool{
-		bs:     blockSize,
-		blocks: make([]block, numBlocks),
-		cache:  make(map[BlockHash]int32, numBlocks),
-		head:   -1,
-		tail:   -1,
-	}
-	for i := range p.blocks {
-		p.blocks[i] = block{prev: -1, next: -1, nextDup: -1}
-		p.pushFree(int32(i))
-	}
-	return p
+	return &blockPool{bs: blockSize, capacity: numBlocks, cache: map[BlockHash]int32{}, head: -1, tail: -1, numFree: numBlocks}
 }
 
 func (p *blockPool) pushFree(id int32) {
@@ -123,6 +120,11 @@ func (p *blockPool) touch(id int32) {
 // allocate pops the least recently freed block and takes a reference. A block that still holds a hash is
 // evicted first, emitting BlockRemoved before whatever store reuses it. The caller checks numFree.
 func (p *blockPool) allocate() int32 {
+	if n := len(p.blocks); n < p.capacity { // the queue's head is the first block never used
+		p.blocks = append(p.blocks, block{prev: -1, next: -1, nextDup: -1, ref: 1})
+		p.numFree--
+		return int32(n)
+	}
 	id := p.head
 	if id < 0 {
 		panic("mocker: allocate from an empty free queue")
@@ -199,7 +201,7 @@ func (p *blockPool) release(ids []int32) {
 
 // reset drops every cached hash if no block is in use and emits AllBlocksCleared; otherwise it fails.
 func (p *blockPool) reset() bool {
-	if p.numFree != len(p.blocks) {
+	if p.numFree != p.capacity {
 		return false
 	}
 	for id := range p.blocks {
@@ -215,7 +217,7 @@ func (p *blockPool) reset() bool {
 }
 
 // usedBlocks is the number of referenced blocks (vLLM's KV usage numerator).
-func (p *blockPool) usedBlocks() int { return len(p.blocks) - p.numFree }
+func (p *blockPool) usedBlocks() int { return p.capacity - p.numFree }
 
 // CachedBlock is one cached physical block, the ground truth behind GET /debug/kv_blocks.
 type CachedBlock struct {

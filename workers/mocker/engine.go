@@ -244,7 +244,7 @@ func (e *Engine) HasWork() bool { return len(e.running) > 0 || len(e.waiting) > 
 func (e *Engine) Stats() Stats {
 	s := e.stats
 	s.Running, s.Waiting = len(e.running), len(e.waiting)
-	s.UsedBlocks, s.Blocks = e.pool.usedBlocks(), len(e.pool.blocks)
+	s.UsedBlocks, s.Blocks = e.pool.usedBlocks(), e.pool.capacity
 	s.Evictions = e.pool.evictions
 	return s
 }
@@ -481,7 +481,7 @@ func (e *Engine) timeStep(res *StepResult) {
 		in := StepInputs{PrefillTokens: res.PrefillTokens, PrefillPairs: res.PrefillPairs, Decodes: res.Decodes, DecodeContext: res.DecodeContext}
 		res.Duration = t.Duration(in, e.cfg.SpeedupRatio, e.cfg.DecodeSpeedupRatio)
 	} else {
-		occupancy := float64(e.pool.usedBlocks()) / float64(len(e.pool.blocks))
+		occupancy := float64(e.pool.usedBlocks()) / float64(e.pool.capacity)
 		res.Duration = StepDuration(res.PrefillTokens, res.Decodes, occupancy, e.cfg.SpeedupRatio, e.cfg.DecodeSpeedupRatio)
 	}
 }
