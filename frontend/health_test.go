@@ -50,6 +50,18 @@ func startFlakyProxy(t *testing.T, target string) *flakyProxy {
 	return p
 }
 
+// defaultRouter is a router with the default configuration (16-token blocks), stopped when tb ends.
+func defaultRouter(tb testing.TB) *router.Router {
+	tb.Helper()
+	system := actors.NewSystem(nil)
+	r, err := router.New(system, router.DefaultConfig(16))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Stop(); system.Shutdown() })
+	return r
+}
+
 // startHealthRig starts n simulated workers with the given block size, a router (block size 16) with
 // them registered (edit may change each spec first) and a health monitor checking every 20 ms.
 func startHealthRig(t *testing.T, n, workerBlockSize int, edit func(i int, sp *registry.Spec)) *router.Router {
@@ -62,12 +74,7 @@ func startHealthRig(t *testing.T, n, workerBlockSize int, edit func(i int, sp *r
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fleet.Close() })
-	system := actors.NewSystem(nil)
-	r, err := router.New(system, router.DefaultConfig(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Stop(); system.Shutdown() })
+	r := defaultRouter(t)
 	for i, s := range fleet.Specs() {
 		sp, _ := registry.Parse(s)
 		if edit != nil {
@@ -166,12 +173,7 @@ func TestHealthRoundSpreads(t *testing.T) {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	system := actors.NewSystem(nil)
-	r, err := router.New(system, router.DefaultConfig(16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Stop(); system.Shutdown() })
+	r := defaultRouter(t)
 	const n = 40
 	for id := range uint64(n) {
 		if err := r.AddWorker(registry.Spec{ID: id + 1, URL: "http://" + ln.Addr().String()}); err != nil {
@@ -234,12 +236,7 @@ func BenchmarkHealthRound(b *testing.B) {
 	}
 	for _, spread := range []time.Duration{0, time.Second} {
 		b.Run(fmt.Sprintf("W=%d/spread=%v", w, spread), func(b *testing.B) {
-			system := actors.NewSystem(nil)
-			r, err := router.New(system, router.DefaultConfig(16))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { r.Stop(); system.Shutdown() }()
+			r := defaultRouter(b)
 			for i, u := range urls {
 				if err := r.AddWorker(registry.Spec{ID: uint64(i + 1), URL: u}); err != nil {
 					b.Fatal(err)

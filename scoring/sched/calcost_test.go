@@ -166,11 +166,7 @@ func kernelFleet(t *testing.T, round int, cfg scoring.Config) (*Machine, int) {
 	if round%10 == 9 {
 		n = 256
 	}
-	seed := uint64(round)
-	m, err := New(cfg, nil, Options{Seed: &seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := seededMachine(t, cfg, uint64(round))
 	for id := range n {
 		m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1)})
 	}

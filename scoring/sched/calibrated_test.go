@@ -16,11 +16,7 @@ func sharedMachine(t *testing.T, ttl time.Duration, n int) *Machine {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
 	cfg.PredictedTTL = scoring.SomeDuration(ttl)
-	seed := uint64(1)
-	m, err := New(cfg, nil, Options{Seed: &seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := seededMachine(t, cfg, 1)
 	for id := range n {
 		m.AddWorker(time.Unix(0, 0), Worker{ID: uint64(id + 1)})
 	}
@@ -144,11 +140,7 @@ func TestCalibratedFilters(t *testing.T) {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
 	cfg.ActivePrefillTokensThreshold = scoring.Some(500)
-	seed := uint64(1)
-	m, err := New(cfg, nil, Options{Seed: &seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := seededMachine(t, cfg, 1)
 	now := time.Unix(0, 0)
 	for id := range 3 {
 		m.AddWorker(now, Worker{ID: uint64(id + 1)})

@@ -147,11 +147,7 @@ func twins(t *testing.T, rng *rand.Rand, cfg scoring.Config, seed uint64, n, ran
 	t.Helper()
 	var ms [2]*Machine
 	for k := range ms {
-		m, err := New(cfg, nil, Options{Seed: &seed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms[k] = m
+		ms[k] = seededMachine(t, cfg, seed)
 	}
 	for id := range n {
 		w, sick := Worker{ID: uint64(id + 1), DPRanks: 1 + id%ranks}, sickOdds > 0 && rng.IntN(sickOdds) == 0

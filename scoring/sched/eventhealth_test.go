@@ -17,11 +17,7 @@ import (
 func TestEventHealthMarks(t *testing.T) {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode, cfg.BlockSize, cfg.UseKVEvents = scoring.ModeKV, 1, true
-	seed := uint64(1)
-	m, err := New(cfg, nil, Options{Seed: &seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := seededMachine(t, cfg, 1)
 	t0 := time.Unix(100, 0)
 	for id := range 6 {
 		m.AddWorker(t0, Worker{ID: uint64(id + 1), DPRanks: 1 + id%2})
@@ -94,11 +90,7 @@ func TestEventHealthMarks(t *testing.T) {
 func BenchmarkEventHealth(b *testing.B) {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode, cfg.BlockSize, cfg.UseKVEvents = scoring.ModeKV, 1, true
-	seed := uint64(1)
-	m, err := New(cfg, nil, Options{Seed: &seed})
-	if err != nil {
-		b.Fatal(err)
-	}
+	m := seededMachine(b, cfg, 1)
 	const w = 8192
 	now := time.Unix(1000, 0)
 	last := make(map[uint64]time.Time, w)

@@ -67,11 +67,7 @@ func TestFleetChangesKeepViewsAsRebuildWould(t *testing.T) {
 	cfg := scoring.DefaultConfig()
 	cfg.Mode, cfg.BlockSize = scoring.ModeKV, 1
 	cfg.ActivePrefillTokensThreshold = scoring.Some(250) // some targets busy: their marks move too
-	seed := uint64(7)
-	m, err := New(cfg, nil, Options{Seed: &seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := seededMachine(t, cfg, 7)
 	rng := rand.New(rand.NewPCG(3, 9))
 	now := time.Unix(0, 0)
 	var active []string

@@ -65,6 +65,16 @@ policy_classes:
 	}
 }
 
+// seededMachine is a machine on cfg with no index, its random draws seeded with seed.
+func seededMachine(tb testing.TB, cfg scoring.Config, seed uint64) *Machine {
+	tb.Helper()
+	m, err := New(cfg, nil, Options{Seed: &seed})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
 // stepFleet is the machine fleetStep drives: cfg, seeded, with the policy profile (nil: none), and
 // workers 1 to 12 of 1 to 3 ranks, every other one with a KV capacity; and the time it starts at.
 func stepFleet(t *testing.T, cfg scoring.Config, seed uint64, profile *policy.Profile) (*Machine, time.Time) {
