@@ -118,6 +118,10 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 			// Refused: the process is gone. Out of routing now; the health monitor brings it back.
 			_ = a.R.SetHealthy(route.Worker.WorkerID, false, "passive: "+err.Error())
 		}
+		if errors.Is(err, client.ErrLocal) {
+			a.fail(ctx, j, errorf(ErrUnavailable, "the router could not open a connection to worker %d: %v; retry", route.Worker.WorkerID, err))
+			return
+		}
 		if !client.Retryable(err) || attempt >= a.Cfg.MigrationLimit {
 			a.fail(ctx, j, errorf(ErrUnavailable, "worker %d failed: %v", route.Worker.WorkerID, err))
 			return

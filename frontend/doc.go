@@ -41,7 +41,9 @@
 // else loopback clients only. It then reads the body itself (body.go): fasthttp streams it, and the
 // buffer grows with the bytes that arrived, charged to one process-wide budget, under deadlines counted
 // from the first header byte and from the end of the headers. After a burst of connections ends, the
-// memory is handed back to the OS (reclaim.go). Every media URL of a chat request passes the SSRF guard
+// memory is handed back to the OS (reclaim.go). The listener (listener.go) bounds the client connections
+// open at once (MaxConns, the edge's share of the process's descriptors) and retries a failed accept, so
+// neither a flood of connections nor a full descriptor table stops the server. Every media URL of a chat request passes the SSRF guard
 // (mm.Guard.CheckURL) before it is routed or forwarded.
 //
 // # Concurrency model

@@ -42,6 +42,8 @@ type stack struct {
 	fleet  *mocker.Fleet
 	router *router.Router
 	api    *OpenAIAPI
+	srv    *Server
+	pool   *WorkerPool
 	name   string
 	sender *transfer.Sender
 }
@@ -84,6 +86,8 @@ type stackOpts struct {
 	engine string
 	// registry receives the router's metrics (nil: private).
 	registry prometheus.Registerer
+	// passiveHealth takes a worker out of routing when a connection to it is refused.
+	passiveHealth bool
 }
 
 // fixtureLoaded is the fixture model, loaded once per test binary and shared by every stack's frontend
@@ -179,7 +183,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second, MediaGuard: guard}, NewFrontendMetrics(nil))
+	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second, MediaGuard: guard, PassiveHealth: o.passiveHealth}, NewFrontendMetrics(nil))
 	api.Tracer = o.tracer
 	if o.mm {
 		info, err := mm.ModelInfoFrom(m, name)
@@ -230,7 +234,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(ln) }()
-	st := &stack{base: "http://" + ln.Addr().String(), fleet: fleet, router: r, api: api, name: name, sender: st0}
+	st := &stack{base: "http://" + ln.Addr().String(), fleet: fleet, router: r, api: api, srv: srv, pool: pool, name: name, sender: st0}
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
 		pool.Close()

@@ -2,13 +2,16 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/fdlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
@@ -48,6 +51,8 @@ type Monitor struct {
 	mu    sync.Mutex
 	fails map[uint64]int
 	seen  map[uint64]bool
+	// local counts the checks of this round that could not open a socket (client.ErrLocal).
+	local atomic.Int64
 
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -136,7 +141,13 @@ func (m *Monitor) round(ctx context.Context, spread time.Duration) {
 		}
 	}
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		wg.Wait()
+		if n := m.local.Swap(0); n > 0 {
+			m.log.Warn("health checks could not open a socket: this host is out of descriptors or ports; the workers keep their state",
+				"checks", n, "open_file_limit", fdlimit.OpenFiles())
+		}
+	}()
 	start, n := time.Now(), time.Duration(len(specs))
 	for i, spec := range specs {
 		// Sleeps under a millisecond are skipped: the checks then start a few at a time.
@@ -170,6 +181,10 @@ func (m *Monitor) check(ctx context.Context, spec registry.Spec) {
 		met, err = ep.ScrapeMetrics(cctx)
 	}
 	if ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, client.ErrLocal) {
+		m.local.Add(1) // the router's own shortage says nothing about the worker
 		return
 	}
 	m.mu.Lock()

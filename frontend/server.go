@@ -40,6 +40,10 @@ type ServerConfig struct {
 	// and is closed. Raise it when a proxy or gateway that funnels many clients fronts kvroute.
 	// Default 1024; negative disables.
 	MaxConnsPerIP int
+	// MaxConns bounds the client connections open at once, from all addresses; past it a new connection
+	// is answered 503 and closed (listener.go). Default a quarter of the process's open-file limit, the
+	// edge's share of its descriptors (internal/fdlimit); negative disables.
+	MaxConns int
 	// Registerer, when set, gets the edge's own metrics (body bytes being read, budget refusals).
 	Registerer prometheus.Registerer
 	// Gatherer serves /metrics; nil means the default Prometheus registry.
@@ -78,6 +82,7 @@ type Server struct {
 	// budget is the process-wide bound on body bytes being read (MaxBodyBytesInFlight).
 	budget            bodyBudget
 	bodyBudgetRefused atomic.Int64
+	conns             connStats
 	reclaim           reclaimer
 }
 
@@ -121,7 +126,10 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 			return fasthttp.StatusContinue
 		},
 		MaxConnsPerIP: cfg.MaxConnsPerIP,
-		ConnState:     s.reclaim.connState,
+		// The edge listener bounds the connections (MaxConns) and answers the ones past it; fasthttp's
+		// own bound, which answers in plain text, is kept above it.
+		Concurrency: max(cfg.MaxConns, fasthttp.DefaultConcurrency),
+		ConnState:   s.reclaim.connState,
 		// Idle connection goroutines (and their stacks) end soon after a burst, before a reclaim.
 		MaxIdleWorkerDuration: reclaimDelay / 2,
 		ReadBufferSize:        cfg.MaxHeaderBytes,
@@ -153,6 +161,12 @@ func (c ServerConfig) withDefaults() ServerConfig {
 		c.MaxConnsPerIP = 1024
 	case c.MaxConnsPerIP < 0:
 		c.MaxConnsPerIP = 0
+	}
+	switch {
+	case c.MaxConns == 0:
+		c.MaxConns = defaultMaxConns()
+	case c.MaxConns < 0:
+		c.MaxConns = 0
 	}
 	if c.MaxHeaderBytes <= 0 {
 		c.MaxHeaderBytes = 64 << 10
@@ -343,16 +357,32 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_body_budget_refused_total",
 			Help: "Requests refused with 503 because the request-body budget (--max-body-bytes-in-flight) was full."},
 			func() float64 { return float64(s.bodyBudgetRefused.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_http_connections_open",
+			Help: "Client connections open (bounded by --max-conns)."},
+			func() float64 { return float64(s.conns.open.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_connections_refused_total",
+			Help: "Client connections answered 503 and closed because --max-conns were open."},
+			func() float64 { return float64(s.conns.refused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_accept_errors_total",
+			Help: "Errors accepting a client connection (EMFILE when the process is out of descriptors), each retried after a pause."},
+			func() float64 { return float64(s.conns.acceptErrors.Load()) }),
 	)
 }
 
-// Serve serves on ln until Shutdown, over TLS when TLSCert and TLSKey are set.
+// Serve serves on ln until Shutdown, over TLS when TLSCert and TLSKey are set. Past MaxConns open
+// connections a new one is refused; accept errors are retried (listener.go), so Serve returns only once
+// the listener is closed.
 func (s *Server) Serve(ln net.Listener) error {
-	if s.cfg.TLSCert != "" && s.cfg.TLSKey != "" {
+	tls := s.cfg.TLSCert != "" && s.cfg.TLSKey != ""
+	ln = newEdgeListener(ln, s.cfg.MaxConns, tls, &s.conns)
+	if tls {
 		return s.srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
 	}
 	return s.srv.Serve(ln)
 }
+
+// Config returns the server's configuration, defaults filled.
+func (s *Server) Config() ServerConfig { return s.cfg }
 
 // Shutdown stops accepting and waits for open requests.
 func (s *Server) Shutdown() error {

@@ -29,6 +29,7 @@ var flagEvidence = map[string][]string{
 	"header-timeout":           {"frontend: TestDripCannotExtendDeadlines", "frontend: TestHostileSuite"},
 	"max-body-bytes-in-flight": {"frontend: TestConnectionAndBodyBudgets"},
 	"max-conns-per-ip":         {"frontend: TestConnectionAndBodyBudgets"},
+	"max-conns":                {"frontend: TestConnectionCap", "frontend: TestMaxConnsDefault", "cmd/kvroute: TestRouterCommand"},
 	"router-api-token":         {"frontend: TestClosedAdminPlane"},
 	"http-host":                {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoLaunchLineStarts"},
 	"http-port":                {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoEnvironment"},

@@ -508,7 +508,7 @@ func (a *frontendApp) serve(f *frontendFlags, cfg scoring.Config, sms []servedMo
 		handlers = append(handlers, frontend.NewPprofHandler())
 	}
 	a.server = frontend.NewServer(scfg, handlers...)
-	logAccess(a.log, scfg)
+	logAccess(a.log, a.server.Config())
 	for _, m := range a.mons {
 		m.Start()
 	}

@@ -179,7 +179,7 @@ func runRouter(args []string) int {
 	}
 	scfg := sf.config(32<<20, nil)
 	srv := frontend.NewServer(scfg, &frontend.RouterAPI{R: r})
-	logAccess(log, scfg)
+	logAccess(log, srv.Config())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	shutdownOnSignal.Go(func() {

@@ -30,7 +30,7 @@ func TestRouterCommand(t *testing.T) {
 	bin := buildKVRouteBinary(t, root)
 	port := launchPortRange(t, 1) // a process binds it later: below the ephemeral range
 	cmd := exec.Command(bin, "router", "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port), "--block-size", "4",
-		"--worker", "id=7,url=http://127.0.0.1:9", "--log-format", "json")
+		"--worker", "id=7,url=http://127.0.0.1:9", "--log-format", "json", "--max-conns", "2")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +96,24 @@ func TestRouterCommand(t *testing.T) {
 	}
 	if w := do("GET", "/v1/workers", ""); !strings.Contains(w, `"http://127.0.0.1:9"`) {
 		t.Fatalf("--worker: /v1/workers %s", w)
+	}
+	// --max-conns 2: the client's kept-alive connection and one more are served, a third is answered 503.
+	for i, want := range []int{http.StatusOK, http.StatusServiceUnavailable} {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = c.Write([]byte("GET /health HTTP/1.1\r\nHost: kvroute\r\n\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("--max-conns 2, connection %d: %v", i+2, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("--max-conns 2, connection %d: %d, want %d", i+2, resp.StatusCode, want)
+		}
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/internal/fdlimit"
 )
 
 // serverFlags are the HTTP edge's limits and security flags, shared by frontend, serve and router.
@@ -21,6 +22,7 @@ type serverFlags struct {
 	maxHeader     *int
 	maxConc       *int
 	connsPerIP    *int
+	conns         *int
 	bodyInFlight  *int
 	headerTimeout *time.Duration
 	bodyTimeout   *time.Duration
@@ -39,6 +41,7 @@ func (s *serverFlags) register(fs *flag.FlagSet) {
 	s.maxHeader = fs.Int("max-header-bytes", 64<<10, "largest request line plus headers accepted (431 above)")
 	s.maxConc = fs.Int("max-concurrent-requests", 16384, "requests in flight before new ones get 429")
 	s.connsPerIP = fs.Int("max-conns-per-ip", 1024, "open connections per client address before new ones get 429 (raise it behind a proxy; negative disables)")
+	s.conns = fs.Int("max-conns", 0, "client connections open at once, from all addresses, before new ones get 503 and are closed (0: a quarter of the open-file limit, the HTTP edge's share of the process's descriptors; negative disables)")
 	s.bodyInFlight = fs.Int("max-body-bytes-in-flight", 256<<20, "bytes of request bodies being read at once, across all connections, before new bodies get 503")
 	s.headerTimeout = fs.Duration("header-timeout", 10*time.Second, "deadline for a request's line and headers, from their first byte")
 	s.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "deadline for a request's body, from the end of its headers (also the keep-alive idle timeout)")
@@ -57,7 +60,7 @@ func (s *serverFlags) check() error {
 func (s *serverFlags) config(maxBody int, reg *prometheus.Registry) frontend.ServerConfig {
 	cfg := frontend.ServerConfig{MaxBodyBytes: maxBody, AdminToken: *s.adminToken, RouterAPIToken: *s.routerToken,
 		TLSCert: *s.tlsCert, TLSKey: *s.tlsKey, MaxHeaderBytes: *s.maxHeader, MaxConcurrent: *s.maxConc,
-		MaxConnsPerIP: *s.connsPerIP, MaxBodyBytesInFlight: *s.bodyInFlight, HeaderTimeout: *s.headerTimeout,
+		MaxConnsPerIP: *s.connsPerIP, MaxConns: *s.conns, MaxBodyBytesInFlight: *s.bodyInFlight, HeaderTimeout: *s.headerTimeout,
 		ReadTimeout: *s.bodyTimeout, AllowedOrigins: frontend.ParseOrigins(*s.origins)}
 	if reg != nil {
 		cfg.Gatherer, cfg.Registerer = reg, reg
@@ -65,11 +68,13 @@ func (s *serverFlags) config(maxBody int, reg *prometheus.Registry) frontend.Ser
 	return cfg
 }
 
-// logAccess says at startup who may call the admin plane and the router API.
+// logAccess says at startup who may call the admin plane and the router API, and how many client
+// connections the edge holds (cfg: the server's, defaults filled).
 func logAccess(log *slog.Logger, cfg frontend.ServerConfig) {
 	admin, routerAPI := cfg.AccessSummary()
 	log.Info("admin API (worker registration and removal, POST /busy_threshold, /debug/)", "access", admin)
 	log.Info("router API (/v1/route, /v1/overlap_scores)", "access", routerAPI)
+	log.Info("HTTP connections", "max_conns", cfg.MaxConns, "max_conns_per_ip", cfg.MaxConnsPerIP, "open_file_limit", fdlimit.OpenFiles())
 }
 
 // identityCheckFlag registers --kv-events-identity-check, shared by frontend, serve and router.

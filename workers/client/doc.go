@@ -26,7 +26,8 @@
 //  5. Errors (errors.go) are classified for the migration decision: ErrConnect, ErrNoResponse (the
 //     connection died after the request was sent, before any response byte), ErrStatus for 5xx, and
 //     ErrTimeout before any byte are Retryable on another worker; ErrBroken (failure after events were
-//     delivered), ErrCanceled and 4xx are not. A pooled connection that turns out closed before any
+//     delivered), ErrCanceled and 4xx are not; neither is ErrLocal, a dial that failed because this host
+//     is out of descriptors or ports, which says nothing about the worker. A pooled connection that turns out closed before any
 //     response byte is retried once on a fresh connection inside the call (Stats.Retries), as net/http
 //     does: the worker closed it while idle. (If the worker instead died holding the request, the
 //     fresh dial fails with ErrConnect and the caller migrates.)

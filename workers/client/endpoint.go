@@ -12,9 +12,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/internal/fdlimit"
 )
 
 // Endpoint is the pooled HTTP/1.1 connection set to one worker. Safe for concurrent use; one per
@@ -157,6 +160,9 @@ func (e *Endpoint) acquire(ctx context.Context, fresh bool) (*conn, error) {
 		<-e.sem
 		if ctx.Err() != nil {
 			return nil, &Error{Class: ErrCanceled, Addr: e.addr, Err: context.Cause(ctx)}
+		}
+		if fdlimit.Exhausted(err) || errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return nil, &Error{Class: ErrLocal, Addr: e.addr, Err: err}
 		}
 		return nil, &Error{Class: ErrConnect, Retryable: true, Addr: e.addr, Err: err}
 	}

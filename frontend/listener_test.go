@@ -1,0 +1,252 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/testutil"
+)
+
+// rawConn is one client connection driven by hand, so a test knows which connection a request uses.
+type rawConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return &rawConn{Conn: c, br: bufio.NewReader(c)}
+}
+
+// do sends a request on the connection (a write error is ignored: a refused connection may be closed
+// already, its answer still waiting to be read) and reads the answer; body "" sends a GET.
+func (c *rawConn) do(t *testing.T, path, body string) (*http.Response, []byte) {
+	t.Helper()
+	req := "GET " + path + " HTTP/1.1\r\nHost: kvroute\r\n\r\n"
+	if body != "" {
+		req = "POST " + path + " HTTP/1.1\r\nHost: kvroute\r\nContent-Type: application/json\r\nContent-Length: " +
+			itoa(len(body)) + "\r\n\r\n" + body
+	}
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // a hang fails the test instead of stalling it
+	_, _ = c.Write([]byte(req))
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: body: %v", path, err)
+	}
+	return resp, raw
+}
+
+func itoa(n int) string { return string(fasthttp.AppendUint(nil, n)) }
+
+// errorType is the OpenAI error type of an error body.
+func errorType(t *testing.T, raw []byte) string {
+	t.Helper()
+	var e apiError
+	if err := json.Unmarshal(raw, &e); err != nil || e.Error.Message == "" {
+		t.Fatalf("not an OpenAI error body: %q", raw)
+	}
+	return e.Error.Type
+}
+
+// TestConnectionCap: with MaxConns open connections, the next one is answered 503 (an OpenAI error,
+// Retry-After, Connection: close) and closed, the served ones keep working, the refusal is counted, and
+// once one closes a new connection is served again.
+func TestConnectionCap(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv, addr := startEdge(t, ServerConfig{MaxConns: 4, Registerer: reg})
+	var served []*rawConn
+	for range 4 {
+		c := dialRaw(t, addr)
+		if resp, raw := c.do(t, "/health", ""); resp.StatusCode != 200 {
+			t.Fatalf("connection %d: %d %s", len(served), resp.StatusCode, raw)
+		}
+		served = append(served, c)
+	}
+	over := dialRaw(t, addr)
+	resp, raw := over.do(t, "/health", "")
+	if resp.StatusCode != fasthttp.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !resp.Close {
+		t.Fatalf("fifth connection: %d, Retry-After %q, close %v; want 503, 1, true", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
+	}
+	if got := errorType(t, raw); got != "service_unavailable_error" {
+		t.Fatalf("fifth connection: error type %q", got)
+	}
+	if _, err := over.br.ReadByte(); err == nil {
+		t.Fatal("a refused connection stays open")
+	}
+	for i, c := range served {
+		if resp, _ := c.do(t, "/health", ""); resp.StatusCode != 200 {
+			t.Fatalf("served connection %d after the refusal: %d", i, resp.StatusCode)
+		}
+	}
+	if open, refused := srv.conns.open.Load(), srv.conns.refused.Load(); open != 4 || refused != 1 {
+		t.Fatalf("open %d, refused %d; want 4, 1", open, refused)
+	}
+	for name, want := range map[string]float64{"kvroute_http_connections_open": 4, "kvroute_http_connections_refused_total": 1, "kvroute_http_accept_errors_total": 0} {
+		if got := gathered(t, reg, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	_ = served[0].Close()
+	testutil.Until(t, testutil.DefaultWait, "a connection served after one closed", func() string {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		defer c.Close()
+		rc := &rawConn{Conn: c, br: bufio.NewReader(c)}
+		if resp, raw := rc.do(t, "/health", ""); resp.StatusCode != 200 {
+			return resp.Status + " " + string(raw)
+		}
+		return ""
+	})
+}
+
+// gathered is the value of the unlabelled gauge or counter name in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s not registered", name)
+	return 0
+}
+
+// TestMaxConnsDefault: unset, the bound is a quarter of the open-file limit (at least 64); negative
+// removes it; fasthttp's own bound, which would answer in plain text first, stays above it.
+func TestMaxConnsDefault(t *testing.T) {
+	n := fdlimit.OpenFiles()
+	if n == 0 {
+		t.Skip("open-file limit unreadable")
+	}
+	if got, want := (ServerConfig{}).withDefaults().MaxConns, max(n/4, 64); got != want {
+		t.Fatalf("default MaxConns %d, want %d (open-file limit %d)", got, want, n)
+	}
+	if got := (ServerConfig{MaxConns: -1}).withDefaults().MaxConns; got != 0 {
+		t.Fatalf("MaxConns -1 gives %d, want 0 (no bound)", got)
+	}
+	srv := NewServer(ServerConfig{MaxConns: 1 << 20})
+	if srv.srv.Concurrency < 1<<20 {
+		t.Fatalf("fasthttp Concurrency %d under MaxConns %d", srv.srv.Concurrency, 1<<20)
+	}
+}
+
+// childEnv marks the child process of TestOutOfDescriptors.
+const childEnv = "KVROUTE_FD_CHILD"
+
+// TestOutOfDescriptors: when the process's descriptor table is full (held by files here; by client
+// connections from many addresses, or by anything else, in life), the edge keeps accepting once
+// descriptors are free again, a request that cannot dial its worker is answered 503 at once, and neither
+// that request (passive health) nor a round of health checks takes the worker out of routing: the host's
+// shortage is not the worker's fault. Before, fasthttp stopped serving for good at the first EMFILE from
+// accept and every worker left routing.
+//
+// The open-file limit belongs to the whole process, so the test lowers it in a child process of its own.
+func TestOutOfDescriptors(t *testing.T) {
+	if os.Getenv(childEnv) != "1" {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestOutOfDescriptors$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), childEnv+"=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	rl := syscall.Rlimit{Cur: 512, Max: 512}
+	var cur syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &cur); err != nil || cur.Max < rl.Max {
+		t.Skipf("open-file limit %+v: cannot set %d", cur, rl.Cur)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	st := startStack(t, stackOpts{workers: 1, speedup: 1e6, passiveHealth: true})
+	addr := strings.TrimPrefix(st.base, "http://")
+	worker := st.router.Workers()[0].ID
+	// Accepted before the table fills. No request has gone to the worker, so the pool holds no idle
+	// connection the request below could reuse instead of dialing.
+	q := dialRaw(t, addr)
+	if resp, raw := q.do(t, "/health", ""); resp.StatusCode != 200 {
+		t.Fatalf("before: %d %s", resp.StatusCode, raw)
+	}
+
+	hog := fillTable(t)
+	// One descriptor freed and taken by a client's end of a new connection: the table is full and the
+	// server's end waits in the backlog, where accept fails with EMFILE until descriptors are free.
+	_ = hog[len(hog)-1].Close()
+	hog = hog[:len(hog)-1]
+	pending := dialRaw(t, addr)
+	testutil.Eventually(t, "accept to fail", func() bool { return st.srv.conns.acceptErrors.Load() > 0 })
+	resp, raw := q.do(t, "/v1/chat/completions", chatBody(st.name, "while the table is full", ""))
+	if resp.StatusCode != fasthttp.StatusServiceUnavailable || !strings.Contains(string(raw), "could not open a connection") {
+		t.Fatalf("request while the table is full: %d %s", resp.StatusCode, raw)
+	}
+	NewMonitor(st.router, st.pool, HealthConfig{Timeout: 5 * time.Second, FailThreshold: 1}, nil).CheckAll(context.Background())
+	if s, _ := st.router.Fleet.StatusOf(worker); !s.Healthy {
+		t.Fatalf("worker %d out of routing after the host ran out of descriptors: %s", worker, s.Unhealthy)
+	}
+
+	for _, f := range hog {
+		_ = f.Close()
+	}
+	if resp, raw := pending.do(t, "/health", ""); resp.StatusCode != 200 {
+		t.Fatalf("the connection that waited in the backlog: %d %s", resp.StatusCode, raw)
+	}
+	if resp, raw := q.do(t, "/v1/chat/completions", chatBody(st.name, "after", "")); resp.StatusCode != 200 {
+		t.Fatalf("after: %d %s", resp.StatusCode, raw)
+	}
+}
+
+// fillTable opens /dev/null until the process's descriptor table is full and returns the files.
+func fillTable(t *testing.T) []*os.File {
+	t.Helper()
+	var hog []*os.File
+	t.Cleanup(func() {
+		for _, f := range hog {
+			_ = f.Close()
+		}
+	})
+	for range 1 << 16 {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			if !fdlimit.Exhausted(err) {
+				t.Fatal(err)
+			}
+			return hog
+		}
+		hog = append(hog, f)
+	}
+	t.Fatal("the descriptor table never filled")
+	return nil
+}
