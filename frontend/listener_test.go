@@ -102,7 +102,7 @@ func TestConnectionCap(t *testing.T) {
 			t.Fatalf("served connection %d after the refusal: %d", i, resp.StatusCode)
 		}
 	}
-	if open, refused := srv.conns.open.Load(), srv.conns.refused.Load(); open != 4 || refused != 1 {
+	if open, refused := srv.conns.Open(), srv.conns.Refused(); open != 4 || refused != 1 {
 		t.Fatalf("open %d, refused %d; want 4, 1", open, refused)
 	}
 	for name, want := range map[string]float64{"kvroute_http_connections_open": 4, "kvroute_http_connections_refused_total": 1, "kvroute_http_accept_errors_total": 0} {
@@ -207,7 +207,7 @@ func TestOutOfDescriptors(t *testing.T) {
 	_ = hog[len(hog)-1].Close()
 	hog = hog[:len(hog)-1]
 	pending := dialRaw(t, addr)
-	testutil.Eventually(t, "accept to fail", func() bool { return st.srv.conns.acceptErrors.Load() > 0 })
+	testutil.Eventually(t, "accept to fail", func() bool { return st.srv.conns.AcceptErrors() > 0 })
 	resp, raw := q.do(t, "/v1/chat/completions", chatBody(st.name, "while the table is full", ""))
 	if resp.StatusCode != fasthttp.StatusServiceUnavailable || !strings.Contains(string(raw), "could not open a connection") {
 		t.Fatalf("request while the table is full: %d %s", resp.StatusCode, raw)

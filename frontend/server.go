@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/kvroute/kvroute/internal/fdlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 )
 
@@ -82,7 +83,7 @@ type Server struct {
 	// budget is the process-wide bound on body bytes being read (MaxBodyBytesInFlight).
 	budget            bodyBudget
 	bodyBudgetRefused atomic.Int64
-	conns             connStats
+	conns             fdlimit.ConnStats
 	reclaim           reclaimer
 }
 
@@ -359,13 +360,13 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 			func() float64 { return float64(s.bodyBudgetRefused.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_http_connections_open",
 			Help: "Client connections open (bounded by --max-conns)."},
-			func() float64 { return float64(s.conns.open.Load()) }),
+			func() float64 { return float64(s.conns.Open()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_connections_refused_total",
 			Help: "Client connections answered 503 and closed because --max-conns were open."},
-			func() float64 { return float64(s.conns.refused.Load()) }),
+			func() float64 { return float64(s.conns.Refused()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_accept_errors_total",
 			Help: "Errors accepting a client connection (EMFILE when the process is out of descriptors), each retried after a pause."},
-			func() float64 { return float64(s.conns.acceptErrors.Load()) }),
+			func() float64 { return float64(s.conns.AcceptErrors()) }),
 	)
 }
 
@@ -374,7 +375,7 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 // the listener is closed.
 func (s *Server) Serve(ln net.Listener) error {
 	tls := s.cfg.TLSCert != "" && s.cfg.TLSKey != ""
-	ln = newEdgeListener(ln, s.cfg.MaxConns, tls, &s.conns)
+	ln = edgeListener(ln, s.cfg.MaxConns, tls, &s.conns)
 	if tls {
 		return s.srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
 	}

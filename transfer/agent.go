@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/clock"
+	"github.com/kvroute/kvroute/internal/fdlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 )
 
@@ -41,6 +42,11 @@ type AgentConfig struct {
 	SweepEvery time.Duration
 	// IOTimeout bounds one pull (request read, payload write, ack read). Default 30 s.
 	IOTimeout time.Duration
+	// MaxConns bounds the connections open at once; one past it is closed at once (its puller falls
+	// back to the URL). A pull is one connection and there are at most Buffers items to pull, so the
+	// bound is for peers that connect and say nothing, each held for IOTimeout. Default 4 × Buffers, at
+	// least 64.
+	MaxConns int
 	// Clock is the clock of the TTL; nil means the wall clock.
 	Clock clock.Clock
 }
@@ -102,6 +108,9 @@ type slot struct {
 type AgentStats struct {
 	Registered, Served, Acked, Refused, Expired, Released, Exhausted uint64
 	InUse                                                            int
+	// ConnsRefused counts connections closed at once because MaxConns were open; AcceptErrors, failed
+	// accepts (each retried after a pause).
+	ConnsRefused, AcceptErrors int64
 }
 
 // Agent is the frontend's network transfer agent: a bounded pool of buffers served over TCP to holders
@@ -116,6 +125,8 @@ type Agent struct {
 	closed bool
 	stats  AgentStats
 	conns  map[net.Conn]struct{}
+	// connStats are the listener's counts.
+	connStats fdlimit.ConnStats
 
 	group routine.Group
 	stop  chan struct{}
@@ -145,6 +156,9 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.IOTimeout == 0 {
 		cfg.IOTimeout = def.IOTimeout
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = max(4*cfg.Buffers, 64)
+	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -156,7 +170,10 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.AdvertiseAddr == "" {
 		cfg.AdvertiseAddr = ln.Addr().String()
 	}
-	a := &Agent{cfg: cfg, ln: ln, slots: make([]slot, cfg.Buffers), conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	a := &Agent{cfg: cfg, slots: make([]slot, cfg.Buffers), conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	// Bounded, and accepting through errors that pass: a full descriptor table ended the accept loop
+	// for good.
+	a.ln = fdlimit.NewListener(ln, cfg.MaxConns, nil, &a.connStats)
 	for i := range a.slots {
 		// Buffers are allocated lazily on first use so an idle agent costs nothing; once allocated they
 		// are reused for the agent's life (the "registered" pool).
@@ -287,6 +304,7 @@ func (a *Agent) Stats() AgentStats {
 	defer a.mu.Unlock()
 	st := a.stats
 	st.InUse = len(a.slots) - len(a.free)
+	st.ConnsRefused, st.AcceptErrors = a.connStats.Refused(), a.connStats.AcceptErrors()
 	return st
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/internal/clock"
+	"github.com/kvroute/kvroute/internal/fdlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/mm"
 )
@@ -138,7 +139,9 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 	for _, r := range w.ranks {
 		w.group.Go(rankLoop, func() { r.run(w.stop) })
 	}
-	w.group.Go(mockerServe, func() { _ = w.srv.Serve(ln) })
+	// Accepting through errors that pass: fasthttp's Serve returns at the first EMFILE, and a simulated
+	// worker in kvroute serve's process shares the frontend's descriptor table.
+	w.group.Go(mockerServe, func() { _ = w.srv.Serve(fdlimit.NewListener(ln, 0, nil, nil)) })
 	return w, nil
 }
 
