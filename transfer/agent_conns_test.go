@@ -44,18 +44,12 @@ func TestAgentConnectionBound(t *testing.T) {
 	_ = silent[0].Close()
 	testutil.Eventually(t, "the silent peer's connection closed", func() bool { return a.connStats.Open() == 1 })
 	tn := testTensor(1, 16)
-	var sum uint64
-	id, tok, _, err := a.Register(tn.EncodedLen(), func(b []byte) { sum = tn.EncodeTo(b) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := newDescriptor(KindNet, &tn, sum)
-	d.Addr, d.Buffer, d.Token = a.Addr(), id, tok
+	d := registerNet(t, a, &tn)
 	got, err := (&Receiver{DialTimeout: time.Second}).Receive(context.Background(), d)
 	if err != nil {
 		t.Fatalf("pull under the bound: %v", err)
 	}
-	if got.Checksum() != sum {
+	if got.Checksum() != tn.Checksum() {
 		t.Fatal("pulled tensor differs")
 	}
 }

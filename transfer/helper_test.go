@@ -37,6 +37,19 @@ func TestMain(m *testing.M) {
 	os.Exit(2)
 }
 
+// registerNet registers tn with agent a and returns the descriptor a worker pulls it by.
+func registerNet(t *testing.T, a *Agent, tn *Tensor) Descriptor {
+	t.Helper()
+	var sum uint64
+	id, tok, _, err := a.Register(tn.EncodedLen(), func(b []byte) { sum = tn.EncodeTo(b) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDescriptor(KindNet, tn, sum)
+	d.Addr, d.Buffer, d.Token = a.Addr(), id, tok
+	return d
+}
+
 // testTensor is a small deterministic tensor: rows×1536 with values from seed.
 func testTensor(seed, rows int) Tensor {
 	t := Tensor{Rows: rows, Cols: 1536, GridTHW: [3]int{1, 2, rows / 2}, Hash: mm.Hash(seed*7919 + 1)}

@@ -87,16 +87,7 @@ func TestFallbacks(t *testing.T) {
 	}
 	defer a.Close()
 	tn := testTensor(1, 16)
-	register := func() Descriptor {
-		var sum uint64
-		id, tok, _, err := a.Register(tn.EncodedLen(), func(b []byte) { sum = tn.EncodeTo(b) })
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := newDescriptor(KindNet, &tn, sum)
-		d.Addr, d.Buffer, d.Token = a.Addr(), id, tok
-		return d
-	}
+	register := func() Descriptor { return registerNet(t, a, &tn) }
 	r := Receiver{ShmDir: dir, DialTimeout: time.Second}
 	ctx := context.Background()
 
@@ -171,10 +162,7 @@ func TestFallbacks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var sum uint64
-		id, tok, _, _ := b.Register(tn.EncodedLen(), func(p []byte) { sum = tn.EncodeTo(p) })
-		d := newDescriptor(KindNet, &tn, sum)
-		d.Addr, d.Buffer, d.Token = b.Addr(), id, tok
+		d := registerNet(t, b, &tn)
 		b.Close()
 		if _, err := r.Receive(ctx, d); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("got %v", err)
