@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/actors/router"
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/workers/client"
@@ -145,7 +145,7 @@ func (m *Monitor) round(ctx context.Context, spread time.Duration) {
 		wg.Wait()
 		if n := m.local.Swap(0); n > 0 {
 			m.log.Warn("health checks could not open a socket: this host is out of descriptors or ports; the workers keep their state",
-				"checks", n, "open_file_limit", fdlimit.OpenFiles())
+				"checks", n, "open_file_limit", netlimit.OpenFiles())
 		}
 	}()
 	start, n := time.Now(), time.Duration(len(specs))

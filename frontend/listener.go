@@ -5,10 +5,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 )
 
-// The HTTP edge listens through an fdlimit.Listener: it bounds the client connections open at once
+// The HTTP edge listens through an netlimit.Listener: it bounds the client connections open at once
 // (ServerConfig.MaxConns) and keeps accepting through errors that pass.
 //
 // Without it, a flood of connections from many addresses (each under MaxConnsPerIP) filled the
@@ -21,14 +21,22 @@ import (
 //
 // Past MaxConns a new connection is answered 503 (an OpenAI error, Retry-After: 1; over TLS it is only
 // closed, since no handshake has happened) and closed.
+//
+// And each write to a client must be taken within WriteTimeout (a MiB at a time). A client that sent a
+// streaming request and stopped reading held its request forever: the relay blocked on the connection
+// once the socket buffers were full (a few MB of SSE), so the request stayed booked on its worker,
+// counted in flight, and its worker stream open, for as long as the client kept the connection (`kvroute
+// serve`, a 60,000-token stream to a client that read 120 bytes and slept: still in flight minutes after
+// the simulated worker had finished). fasthttp's own WriteTimeout is one deadline for a whole response,
+// which a long stream would outlive.
 
 // edgeListener wraps ln for the edge; tls says the connections will speak TLS.
-func edgeListener(ln net.Listener, bound int, tls bool, st *fdlimit.ConnStats) net.Listener {
+func edgeListener(ln net.Listener, cfg ServerConfig, tls bool, st *netlimit.ConnStats) net.Listener {
 	refuse := refuseConn
 	if tls {
 		refuse = nil
 	}
-	return fdlimit.NewListener(ln, bound, refuse, st)
+	return netlimit.NewListener(ln, netlimit.ListenerConfig{MaxConns: cfg.MaxConns, Refuse: refuse, WriteTimeout: cfg.WriteTimeout, Stats: st})
 }
 
 // refusedAnswer is the answer to a connection past MaxConns.
@@ -46,10 +54,10 @@ func refuseConn(c net.Conn) {
 	_, _ = c.Write(refusedAnswer)
 }
 
-// defaultMaxConns is MaxConns when unset: a quarter of the open-file limit (internal/fdlimit describes
+// defaultMaxConns is MaxConns when unset: a quarter of the open-file limit (internal/netlimit describes
 // the shares), at least 64; 0 (no bound) when the limit cannot be read.
 func defaultMaxConns() int {
-	n := fdlimit.OpenFiles()
+	n := netlimit.OpenFiles()
 	if n == 0 {
 		return 0
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/internal/testutil"
 )
 
@@ -142,10 +142,11 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// TestMaxConnsDefault: unset, the bound is a quarter of the open-file limit (at least 64); negative
-// removes it; fasthttp's own bound, which would answer in plain text first, stays above it.
+// TestMaxConnsDefault: unset, the bound is a quarter of the open-file limit (at least 64) and the write
+// timeout a minute; negative removes either; fasthttp's own bound, which would answer in plain text
+// first, stays above MaxConns.
 func TestMaxConnsDefault(t *testing.T) {
-	n := fdlimit.OpenFiles()
+	n := netlimit.OpenFiles()
 	if n == 0 {
 		t.Skip("open-file limit unreadable")
 	}
@@ -154,6 +155,12 @@ func TestMaxConnsDefault(t *testing.T) {
 	}
 	if got := (ServerConfig{MaxConns: -1}).withDefaults().MaxConns; got != 0 {
 		t.Fatalf("MaxConns -1 gives %d, want 0 (no bound)", got)
+	}
+	if got := (ServerConfig{}).withDefaults().WriteTimeout; got != time.Minute {
+		t.Fatalf("default WriteTimeout %v, want 1m", got)
+	}
+	if got := (ServerConfig{WriteTimeout: -1}).withDefaults().WriteTimeout; got != 0 {
+		t.Fatalf("WriteTimeout -1 gives %v, want 0 (none)", got)
 	}
 	srv := NewServer(ServerConfig{MaxConns: 1 << 20})
 	if srv.srv.Concurrency < 1<<20 {
@@ -240,7 +247,7 @@ func fillTable(t *testing.T) []*os.File {
 	for range 1 << 16 {
 		f, err := os.Open(os.DevNull)
 		if err != nil {
-			if !fdlimit.Exhausted(err) {
+			if !netlimit.Exhausted(err) {
 				t.Fatal(err)
 			}
 			return hog
@@ -249,4 +256,52 @@ func fillTable(t *testing.T) []*os.File {
 	}
 	t.Fatal("the descriptor table never filled")
 	return nil
+}
+
+// sockBuf is a net.ListenConfig / net.Dialer Control setting a socket buffer (SO_SNDBUF or SO_RCVBUF) to
+// size, which also turns off the kernel's autotuning of it.
+func sockBuf(opt, size int) func(_, _ string, c syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, opt, size) }); err != nil {
+			return err
+		}
+		return serr
+	}
+}
+
+// TestStalledStreamFreed: a client that sends a streaming request and stops reading loses its
+// connection once it has taken nothing for WriteTimeout, and its request is freed: no longer in flight
+// on its worker, its worker stream closed. Before, the relay blocked on the full connection for as long
+// as the client kept it open. Small socket buffers on both ends make a few hundred chunks fill them,
+// whatever the host's autotuning would allow.
+func TestStalledStreamFreed(t *testing.T) {
+	st := startStack(t, stackOpts{workers: 1, speedup: 1e6})
+	lc := net.ListenConfig{Control: sockBuf(syscall.SO_SNDBUF, 16<<10)}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(ServerConfig{MaxBodyBytes: 1 << 20, WriteTimeout: 200 * time.Millisecond}, st.api)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+
+	d := net.Dialer{Timeout: 5 * time.Second, Control: sockBuf(syscall.SO_RCVBUF, 4<<10)}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := chatBody(st.name, "tell a long story", `,"stream":true,"max_tokens":20000`)
+	_, _ = c.Write([]byte("POST /v1/chat/completions HTTP/1.1\r\nHost: kvroute\r\nContent-Type: application/json\r\nContent-Length: " +
+		itoa(len(body)) + "\r\n\r\n" + body))
+	_ = c.SetReadDeadline(time.Now().Add(testutil.DefaultWait))
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 512), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	// The client reads nothing more and keeps the connection.
+	testutil.Eventually(t, "the stalled stream's request freed and its connection closed", func() bool {
+		return srv.conns.WriteTimeouts() > 0 && st.router.ActiveRequests() == 0 && srv.conns.Open() == 0
+	})
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 )
 
@@ -43,8 +43,12 @@ type ServerConfig struct {
 	MaxConnsPerIP int
 	// MaxConns bounds the client connections open at once, from all addresses; past it a new connection
 	// is answered 503 and closed (listener.go). Default a quarter of the process's open-file limit, the
-	// edge's share of its descriptors (internal/fdlimit); negative disables.
+	// edge's share of its descriptors (internal/netlimit); negative disables.
 	MaxConns int
+	// WriteTimeout bounds each write to a client, a MiB at a time: a client that takes no bytes of a
+	// response for this long (a stream it stopped reading) loses its connection, and its request is
+	// freed. Default 60s; negative disables.
+	WriteTimeout time.Duration
 	// Registerer, when set, gets the edge's own metrics (body bytes being read, budget refusals).
 	Registerer prometheus.Registerer
 	// Gatherer serves /metrics; nil means the default Prometheus registry.
@@ -83,7 +87,7 @@ type Server struct {
 	// budget is the process-wide bound on body bytes being read (MaxBodyBytesInFlight).
 	budget            bodyBudget
 	bodyBudgetRefused atomic.Int64
-	conns             fdlimit.ConnStats
+	conns             netlimit.ConnStats
 	reclaim           reclaimer
 }
 
@@ -162,6 +166,12 @@ func (c ServerConfig) withDefaults() ServerConfig {
 		c.MaxConnsPerIP = 1024
 	case c.MaxConnsPerIP < 0:
 		c.MaxConnsPerIP = 0
+	}
+	switch {
+	case c.WriteTimeout == 0:
+		c.WriteTimeout = 60 * time.Second
+	case c.WriteTimeout < 0:
+		c.WriteTimeout = 0
 	}
 	switch {
 	case c.MaxConns == 0:
@@ -364,6 +374,9 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_connections_refused_total",
 			Help: "Client connections answered 503 and closed because --max-conns were open."},
 			func() float64 { return float64(s.conns.Refused()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_write_timeouts_total",
+			Help: "Writes to a client that took none of their bytes within --write-timeout (a client that stopped reading); each closed the connection."},
+			func() float64 { return float64(s.conns.WriteTimeouts()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_accept_errors_total",
 			Help: "Errors accepting a client connection (EMFILE when the process is out of descriptors), each retried after a pause."},
 			func() float64 { return float64(s.conns.AcceptErrors()) }),
@@ -375,7 +388,7 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 // the listener is closed.
 func (s *Server) Serve(ln net.Listener) error {
 	tls := s.cfg.TLSCert != "" && s.cfg.TLSKey != ""
-	ln = edgeListener(ln, s.cfg.MaxConns, tls, &s.conns)
+	ln = edgeListener(ln, s.cfg, tls, &s.conns)
 	if tls {
 		return s.srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
 	}

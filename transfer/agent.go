@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/clock"
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 )
 
@@ -126,7 +126,7 @@ type Agent struct {
 	stats  AgentStats
 	conns  map[net.Conn]struct{}
 	// connStats are the listener's counts.
-	connStats fdlimit.ConnStats
+	connStats netlimit.ConnStats
 
 	group routine.Group
 	stop  chan struct{}
@@ -173,7 +173,7 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 	a := &Agent{cfg: cfg, slots: make([]slot, cfg.Buffers), conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	// Bounded, and accepting through errors that pass: a full descriptor table ended the accept loop
 	// for good.
-	a.ln = fdlimit.NewListener(ln, cfg.MaxConns, nil, &a.connStats)
+	a.ln = netlimit.NewListener(ln, netlimit.ListenerConfig{MaxConns: cfg.MaxConns, Stats: &a.connStats})
 	for i := range a.slots {
 		// Buffers are allocated lazily on first use so an idle agent costs nothing; once allocated they
 		// are reused for the agent's life (the "registered" pool).

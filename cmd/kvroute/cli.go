@@ -36,7 +36,7 @@ var topicOrder = []string{topicHTTP, topicModel, topicWorkers, topicRouting, top
 var topicPrefixes = map[string]string{
 	"http-": topicHTTP, "host": topicHTTP, "tls-": topicHTTP, "max-header-bytes": topicHTTP, "max-body-bytes": topicHTTP,
 	"max-concurrent-requests": topicHTTP, "admin-token": topicHTTP, "request-timeout": topicHTTP, "port": topicHTTP,
-	"router-api-token": topicHTTP, "allowed-origins": topicHTTP, "max-conns-per-ip": topicHTTP, "max-conns": topicHTTP, "header-timeout": topicHTTP, "body-timeout": topicHTTP,
+	"router-api-token": topicHTTP, "allowed-origins": topicHTTP, "max-conns-per-ip": topicHTTP, "max-conns": topicHTTP, "header-timeout": topicHTTP, "write-timeout": topicHTTP, "body-timeout": topicHTTP,
 	"model": topicModel, "served-model-name": topicModel, "tokenizer": topicModel, "kv-cache-block-size": topicModel,
 	"block-size": topicModel, "namespace": topicModel,
 	"worker": topicWorkers, "kv-events": topicWorkers, "health-check-interval": topicWorkers, "workers": topicWorkers,

@@ -30,6 +30,7 @@ var flagEvidence = map[string][]string{
 	"max-body-bytes-in-flight": {"frontend: TestConnectionAndBodyBudgets"},
 	"max-conns-per-ip":         {"frontend: TestConnectionAndBodyBudgets"},
 	"max-conns":                {"frontend: TestConnectionCap", "frontend: TestMaxConnsDefault", "cmd/kvroute: TestRouterCommand"},
+	"write-timeout":            {"frontend: TestStalledStreamFreed", "internal/netlimit: TestWriteTimeout", "frontend: TestMaxConnsDefault"},
 	"router-api-token":         {"frontend: TestClosedAdminPlane"},
 	"http-host":                {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoLaunchLineStarts"},
 	"http-port":                {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoEnvironment"},

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/frontend"
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 )
 
 // serverFlags are the HTTP edge's limits and security flags, shared by frontend, serve and router.
@@ -23,6 +23,7 @@ type serverFlags struct {
 	maxConc       *int
 	connsPerIP    *int
 	conns         *int
+	writeTimeout  *time.Duration
 	bodyInFlight  *int
 	headerTimeout *time.Duration
 	bodyTimeout   *time.Duration
@@ -44,6 +45,7 @@ func (s *serverFlags) register(fs *flag.FlagSet) {
 	s.conns = fs.Int("max-conns", 0, "client connections open at once, from all addresses, before new ones get 503 and are closed (0: a quarter of the open-file limit, the HTTP edge's share of the process's descriptors; negative disables)")
 	s.bodyInFlight = fs.Int("max-body-bytes-in-flight", 256<<20, "bytes of request bodies being read at once, across all connections, before new bodies get 503")
 	s.headerTimeout = fs.Duration("header-timeout", 10*time.Second, "deadline for a request's line and headers, from their first byte")
+	s.writeTimeout = fs.Duration("write-timeout", 60*time.Second, "deadline for a client to take each MiB of a response, a stream's included: a client that stops reading loses its connection and its request is freed (negative disables)")
 	s.bodyTimeout = fs.Duration("body-timeout", 30*time.Second, "deadline for a request's body, from the end of its headers (also the keep-alive idle timeout)")
 	s.origins = fs.String("allowed-origins", "", `browser origins allowed cross-origin calls (CORS), vLLM's JSON list or a comma list: '["*"]', 'https://a.example,https://b.example'; empty: no CORS`)
 }
@@ -60,7 +62,7 @@ func (s *serverFlags) check() error {
 func (s *serverFlags) config(maxBody int, reg *prometheus.Registry) frontend.ServerConfig {
 	cfg := frontend.ServerConfig{MaxBodyBytes: maxBody, AdminToken: *s.adminToken, RouterAPIToken: *s.routerToken,
 		TLSCert: *s.tlsCert, TLSKey: *s.tlsKey, MaxHeaderBytes: *s.maxHeader, MaxConcurrent: *s.maxConc,
-		MaxConnsPerIP: *s.connsPerIP, MaxConns: *s.conns, MaxBodyBytesInFlight: *s.bodyInFlight, HeaderTimeout: *s.headerTimeout,
+		MaxConnsPerIP: *s.connsPerIP, MaxConns: *s.conns, WriteTimeout: *s.writeTimeout, MaxBodyBytesInFlight: *s.bodyInFlight, HeaderTimeout: *s.headerTimeout,
 		ReadTimeout: *s.bodyTimeout, AllowedOrigins: frontend.ParseOrigins(*s.origins)}
 	if reg != nil {
 		cfg.Gatherer, cfg.Registerer = reg, reg
@@ -74,7 +76,7 @@ func logAccess(log *slog.Logger, cfg frontend.ServerConfig) {
 	admin, routerAPI := cfg.AccessSummary()
 	log.Info("admin API (worker registration and removal, POST /busy_threshold, /debug/)", "access", admin)
 	log.Info("router API (/v1/route, /v1/overlap_scores)", "access", routerAPI)
-	log.Info("HTTP connections", "max_conns", cfg.MaxConns, "max_conns_per_ip", cfg.MaxConnsPerIP, "open_file_limit", fdlimit.OpenFiles())
+	log.Info("HTTP connections", "max_conns", cfg.MaxConns, "max_conns_per_ip", cfg.MaxConnsPerIP, "open_file_limit", netlimit.OpenFiles())
 }
 
 // identityCheckFlag registers --kv-events-identity-check, shared by frontend, serve and router.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 )
 
 // Endpoint is the pooled HTTP/1.1 connection set to one worker. Safe for concurrent use; one per
@@ -161,7 +161,7 @@ func (e *Endpoint) acquire(ctx context.Context, fresh bool) (*conn, error) {
 		if ctx.Err() != nil {
 			return nil, &Error{Class: ErrCanceled, Addr: e.addr, Err: context.Cause(ctx)}
 		}
-		if fdlimit.Exhausted(err) || errors.Is(err, syscall.EADDRNOTAVAIL) {
+		if netlimit.Exhausted(err) || errors.Is(err, syscall.EADDRNOTAVAIL) {
 			return nil, &Error{Class: ErrLocal, Addr: e.addr, Err: err}
 		}
 		return nil, &Error{Class: ErrConnect, Retryable: true, Addr: e.addr, Err: err}

@@ -30,7 +30,7 @@ var (
 	// ErrClosed: the endpoint was closed (worker removed).
 	ErrClosed = errors.New("client: endpoint closed")
 	// ErrLocal: a connection could not be opened because this host ran out of what a socket needs:
-	// descriptors or socket memory (internal/fdlimit.Exhausted), or ephemeral ports (EADDRNOTAVAIL).
+	// descriptors or socket memory (internal/netlimit.Exhausted), or ephemeral ports (EADDRNOTAVAIL).
 	// The worker was never reached and is not at fault: health checks and passive health leave it in
 	// routing. Not retryable: a dial to another worker meets the same table.
 	ErrLocal = errors.New("client: router out of sockets")

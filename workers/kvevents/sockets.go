@@ -6,7 +6,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 )
 
 // The process's ZMQ socket limit. libzmq allows 1,023 sockets per context unless told otherwise, and
@@ -16,7 +16,7 @@ import (
 // streams never connected: `kvroute serve --workers 400` followed 72 of 400 (docs/benchmarks.md).
 //
 // The limit is set from the process's open-file limit (Go raises the soft limit to the hard one at
-// start): a third of it (the ZMQ share of internal/fdlimit's budget), so that the socket limit, where libzmq fails a new socket cleanly with EMFILE,
+// start): a third of it (the ZMQ share of internal/netlimit's budget), so that the socket limit, where libzmq fails a new socket cleanly with EMFILE,
 // comes before the descriptor limit, where libzmq aborts the process in places (an address resolution
 // that cannot open a descriptor asserts). Each socket holds a descriptor and its connections about half
 // a one more; the rest is left to HTTP clients and files. It is capped at maxSockets (libzmq allocates
@@ -36,7 +36,7 @@ const maxSockets = 1 << 16
 // socketLimit is the socket limit to set: a third of the open-file limit, at least 16 and at most
 // maxSockets; 0 when the open-file limit cannot be read.
 func socketLimit() int {
-	n := fdlimit.OpenFiles()
+	n := netlimit.OpenFiles()
 	if n == 0 {
 		return 0
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/internal/clock"
-	"github.com/kvroute/kvroute/internal/fdlimit"
+	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/mm"
 )
@@ -141,7 +141,7 @@ func StartWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	// Accepting through errors that pass: fasthttp's Serve returns at the first EMFILE, and a simulated
 	// worker in kvroute serve's process shares the frontend's descriptor table.
-	w.group.Go(mockerServe, func() { _ = w.srv.Serve(fdlimit.NewListener(ln, 0, nil, nil)) })
+	w.group.Go(mockerServe, func() { _ = w.srv.Serve(netlimit.NewListener(ln, netlimit.ListenerConfig{})) })
 	return w, nil
 }
 

@@ -1,4 +1,4 @@
-package fdlimit
+package netlimit
 
 import (
 	"fmt"

@@ -1,7 +1,8 @@
-// Package fdlimit reads the process's open-file limit and tells the errors of running out of it, for the
-// parts of kvroute that hold descriptors and share that one budget.
+// Package netlimit bounds what peers can make the process hold: descriptors (the open-file limit and
+// its shares, the errors of running out of it) and, through Listener, connections and the time a peer
+// that stops reading can hold a write.
 //
-// # The budget
+// # The descriptor budget
 //
 // Every socket the process holds is a descriptor: libzmq's sockets and their connections (KV event
 // streams), the HTTP edge's client connections, the connections to workers (requests, health checks,
@@ -20,8 +21,10 @@
 //
 // # Concurrency model
 //
-// Stateless: OpenFiles reads the limit on each call.
-package fdlimit
+// OpenFiles and Exhausted are stateless. A Listener is used by one accept loop and its Close by any
+// goroutine; its ConnStats are atomic; a connection it returns is as safe as the one it wraps, its
+// Close idempotent.
+package netlimit
 
 import (
 	"errors"

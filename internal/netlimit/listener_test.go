@@ -1,8 +1,9 @@
-package fdlimit
+package netlimit
 
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -35,7 +36,7 @@ func TestListenerBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st ConnStats
-	ln := NewListener(inner, 1, func(c net.Conn) { _, _ = c.Write([]byte("no")) }, &st)
+	ln := NewListener(inner, ListenerConfig{MaxConns: 1, Refuse: func(c net.Conn) { _, _ = c.Write([]byte("no")) }, Stats: &st})
 	defer ln.Close()
 	first, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -83,11 +84,11 @@ func TestListenerBound(t *testing.T) {
 // counts it, pauses and tries again, and hands over the waiting connection once descriptors are free.
 // The open-file limit belongs to the process, so the test lowers it in a child process.
 func TestListenerThroughEMFILE(t *testing.T) {
-	if os.Getenv("KVROUTE_FDLIMIT_CHILD") != "1" {
+	if os.Getenv("KVROUTE_NETLIMIT_CHILD") != "1" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestListenerThroughEMFILE$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), "KVROUTE_FDLIMIT_CHILD=1")
+		cmd.Env = append(os.Environ(), "KVROUTE_NETLIMIT_CHILD=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("child: %v\n%s", err, out)
 		}
@@ -101,7 +102,7 @@ func TestListenerThroughEMFILE(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st ConnStats
-	ln := NewListener(inner, 0, nil, &st)
+	ln := NewListener(inner, ListenerConfig{Stats: &st})
 	defer ln.Close()
 	res := accept(ln)
 	var hog []*os.File
@@ -135,5 +136,57 @@ func TestListenerThroughEMFILE(t *testing.T) {
 	hog = nil
 	if err := <-res; err != nil {
 		t.Fatalf("after the table emptied: %v", err)
+	}
+}
+
+// pair returns both ends of a connection accepted through a Listener with cfg.
+func pair(t *testing.T, cfg ListenerConfig) (server, client net.Conn) {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := NewListener(inner, cfg)
+	t.Cleanup(func() { _ = ln.Close() })
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Close() })
+	return server, client
+}
+
+// TestWriteTimeout: a peer that stops reading fails a write (larger than the socket buffers) with a
+// deadline error once it has taken nothing for WriteTimeout, and the failure is counted; a peer that
+// reads gets a write of several steps whole.
+func TestWriteTimeout(t *testing.T) {
+	var st ConnStats
+	server, _ := pair(t, ListenerConfig{WriteTimeout: 100 * time.Millisecond, Stats: &st})
+	n, err := server.Write(make([]byte, 64<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n >= 64<<20 {
+		t.Fatalf("write to a peer that does not read: %d bytes, %v; want a deadline error", n, err)
+	}
+	if st.WriteTimeouts() != 1 {
+		t.Fatalf("%d write timeouts counted, want 1", st.WriteTimeouts())
+	}
+
+	server, client := pair(t, ListenerConfig{WriteTimeout: 10 * time.Second})
+	got := make(chan int64, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, client)
+		got <- n
+	}()
+	const size = 3*writeStep + 17
+	if n, err := server.Write(make([]byte, size)); n != size || err != nil {
+		t.Fatalf("write to a reading peer: %d of %d bytes, %v", n, size, err)
+	}
+	_ = server.Close()
+	if n := <-got; n != size {
+		t.Fatalf("peer read %d of %d bytes", n, size)
 	}
 }
