@@ -147,6 +147,7 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 	}
 	cfg := epp.DefaultConfig()
 	cfg.Fallbacks, cfg.FailureMode, cfg.MaxBodyBytes = *e.fallbacks, epp.FailureMode(*e.failureMode), *f.maxBody
+	cfg.MaxBodyBytesInFlight = *f.srv.bodyInFlight
 	if a.picker, err = epp.NewServer(cfg, app.api, epp.RouterWorkers{R: app.router}); err != nil {
 		a.stop()
 		return nil, err

@@ -27,7 +27,7 @@ var flagEvidence = map[string][]string{
 	"admin-token":              {"frontend: TestAdminToken", "frontend: TestClosedAdminPlane"},
 	"body-timeout":             {"frontend: TestDripCannotExtendDeadlines", "frontend: TestHostileSuite"},
 	"header-timeout":           {"frontend: TestDripCannotExtendDeadlines", "frontend: TestHostileSuite"},
-	"max-body-bytes-in-flight": {"frontend: TestConnectionAndBodyBudgets"},
+	"max-body-bytes-in-flight": {"frontend: TestConnectionAndBodyBudgets", "frontend/epp: TestBodyBudget"},
 	"max-conns-per-ip":         {"frontend: TestConnectionAndBodyBudgets"},
 	"max-conns":                {"frontend: TestConnectionCap", "frontend: TestMaxConnsDefault", "cmd/kvroute: TestRouterCommand"},
 	"write-timeout":            {"frontend: TestStalledStreamFreed", "internal/netlimit: TestWriteTimeout", "frontend: TestMaxConnsDefault"},

@@ -55,12 +55,18 @@ type Config struct {
 	// MaxBodyBytes bounds a request body gathered from the gateway's chunks (413 above). Default 32 MiB,
 	// as the frontend's --max-body-bytes.
 	MaxBodyBytes int
+	// MaxBodyBytesInFlight bounds the bytes of all the request bodies being gathered at once, over every
+	// stream: a chunk that would pass it is answered 503 (retry) and its stream's bytes let go. A body
+	// is let go once the request is picked (it went back to the gateway), not kept for the response's
+	// life. Default (0) 256 MiB; raised to MaxBodyBytes when under it, as the frontend's
+	// --max-body-bytes-in-flight.
+	MaxBodyBytesInFlight int
 }
 
 // DefaultConfig returns the protocol's default names, no fallbacks, FailClose, a 32 MiB body bound.
 func DefaultConfig() Config {
 	return Config{Namespace: DefaultNamespace, SubsetNamespace: DefaultSubsetNamespace, FailureMode: FailClose,
-		MaxBodyBytes: 32 << 20}
+		MaxBodyBytes: 32 << 20, MaxBodyBytesInFlight: 256 << 20}
 }
 
 // Validate reports the first bad field.

@@ -82,7 +82,8 @@ func script(ops, body []byte) []*extproc.ProcessingRequest {
 // FuzzProcess plays arbitrary gateway message sequences (headers, body chunks in every body mode,
 // trailers, response phases, in any order and repeated) against the picker on a real router and
 // simulated workers: Process always returns, every immediate answer is an OpenAI error with a 4xx or
-// the router's 503/429/529, and when the stream is over no request is left booked on a worker.
+// the router's 503/429/529, and when the stream is over no request is left booked on a worker and no
+// body bytes are left charged to the budget.
 func FuzzProcess(f *testing.F) {
 	cfg := DefaultConfig()
 	cfg.Fallbacks, cfg.MaxBodyBytes = 1, 1<<10
@@ -124,6 +125,9 @@ func FuzzProcess(f *testing.F) {
 		}
 		if n := rg.router.ActiveRequests(); n != 0 {
 			t.Fatalf("ops %x: %d requests still booked after the stream ended", ops, n)
+		}
+		if n := rg.srv.Stats().BodyBytes; n != 0 {
+			t.Fatalf("ops %x: %d body bytes still held after the stream ended", ops, n)
 		}
 	})
 }

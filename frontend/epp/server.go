@@ -86,7 +86,9 @@ type Server struct {
 	// failOpen is the failure mode in force (the pool's may change while serving).
 	failOpen atomic.Bool
 
-	picked, failed, continued, moved, broken atomic.Uint64
+	picked, failed, continued, moved, broken, busy atomic.Uint64
+	// bodyBytes is what the streams' gathered bodies hold (MaxBodyBytesInFlight bounds it).
+	bodyBytes atomic.Int64
 
 	// addrs memoizes addrOf by worker URL (the destination's fallbacks, the index below).
 	addrs addrMemo
@@ -155,7 +157,9 @@ type Stats struct {
 	// Picked requests got a destination; Failed got an immediate error answer; Continued went on without
 	// a destination (not a generate request, or FailOpen); Moved were served from a fallback endpoint;
 	// Broken streams ended before the response did (their requests were freed).
-	Picked, Failed, Continued, Moved, Broken uint64
+	Picked, Failed, Continued, Moved, Broken, Busy uint64
+	// BodyBytes is what the bodies being gathered hold now.
+	BodyBytes int64
 }
 
 // NewServer returns a picker server; cfg must be valid.
@@ -163,6 +167,10 @@ func NewServer(cfg Config, p Picker, w Workers) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxBodyBytesInFlight <= 0 {
+		cfg.MaxBodyBytesInFlight = DefaultConfig().MaxBodyBytesInFlight
+	}
+	cfg.MaxBodyBytesInFlight = max(cfg.MaxBodyBytesInFlight, cfg.MaxBodyBytes)
 	s := &Server{cfg: cfg, picker: p, workers: w}
 	s.SetFailureMode(cfg.FailureMode)
 	return s, nil
@@ -175,7 +183,7 @@ func (s *Server) SetFailureMode(m FailureMode) { s.failOpen.Store(m == FailOpen)
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	return Stats{Picked: s.picked.Load(), Failed: s.failed.Load(), Continued: s.continued.Load(),
-		Moved: s.moved.Load(), Broken: s.broken.Load()}
+		Moved: s.moved.Load(), Broken: s.broken.Load(), Busy: s.busy.Load(), BodyBytes: s.bodyBytes.Load()}
 }
 
 var _ extproc.ExternalProcessorServer = (*Server)(nil)
@@ -245,12 +253,34 @@ type exchange struct {
 	// sawHeaders and bodyDone: the request's headers and its whole body have arrived. Envoy sends each
 	// once per stream; a repeat is refused (InvalidArgument) rather than picked again.
 	sawHeaders, bodyDone bool
+	// held is what body holds of the server's bodyBytes.
+	held int64
+}
+
+// charge takes n bytes of the body budget; false when they would pass it.
+func (s *Server) charge(n int64) bool {
+	for {
+		cur := s.bodyBytes.Load()
+		if cur+n > int64(s.cfg.MaxBodyBytesInFlight) {
+			return false
+		}
+		if s.bodyBytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// dropBody lets the gathered body go and gives its bytes back to the budget.
+func (x *exchange) dropBody() {
+	x.s.bodyBytes.Add(-x.held)
+	x.held, x.body = 0, nil
 }
 
 func (x *exchange) send(r *extproc.ProcessingResponse) error { return x.stream.Send(r) }
 
-// close frees a request whose stream ended before its response did.
+// close frees a request whose stream ended before its response did, and a body being gathered.
 func (x *exchange) close() {
+	x.dropBody()
 	if x.picked != nil && !x.ended {
 		x.s.broken.Add(1)
 		x.picked.End(499) // the client or the gateway went away
@@ -314,8 +344,16 @@ func (x *exchange) requestBody(b *extproc.HttpBody, md *corev3.Metadata) (bool, 
 		return false, status.Errorf(codes.InvalidArgument, "epp: request body after its end of stream")
 	}
 	if len(x.body)+len(b.GetBody()) > x.s.cfg.MaxBodyBytes {
+		x.dropBody()
 		return true, x.immediate(413, errorBody(413, "request_too_large", "the request body exceeds "+strconv.Itoa(x.s.cfg.MaxBodyBytes)+" bytes"))
 	}
+	n := int64(len(b.GetBody()))
+	if !x.s.charge(n) {
+		x.dropBody()
+		x.s.busy.Add(1)
+		return true, x.immediate(503, errorBody(503, "service_unavailable_error", "the picker is gathering too many request bodies; retry"))
+	}
+	x.held += n
 	x.body = append(x.body, b.GetBody()...)
 	if !b.GetEndOfStream() {
 		if x.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
@@ -325,7 +363,9 @@ func (x *exchange) requestBody(b *extproc.HttpBody, md *corev3.Metadata) (bool, 
 		return false, x.send(bodyResp(true, nil, nil))
 	}
 	x.bodyDone = true
-	return x.pick(md)
+	done, err := x.pick(md)
+	x.dropBody() // picked and sent back (or refused): the gateway holds the body from here
+	return done, err
 }
 
 // responseHeaders records the worker's status for the picked request.
@@ -603,15 +643,18 @@ func errorBody(code int, typ, msg string) []byte {
 }
 
 // Register exports the counters on reg as kvroute_epp_requests_total{outcome}: picked, failed,
-// continued, moved (served by a fallback), broken (the stream ended before the response).
+// continued, moved (served by a fallback), broken (the stream ended before the response), busy (refused
+// because the bodies being gathered filled MaxBodyBytesInFlight); and kvroute_epp_body_bytes_gathering.
 func (s *Server) Register(reg prometheus.Registerer) error {
 	for outcome, c := range map[string]*atomic.Uint64{"picked": &s.picked, "failed": &s.failed, "continued": &s.continued,
-		"moved": &s.moved, "broken": &s.broken} {
+		"moved": &s.moved, "broken": &s.broken, "busy": &s.busy} {
 		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_epp_requests_total",
 			Help:        "Requests the endpoint picker saw, by outcome.",
 			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 { return float64(c.Load()) })); err != nil {
 			return err
 		}
 	}
-	return nil
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_epp_body_bytes_gathering",
+		Help: "Bytes of request bodies the picker is gathering from the gateway's chunks (bounded by --max-body-bytes-in-flight)."},
+		func() float64 { return float64(s.bodyBytes.Load()) }))
 }
