@@ -49,7 +49,8 @@ type ServerConfig struct {
 	// response for this long (a stream it stopped reading) loses its connection, and its request is
 	// freed. Default 60s; negative disables.
 	WriteTimeout time.Duration
-	// Registerer, when set, gets the edge's own metrics (body bytes being read, budget refusals).
+	// Registerer, when set, gets the edge's own metrics (body bytes being read, budget refusals,
+	// connections open and refused, write timeouts, accept errors).
 	Registerer prometheus.Registerer
 	// Gatherer serves /metrics; nil means the default Prometheus registry.
 	Gatherer prometheus.Gatherer
