@@ -72,57 +72,75 @@ func errorType(t *testing.T, raw []byte) string {
 	return e.Error.Type
 }
 
-// TestConnectionCap: with MaxConns open connections, the next one is answered 503 (an OpenAI error,
-// Retry-After, Connection: close) and closed, the served ones keep working, the refusal is counted, and
-// once one closes a new connection is served again.
+// TestConnectionCap: at MaxConns open connections a new one takes the place of the connection idle
+// longest (closed), and when every connection is in a request it is answered 503 (an OpenAI error,
+// Retry-After, Connection: close) and closed; requests in progress are never cut, and both outcomes are
+// counted.
 func TestConnectionCap(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv, addr := startEdge(t, ServerConfig{MaxConns: 4, Registerer: reg})
-	var served []*rawConn
-	for range 4 {
+	idle := srv.idle.idle
+	// busy starts a request whose body is still coming: the connection is in a request.
+	busy := func() *rawConn {
 		c := dialRaw(t, addr)
-		if resp, raw := c.do(t, "/health", ""); resp.StatusCode != 200 {
-			t.Fatalf("connection %d: %d %s", len(served), resp.StatusCode, raw)
-		}
-		served = append(served, c)
+		_, _ = c.Write([]byte("POST /v1/overlap_scores HTTP/1.1\r\nHost: kvroute\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n{\"tokens\":"))
+		return c
 	}
+	var inRequest []*rawConn
+	for range 3 {
+		inRequest = append(inRequest, busy())
+	}
+	kept := dialRaw(t, addr)
+	if resp, raw := kept.do(t, "/health", ""); resp.StatusCode != 200 {
+		t.Fatalf("fourth connection: %d %s", resp.StatusCode, raw)
+	}
+	testutil.Eventually(t, "three connections in a request, one idle", func() bool { return idle() == 1 && srv.conns.Open() == 4 })
+
+	// A fifth connection takes the idle one's place.
+	fifth := dialRaw(t, addr)
+	if resp, raw := fifth.do(t, "/health", ""); resp.StatusCode != 200 {
+		t.Fatalf("fifth connection, one idle to make room: %d %s", resp.StatusCode, raw)
+	}
+	_ = kept.SetReadDeadline(time.Now().Add(testutil.DefaultWait))
+	if _, err := kept.br.ReadByte(); err == nil {
+		t.Fatal("the idle connection was not closed to make room")
+	}
+
+	// Every connection in a request: the next is refused.
+	_, _ = fifth.Write([]byte("POST /v1/overlap_scores HTTP/1.1\r\nHost: kvroute\r\nContent-Length: 64\r\n\r\n{"))
+	testutil.Eventually(t, "every connection in a request", func() bool { return idle() == 0 })
 	over := dialRaw(t, addr)
 	resp, raw := over.do(t, "/health", "")
 	if resp.StatusCode != fasthttp.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !resp.Close {
-		t.Fatalf("fifth connection: %d, Retry-After %q, close %v; want 503, 1, true", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
+		t.Fatalf("a connection with every other in a request: %d, Retry-After %q, close %v; want 503, 1, true", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
 	}
 	if got := errorType(t, raw); got != "service_unavailable_error" {
-		t.Fatalf("fifth connection: error type %q", got)
+		t.Fatalf("refusal: error type %q", got)
 	}
 	if _, err := over.br.ReadByte(); err == nil {
 		t.Fatal("a refused connection stays open")
 	}
-	for i, c := range served {
-		if resp, _ := c.do(t, "/health", ""); resp.StatusCode != 200 {
-			t.Fatalf("served connection %d after the refusal: %d", i, resp.StatusCode)
-		}
-	}
-	if open, refused := srv.conns.Open(), srv.conns.Refused(); open != 4 || refused != 1 {
-		t.Fatalf("open %d, refused %d; want 4, 1", open, refused)
-	}
-	for name, want := range map[string]float64{"kvroute_http_connections_open": 4, "kvroute_http_connections_refused_total": 1, "kvroute_http_accept_errors_total": 0} {
+	for name, want := range map[string]float64{"kvroute_http_connections_open": 4, "kvroute_http_connections_refused_total": 1,
+		"kvroute_http_connections_evicted_total": 1, "kvroute_http_accept_errors_total": 0} {
 		if got := gathered(t, reg, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	_ = served[0].Close()
-	testutil.Until(t, testutil.DefaultWait, "a connection served after one closed", func() string {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+
+	// The requests in progress were not cut: each body completes and is answered.
+	rest := strings.Repeat(" ", 64-len(`{"tokens":`)-len(`[1,2,3,4]}`)) + `[1,2,3,4]}`
+	for i, c := range inRequest {
+		_, _ = c.Write([]byte(rest))
+		_ = c.SetReadDeadline(time.Now().Add(testutil.DefaultWait))
+		r, err := http.ReadResponse(c.br, nil)
 		if err != nil {
-			return err.Error()
+			t.Fatalf("request %d in progress: %v", i, err)
 		}
-		defer c.Close()
-		rc := &rawConn{Conn: c, br: bufio.NewReader(c)}
-		if resp, raw := rc.do(t, "/health", ""); resp.StatusCode != 200 {
-			return resp.Status + " " + string(raw)
+		_ = r.Body.Close()
+		if r.StatusCode != 200 {
+			t.Fatalf("request %d in progress: %d", i, r.StatusCode)
 		}
-		return ""
-	})
+	}
 }
 
 // gathered is the value of the unlabelled gauge or counter name in reg.
@@ -304,4 +322,39 @@ func TestStalledStreamFreed(t *testing.T) {
 	testutil.Eventually(t, "the stalled stream's request freed and its connection closed", func() bool {
 		return srv.conns.WriteTimeouts() > 0 && st.router.ActiveRequests() == 0 && srv.conns.Open() == 0
 	})
+}
+
+// TestIdleConnsOrder: the tracker evicts the connection idle longest, skips connections in a request,
+// moves a connection back when it goes idle again and forgets it when it closes.
+func TestIdleConnsOrder(t *testing.T) {
+	var ic idleConns
+	var conns [3]net.Conn
+	var peers [3]net.Conn
+	for i := range conns {
+		conns[i], peers[i] = net.Pipe()
+		t.Cleanup(func() { _ = conns[i].Close(); _ = peers[i].Close() })
+		ic.connState(conns[i], fasthttp.StateNew)
+	}
+	a, b, c := conns[0], conns[1], conns[2]
+	ic.connState(b, fasthttp.StateActive) // b in a request
+	ic.connState(a, fasthttp.StateActive)
+	ic.connState(a, fasthttp.StateIdle) // a idle again, after c
+	if ic.idle() != 2 {
+		t.Fatalf("%d idle, want 2 (a and c)", ic.idle())
+	}
+	if !ic.evict() {
+		t.Fatal("nothing evicted")
+	}
+	if _, err := peers[2].Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("c (idle longest) not closed: %v", err)
+	}
+	ic.connState(c, fasthttp.StateClosed)
+	ic.connState(a, fasthttp.StateClosed)
+	if ic.idle() != 0 || ic.evict() {
+		t.Fatal("a closed connection is still listed")
+	}
+	ic.connState(b, fasthttp.StateClosed)
+	if len(ic.nodes) != 0 {
+		t.Fatalf("%d connections remembered after all closed", len(ic.nodes))
+	}
 }

@@ -41,8 +41,9 @@ type ServerConfig struct {
 	// and is closed. Raise it when a proxy or gateway that funnels many clients fronts kvroute.
 	// Default 1024; negative disables.
 	MaxConnsPerIP int
-	// MaxConns bounds the client connections open at once, from all addresses; past it a new connection
-	// is answered 503 and closed (listener.go). Default a quarter of the process's open-file limit, the
+	// MaxConns bounds the client connections open at once, from all addresses; at it a new connection
+	// takes the place of the one idle longest, or, with every connection in a request, is answered 503
+	// and closed (listener.go). Default a quarter of the process's open-file limit, the
 	// edge's share of its descriptors (internal/netlimit); negative disables.
 	MaxConns int
 	// WriteTimeout bounds each write to a client, a MiB at a time: a client that takes no bytes of a
@@ -89,6 +90,7 @@ type Server struct {
 	budget            bodyBudget
 	bodyBudgetRefused atomic.Int64
 	conns             netlimit.ConnStats
+	idle              idleConns
 	reclaim           reclaimer
 }
 
@@ -135,7 +137,10 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 		// The edge listener bounds the connections (MaxConns) and answers the ones past it; fasthttp's
 		// own bound, which answers in plain text, is kept above it.
 		Concurrency: max(cfg.MaxConns, fasthttp.DefaultConcurrency),
-		ConnState:   s.reclaim.connState,
+		ConnState: func(c net.Conn, st fasthttp.ConnState) {
+			s.idle.connState(c, st)
+			s.reclaim.connState(c, st)
+		},
 		// Idle connection goroutines (and their stacks) end soon after a burst, before a reclaim.
 		MaxIdleWorkerDuration: reclaimDelay / 2,
 		ReadBufferSize:        cfg.MaxHeaderBytes,
@@ -375,6 +380,9 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_connections_refused_total",
 			Help: "Client connections answered 503 and closed because --max-conns were open."},
 			func() float64 { return float64(s.conns.Refused()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_connections_evicted_total",
+			Help: "Idle client connections closed to make room for a new one at --max-conns."},
+			func() float64 { return float64(s.conns.Evicted()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_write_timeouts_total",
 			Help: "Writes to a client that took none of their bytes within --write-timeout (a client that stopped reading); each closed the connection."},
 			func() float64 { return float64(s.conns.WriteTimeouts()) }),
@@ -389,7 +397,7 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 // the listener is closed.
 func (s *Server) Serve(ln net.Listener) error {
 	tls := s.cfg.TLSCert != "" && s.cfg.TLSKey != ""
-	ln = edgeListener(ln, s.cfg, tls, &s.conns)
+	ln = edgeListener(ln, s.cfg, tls, &s.conns, &s.idle)
 	if tls {
 		return s.srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
 	}

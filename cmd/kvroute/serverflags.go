@@ -42,7 +42,7 @@ func (s *serverFlags) register(fs *flag.FlagSet) {
 	s.maxHeader = fs.Int("max-header-bytes", 64<<10, "largest request line plus headers accepted (431 above)")
 	s.maxConc = fs.Int("max-concurrent-requests", 16384, "requests in flight before new ones get 429")
 	s.connsPerIP = fs.Int("max-conns-per-ip", 1024, "open connections per client address before new ones get 429 (raise it behind a proxy; negative disables)")
-	s.conns = fs.Int("max-conns", 0, "client connections open at once, from all addresses, before new ones get 503 and are closed (0: a quarter of the open-file limit, the HTTP edge's share of the process's descriptors; negative disables)")
+	s.conns = fs.Int("max-conns", 0, "client connections open at once, from all addresses: at it a new one takes the place of the one idle longest, or gets 503 when every one is in a request (0: a quarter of the open-file limit, the HTTP edge's share of the process's descriptors; negative disables)")
 	s.bodyInFlight = fs.Int("max-body-bytes-in-flight", 256<<20, "bytes of request bodies being read at once, across all connections, before new bodies get 503")
 	s.headerTimeout = fs.Duration("header-timeout", 10*time.Second, "deadline for a request's line and headers, from their first byte")
 	s.writeTimeout = fs.Duration("write-timeout", 60*time.Second, "deadline for a client to take each MiB of a response, a stream's included: a client that stops reading loses its connection and its request is freed (negative disables)")

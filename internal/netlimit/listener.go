@@ -14,8 +14,14 @@ import (
 type ListenerConfig struct {
 	// MaxConns bounds the connections open at once; 0 or less: no bound.
 	MaxConns int
-	// Refuse, when set, runs on each connection past MaxConns before it is closed, to write a short
-	// answer; it must not block (a new socket's send buffer takes a short answer at once).
+	// Evict, when set, runs when a new connection would pass MaxConns: it may close one of the open
+	// connections (through the net.Conn this listener returned, so that it stops counting) to make room,
+	// and reports whether it did; the new connection is then accepted. The HTTP edge closes the one idle
+	// longest, as nginx reuses keep-alive connections when it runs out.
+	Evict func() bool
+	// Refuse, when set, runs on each connection past MaxConns (when Evict made no room) before it is
+	// closed, to write a short answer; it must not block (a new socket's send buffer takes a short
+	// answer at once).
 	Refuse func(net.Conn)
 	// WriteTimeout bounds each write of at most writeStep bytes on an accepted connection: a peer that
 	// stops reading fails the write within it instead of holding the writer, and whatever the writer
@@ -48,6 +54,7 @@ type Listener struct {
 type ConnStats struct {
 	open          atomic.Int64
 	refused       atomic.Int64
+	evicted       atomic.Int64
 	acceptErrors  atomic.Int64
 	writeTimeouts atomic.Int64
 }
@@ -57,6 +64,9 @@ func (s *ConnStats) Open() int64 { return s.open.Load() }
 
 // Refused is the number of connections refused because the bound was reached.
 func (s *ConnStats) Refused() int64 { return s.refused.Load() }
+
+// Evicted is the number of open connections Evict closed to make room for a new one.
+func (s *ConnStats) Evicted() int64 { return s.evicted.Load() }
 
 // AcceptErrors is the number of failed accepts (each retried after a pause).
 func (s *ConnStats) AcceptErrors() int64 { return s.acceptErrors.Load() }
@@ -107,8 +117,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		pause = 0
-		if n := l.st.open.Add(1); l.cfg.MaxConns > 0 && n > int64(l.cfg.MaxConns) {
-			l.st.open.Add(-1)
+		if !l.admit() {
 			l.st.refused.Add(1)
 			if l.cfg.Refuse != nil {
 				l.cfg.Refuse(c)
@@ -118,6 +127,24 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		return &conn{Conn: c, st: l.st, writeTimeout: l.cfg.WriteTimeout}, nil
 	}
+}
+
+// admit counts a new connection under the bound, making room with Evict when the bound is reached.
+func (l *Listener) admit() bool {
+	bound := int64(l.cfg.MaxConns)
+	if n := l.st.open.Add(1); bound == 0 || n <= bound {
+		return true
+	}
+	l.st.open.Add(-1)
+	if l.cfg.Evict == nil || !l.cfg.Evict() {
+		return false
+	}
+	l.st.evicted.Add(1)
+	if l.st.open.Add(1) <= bound {
+		return true
+	}
+	l.st.open.Add(-1) // another listener sharing the counts took the room
+	return false
 }
 
 // Close closes the listener and ends a pause between accept errors.

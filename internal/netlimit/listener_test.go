@@ -190,3 +190,57 @@ func TestWriteTimeout(t *testing.T) {
 		t.Fatalf("peer read %d of %d bytes", n, size)
 	}
 }
+
+// TestListenerEvict: at the bound, a connection Evict closes makes room for the new one (counted as
+// evicted, not refused); when Evict makes none, the new one is refused.
+func TestListenerEvict(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st ConnStats
+	var victim net.Conn
+	ln := NewListener(inner, ListenerConfig{MaxConns: 1, Stats: &st, Evict: func() bool {
+		if victim == nil {
+			return false
+		}
+		_ = victim.Close()
+		victim = nil
+		return true
+	}})
+	defer ln.Close()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	dial()
+	first, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim = first
+	dial()
+	second, err := ln.Accept() // evicts the first
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if st.Open() != 1 || st.Evicted() != 1 || st.Refused() != 0 {
+		t.Fatalf("after an eviction: open %d evicted %d refused %d, want 1 1 0", st.Open(), st.Evicted(), st.Refused())
+	}
+	refused := dial()
+	res := accept(ln) // nothing to evict: the third is refused, then the call waits for a fourth
+	_ = refused.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := refused.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("third connection: %v, want it closed", err)
+	}
+	if st.Refused() != 1 {
+		t.Fatalf("refused %d, want 1", st.Refused())
+	}
+	_ = ln.Close()
+	<-res
+}
