@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 )
 
 // BenchmarkRefusal: connections past the bound, each dialed, refused with a short answer and closed on
@@ -42,5 +43,43 @@ func BenchmarkRefusal(b *testing.B) {
 			b.Fatalf("read %d bytes of the refusal", n)
 		}
 		_ = d.Close()
+	}
+}
+
+// BenchmarkConnWrite: one 200-byte write (about an SSE chunk) on an accepted loopback connection whose
+// peer drains it, without a write deadline and with WriteTimeout (a deadline set before each write): what
+// the edge's --write-timeout costs a streamed chunk.
+func BenchmarkConnWrite(b *testing.B) {
+	for _, wt := range []struct {
+		name string
+		d    time.Duration
+	}{{"deadline=none", 0}, {"deadline=60s", time.Minute}} {
+		b.Run(wt.name, func(b *testing.B) {
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			ln := NewListener(inner, ListenerConfig{WriteTimeout: wt.d})
+			defer ln.Close()
+			client, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer client.Close()
+			go func() { _, _ = io.Copy(io.Discard, client) }()
+			server, err := ln.Accept()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer server.Close()
+			chunk := make([]byte, 200)
+			b.SetBytes(int64(len(chunk)))
+			b.ResetTimer()
+			for range b.N {
+				if _, err := server.Write(chunk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
