@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kvroute/kvroute/frontend/epp"
+	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/workers/k8spool"
 	"github.com/kvroute/kvroute/workers/registry"
@@ -219,10 +220,14 @@ func (a *eppApp) serveGRPC(host string, e *eppFlags, health *epp.Health) error {
 	a.grpc = grpc.NewServer(opts...)
 	extproc.RegisterExternalProcessorServer(a.grpc, a.picker)
 	healthpb.RegisterHealthServer(a.grpc, health)
-	var err error
-	if a.grpcLn, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(*e.grpcPort))); err != nil {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(*e.grpcPort)))
+	if err != nil {
 		return fmt.Errorf("--grpc-port: %w", err)
 	}
+	// At most --max-conns gateway connections (the HTTP edge's bound, filled from the open-file limit
+	// when unset): one more is closed at once. grpc-go retries accept errors itself; each connection
+	// otherwise costs its goroutines and HTTP/2 buffers for as long as its peer keeps it.
+	a.grpcLn = netlimit.NewListener(ln, netlimit.ListenerConfig{MaxConns: a.server.Config().MaxConns})
 	grpcServe.Go(func() { _ = a.grpc.Serve(a.grpcLn) })
 	if *e.healthPort > 0 {
 		a.health = grpc.NewServer()

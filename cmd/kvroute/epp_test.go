@@ -210,9 +210,24 @@ func TestEPPCommand(t *testing.T) {
 	if dest, imm, err := pickOnce(t, conn, "hello"); err != nil || imm != 0 || dest != "" {
 		t.Fatalf("FailOpen: dest %q, immediate %d, %v", dest, imm, err)
 	}
-	c := startEPPTest(t, nil, "--secure-serving=false", "--grpc-health-port", "0")
+	c := startEPPTest(t, nil, "--secure-serving=false", "--grpc-health-port", "0", "--max-conns", "2")
 	if _, imm, err := pickOnce(t, dialEPP(t, c.grpcLn.Addr().String(), nil), "hello"); err != nil || imm != 503 {
 		t.Fatalf("FailClose: immediate %d, %v", imm, err)
+	}
+
+	// --max-conns 2 bounds the gRPC port too: the gateway's connection and one more are held, a third
+	// is closed at once (accepted in order, so the second is held before the third arrives).
+	var raw [2]net.Conn
+	for i := range raw {
+		var err error
+		if raw[i], err = net.Dial("tcp", c.grpcLn.Addr().String()); err != nil {
+			t.Fatal(err)
+		}
+		defer raw[i].Close()
+	}
+	_ = raw[1].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := raw[1].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a third connection past --max-conns 2: %v, want it closed", err)
 	}
 }
 

@@ -29,7 +29,7 @@ var flagEvidence = map[string][]string{
 	"header-timeout":           {"frontend: TestDripCannotExtendDeadlines", "frontend: TestHostileSuite"},
 	"max-body-bytes-in-flight": {"frontend: TestConnectionAndBodyBudgets", "frontend/epp: TestBodyBudget"},
 	"max-conns-per-ip":         {"frontend: TestConnectionAndBodyBudgets"},
-	"max-conns":                {"frontend: TestConnectionCap", "frontend: TestMaxConnsDefault", "cmd/kvroute: TestRouterCommand"},
+	"max-conns":                {"frontend: TestConnectionCap", "frontend: TestMaxConnsDefault", "cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestEPPCommand"},
 	"write-timeout":            {"frontend: TestStalledStreamFreed", "internal/netlimit: TestWriteTimeout", "frontend: TestMaxConnsDefault"},
 	"router-api-token":         {"frontend: TestClosedAdminPlane"},
 	"http-host":                {"cmd/kvroute: TestRouterCommand", "cmd/kvroute: TestDynamoLaunchLineStarts"},
