@@ -42,9 +42,10 @@
 // buffer grows with the bytes that arrived, charged to one process-wide budget, under deadlines counted
 // from the first header byte and from the end of the headers. After a burst of connections ends, the
 // memory is handed back to the OS (reclaim.go). The listener (listener.go) bounds the client connections
-// open at once (MaxConns, the edge's share of the process's descriptors) and retries a failed accept, so
-// neither a flood of connections nor a full descriptor table stops the server. Every media URL of a chat request passes the SSRF guard
-// (mm.Guard.CheckURL) before it is routed or forwarded.
+// open at once (MaxConns, the edge's share of the process's descriptors, making room by closing the one
+// idle longest), bounds each write to a client (WriteTimeout) and retries a failed accept, so neither a
+// flood of connections, a client that stops reading nor a full descriptor table stops the server. Every
+// media URL of a chat request passes the SSRF guard (mm.Guard.CheckURL) before it is routed or forwarded.
 //
 // # Concurrency model
 //

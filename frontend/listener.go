@@ -11,7 +11,7 @@ import (
 	"github.com/kvroute/kvroute/internal/netlimit"
 )
 
-// The HTTP edge listens through an netlimit.Listener: it bounds the client connections open at once
+// The HTTP edge listens through a netlimit.Listener: it bounds the client connections open at once
 // (ServerConfig.MaxConns) and keeps accepting through errors that pass.
 //
 // Without it, a flood of connections from many addresses (each under MaxConnsPerIP) filled the

@@ -43,8 +43,8 @@ type ServerConfig struct {
 	MaxConnsPerIP int
 	// MaxConns bounds the client connections open at once, from all addresses; at it a new connection
 	// takes the place of the one idle longest, or, with every connection in a request, is answered 503
-	// and closed (listener.go). Default a quarter of the process's open-file limit, the
-	// edge's share of its descriptors (internal/netlimit); negative disables.
+	// and closed (listener.go). Default a quarter of the process's open-file limit, the edge's share of
+	// its descriptors (internal/netlimit); negative disables.
 	MaxConns int
 	// WriteTimeout bounds each write to a client, a MiB at a time: a client that takes no bytes of a
 	// response for this long (a stream it stopped reading) loses its connection, and its request is
@@ -392,9 +392,9 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 	)
 }
 
-// Serve serves on ln until Shutdown, over TLS when TLSCert and TLSKey are set. Past MaxConns open
-// connections a new one is refused; accept errors are retried (listener.go), so Serve returns only once
-// the listener is closed.
+// Serve serves on ln until Shutdown, over TLS when TLSCert and TLSKey are set. At MaxConns open
+// connections a new one takes the place of the one idle longest, or is refused when none is idle;
+// accept errors are retried (listener.go), so Serve returns only once the listener is closed.
 func (s *Server) Serve(ln net.Listener) error {
 	tls := s.cfg.TLSCert != "" && s.cfg.TLSKey != ""
 	ln = edgeListener(ln, s.cfg, tls, &s.conns, &s.idle)
