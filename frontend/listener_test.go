@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -186,9 +184,6 @@ func TestMaxConnsDefault(t *testing.T) {
 	}
 }
 
-// childEnv marks the child process of TestOutOfDescriptors.
-const childEnv = "KVROUTE_FD_CHILD"
-
 // TestOutOfDescriptors: when the process's descriptor table is full (held by files here; by client
 // connections from many addresses, or by anything else, in life), the edge keeps accepting once
 // descriptors are free again, a request that cannot dial its worker is answered 503 at once, and neither
@@ -198,14 +193,7 @@ const childEnv = "KVROUTE_FD_CHILD"
 //
 // The open-file limit belongs to the whole process, so the test lowers it in a child process of its own.
 func TestOutOfDescriptors(t *testing.T) {
-	if os.Getenv(childEnv) != "1" {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestOutOfDescriptors$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), childEnv+"=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
+	if testutil.Alone(t) {
 		return
 	}
 	rl := syscall.Rlimit{Cur: 512, Max: 512}
@@ -226,7 +214,7 @@ func TestOutOfDescriptors(t *testing.T) {
 		t.Fatalf("before: %d %s", resp.StatusCode, raw)
 	}
 
-	hog := fillTable(t)
+	hog := testutil.FillDescriptors(t)
 	// One descriptor freed and taken by a client's end of a new connection: the table is full and the
 	// server's end waits in the backlog, where accept fails with EMFILE until descriptors are free.
 	_ = hog[len(hog)-1].Close()
@@ -251,29 +239,6 @@ func TestOutOfDescriptors(t *testing.T) {
 	if resp, raw := q.do(t, "/v1/chat/completions", chatBody(st.name, "after", "")); resp.StatusCode != 200 {
 		t.Fatalf("after: %d %s", resp.StatusCode, raw)
 	}
-}
-
-// fillTable opens /dev/null until the process's descriptor table is full and returns the files.
-func fillTable(t *testing.T) []*os.File {
-	t.Helper()
-	var hog []*os.File
-	t.Cleanup(func() {
-		for _, f := range hog {
-			_ = f.Close()
-		}
-	})
-	for range 1 << 16 {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			if !netlimit.Exhausted(err) {
-				t.Fatal(err)
-			}
-			return hog
-		}
-		hog = append(hog, f)
-	}
-	t.Fatal("the descriptor table never filled")
-	return nil
 }
 
 // sockBuf is a net.ListenConfig / net.Dialer Control setting a socket buffer (SO_SNDBUF or SO_RCVBUF) to

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -17,6 +16,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 func TestHeapSpans(t *testing.T) {
@@ -80,27 +81,6 @@ func reserve(t *testing.T, n, ahead int) (*Heap, Stats) {
 	return h, st
 }
 
-// alone runs the calling test again in a fresh process of the test binary, where it is the only test,
-// and returns true in the first process, which then has nothing left to do: the heap is the process's,
-// and the pages that other tests' reservations faulted in ahead would count as this one's.
-func alone(t *testing.T) bool {
-	t.Helper()
-	const env = "KVROUTE_HUGEPAGE_ALONE"
-	if os.Getenv(env) == t.Name() {
-		return false
-	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), env+"="+t.Name())
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s in a fresh process: %v\n%s", t.Name(), err, out)
-	}
-	if bytes.Contains(out, []byte("--- SKIP")) {
-		t.Skipf("skipped in a fresh process:\n%s", out)
-	}
-	return true
-}
-
 // advised is IsAdvised, failing t when smaps cannot say.
 func advised(t *testing.T, addr uintptr) bool {
 	t.Helper()
@@ -115,7 +95,7 @@ func advised(t *testing.T, addr uintptr) bool {
 // not until Advise runs, and then is; what the growth took of the pages faulted in ahead, Advise faults
 // in again.
 func TestReserveThenGrowth(t *testing.T) {
-	if alone(t) {
+	if testutil.Alone(t) {
 		return
 	}
 	h, st := reserve(t, 32<<20, 16<<20)
@@ -162,7 +142,7 @@ func TestReserveThenGrowth(t *testing.T) {
 // however large the reservation. The pages stay resident through a scavenge of the heap's free memory
 // (debug.FreeOSMemory), which would otherwise hand them back to the kernel.
 func TestReservePopulated(t *testing.T) {
-	if alone(t) {
+	if testutil.Alone(t) {
 		return
 	}
 	h, st := reserve(t, 256<<20, 16<<20)
@@ -225,7 +205,7 @@ func residentBeyondRuntime(t *testing.T, h *Heap) int {
 // for the runtime to reuse (which a large allocation reaching into it would have zeroed whole): the
 // process's peak resident set grows by far less than the reservation.
 func TestReserveTouchesNothing(t *testing.T) {
-	if alone(t) {
+	if testutil.Alone(t) {
 		return
 	}
 	used := make([]byte, 64<<20)
@@ -270,7 +250,7 @@ func statusKiB(t *testing.T, key string) int {
 // limit leaves room beside what the runtime holds (the rest is faulted on use), since the runtime counts
 // the reservation's pages released until it allocates them.
 func TestReserveUnderMemoryLimit(t *testing.T) {
-	if alone(t) {
+	if testutil.Alone(t) {
 		return
 	}
 	if !populateSupported(t) {

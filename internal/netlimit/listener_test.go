@@ -1,12 +1,10 @@
 package netlimit
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -84,14 +82,7 @@ func TestListenerBound(t *testing.T) {
 // counts it, pauses and tries again, and hands over the waiting connection once descriptors are free.
 // The open-file limit belongs to the process, so the test lowers it in a child process.
 func TestListenerThroughEMFILE(t *testing.T) {
-	if os.Getenv("KVROUTE_NETLIMIT_CHILD") != "1" {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestListenerThroughEMFILE$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), "KVROUTE_NETLIMIT_CHILD=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
+	if testutil.Alone(t) {
 		return
 	}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 64, Max: 64}); err != nil {
@@ -105,22 +96,7 @@ func TestListenerThroughEMFILE(t *testing.T) {
 	ln := NewListener(inner, ListenerConfig{Stats: &st})
 	defer ln.Close()
 	res := accept(ln)
-	var hog []*os.File
-	defer func() {
-		for _, f := range hog {
-			_ = f.Close()
-		}
-	}()
-	for {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			if !Exhausted(err) {
-				t.Fatal(err)
-			}
-			break
-		}
-		hog = append(hog, f)
-	}
+	hog := testutil.FillDescriptors(t)
 	// One descriptor for the client's end; the server's end waits in the backlog.
 	_ = hog[len(hog)-1].Close()
 	hog = hog[:len(hog)-1]
