@@ -5,13 +5,13 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strings"
-	"sync/atomic"
 
 	json "github.com/goccy/go-json"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/frontend/openai"
+	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/internal/routine"
 	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/transfer"
@@ -39,45 +39,11 @@ type MMConfig struct {
 const DefaultInlineBytes = 512 << 20
 
 // InlineBudget counts the data: URI bytes the requests in flight hold (a try, never a wait: an image
-// that does not fit keeps its URL). Safe for concurrent use.
-type InlineBudget struct {
-	max  int64
-	used atomic.Int64
-}
+// that does not fit keeps its URL); nil: no bound.
+type InlineBudget = netlimit.Budget
 
 // NewInlineBudget bounds the inline bytes held at once to max.
-func NewInlineBudget(max int64) *InlineBudget { return &InlineBudget{max: max} }
-
-// InUse is the inline bytes held now.
-func (b *InlineBudget) InUse() int64 {
-	if b == nil {
-		return 0
-	}
-	return b.used.Load()
-}
-
-// tryTake reserves n bytes if they fit (a nil budget: always).
-func (b *InlineBudget) tryTake(n int64) bool {
-	if b == nil {
-		return true
-	}
-	for {
-		u := b.used.Load()
-		if u+n > b.max {
-			return false
-		}
-		if b.used.CompareAndSwap(u, u+n) {
-			return true
-		}
-	}
-}
-
-// give returns n reserved bytes.
-func (b *InlineBudget) give(n int64) {
-	if b != nil && n != 0 {
-		b.used.Add(-n)
-	}
-}
+func NewInlineBudget(max int64) *InlineBudget { return netlimit.NewBudget(max) }
 
 // mmMetrics count multimodal routing outcomes.
 type mmMetrics struct {
@@ -279,7 +245,7 @@ func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][
 	urls, held := inlineURLs(w.images, a.MM.Inline)
 	body, err := openai.RewriteMedia(j.body, w.media, v.uuids, urls, "mm_kwargs", members)
 	if err != nil {
-		a.MM.Inline.give(held)
+		a.MM.Inline.Give(held)
 		a.countFallback("rewrite_failed")
 		return
 	}
@@ -291,7 +257,7 @@ func (a *OpenAIAPI) forwardImages(j *job, w *imageWork, v imageView, members [][
 			if prev != nil {
 				prev()
 			}
-			budget.give(held)
+			budget.Give(held)
 		}
 	}
 	if a.mmMetrics != nil {
@@ -313,7 +279,7 @@ func inlineURLs(images []mm.Image, budget *InlineBudget) (urls []string, held in
 			mime = "application/octet-stream"
 		}
 		n := len("data:;base64,") + len(mime) + base64.StdEncoding.EncodedLen(len(im.Data))
-		if total+n > maxInlineBytes || !budget.tryTake(int64(n)) {
+		if total+n > maxInlineBytes || !budget.TryTake(int64(n)) {
 			continue
 		}
 		if urls == nil {

@@ -54,7 +54,7 @@ func TestInlineBudget(t *testing.T) {
 	if urls, held := inlineURLs([]mm.Image{{Data: png}}, budget); urls != nil || held != 0 {
 		t.Fatalf("second request with the budget full: %v, %d held", urls, held)
 	}
-	budget.give(held)
+	budget.Give(held)
 	if urls, held := inlineURLs([]mm.Image{{Data: png}}, budget); urls == nil || held != one || budget.InUse() != one {
 		t.Fatalf("after the first gave its bytes back: %v, %d held, %d in use", urls, held, budget.InUse())
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/actors/worker"
 	"github.com/kvroute/kvroute/frontend"
+	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -87,8 +88,8 @@ type Server struct {
 	failOpen atomic.Bool
 
 	picked, failed, continued, moved, broken, busy atomic.Uint64
-	// bodyBytes is what the streams' gathered bodies hold (MaxBodyBytesInFlight bounds it).
-	bodyBytes atomic.Int64
+	// bodies is what the streams' gathered bodies hold, bounded by MaxBodyBytesInFlight.
+	bodies *netlimit.Budget
 
 	// addrs memoizes addrOf by worker URL (the destination's fallbacks, the index below).
 	addrs addrMemo
@@ -171,7 +172,7 @@ func NewServer(cfg Config, p Picker, w Workers) (*Server, error) {
 		cfg.MaxBodyBytesInFlight = DefaultConfig().MaxBodyBytesInFlight
 	}
 	cfg.MaxBodyBytesInFlight = max(cfg.MaxBodyBytesInFlight, cfg.MaxBodyBytes)
-	s := &Server{cfg: cfg, picker: p, workers: w}
+	s := &Server{cfg: cfg, picker: p, workers: w, bodies: netlimit.NewBudget(int64(cfg.MaxBodyBytesInFlight))}
 	s.SetFailureMode(cfg.FailureMode)
 	return s, nil
 }
@@ -183,7 +184,7 @@ func (s *Server) SetFailureMode(m FailureMode) { s.failOpen.Store(m == FailOpen)
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	return Stats{Picked: s.picked.Load(), Failed: s.failed.Load(), Continued: s.continued.Load(),
-		Moved: s.moved.Load(), Broken: s.broken.Load(), Busy: s.busy.Load(), BodyBytes: s.bodyBytes.Load()}
+		Moved: s.moved.Load(), Broken: s.broken.Load(), Busy: s.busy.Load(), BodyBytes: s.bodies.InUse()}
 }
 
 var _ extproc.ExternalProcessorServer = (*Server)(nil)
@@ -253,26 +254,13 @@ type exchange struct {
 	// sawHeaders and bodyDone: the request's headers and its whole body have arrived. Envoy sends each
 	// once per stream; a repeat is refused (InvalidArgument) rather than picked again.
 	sawHeaders, bodyDone bool
-	// held is what body holds of the server's bodyBytes.
+	// held is what body holds of the server's bodies budget.
 	held int64
-}
-
-// charge takes n bytes of the body budget; false when they would pass it.
-func (s *Server) charge(n int64) bool {
-	for {
-		cur := s.bodyBytes.Load()
-		if cur+n > int64(s.cfg.MaxBodyBytesInFlight) {
-			return false
-		}
-		if s.bodyBytes.CompareAndSwap(cur, cur+n) {
-			return true
-		}
-	}
 }
 
 // dropBody lets the gathered body go and gives its bytes back to the budget.
 func (x *exchange) dropBody() {
-	x.s.bodyBytes.Add(-x.held)
+	x.s.bodies.Give(x.held)
 	x.held, x.body = 0, nil
 }
 
@@ -348,7 +336,7 @@ func (x *exchange) requestBody(b *extproc.HttpBody, md *corev3.Metadata) (bool, 
 		return true, x.immediate(413, errorBody(413, "request_too_large", "the request body exceeds "+strconv.Itoa(x.s.cfg.MaxBodyBytes)+" bytes"))
 	}
 	n := int64(len(b.GetBody()))
-	if !x.s.charge(n) {
+	if !x.s.bodies.TryTake(n) {
 		x.dropBody()
 		x.s.busy.Add(1)
 		return true, x.immediate(503, errorBody(503, "service_unavailable_error", "the picker is gathering too many request bodies; retry"))
@@ -656,5 +644,5 @@ func (s *Server) Register(reg prometheus.Registerer) error {
 	}
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_epp_body_bytes_gathering",
 		Help: "Bytes of request bodies the picker is gathering from the gateway's chunks (bounded by --max-body-bytes-in-flight)."},
-		func() float64 { return float64(s.bodyBytes.Load()) }))
+		func() float64 { return float64(s.bodies.InUse()) }))
 }

@@ -1,6 +1,7 @@
 // Package netlimit bounds what peers can make the process hold: descriptors (the open-file limit and
-// its shares, the errors of running out of it) and, through Listener, connections and the time a peer
-// that stops reading can hold a write.
+// its shares, the errors of running out of it); through Listener, connections and the time a peer that
+// stops reading can hold a write; and through Budget, the bytes the requests in flight hold at once
+// (the picker's gathered bodies, the frontend's inline images).
 //
 // # The descriptor budget
 //
@@ -21,7 +22,7 @@
 //
 // # Concurrency model
 //
-// OpenFiles and Exhausted are stateless. A Listener is used by one accept loop and its Close by any
+// OpenFiles and Exhausted are stateless; a Budget is one atomic counter. A Listener is used by one accept loop and its Close by any
 // goroutine; its ConnStats are atomic; a connection it returns is as safe as the one it wraps, its
 // Close idempotent.
 package netlimit
