@@ -50,7 +50,7 @@ var topicPrefixes = map[string]string{
 	"mm-": topicMM, "media-": topicMM, "frontend-decoding": topicMM,
 	"log-": topicOps, "access-log": topicOps, "graceful-shutdown": topicOps, "pprof": topicOps, "dump-config-to": topicOps, "otlp-": topicOps, "otel-": topicOps,
 	"ready-": topicOps, "metrics-prefix": topicOps, "dyn-chat-processor": topicModel,
-	"grpc-": topicEPP, "secure-serving": topicEPP, "cert-path": topicEPP, "destination-fallbacks": topicEPP,
+	"grpc-": topicEPP, "secure-serving": topicEPP, "cert-path": topicEPP, "client-ca-path": topicEPP, "destination-fallbacks": topicEPP,
 	"failure-mode": topicEPP, "pool-": topicEPP, "kubeconfig": topicEPP,
 }
 

@@ -342,6 +342,9 @@ func TestDeployManifestsWellFormed(t *testing.T) {
 		{"defaults", nil, "Deployment Service ServiceMonitor"},
 		{"picker", map[string]any{"picker.enabled": true, "workers": []any{}, "picker.tlsSecret": "epp-tls"},
 			"Deployment Service ServiceMonitor InferencePool ServiceAccount Role RoleBinding"},
+		{"picker locked down", map[string]any{"picker.enabled": true, "workers": []any{}, "picker.clientCASecret": "gateway-ca",
+			"picker.gatewayPeers": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "gateway-system"}}}}},
+			"Deployment Service ServiceMonitor InferencePool ServiceAccount Role RoleBinding NetworkPolicy"},
 		{"nats and cache", map[string]any{"nats.enabled": true, "hfCache.claimName": "hf", "discovery": "nats", "workers": []any{},
 			"serviceMonitor.enabled": false, "adminTokenSecret": "kvroute-admin"}, "Deployment StatefulSet Service Service"},
 	}
@@ -356,6 +359,7 @@ func TestDeployManifestsWellFormed(t *testing.T) {
 				t.Errorf("rendered %v, want %v\n%s", kinds, want, out)
 			}
 			checkInferencePools(t, out)
+			checkPickerLockdown(t, out, tc.set)
 		})
 	}
 	df, err := os.ReadFile(filepath.Join(dir, "Dockerfile"))
@@ -494,4 +498,133 @@ func checkInferencePools(t *testing.T, out string) {
 			t.Errorf("the chart's InferencePool is not one the picker can read: %+v\n%s", p, doc)
 		}
 	}
+}
+
+// checkPickerLockdown checks the picker's mutual TLS and NetworkPolicy as rendered: --client-ca-path
+// names a file under a mount of the clientCASecret volume, and the policy selects the picker's pods,
+// admits gatewayPeers alone to the gRPC port and names only ports the container declares.
+func checkPickerLockdown(t *testing.T, out string, set map[string]any) {
+	t.Helper()
+	type podSpec struct {
+		Containers []struct {
+			Name  string   `yaml:"name"`
+			Args  []string `yaml:"args"`
+			Ports []struct {
+				Name string `yaml:"name"`
+			} `yaml:"ports"`
+			VolumeMounts []struct {
+				Name      string `yaml:"name"`
+				MountPath string `yaml:"mountPath"`
+			} `yaml:"volumeMounts"`
+		} `yaml:"containers"`
+		Volumes []struct {
+			Name   string `yaml:"name"`
+			Secret struct {
+				SecretName string `yaml:"secretName"`
+			} `yaml:"secret"`
+		} `yaml:"volumes"`
+	}
+	type object struct {
+		Kind string `yaml:"kind"`
+		Spec struct {
+			Template struct {
+				Metadata struct {
+					Labels map[string]string `yaml:"labels"`
+				} `yaml:"metadata"`
+				Spec podSpec `yaml:"spec"`
+			} `yaml:"template"`
+			PodSelector struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			} `yaml:"podSelector"`
+			Ingress []struct {
+				From  []any `yaml:"from"`
+				Ports []struct {
+					Port any `yaml:"port"`
+				} `yaml:"ports"`
+			} `yaml:"ingress"`
+		} `yaml:"spec"`
+	}
+	var pod podSpec
+	var labels map[string]string
+	var policies []string
+	for _, raw := range strings.Split(out, "\n---\n") {
+		var doc object
+		if err := yaml.Unmarshal([]byte(strings.TrimPrefix(raw, "---\n")), &doc); err != nil {
+			t.Fatal(err)
+		}
+		switch doc.Kind {
+		case "Deployment":
+			pod, labels = doc.Spec.Template.Spec, doc.Spec.Template.Metadata.Labels
+		case "NetworkPolicy":
+			policies = append(policies, raw)
+		}
+	}
+	caSecret, _ := set["picker.clientCASecret"].(string)
+	for _, c := range pod.Containers {
+		if c.Name != "epp" {
+			continue
+		}
+		var caPath string
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--client-ca-path="); ok {
+				caPath = v
+			}
+		}
+		if (caPath != "") != (caSecret != "") {
+			t.Errorf("clientCASecret %q, --client-ca-path %q", caSecret, caPath)
+		}
+		if caPath != "" && !mountedFrom(caPath, caSecret, c.VolumeMounts, pod.Volumes) {
+			t.Errorf("--client-ca-path %s is not under a mount of Secret %s", caPath, caSecret)
+		}
+		ports := map[string]bool{}
+		for _, p := range c.Ports {
+			ports[p.Name] = true
+		}
+		peers, _ := set["picker.gatewayPeers"].([]any)
+		if len(policies) != min(1, len(peers)) {
+			t.Fatalf("%d NetworkPolicies for %d gateway peers", len(policies), len(peers))
+		}
+		for _, raw := range policies {
+			var doc object
+			if err := yaml.Unmarshal([]byte(strings.TrimPrefix(raw, "---\n")), &doc); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range doc.Spec.PodSelector.MatchLabels {
+				if labels[k] != v {
+					t.Errorf("the NetworkPolicy selects %s=%s, not on the picker's pods", k, v)
+				}
+			}
+			ing := doc.Spec.Ingress
+			if len(ing) == 0 || len(ing[0].Ports) != 1 || ing[0].Ports[0].Port != "grpc" || fmt.Sprint(ing[0].From) != fmt.Sprint(peers) {
+				t.Errorf("the NetworkPolicy's first rule does not admit the gateway peers alone to the gRPC port: %+v", ing)
+			}
+			for _, r := range ing {
+				for _, p := range r.Ports {
+					if name, _ := p.Port.(string); !ports[name] {
+						t.Errorf("the NetworkPolicy names port %v, not one of the epp container's", p.Port)
+					}
+				}
+			}
+		}
+	}
+}
+
+// mountedFrom reports whether path lies under a volume mount of the named Secret.
+func mountedFrom(path, secret string, mounts []struct {
+	Name      string `yaml:"name"`
+	MountPath string `yaml:"mountPath"`
+}, volumes []struct {
+	Name   string `yaml:"name"`
+	Secret struct {
+		SecretName string `yaml:"secretName"`
+	} `yaml:"secret"`
+}) bool {
+	for _, m := range mounts {
+		for _, v := range volumes {
+			if v.Name == m.Name && v.Secret.SecretName == secret && strings.HasPrefix(path, m.MountPath+"/") {
+				return true
+			}
+		}
+	}
+	return false
 }

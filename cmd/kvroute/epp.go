@@ -44,6 +44,7 @@ type eppFlags struct {
 	grpcPort, healthPort *int
 	secure               *bool
 	certPath             *string
+	clientCA             *string
 	fallbacks            *int
 	failureMode          *string
 	poolName, poolNS     *string
@@ -60,6 +61,7 @@ func addEPPFlags(fs *flag.FlagSet) *eppFlags {
 		healthPort:  fs.Int("grpc-health-port", 9003, "plain-text gRPC health port for the gateway's and kubelet's probes (liveness, readiness); 0: none (health stays on --grpc-port)"),
 		secure:      fs.Bool("secure-serving", true, "TLS on --grpc-port: the --cert-path pair, else a self-signed certificate made at start"),
 		certPath:    fs.String("cert-path", "", "directory holding tls.crt and tls.key for --secure-serving (a mounted Secret)"),
+		clientCA:    fs.String("client-ca-path", "", "PEM file of CA certificates: a connection to --grpc-port must present a client certificate one of them signed (mutual TLS, needs --secure-serving); empty: any client (the gateway's network path is trusted)"),
 		fallbacks:   fs.Int("destination-fallbacks", 0, "endpoints after the primary in x-gateway-destination-endpoint, cheapest first, for the gateway's retries (0 to 16)"),
 		failureMode: fs.String("failure-mode", "FailClose", "when no worker can take a request: FailClose answers the error, FailOpen lets the gateway pick; the pool's endpointPickerRef.failureMode overrides it"),
 		poolName:    fs.String("pool-name", "", "InferencePool whose ready pods are the workers (watched through the Kubernetes API); empty: --worker / NATS discovery"),
@@ -77,6 +79,9 @@ func (e *eppFlags) check() error {
 	}
 	if *e.certPath != "" && !*e.secure {
 		return fmt.Errorf("--cert-path needs --secure-serving")
+	}
+	if *e.clientCA != "" && !*e.secure {
+		return fmt.Errorf("--client-ca-path needs --secure-serving")
 	}
 	return nil
 }
@@ -148,7 +153,7 @@ func startEPP(f *frontendFlags, e *eppFlags, kube kubeClients, log *slog.Logger)
 	}
 	cfg := epp.DefaultConfig()
 	cfg.Fallbacks, cfg.FailureMode, cfg.MaxBodyBytes = *e.fallbacks, epp.FailureMode(*e.failureMode), *f.maxBody
-	cfg.MaxBodyBytesInFlight = *f.srv.bodyInFlight
+	cfg.MaxBodyBytesInFlight, cfg.MaxStreams = *f.srv.bodyInFlight, *f.srv.maxConc
 	if a.picker, err = epp.NewServer(cfg, app.api, epp.RouterWorkers{R: app.router}); err != nil {
 		a.stop()
 		return nil, err
@@ -206,16 +211,20 @@ func (a *eppApp) watchPool(e *eppFlags, kube kubeClients) error {
 	return nil
 }
 
-// serveGRPC serves the ext-proc picker and gRPC health on --grpc-port (TLS with --secure-serving), and
-// health alone on --grpc-health-port when set.
+// serveGRPC serves the ext-proc picker and gRPC health on --grpc-port (TLS with --secure-serving, client
+// certificates with --client-ca-path), and health alone on --grpc-health-port when set.
 func (a *eppApp) serveGRPC(host string, e *eppFlags, health *epp.Health) error {
-	var opts []grpc.ServerOption
+	sc := a.server.Config()
+	// A connection has --header-timeout to finish its TLS and HTTP/2 handshakes (grpc-go's default is
+	// 120 s), and one connection carries at most --max-concurrent-requests streams, the bound the
+	// picker also keeps over all of them.
+	opts := []grpc.ServerOption{grpc.ConnectionTimeout(sc.HeaderTimeout), grpc.MaxConcurrentStreams(uint32(sc.MaxConcurrent))}
 	if *e.secure {
-		cert, err := servingCert(*e.certPath)
+		tc, err := eppTLS(*e.certPath, *e.clientCA)
 		if err != nil {
 			return err
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	a.grpc = grpc.NewServer(opts...)
 	extproc.RegisterExternalProcessorServer(a.grpc, a.picker)
@@ -267,6 +276,29 @@ func (a *eppApp) stop() {
 		<-a.done
 	}
 	a.frontendApp.stop()
+}
+
+// eppTLS is --grpc-port's TLS: the serving certificate from certDir (servingCert) and, with caFile, a
+// client certificate required and verified against the CAs it holds.
+func eppTLS(certDir, caFile string) (*tls.Config, error) {
+	cert, err := servingCert(certDir)
+	if err != nil {
+		return nil, err
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return tc, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--client-ca-path: %w", err)
+	}
+	tc.ClientCAs = x509.NewCertPool()
+	if !tc.ClientCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--client-ca-path %s: no PEM certificate in it", caFile)
+	}
+	tc.ClientAuth = tls.RequireAndVerifyClientCert
+	return tc, nil
 }
 
 // servingCert loads dir/tls.crt and dir/tls.key, or makes a self-signed certificate when dir is empty

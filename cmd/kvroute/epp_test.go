@@ -3,13 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -23,9 +28,11 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -383,5 +390,138 @@ func TestEPPRefusesDisaggregation(t *testing.T) {
 	_, err := startEPP(f, e, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err == nil || !strings.Contains(err.Error(), "kvroute frontend") {
 		t.Fatalf("prefill workers: %v", err)
+	}
+}
+
+// testCA is a certificate authority made for a test, and a client certificate it signed.
+type testCA struct {
+	pem    []byte
+	client tls.Certificate
+}
+
+func newTestCA(t *testing.T, name string) testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"}, NotBefore: now.Add(-time.Hour),
+		NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name + " gateway"}, NotBefore: now.Add(-time.Hour),
+		NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	cDER, err := x509.CreateCertificate(rand.Reader, cTmpl, ca, &ckey.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCA{pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		client: tls.Certificate{Certificate: [][]byte{cDER}, PrivateKey: ckey}}
+}
+
+// TestEPPClientCA: with --client-ca-path the gRPC port takes only connections presenting a certificate
+// one of its CAs signed (no certificate, or one of another CA, fails the handshake); the flag needs
+// --secure-serving and a file with a certificate in it.
+func TestEPPClientCA(t *testing.T) {
+	gateway, stranger := newTestCA(t, "gateway"), newTestCA(t, "stranger")
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, gateway.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startEPPTest(t, nil, "--grpc-health-port", "0", "--client-ca-path", caFile)
+	addr := a.grpcLn.Addr().String()
+	dial := func(certs ...tls.Certificate) error {
+		_, err := healthOf(t, dialEPP(t, addr, credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: certs})), "liveness")
+		return err
+	}
+	if err := dial(); err == nil {
+		t.Fatal("a connection without a client certificate was served")
+	}
+	if err := dial(stranger.client); err == nil {
+		t.Fatal("a client certificate of another CA was accepted")
+	}
+	if err := dial(gateway.client); err != nil {
+		t.Fatalf("the gateway's client certificate: %v", err)
+	}
+
+	_, herr := captureCLI(t)
+	if _, _, _, code, ok := parseEPP([]string{"--model-path", eppModel, "--secure-serving=false", "--client-ca-path", caFile}); ok || code != 2 {
+		t.Fatalf("--client-ca-path without TLS: ok %v, exit %d", ok, code)
+	}
+	if !strings.Contains(herr.String(), "--client-ca-path needs --secure-serving") {
+		t.Fatalf("stderr: %s", herr.String())
+	}
+	empty := filepath.Join(t.TempDir(), "empty.pem")
+	if err := os.WriteFile(empty, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, e, _, code, ok := parseEPP([]string{"--model-path", eppModel, "--http-host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
+		"--grpc-health-port", "0", "--health-check-interval", "0", "--no-worker-self-test", "--client-ca-path", empty})
+	if !ok {
+		t.Fatalf("parse: exit %d", code)
+	}
+	if _, err := startEPP(f, e, nil, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("a CA file without a certificate: %v", err)
+	}
+}
+
+// TestEPPStreamsAndHandshakes: --max-concurrent-requests bounds the picker's ext_proc streams (one past
+// it, on another connection, ends RESOURCE_EXHAUSTED and is counted refused), and --header-timeout bounds
+// a connection's handshakes (a connection that sends nothing is closed; grpc-go's own default is 120 s).
+func TestEPPStreamsAndHandshakes(t *testing.T) {
+	specs := eppFleet(t, 1)
+	a := startEPPTest(t, nil, "--secure-serving=false", "--grpc-health-port", "0", "--max-concurrent-requests", "1",
+		"--header-timeout", "1s", "--worker", workerFlag(specs[0]))
+	addr := a.grpcLn.Addr().String()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, err := extproc.NewExternalProcessorClient(dialEPP(t, addr, nil)).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
+	if err := held.Send(&extproc.ProcessingRequest{ProtocolConfig: &extproc.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED},
+		Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{Headers: h}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := held.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pickOnce(t, dialEPP(t, addr, nil), "one too many"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a second stream past --max-concurrent-requests 1: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	resp, err := http.Get("http://" + a.ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`kvroute_epp_requests_total{outcome="refused"} 1`, "kvroute_epp_streams_open 1"} {
+		if !strings.Contains(string(page), want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	start := time.Now()
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("a silent connection: %v after %v, want it closed by the handshake deadline", err, time.Since(start))
 	}
 }

@@ -5,6 +5,8 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/internal/testutil"
 )
@@ -67,4 +69,43 @@ func TestBodyBudget(t *testing.T) {
 	}
 	c.cancel()
 	testutil.Eventually(t, "a broken stream's body let go", func() bool { return r.srv.Stats().BodyBytes == 0 })
+}
+
+// TestStreamBound: at most MaxStreams exchanges are open at once; one past it ends with RESOURCE_EXHAUSTED
+// before it sends anything, is counted refused, and a closed stream makes room for a new one.
+func TestStreamBound(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxStreams = 2
+	r := startRig(t, 1, cfg)
+	chunk := []byte(`{"model":"`)
+	a, resp := r.startGathering(t, chunk)
+	if resp.GetRequestBody() == nil {
+		t.Fatalf("first stream: %v", resp)
+	}
+	if _, resp = r.startGathering(t, chunk); resp.GetRequestBody() == nil {
+		t.Fatalf("second stream: %v", resp)
+	}
+	if st := r.srv.Stats(); st.Streams != 2 || st.Refused != 0 {
+		t.Fatalf("two streams gathering: %+v", st)
+	}
+
+	// The third ends at once: nothing it sends is read, and its first receive has the status.
+	c := r.open(t, true)
+	_, err := c.stream.Recv()
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("third stream: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	testutil.Eventually(t, "the third stream counted refused and gone", func() bool {
+		st := r.srv.Stats()
+		return st.Refused == 1 && st.Streams == 2
+	})
+
+	a.cancel()
+	testutil.Eventually(t, "the first stream's slot free", func() bool { return r.srv.Stats().Streams == 1 })
+	if _, resp = r.startGathering(t, chunk); resp.GetRequestBody() == nil {
+		t.Fatalf("a stream after one closed: %v", resp)
+	}
+	if st := r.srv.Stats(); st.Refused != 1 || st.Streams != 2 {
+		t.Fatalf("at the end: %+v", st)
+	}
 }

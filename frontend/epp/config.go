@@ -61,12 +61,18 @@ type Config struct {
 	// life. Default (0) 256 MiB; raised to MaxBodyBytes when under it, as the frontend's
 	// --max-body-bytes-in-flight.
 	MaxBodyBytesInFlight int
+	// MaxStreams bounds the exchanges open at once (gRPC streams: one per HTTP request the gateway
+	// proxies, from its headers to its response's end). One past it ends at once, before a message is
+	// read, with RESOURCE_EXHAUSTED: the picker is as if down for that request, and the gateway applies
+	// the pool's failure mode. Default (0) 16,384, as the frontend's --max-concurrent-requests.
+	MaxStreams int
 }
 
-// DefaultConfig returns the protocol's default names, no fallbacks, FailClose, a 32 MiB body bound.
+// DefaultConfig returns the protocol's default names, no fallbacks, FailClose, a 32 MiB body bound,
+// 16,384 streams.
 func DefaultConfig() Config {
 	return Config{Namespace: DefaultNamespace, SubsetNamespace: DefaultSubsetNamespace, FailureMode: FailClose,
-		MaxBodyBytes: 32 << 20, MaxBodyBytesInFlight: 256 << 20}
+		MaxBodyBytes: 32 << 20, MaxBodyBytesInFlight: 256 << 20, MaxStreams: 16384}
 }
 
 // Validate reports the first bad field.

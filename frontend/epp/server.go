@@ -87,7 +87,9 @@ type Server struct {
 	// failOpen is the failure mode in force (the pool's may change while serving).
 	failOpen atomic.Bool
 
-	picked, failed, continued, moved, broken, busy atomic.Uint64
+	picked, failed, continued, moved, broken, busy, refused atomic.Uint64
+	// streams is the exchanges open, bounded by MaxStreams.
+	streams atomic.Int64
 	// bodies is what the streams' gathered bodies hold, bounded by MaxBodyBytesInFlight.
 	bodies *netlimit.Budget
 
@@ -157,8 +159,11 @@ func (a *addrMemo) of(u string) string {
 type Stats struct {
 	// Picked requests got a destination; Failed got an immediate error answer; Continued went on without
 	// a destination (not a generate request, or FailOpen); Moved were served from a fallback endpoint;
-	// Broken streams ended before the response did (their requests were freed).
-	Picked, Failed, Continued, Moved, Broken, Busy uint64
+	// Broken streams ended before the response did (their requests were freed); Busy were refused for
+	// MaxBodyBytesInFlight, Refused for MaxStreams.
+	Picked, Failed, Continued, Moved, Broken, Busy, Refused uint64
+	// Streams is the exchanges open now.
+	Streams int64
 	// BodyBytes is what the bodies being gathered hold now.
 	BodyBytes int64
 }
@@ -172,6 +177,9 @@ func NewServer(cfg Config, p Picker, w Workers) (*Server, error) {
 		cfg.MaxBodyBytesInFlight = DefaultConfig().MaxBodyBytesInFlight
 	}
 	cfg.MaxBodyBytesInFlight = max(cfg.MaxBodyBytesInFlight, cfg.MaxBodyBytes)
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultConfig().MaxStreams
+	}
 	s := &Server{cfg: cfg, picker: p, workers: w, bodies: netlimit.NewBudget(int64(cfg.MaxBodyBytesInFlight))}
 	s.SetFailureMode(cfg.FailureMode)
 	return s, nil
@@ -184,13 +192,21 @@ func (s *Server) SetFailureMode(m FailureMode) { s.failOpen.Store(m == FailOpen)
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	return Stats{Picked: s.picked.Load(), Failed: s.failed.Load(), Continued: s.continued.Load(),
-		Moved: s.moved.Load(), Broken: s.broken.Load(), Busy: s.busy.Load(), BodyBytes: s.bodies.InUse()}
+		Moved: s.moved.Load(), Broken: s.broken.Load(), Busy: s.busy.Load(), Refused: s.refused.Load(),
+		Streams: s.streams.Load(), BodyBytes: s.bodies.InUse()}
 }
 
 var _ extproc.ExternalProcessorServer = (*Server)(nil)
 
-// Process serves one HTTP request's exchange. The stream's goroutine owns the exchange.
+// Process serves one HTTP request's exchange. The stream's goroutine owns the exchange. Past MaxStreams
+// the stream ends before anything is read: a stream that waits for its first message would hold its
+// goroutine for as long as its peer sends nothing.
 func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
+	defer s.streams.Add(-1)
+	if s.streams.Add(1) > int64(s.cfg.MaxStreams) {
+		s.refused.Add(1)
+		return status.Errorf(codes.ResourceExhausted, "epp: more than %d requests in flight", s.cfg.MaxStreams)
+	}
 	x := &exchange{s: s, stream: stream, headers: headerMap{}}
 	defer x.close()
 	for {
@@ -632,15 +648,21 @@ func errorBody(code int, typ, msg string) []byte {
 
 // Register exports the counters on reg as kvroute_epp_requests_total{outcome}: picked, failed,
 // continued, moved (served by a fallback), broken (the stream ended before the response), busy (refused
-// because the bodies being gathered filled MaxBodyBytesInFlight); and kvroute_epp_body_bytes_gathering.
+// because the bodies being gathered filled MaxBodyBytesInFlight), refused (a stream past MaxStreams);
+// kvroute_epp_streams_open and kvroute_epp_body_bytes_gathering.
 func (s *Server) Register(reg prometheus.Registerer) error {
 	for outcome, c := range map[string]*atomic.Uint64{"picked": &s.picked, "failed": &s.failed, "continued": &s.continued,
-		"moved": &s.moved, "broken": &s.broken, "busy": &s.busy} {
+		"moved": &s.moved, "broken": &s.broken, "busy": &s.busy, "refused": &s.refused} {
 		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_epp_requests_total",
 			Help:        "Requests the endpoint picker saw, by outcome.",
 			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 { return float64(c.Load()) })); err != nil {
 			return err
 		}
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_epp_streams_open",
+		Help: "Ext_proc streams (requests the gateway proxies) open at the endpoint picker (bounded by --max-concurrent-requests)."},
+		func() float64 { return float64(s.streams.Load()) })); err != nil {
+		return err
 	}
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_epp_body_bytes_gathering",
 		Help: "Bytes of request bodies the picker is gathering from the gateway's chunks (bounded by --max-body-bytes-in-flight)."},
