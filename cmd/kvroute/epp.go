@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -98,6 +99,7 @@ type eppApp struct {
 	watcher  *k8spool.Watcher
 	cancel   context.CancelFunc
 	done     chan struct{}
+	stopOnce sync.Once
 }
 
 // kubeClients builds the Kubernetes client (the seam tests replace with client-go's fake). The watcher
@@ -217,8 +219,10 @@ func (a *eppApp) serveGRPC(host string, e *eppFlags, health *epp.Health) error {
 	sc := a.server.Config()
 	// A connection has --header-timeout to finish its TLS and HTTP/2 handshakes (grpc-go's default is
 	// 120 s), and one connection carries at most --max-concurrent-requests streams, the bound the
-	// picker also keeps over all of them.
-	opts := []grpc.ServerOption{grpc.ConnectionTimeout(sc.HeaderTimeout), grpc.MaxConcurrentStreams(uint32(sc.MaxConcurrent))}
+	// picker also keeps over all of them. A stop waits for the streams' handlers, so that a cut stream
+	// has freed its request when stop returns.
+	opts := []grpc.ServerOption{grpc.ConnectionTimeout(sc.HeaderTimeout), grpc.MaxConcurrentStreams(uint32(sc.MaxConcurrent)),
+		grpc.WaitForHandlers(true)}
 	if *e.secure {
 		tc, err := eppTLS(*e.certPath, *e.clientCA)
 		if err != nil {
@@ -249,33 +253,62 @@ func (a *eppApp) serveGRPC(host string, e *eppFlags, health *epp.Health) error {
 	return nil
 }
 
-// stop ends the gRPC streams (bounded), the watcher, then the frontend's core.
 // The picker's goroutines: the pool watcher (joined through done), the gRPC servers (ended by stop) and
-// the graceful stop that stop waits up to 5 s for before forcing it.
+// the graceful stop that stop waits for, at most --graceful-shutdown-timeout, before forcing it.
 var (
 	eppWatcher   = routine.Named("epp.watcher")
 	grpcServe    = routine.Named("epp.grpc-serve")
 	gracefulStop = routine.Named("epp.graceful-stop")
 )
 
+// stop drains the picker as the frontend drains its HTTP edge (drainPicker), then ends the watcher and
+// the frontend's core. It runs once; later calls wait for the first.
 func (a *eppApp) stop() {
-	for _, s := range []*grpc.Server{a.grpc, a.health} {
-		if s == nil {
-			continue
+	a.stopOnce.Do(func() {
+		a.drainPicker()
+		if a.cancel != nil {
+			a.cancel()
+			<-a.done
 		}
-		stopped := make(chan struct{})
-		gracefulStop.Go(func() { s.GracefulStop(); close(stopped) })
-		select {
-		case <-stopped:
-		case <-time.After(5 * time.Second):
-			s.Stop()
+		a.frontendApp.stop()
+	})
+}
+
+// drainPicker ends the gRPC servers without cutting a gateway's requests short: readiness turns
+// NOT_SERVING (the gateway and the kubelet stop sending new requests here) while the port still serves
+// new streams for up to --graceful-shutdown-grace-period, ending early once no stream is open; then the
+// port closes and the open streams get --graceful-shutdown-timeout before they are cut (a cut stream
+// frees its request, counted broken). The plain-text health port serves until the end.
+func (a *eppApp) drainPicker() {
+	if a.grpc == nil {
+		return
+	}
+	a.probes.StartDrain()
+	open := func() int64 { return a.picker.Stats().Streams }
+	a.log.Info("shutdown: draining the picker", "streams", open(), "grace_period", a.drain.GracePeriod,
+		"timeout", a.drain.Timeout)
+	if a.drain.GracePeriod > 0 && open() > 0 {
+		deadline := time.Now().Add(a.drain.GracePeriod)
+		for open() > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if a.cancel != nil {
-		a.cancel()
-		<-a.done
+	timeout := a.drain.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
 	}
-	a.frontendApp.stop()
+	stopped := make(chan struct{})
+	gracefulStop.Go(func() { a.grpc.GracefulStop(); close(stopped) })
+	select {
+	case <-stopped:
+	case <-time.After(timeout):
+		a.log.Warn("shutdown: picker drain timeout, streams cut", "streams", open())
+		a.grpc.Stop()
+		<-stopped
+	}
+	if a.health != nil {
+		a.health.Stop()
+	}
 }
 
 // eppTLS is --grpc-port's TLS: the serving certificate from certDir (servingCert) and, with caFile, a

@@ -525,3 +525,88 @@ func TestEPPStreamsAndHandshakes(t *testing.T) {
 		t.Fatalf("a silent connection: %v after %v, want it closed by the handshake deadline", err, time.Since(start))
 	}
 }
+
+// TestEPPDrain: on stop the picker drains as the HTTP edge does. Readiness turns NOT_SERVING on both gRPC
+// ports while --grpc-port still serves new streams, for up to --graceful-shutdown-grace-period, ending
+// as soon as the last open stream closes; the request of a stream still open at
+// --graceful-shutdown-timeout is cut and freed.
+func TestEPPDrain(t *testing.T) {
+	specs := eppFleet(t, 1)
+	hp := freePort(t)
+	a := startEPPTest(t, nil, "--secure-serving=false", "--grpc-health-port", hp, "--worker", workerFlag(specs[0]),
+		"--graceful-shutdown-grace-period", "2m", "--graceful-shutdown-timeout", "1s")
+	addr := a.grpcLn.Addr().String()
+	probe := dialEPP(t, "127.0.0.1:"+hp, nil)
+	eppWaitFor(t, "readiness SERVING", func() bool {
+		st, err := healthOf(t, probe, "readiness")
+		return err == nil && st == healthpb.HealthCheckResponse_SERVING
+	})
+
+	// A request the gateway is proxying: its headers in, its answer not yet out.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held, err := extproc.NewExternalProcessorClient(dialEPP(t, addr, nil)).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
+	if err := held.Send(&extproc.ProcessingRequest{ProtocolConfig: &extproc.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED},
+		Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{Headers: h}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := held.Recv(); err != nil {
+		t.Fatal(err)
+	}
+
+	stopped := make(chan struct{})
+	go func() { a.stop(); close(stopped) }()
+	for _, conn := range []*grpc.ClientConn{probe, dialEPP(t, addr, nil)} {
+		eppWaitFor(t, "readiness NOT_SERVING once the drain starts", func() bool {
+			st, err := healthOf(t, conn, "readiness")
+			return err == nil && st == healthpb.HealthCheckResponse_NOT_SERVING
+		})
+	}
+	// Still picking during the grace period, on a new connection too.
+	if dest, imm, err := pickOnce(t, dialEPP(t, addr, nil), "during the drain"); err != nil || imm != 0 || dest != addrOfURL(specs[0].URL) {
+		t.Fatalf("a pick during the grace period: dest %q, immediate %d, %v", dest, imm, err)
+	}
+	select {
+	case <-stopped:
+		t.Fatal("stop returned with a stream open, inside the grace period")
+	default:
+	}
+	// The last stream closes: the drain ends long before its 2 minutes.
+	cancel()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("stop still waiting 30 s after the last stream closed")
+	}
+
+	// With no grace period, a stream still open is cut at the timeout and its request freed.
+	b := startEPPTest(t, nil, "--secure-serving=false", "--grpc-health-port", "0", "--worker", workerFlag(specs[0]),
+		"--graceful-shutdown-grace-period", "0s", "--graceful-shutdown-timeout", "100ms")
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	s, err := extproc.NewExternalProcessorClient(dialEPP(t, b.grpcLn.Addr().String(), nil)).Process(ctx2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"Qwen3-VL-2B-Instruct","messages":[{"role":"user","content":"cut"}],"max_tokens":2}`
+	for _, req := range []*extproc.ProcessingRequest{
+		{ProtocolConfig: &extproc.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED},
+			Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{Headers: h}}},
+		{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := s.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.stop()
+	if st := b.picker.Stats(); st.Picked != 1 || st.Broken != 1 || st.Streams != 0 {
+		t.Fatalf("after the cut: %+v, want the picked request broken and freed", st)
+	}
+}

@@ -134,8 +134,8 @@ var flagEvidence = map[string][]string{
 	// Logging, probes and shutdown.
 	"access-log":                     {"cmd/kvroute: TestServeOperations"},
 	"dump-config-to":                 {"cmd/kvroute: TestDynamoLaunchLineStarts"},
-	"graceful-shutdown-grace-period": {"cmd/kvroute: TestServeOperations"},
-	"graceful-shutdown-timeout":      {"cmd/kvroute: TestServeOperations"},
+	"graceful-shutdown-grace-period": {"cmd/kvroute: TestServeOperations", "cmd/kvroute: TestEPPDrain"},
+	"graceful-shutdown-timeout":      {"cmd/kvroute: TestServeOperations", "cmd/kvroute: TestEPPDrain"},
 	"log-format":                     {"cmd/kvroute: TestServeOperations"},
 	"log-level":                      {"cmd/kvroute: TestLogLevelFilters"},
 	"pprof":                          {"cmd/kvroute: TestFrontendOpsFlags"},
