@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 )
@@ -17,23 +16,6 @@ import (
 
 // bodyChunk is the first buffer of a streamed body and the smallest growth step.
 const bodyChunk = 16 << 10
-
-// bodyBudget bounds the bytes of request bodies being read at once, across all connections.
-type bodyBudget struct {
-	used atomic.Int64
-	max  int64
-}
-
-// take reserves n bytes and reports whether they fit.
-func (b *bodyBudget) take(n int) bool {
-	if b.used.Add(int64(n)) > b.max {
-		b.used.Add(-int64(n))
-		return false
-	}
-	return true
-}
-
-func (b *bodyBudget) give(n int) { b.used.Add(-int64(n)) }
 
 // readBody reads a streamed request body into ctx (SetBodyRaw, so handlers read it with PostBody as
 // before) and returns how many budget bytes it holds; the caller gives them back when the request
@@ -67,7 +49,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) (held int, err error) {
 				return held, errorf(ErrTooLarge, "request body larger than %d bytes", s.cfg.MaxBodyBytes)
 			}
 			n := min(max(2*cap(buf), bodyChunk), limit)
-			if !s.budget.take(n - cap(buf)) {
+			if !s.budget.TryTake(int64(n - cap(buf))) {
 				ctx.SetConnectionClose()
 				s.bodyBudgetRefused.Add(1)
 				return held, errorf(ErrUnavailable, "the server is reading too many request bodies; retry")

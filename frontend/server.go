@@ -87,7 +87,7 @@ type Server struct {
 	metrics  fasthttp.RequestHandler
 	inflight atomic.Int64
 	// budget is the process-wide bound on body bytes being read (MaxBodyBytesInFlight).
-	budget            bodyBudget
+	budget            *netlimit.Budget
 	bodyBudgetRefused atomic.Int64
 	conns             netlimit.ConnStats
 	idle              idleConns
@@ -102,7 +102,7 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 		g = prometheus.DefaultGatherer
 	}
 	s := &Server{handlers: handlers, cfg: cfg}
-	s.budget.max = int64(cfg.MaxBodyBytesInFlight)
+	s.budget = netlimit.NewBudget(int64(cfg.MaxBodyBytesInFlight))
 	if cfg.Registerer != nil {
 		s.registerMetrics(cfg.Registerer)
 	}
@@ -235,7 +235,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	held, err := s.readBody(ctx)
-	defer s.budget.give(held)
+	defer s.budget.Give(int64(held))
 	if err != nil {
 		writeError(ctx, err)
 		return
@@ -370,7 +370,7 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_http_body_bytes_reading",
 			Help: "Bytes of buffer held by request bodies being read (bounded by --max-body-bytes-in-flight)."},
-			func() float64 { return float64(s.budget.used.Load()) }),
+			func() float64 { return float64(s.budget.InUse()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_body_budget_refused_total",
 			Help: "Requests refused with 503 because the request-body budget (--max-body-bytes-in-flight) was full."},
 			func() float64 { return float64(s.bodyBudgetRefused.Load()) }),

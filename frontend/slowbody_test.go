@@ -123,8 +123,8 @@ func TestSlowBodiesBoundedMemory(t *testing.T) {
 		}
 		// Every connection's reader has taken its first buffer (16 KiB each).
 		want := int64(len(cs)) * bodyChunk
-		if !testutil.Poll(5*time.Second, func() bool { return srv.budget.used.Load() >= want }) {
-			t.Fatalf("%d connections: server holds %d body bytes, want %d", len(cs), srv.budget.used.Load(), want)
+		if !testutil.Poll(5*time.Second, func() bool { return srv.budget.InUse() >= want }) {
+			t.Fatalf("%d connections: server holds %d body bytes, want %d", len(cs), srv.budget.InUse(), want)
 		}
 		if g := sample(); g > 64<<20 {
 			t.Fatalf("RSS grew by %d MiB with %d slow connections", g>>20, len(cs))
@@ -142,11 +142,11 @@ func TestSlowBodiesBoundedMemory(t *testing.T) {
 		}
 		time.Sleep(interval) // the drip rate itself, not a wait for a condition
 	}
-	held := srv.budget.used.Load()
+	held := srv.budget.InUse()
 	closeAll()
 	closed := time.Now()
-	if !testutil.Poll(5*time.Second, func() bool { return srv.budget.used.Load() == 0 }) {
-		t.Fatalf("body budget still holds %d bytes after the connections closed", srv.budget.used.Load())
+	if !testutil.Poll(5*time.Second, func() bool { return srv.budget.InUse() == 0 }) {
+		t.Fatalf("body budget still holds %d bytes after the connections closed", srv.budget.InUse())
 	}
 	var end int64
 	back := testutil.Poll(10*time.Second, func() bool {
@@ -298,8 +298,8 @@ func TestConnectionAndBodyBudgets(t *testing.T) {
 			held = append(held, c)
 			fmt.Fprintf(c, "%s%s", head, make([]byte, 60<<10)) // buffer grows 16→32→64 KiB, then waits
 			want := int64(i+1) * (64 << 10)
-			if !testutil.Poll(5*time.Second, func() bool { return srv.budget.used.Load() == want }) {
-				t.Fatalf("budget %d, want %d", srv.budget.used.Load(), want)
+			if !testutil.Poll(5*time.Second, func() bool { return srv.budget.InUse() == want }) {
+				t.Fatalf("budget %d, want %d", srv.budget.InUse(), want)
 			}
 		}
 		c, err := net.Dial("tcp", addr)
@@ -319,8 +319,8 @@ func TestConnectionAndBodyBudgets(t *testing.T) {
 			c.Close()
 		}
 		held = nil
-		if !testutil.Poll(5*time.Second, func() bool { return srv.budget.used.Load() == 0 }) {
-			t.Fatalf("budget not returned: %d", srv.budget.used.Load())
+		if !testutil.Poll(5*time.Second, func() bool { return srv.budget.InUse() == 0 }) {
+			t.Fatalf("budget not returned: %d", srv.budget.InUse())
 		}
 		if code, _ := call(t, "POST", "http://"+addr+"/v1/overlap_scores", `{"tokens":[1,2,3,4]}`); code != 200 {
 			t.Fatalf("after the budget freed: %d", code)
