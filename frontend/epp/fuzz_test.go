@@ -126,8 +126,8 @@ func FuzzProcess(f *testing.F) {
 		if n := rg.router.ActiveRequests(); n != 0 {
 			t.Fatalf("ops %x: %d requests still booked after the stream ended", ops, n)
 		}
-		if n := rg.srv.Stats().BodyBytes; n != 0 {
-			t.Fatalf("ops %x: %d body bytes still held after the stream ended", ops, n)
+		if st := rg.srv.Stats(); st.BodyBytes != 0 || st.Streams != 0 {
+			t.Fatalf("ops %x: %d body bytes still held, %d streams counted open after the stream ended", ops, st.BodyBytes, st.Streams)
 		}
 	})
 }
