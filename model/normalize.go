@@ -70,40 +70,48 @@ func buildNormalizer(c *componentJSON) (normalizer, error) {
 func appendNFC(dst []byte, s string) []byte {
 	last, prev := 0, 0 // last: start of the text not yet appended; prev: start of the previous character
 	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			prev = i
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r < nfcTableEnd && !(r == utf8.RuneError && size == 1) && nfcInert[r>>6]&(1<<(r&63)) != 0 {
+		size, inert := inertAt(s, i)
+		if inert {
 			prev = i
 			i += size
 			continue
 		}
-		// Not inert: normalize from the previous character (a starter it may compose with) to the next inert one.
-		start := prev
-		if start > i {
-			start = i
-		}
+		// Not inert: normalize from the previous character (a starter it may compose with) through the next
+		// inert one, which the piece ends with only where an inert character or the text's end follows it.
+		// x/text passes an incomplete UTF-8 sequence at the end of its input through unchanged, where the
+		// same bytes with more text after them are an invalid byte and a character that may change ("\xf7"
+		// then U+0387 keeps U+0387 at the end, and becomes U+00B7 before a "0"): a piece never ends
+		// right after the bytes it normalizes unless the text does.
+		start := min(prev, i)
 		j := i + size
 		for j < len(s) {
-			c := s[j]
-			if c < utf8.RuneSelf {
-				break
-			}
-			r, sz := utf8.DecodeRuneInString(s[j:])
-			if r < nfcTableEnd && !(r == utf8.RuneError && sz == 1) && nfcInert[r>>6]&(1<<(r&63)) != 0 {
-				break
-			}
+			sz, inert := inertAt(s, j)
 			j += sz
+			if !inert {
+				continue
+			}
+			if j == len(s) {
+				break
+			}
+			if _, next := inertAt(s, j); next {
+				break
+			}
 		}
 		dst = append(dst, s[last:start]...)
 		dst = norm.NFC.AppendString(dst, s[start:j])
 		last, prev, i = j, j, j
 	}
 	return append(dst, s[last:]...)
+}
+
+// inertAt returns the size of the character at s[i] (1 for a byte that is not valid UTF-8) and whether it
+// is NFC-inert.
+func inertAt(s string, i int) (int, bool) {
+	if s[i] < utf8.RuneSelf {
+		return 1, true
+	}
+	r, size := utf8.DecodeRuneInString(s[i:])
+	return size, r < nfcTableEnd && !(r == utf8.RuneError && size == 1) && nfcInert[r>>6]&(1<<(r&63)) != 0
 }
 
 // isNFC reports whether s is certainly NFC already (false means "maybe not").
