@@ -90,13 +90,20 @@ type idleNode struct {
 	c          net.Conn
 	prev, next *idleNode
 	listed     bool
+	// held: the connection's request holds a place among the server's requests in flight
+	// (MaxConcurrent) until the connection is idle again or closes.
+	held bool
 }
 
-// connState is the tracker's part of fasthttp's ConnState hook.
-func (ic *idleConns) connState(c net.Conn, st fasthttp.ConnState) {
+// connState is the tracker's part of fasthttp's ConnState hook. It reports whether a request the
+// connection held (hold) has ended: its response is written, or the connection is gone.
+func (ic *idleConns) connState(c net.Conn, st fasthttp.ConnState) (released bool) {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
 	nd := ic.nodes[c]
+	if nd != nil && st != fasthttp.StateActive {
+		released, nd.held = nd.held, false
+	}
 	switch st {
 	case fasthttp.StateNew, fasthttp.StateIdle:
 		if nd == nil {
@@ -118,6 +125,20 @@ func (ic *idleConns) connState(c net.Conn, st fasthttp.ConnState) {
 			delete(ic.nodes, c)
 		}
 	}
+	return released
+}
+
+// hold marks c's request as holding a place in flight until c is idle again or closes; false when c is
+// not tracked (the caller then lets the place go itself).
+func (ic *idleConns) hold(c net.Conn) bool {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	nd := ic.nodes[c]
+	if nd == nil || nd.held {
+		return false
+	}
+	nd.held = true
+	return true
 }
 
 // push appends nd at the tail (idle shortest).

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/kvroute/kvroute/actors"
 	"github.com/kvroute/kvroute/actors/router"
+	"github.com/kvroute/kvroute/internal/testutil"
 )
 
 func doReq(t *testing.T, c *http.Client, method, url, body string, hdr map[string]string) int {
@@ -95,16 +98,29 @@ type blocker struct {
 	arrived chan struct{}
 }
 
+// Handle holds /block until release, and answers /stream with a streamed body whose first chunk goes out
+// at once and whose end waits for release.
 func (b *blocker) Handle(ctx *fasthttp.RequestCtx) bool {
-	if string(ctx.Path()) != "/block" {
+	switch string(ctx.Path()) {
+	case "/block":
+		b.arrived <- struct{}{}
+		<-b.release
+		ctx.SetStatusCode(200)
+	case "/stream":
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			_, _ = w.WriteString("data: first\n\n")
+			_ = w.Flush()
+			<-b.release
+			_, _ = w.WriteString("data: [DONE]\n\n")
+		})
+	default:
 		return false
 	}
-	b.arrived <- struct{}{}
-	<-b.release
-	ctx.SetStatusCode(200)
 	return true
 }
 
+// TestConcurrencyLimit: POST calls past MaxConcurrent get 429, a stream counted until its last byte (its
+// handler returned long before); probes, /metrics, reads and the admin API stay answered at the limit.
 func TestConcurrencyLimit(t *testing.T) {
 	b := &blocker{release: make(chan struct{}), arrived: make(chan struct{}, 2)}
 	var once sync.Once
@@ -112,33 +128,46 @@ func TestConcurrencyLimit(t *testing.T) {
 	base, _ := startRouterAPI(t, 4, ServerConfig{MaxConcurrent: 2}, b)
 	t.Cleanup(release) // runs before the server's shutdown, which waits for the held requests
 	done := make(chan int, 2)
-	get := func(url string) int {
-		resp, err := http.Get(url)
+	post := func(url string) int {
+		resp, err := http.Post(url, "application/json", strings.NewReader("{}"))
 		if err != nil {
 			return -1
 		}
+		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	// Hold two requests, one after the other, so no other request can take a slot in between.
-	for i := 0; i < 2; i++ {
-		go func() { done <- get(base + "/block") }()
-		select {
-		case <-b.arrived:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("held request %d never reached the handler", i)
+	// One request held in its handler, one stream whose handler has returned while its body goes on.
+	go func() { done <- post(base + "/block") }()
+	select {
+	case <-b.arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held request never reached the handler")
+	}
+	resp, err := http.Post(base+"/stream", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, len("data: first\n\n"))
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+
+	if got := post(base + "/v1/route"); got != 429 {
+		t.Fatalf("a third POST with a request and a stream in flight: %d, want 429", got)
+	}
+	for _, path := range []string{"/live", "/ready", "/health", "/version", "/metrics", "/v1/workers", "/busy_threshold"} {
+		if got := doReq(t, http.DefaultClient, "GET", base+path, "", nil); got == 429 {
+			t.Errorf("GET %s at the limit: 429", path)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := doReq(t, http.DefaultClient, "GET", base+"/v1/workers", "", nil)
-		if got == 429 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("third request: %d, want 429 while two are in flight", got)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if got := doReq(t, http.DefaultClient, "POST", base+"/v1/workers", `{"id":"x"}`, nil); got == 429 {
+		t.Error("the admin API at the limit: 429")
 	}
 	release()
 	for i := 0; i < 2; i++ {
@@ -146,9 +175,7 @@ func TestConcurrencyLimit(t *testing.T) {
 			t.Fatalf("held request: %d", got)
 		}
 	}
-	if got := doReq(t, http.DefaultClient, "GET", base+"/v1/workers", "", nil); got != 200 {
-		t.Fatalf("after release: %d", got)
-	}
+	testutil.Eventually(t, "POST answered once the held requests ended", func() bool { return post(base+"/v1/route") != 429 })
 }
 
 func TestTLS(t *testing.T) {

@@ -59,6 +59,9 @@ type ServerConfig struct {
 	MaxHeaderBytes int
 	// MaxConcurrent bounds requests in flight; past it a request gets 429 at once rather than queueing
 	// behind the others (the router's own queue, --router-queue-threshold, is where waiting belongs).
+	// Counted: POST calls outside the admin plane (the OpenAI endpoints, tokenize, the router API), each
+	// until its response's last byte is written, a stream's included. Probes, /metrics, reads and the
+	// admin API are never refused by it: they are how an operator sees and mends a full server.
 	// Default 16384.
 	MaxConcurrent int
 	// AdminToken, when set, is required as "Authorization: Bearer <token>" on every call that changes
@@ -138,7 +141,9 @@ func NewServer(cfg ServerConfig, handlers ...Handler) *Server {
 		// own bound, which answers in plain text, is kept above it.
 		Concurrency: max(cfg.MaxConns, fasthttp.DefaultConcurrency),
 		ConnState: func(c net.Conn, st fasthttp.ConnState) {
-			s.idle.connState(c, st)
+			if s.idle.connState(c, st) {
+				s.inflight.Add(-1) // the request it held ended with its response's last byte
+			}
 			s.reclaim.connState(c, st)
 		},
 		// Idle connection goroutines (and their stacks) end soon after a burst, before a reclaim.
@@ -220,12 +225,18 @@ func (s *Server) readFailed(ctx *fasthttp.RequestCtx, err error) {
 }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
-		s.inflight.Add(-1)
-		writeError(ctx, errorf(ErrTooMany, "more than %d requests in flight", s.cfg.MaxConcurrent))
-		return
+	if counted(ctx) {
+		if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
+			s.inflight.Add(-1)
+			writeError(ctx, errorf(ErrTooMany, "more than %d requests in flight", s.cfg.MaxConcurrent))
+			return
+		}
+		// The connection holds the count until it is idle again or closes (its response written,
+		// a streamed body included); where it is not tracked, until the handler returns.
+		if !s.idle.hold(ctx.Conn()) {
+			defer s.inflight.Add(-1)
+		}
 	}
-	defer s.inflight.Add(-1)
 	if s.cors(ctx) {
 		return
 	}
@@ -263,6 +274,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	writeError(ctx, errorf(ErrNotFound, "no route for %s %s", ctx.Method(), ctx.Path()))
+}
+
+// counted reports whether a request counts against MaxConcurrent: a POST outside the admin plane.
+func counted(ctx *fasthttp.RequestCtx) bool {
+	return ctx.IsPost() && planeOf(ctx) != planeAdmin
 }
 
 // plane is the part of the URL space a request belongs to, for access control.

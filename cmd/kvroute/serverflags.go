@@ -40,7 +40,7 @@ func (s *serverFlags) register(fs *flag.FlagSet) {
 	alias(fs, "tls-cert", "tls-cert-path")
 	alias(fs, "tls-key", "tls-key-path")
 	s.maxHeader = fs.Int("max-header-bytes", 64<<10, "largest request line plus headers accepted (431 above)")
-	s.maxConc = fs.Int("max-concurrent-requests", 16384, "requests in flight before new ones get 429 (kvroute epp: also its ext_proc streams, one past it ended RESOURCE_EXHAUSTED)")
+	s.maxConc = fs.Int("max-concurrent-requests", 16384, "requests in flight before new ones get 429: POST calls outside the admin plane, each until its last byte (a stream's included); probes, /metrics, reads and the admin API are not counted (kvroute epp: also its ext_proc streams, one past it ended RESOURCE_EXHAUSTED)")
 	s.connsPerIP = fs.Int("max-conns-per-ip", 1024, "open connections per client address before new ones get 429 (raise it behind a proxy; negative disables)")
 	s.conns = fs.Int("max-conns", 0, "client connections open at once, from all addresses: at it a new one takes the place of the one idle longest, or gets 503 when every one is in a request (0: a quarter of the open-file limit, the HTTP edge's share of the process's descriptors; negative disables)")
 	s.bodyInFlight = fs.Int("max-body-bytes-in-flight", 256<<20, "bytes of request bodies being read at once, across all connections, before new bodies get 503")
