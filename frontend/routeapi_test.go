@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/actors"
+	"github.com/kvroute/kvroute/actors/router"
 	"github.com/kvroute/kvroute/workers/kvevents"
 )
 
@@ -163,5 +165,54 @@ func TestRouteBadInput(t *testing.T) {
 				t.Fatalf("status %d, want %d (%v)", code, tc.status, body)
 			}
 		})
+	}
+}
+
+// TestBusyThresholdPerModel: POST /busy_threshold sets the thresholds of the model it names (the first
+// model's without a name; 404 for a model not served), GET lists every model's, GET ?model= one's, as
+// Dynamo's frontend answers them.
+func TestBusyThresholdPerModel(t *testing.T) {
+	system := actors.NewSystem(nil)
+	llama, err := router.New(system, router.DefaultConfig(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { llama.Stop(); system.Shutdown() })
+	api := &RouterAPI{Model: "qwen", Models: map[string]*router.Router{"llama": llama}}
+	base, qwen := startRouterAPI(t, 16, ServerConfig{}, api)
+	api.R = qwen
+
+	code, b := call(t, "POST", base+"/busy_threshold", `{"model":"llama","active_decode_blocks_threshold":0.5}`)
+	if code != 200 || b["model"] != "llama" || b["active_decode_blocks_threshold"] != 0.5 {
+		t.Fatalf("set llama's: %d %v", code, b)
+	}
+	if got, other := llama.Config().ActiveDecodeBlocksThreshold, qwen.Config().ActiveDecodeBlocksThreshold; !got.Set || got.V != 0.5 || other.Set {
+		t.Fatalf("llama's threshold %+v, qwen's %+v: want llama's alone set", got, other)
+	}
+	if code, b := call(t, "POST", base+"/busy_threshold", `{"active_prefill_tokens_threshold":100}`); code != 200 || b["model"] != "qwen" {
+		t.Fatalf("set without a model: %d %v", code, b)
+	}
+	if got := qwen.Config().ActivePrefillTokensThreshold; !got.Set || got.V != 100 || llama.Config().ActivePrefillTokensThreshold.Set {
+		t.Fatal("a POST without a model did not set the first model's alone")
+	}
+	if code, b := call(t, "POST", base+"/busy_threshold", `{"model":"nope","active_decode_blocks_threshold":0.1}`); code != 404 {
+		t.Fatalf("a model not served: %d %v", code, b)
+	}
+
+	code, b = call(t, "GET", base+"/busy_threshold", "")
+	list, _ := b["thresholds"].([]any)
+	if code != 200 || len(list) != 2 {
+		t.Fatalf("list: %d %v", code, b)
+	}
+	first, second := list[0].(map[string]any), list[1].(map[string]any)
+	if first["model"] != "qwen" || first["active_prefill_tokens_threshold"] != float64(100) || first["active_decode_blocks_threshold"] != nil ||
+		second["model"] != "llama" || second["active_decode_blocks_threshold"] != 0.5 {
+		t.Fatalf("list: %v", list)
+	}
+	if code, b := call(t, "GET", base+"/busy_threshold?model=llama", ""); code != 200 || b["active_decode_blocks_threshold"] != 0.5 {
+		t.Fatalf("one model's: %d %v", code, b)
+	}
+	if code, _ := call(t, "GET", base+"/busy_threshold?model=nope", ""); code != 404 {
+		t.Fatalf("one model not served: %d", code)
 	}
 }
