@@ -70,7 +70,9 @@
 //     queue, so a part follows every event reported before it; a replica frees what it charges for that
 //     router on those workers and the list lacks (Router.ReconcileRemote, which holds the core's lock only
 //     to collect and to free, a part at a time): a lost Free costs ten seconds of phantom load, not the
-//     hour of stale-request expiry.
+//     hour of stale-request expiry. A router's first list goes out at its start; a router silent for
+//     three of its intervals (the one its lists announce, or, heard only through its events so far, this
+//     router's own, each event counting as a list) is gone and what it was charged is freed.
 //   - Watcher: Run owns the known-worker map; one goroutine. Ready is closed once the registrations present
 //     at start are added: a frontend starts its Source after it, so no event of a known worker is
 //     dropped as unknown.

@@ -187,6 +187,9 @@ var replicaLists = routine.Named("natsplane.replica-lists")
 
 func (rs *ReplicaSync) listLoop() {
 	defer close(rs.tick)
+	// A first list at once: the other routers know this one and its interval from its start, so its
+	// requests are freed even if it dies before its first tick.
+	rs.r.ActiveLists(func(l sched.ActiveList) { rs.enqueue(replicaItem{list: &l}) })
 	t := time.NewTicker(rs.cfg.ListInterval)
 	defer t.Stop()
 	for {
@@ -210,10 +213,14 @@ const silentLists = 3
 // (its load stays until its requests end or expire).
 const maxRouters = 4096
 
-// heardList is when a router's last list arrived and the interval it said it publishes at.
+// heardList is when a router's last list arrived and the interval it said it publishes at. A router
+// heard only through its load events so far (this router started after its first list) is presumed to
+// publish at this router's own interval, and each of its events counts as a list until one arrives: its
+// requests are freed if it goes silent before its next list.
 type heardList struct {
-	at    time.Time
-	every time.Duration
+	at       time.Time
+	every    time.Duration
+	presumed bool
 }
 
 // sweep frees what this router charges for every router silent for silentLists intervals at now.
@@ -237,9 +244,28 @@ func (rs *ReplicaSync) sweep(now time.Time) {
 func (rs *ReplicaSync) hear(routerID string, now time.Time, every time.Duration) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	rs.record(routerID, heardList{at: now, every: every})
+}
+
+// heardEvent records a load event from routerID at now: a router not heard before is presumed to
+// publish its lists at this router's interval (heardList); one heard only so far is still alive.
+func (rs *ReplicaSync) heardEvent(routerID string, now time.Time) {
+	if rs.cfg.ListInterval <= 0 {
+		return // no sweep runs here
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if h, ok := rs.heard[routerID]; !ok || h.presumed {
+		rs.record(routerID, heardList{at: now, every: rs.cfg.ListInterval, presumed: true})
+	}
+}
+
+// record sets routerID's entry, forgetting the oldest past maxRouters; rs.mu is held.
+func (rs *ReplicaSync) record(routerID string, h heardList) {
 	if rs.heard == nil {
 		rs.heard = make(map[string]heardList)
 	}
+	now := h.at
 	if _, ok := rs.heard[routerID]; !ok && len(rs.heard) >= maxRouters {
 		oldest, at := "", now
 		for id, h := range rs.heard {
@@ -249,7 +275,7 @@ func (rs *ReplicaSync) hear(routerID string, now time.Time, every time.Duration)
 		}
 		delete(rs.heard, oldest)
 	}
-	rs.heard[routerID] = heardList{at: now, every: every}
+	rs.heard[routerID] = h
 }
 
 func (rs *ReplicaSync) handle(m *nats.Msg) {
@@ -270,6 +296,7 @@ func (rs *ReplicaSync) handle(m *nats.Msg) {
 		rs.applyErrs.Add(1)
 		return
 	}
+	rs.heardEvent(routerID, time.Now())
 	rs.applied.Add(1)
 }
 

@@ -216,3 +216,70 @@ func TestReplicaListsRepairLostFrees(t *testing.T) {
 		return ""
 	})
 }
+
+// TestReplicaSilentBeforeItsFirstList: a router that dies with a request running is freed by the others
+// whether or not they have had a list from it. A router publishes a list at its start (its interval
+// known at once: an hour here, so it is not judged silent within the test); a router the others heard
+// only through its load events (its lists off here, as for a replica started after that first list) is
+// presumed to publish at their interval, its events keeping it alive. Before, what a router that died
+// before its first list (10 s into its life) charged stayed charged until the stale-request expiry.
+func TestReplicaSilentBeforeItsFirstList(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every time.Duration // the dying router's list interval; negative: no lists
+	}{{"first list at start", time.Hour}, {"events only", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startTestCluster(t)
+			ws := startSimWorkers(t, 2, 256)
+			start := func(id string, every time.Duration) (*frontend, *ReplicaSync) {
+				rs := NewReplicaSync(connect(t, c.URL()), ReplicaConfig{RouterID: id, ListInterval: every})
+				t.Cleanup(rs.Stop)
+				f := startFrontend(t, c.URL(), ws, DefaultSourceConfig(), func(cfg *router.Config) { cfg.OnLoad = rs.Observe })
+				if err := rs.Start(f.r); err != nil {
+					t.Fatal(err)
+				}
+				return f, rs
+			}
+			peer, peerSync := start("peer", 20*time.Millisecond) // subscribed before the other starts
+			dying, dyingSync := start("dying", tc.every)
+			if tc.every > 0 {
+				testutil.Until(t, 5*time.Second, "the first list, at the dying router's start", func() string {
+					if peerSync.Stats().Reconciled == 0 {
+						return "no list"
+					}
+					return ""
+				})
+			}
+			if _, err := dying.r.Route(context.Background(), &router.RouteRequest{ID: "orphan", Tokens: newPrompts(5, 1).next()}); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Until(t, 5*time.Second, "the peer charges the request", func() string {
+				if n := peer.r.ActiveRequests(); n != 1 {
+					return fmt.Sprintf("%d active", n)
+				}
+				return ""
+			})
+			dyingSync.Stop()
+			if tc.every > 0 {
+				// Judged on the hour its first list announced: not silent after many of the peer's own.
+				lists := peerSync.Stats()
+				testutil.Until(t, 5*time.Second, "sweeps of the peer", func() string {
+					if peerSync.Stats().Own < lists.Own+5 {
+						return "waiting"
+					}
+					return ""
+				})
+				if st := peerSync.Stats(); st.Silent != 0 || peer.r.ActiveRequests() != 1 {
+					t.Fatalf("a router an hour between its lists judged silent: %d active, %+v", peer.r.ActiveRequests(), st)
+				}
+				return
+			}
+			testutil.Until(t, 5*time.Second, "the peer frees what it charged for the dying router", func() string {
+				if st := peerSync.Stats(); st.Silent != 1 || peer.r.ActiveRequests() != 0 {
+					return fmt.Sprintf("%d active, stats %+v", peer.r.ActiveRequests(), st)
+				}
+				return ""
+			})
+		})
+	}
+}
