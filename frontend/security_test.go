@@ -46,6 +46,8 @@ func TestAdminToken(t *testing.T) {
 	c := http.DefaultClient
 	bearer := map[string]string{"Authorization": "Bearer s3cret"}
 	wrong := map[string]string{"Authorization": "Bearer nope"}
+	lower := map[string]string{"Authorization": "bearer s3cret"} // the scheme is case-insensitive
+	short := map[string]string{"Authorization": "Bearer"}
 	tests := []struct {
 		method, path, body string
 		hdr                map[string]string
@@ -61,6 +63,8 @@ func TestAdminToken(t *testing.T) {
 		{"GET", "/busy_threshold", "", nil, 200},
 		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, nil, 401},
 		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, bearer, 200},
+		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, lower, 200},
+		{"POST", "/v1/overlap_scores", `{"tokens":[1,2,3,4]}`, short, 401},
 		{"POST", "/v1/route", `{"request_id":"r","tokens":[1,2,3,4]}`, nil, 401},
 		{"DELETE", "/v1/workers/1", "", bearer, 200},
 	}

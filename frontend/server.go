@@ -352,11 +352,14 @@ func (c ServerConfig) RouterAPITokenOrAdmin() string {
 	return c.AdminToken
 }
 
-// bearerIs checks the bearer token in constant time.
+// bearerIs checks the bearer token in constant time; the scheme's name is case-insensitive (RFC 9110).
 func bearerIs(ctx *fasthttp.RequestCtx, token string) bool {
+	const scheme = "Bearer "
 	got := ctx.Request.Header.Peek("Authorization")
-	want := "Bearer " + token
-	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
+	if len(got) < len(scheme) || !strings.EqualFold(string(got[:len(scheme)]), scheme) {
+		return false
+	}
+	return subtle.ConstantTimeCompare(got[len(scheme):], []byte(token)) == 1
 }
 
 // AccessSummary says, for the startup log, who may call the admin and router APIs.

@@ -99,6 +99,19 @@ func refuse(fs *flag.FlagSet, name, env string, isBool bool, allow, reason strin
 	return nil
 }
 
+// envBool reads a boolean environment variable: unset or empty is false; 1/true/yes/on and
+// 0/false/no/off in any case; anything else fails startup, as a malformed number does.
+func envBool(name string) (bool, error) {
+	v := strings.ToLower(strings.TrimSpace(os.Getenv(name)))
+	switch v {
+	case "", "0", "false", "no", "off":
+		return false, nil
+	case "1", "true", "yes", "on":
+		return true, nil
+	}
+	return false, fmt.Errorf("$%s %q: want true or false (1/0, yes/no, on/off)", name, os.Getenv(name))
+}
+
 func truthy(v string) bool {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "1", "true", "yes", "on":

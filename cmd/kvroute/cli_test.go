@@ -233,6 +233,19 @@ func TestDynamoEnvironment(t *testing.T) {
 	if _, _, code, ok := parseFrontend("frontend", nil, nil); ok || code != 2 || !strings.Contains(herr.String(), "$DYN_USE_REMOTE_INDEXER") {
 		t.Fatalf("DYN_USE_REMOTE_INDEXER=true: exit %d, %q", code, herr.String())
 	}
+	t.Setenv("DYN_USE_REMOTE_INDEXER", "")
+	// A boolean variable that is neither true nor false fails startup, as a malformed number does.
+	for _, name := range []string{"KVROUTE_ACCESS_LOG", "DYN_LOGGING_JSONL", "KVROUTE_PPROF", "DYN_ROUTER_RESET_STATES"} {
+		t.Setenv(name, "maybe")
+		_, herr := captureCLI(t)
+		if _, _, code, ok := parseFrontend("frontend", nil, nil); ok || code != 2 || !strings.Contains(herr.String(), "$"+name+` "maybe"`) {
+			t.Fatalf("%s=maybe: exit %d, %q", name, code, herr.String())
+		}
+		t.Setenv(name, "Off")
+	}
+	if f, _, _, ok := parseFrontend("frontend", nil, nil); !ok || *f.ops.pprof || *f.ops.log.access || *f.ops.log.format != "text" {
+		t.Fatal("booleans set Off read as true")
+	}
 }
 
 func writeSelfSignedCert(t *testing.T, dir string) (certPath, keyPath string) {

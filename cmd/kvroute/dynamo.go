@@ -85,9 +85,21 @@ var refusedFlags = []refusedFlag{
 // addOpsFlags registers logging, probes, shutdown and the Dynamo-compatibility flags on fs. The
 // canonical flags must already be registered (aliases point at them).
 func addOpsFlags(fs *flag.FlagSet) (*opsFlags, error) {
-	o := &opsFlags{log: addLogFlags(fs)}
+	log, err := addLogFlags(fs)
+	if err != nil {
+		return nil, err
+	}
+	o := &opsFlags{log: log}
+	reset, err := envBool("DYN_ROUTER_RESET_STATES")
+	if err != nil {
+		return nil, err
+	}
+	pprof, err := envBool("KVROUTE_PPROF")
+	if err != nil {
+		return nil, err
+	}
 	o.namespace = fs.String("namespace", envOr("DYN_NAMESPACE", "dynamo"), "Dynamo namespace: the dynamo_namespace label of dynamo_component_* metrics and /health's instances [$DYN_NAMESPACE]")
-	o.resetStates = fs.Bool("router-reset-states", truthy(os.Getenv("DYN_ROUTER_RESET_STATES")),
+	o.resetStates = fs.Bool("router-reset-states", reset,
 		"with --router-durable-kv-events: purge the KV_EVENTS stream and the index snapshot at startup (dangerous with running replicas) [$DYN_ROUTER_RESET_STATES]")
 	o.discBackend = fs.String("discovery-backend", os.Getenv("DYN_DISCOVERY_BACKEND"), "Dynamo's discovery backend: mem (workers from flags and the API) or nats (as --discovery nats); etcd, kubernetes and file are refused [$DYN_DISCOVERY_BACKEND]")
 	o.requestPlane = fs.String("request-plane", envOr("DYN_REQUEST_PLANE", "http"), "how requests reach workers: http, their OpenAI API (tcp and nats are refused) [$DYN_REQUEST_PLANE]")
@@ -103,7 +115,7 @@ func addOpsFlags(fs *flag.FlagSet) (*opsFlags, error) {
 	}
 	o.otlp = fs.String("otlp-traces-endpoint", otlp, "OTLP/HTTP traces URL (e.g. http://otel-collector:4318/v1/traces): a span per request and per stage, W3C traceparent taken from the client and passed to the worker; empty: no tracing [$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT]")
 	o.service = fs.String("otel-service-name", envOr("OTEL_SERVICE_NAME", "kvroute"), "service.name of the exported spans [$OTEL_SERVICE_NAME]")
-	o.pprof = fs.Bool("pprof", truthy(os.Getenv("KVROUTE_PPROF")), "serve Go profiles at /debug/pprof/ (an admin path: needs --admin-token when one is set) [$KVROUTE_PPROF]")
+	o.pprof = fs.Bool("pprof", pprof, "serve Go profiles at /debug/pprof/ (an admin path: needs --admin-token when one is set) [$KVROUTE_PPROF]")
 	grace, err := envSeconds("DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS", 5*time.Second)
 	if err != nil {
 		return nil, err

@@ -17,16 +17,24 @@ type logFlags struct {
 	access *bool
 }
 
-func addLogFlags(fs *flag.FlagSet) *logFlags {
+func addLogFlags(fs *flag.FlagSet) (*logFlags, error) {
 	l := &logFlags{}
 	format := envOr("KVROUTE_LOG_FORMAT", "text")
-	if truthy(os.Getenv("DYN_LOGGING_JSONL")) {
+	jsonl, err := envBool("DYN_LOGGING_JSONL")
+	if err != nil {
+		return nil, err
+	}
+	if jsonl {
 		format = "json"
+	}
+	access, err := envBool("KVROUTE_ACCESS_LOG")
+	if err != nil {
+		return nil, err
 	}
 	l.format = fs.String("log-format", format, "text or json (one JSON object per line) [$KVROUTE_LOG_FORMAT; DYN_LOGGING_JSONL=1 means json]")
 	l.level = fs.String("log-level", envOr("DYN_LOG", "info"), "debug, info, warn or error; Dynamo's DYN_LOG form \"info,target=debug\" takes its first bare level [$DYN_LOG]")
-	l.access = fs.Bool("access-log", truthy(os.Getenv("KVROUTE_ACCESS_LOG")), "one log line per OpenAI request: id, worker, overlap, status, TTFT, duration [$KVROUTE_ACCESS_LOG]")
-	return l
+	l.access = fs.Bool("access-log", access, "one log line per OpenAI request: id, worker, overlap, status, TTFT, duration [$KVROUTE_ACCESS_LOG]")
+	return l, nil
 }
 
 // parseLevel reads a slog level from a DYN_LOG-style value: "debug", "INFO", "info,dynamo_llm=debug",

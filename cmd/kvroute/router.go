@@ -91,7 +91,10 @@ func addRouterFlags(fs *flag.FlagSet) (*routerFlags, error) {
 	if err := scoring.RegisterFlags(shared, &rf.cfg); err != nil {
 		return nil, err
 	}
-	rf.log = addLogFlags(shared)
+	var err error
+	if rf.log, err = addLogFlags(shared); err != nil {
+		return nil, err
+	}
 	skip := map[string]bool{}
 	for _, r := range routerRefuses {
 		skip[r.name] = true
