@@ -57,9 +57,13 @@ func (a *OpenAIAPI) end(j *job, status int) {
 	a.live.Add(-1)
 	j.trace.end(j, status, d)
 	if a.AccessLog != nil {
+		worker := int64(-1) // not routed (0 is a worker's id)
+		if j.routed {
+			worker = int64(j.route.Worker.WorkerID)
+		}
 		a.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "request",
 			slog.String("request_id", j.reqID), slog.String("endpoint", j.ep.path()), slog.Bool("stream", j.stream),
-			slog.Int("status", status), slog.Int64("worker", int64(j.route.Worker.WorkerID)),
+			slog.Int("status", status), slog.Int64("worker", worker),
 			slog.Int("dp_rank", int(j.route.Worker.DPRank)), slog.Int("overlap_blocks", int(j.route.OverlapBlocks)),
 			slog.Float64("ttft_ms", float64(j.firstAt.Microseconds())/1000), slog.Float64("duration_ms", float64(d.Microseconds())/1000))
 	}

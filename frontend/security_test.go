@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/actors"
@@ -329,5 +330,40 @@ func TestWorkerRegistrationNeedsURL(t *testing.T) {
 	}
 	if len(r.Workers()) != 1 {
 		t.Fatalf("registered: %+v", r.Workers())
+	}
+}
+
+// panicker's handler panics, as a bug on some input would.
+type panicker struct{}
+
+func (panicker) Handle(ctx *fasthttp.RequestCtx) bool {
+	if string(ctx.Path()) != "/panic" {
+		return false
+	}
+	var m map[string]int
+	m["boom"]++ // a nil map write
+	return true
+}
+
+// TestHandlerPanicAnswered: a handler's panic is a 500 OpenAI error for that request and a count on
+// /metrics; the process and its other requests go on (fasthttp would let the panic end the process).
+func TestHandlerPanicAnswered(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	base, _ := startRouterAPI(t, 4, ServerConfig{Registerer: reg, Gatherer: reg}, panicker{})
+	code, b := call(t, "POST", base+"/panic", "{}")
+	if code != 500 || b["error"] == nil {
+		t.Fatalf("a panicking handler: %d %v", code, b)
+	}
+	if code, _ := call(t, "GET", base+"/v1/workers", ""); code != 200 {
+		t.Fatalf("after the panic: %d", code)
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if page := string(raw); !strings.Contains(page, "kvroute_http_panics_total 1") {
+		t.Fatalf("/metrics lacks the panic:\n%s", page)
 	}
 }

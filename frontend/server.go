@@ -3,8 +3,11 @@ package frontend
 import (
 	"crypto/subtle"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -92,9 +95,11 @@ type Server struct {
 	// budget is the process-wide bound on body bytes being read (MaxBodyBytesInFlight).
 	budget            *netlimit.Budget
 	bodyBudgetRefused atomic.Int64
-	conns             netlimit.ConnStats
-	idle              idleConns
-	reclaim           reclaimer
+	// panics counts handlers that panicked (recoverHandler).
+	panics  atomic.Int64
+	conns   netlimit.ConnStats
+	idle    idleConns
+	reclaim reclaimer
 }
 
 // NewServer returns a server over handlers.
@@ -225,6 +230,7 @@ func (s *Server) readFailed(ctx *fasthttp.RequestCtx, err error) {
 }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	defer s.recoverHandler(ctx)
 	if counted(ctx) {
 		if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
 			s.inflight.Add(-1)
@@ -274,6 +280,22 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	writeError(ctx, errorf(ErrNotFound, "no route for %s %s", ctx.Method(), ctx.Path()))
+}
+
+// recoverHandler answers a request whose handler panicked with a 500 and logs the panic with its stack:
+// fasthttp does not recover a handler's panic, and one request would otherwise end the process (and every
+// request in flight with it). Counted as kvroute_http_panics_total.
+func (s *Server) recoverHandler(ctx *fasthttp.RequestCtx) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.panics.Add(1)
+	slog.Error("panic serving a request", "method", string(ctx.Method()), "path", string(ctx.Path()), "panic", fmt.Sprint(r),
+		"stack", string(debug.Stack()))
+	ctx.Response.Reset()
+	ctx.SetConnectionClose()
+	writeError(ctx, errors.New("internal error"))
 }
 
 // counted reports whether a request counts against MaxConcurrent: a POST outside the admin plane.
@@ -390,6 +412,9 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_http_body_bytes_reading",
 			Help: "Bytes of buffer held by request bodies being read (bounded by --max-body-bytes-in-flight)."},
 			func() float64 { return float64(s.budget.InUse()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_panics_total",
+			Help: "Requests whose handler panicked: answered 500, the panic logged with its stack (a bug to report)."},
+			func() float64 { return float64(s.panics.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvroute_http_body_budget_refused_total",
 			Help: "Requests refused with 503 because the request-body budget (--max-body-bytes-in-flight) was full."},
 			func() float64 { return float64(s.bodyBudgetRefused.Load()) }),

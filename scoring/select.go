@@ -13,8 +13,9 @@ var (
 	ErrNoWorkers = errors.New("scoring: no workers")
 	// ErrAllBusy: candidates exist but every one is over a busy threshold (AllEligibleWorkersOverloaded).
 	ErrAllBusy = errors.New("scoring: all eligible workers are busy")
-	// ErrPinnedNotFound: the pinned worker is not among the candidates. Wraps ErrNoWorkers.
-	ErrPinnedNotFound = fmt.Errorf("%w: pinned worker not found", ErrNoWorkers)
+	// ErrPinnedNotFound: the pinned worker is not among the candidates (not registered, unhealthy, excluded).
+	// Wraps ErrNoWorkers.
+	ErrPinnedNotFound = fmt.Errorf("%w: the pinned worker is not a candidate (not registered, unhealthy, or left out of this request)", ErrNoWorkers)
 	// ErrPinnedBusy: the pinned worker is over a busy threshold (PinnedWorkerOverloaded). Wraps ErrAllBusy.
 	ErrPinnedBusy = fmt.Errorf("%w: pinned worker is busy", ErrAllBusy)
 	// ErrNoTarget: direct mode without a worker named by the caller.

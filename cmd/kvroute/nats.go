@@ -68,6 +68,7 @@ type natsPlane struct {
 	replicaOn bool
 	watcher   *natsplane.Watcher // --discovery nats
 	srv       *server.Server
+	tempStore string // the embedded server's store made here (no --nats-store-dir), removed at stop
 	nc        *nats.Conn
 	src       *natsplane.Source
 	replica   *natsplane.ReplicaSync
@@ -235,9 +236,15 @@ func (n *natsFlags) connect(p *natsPlane, log *slog.Logger) (string, error) {
 		}
 		srv, err := natsplane.StartServer(natsplane.ServerConfig{Port: port, StoreDir: dir})
 		if err != nil {
+			if *n.storeDir == "" {
+				_ = os.RemoveAll(dir)
+			}
 			return "", err
 		}
 		p.srv, url = srv, srv.ClientURL()
+		if *n.storeDir == "" {
+			p.tempStore = dir
+		}
 		log.Info("embedded NATS server", "url", url, "store", dir)
 	}
 	nc, err := nats.Connect(url, nats.Name("kvroute-frontend"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
@@ -279,6 +286,10 @@ func (n *natsFlags) stop() {
 	}
 	if p.srv != nil {
 		p.srv.Shutdown()
+		p.srv.WaitForShutdown()
+	}
+	if p.tempStore != "" {
+		_ = os.RemoveAll(p.tempStore) // a temporary store is this process's alone
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -225,5 +226,30 @@ func TestReplicaSyncTwoModels(t *testing.T) {
 		if !strings.Contains(string(page), "\n"+name+" "+want+"\n") {
 			t.Errorf("/metrics has no %s %s", name, want)
 		}
+	}
+}
+
+// TestNATSEmbeddedTempStore: --nats-embedded without --nats-store-dir keeps JetStream in a temporary
+// directory of its own, removed when the planes stop (it was left behind at every exit).
+func TestNATSEmbeddedTempStore(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	n := addNATSFlags(fs)
+	if err := fs.Parse([]string{"--nats-embedded", "--nats-embedded-port", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	p := &natsPlane{}
+	n.plane = p
+	if _, err := n.connect(p, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	made, err := filepath.Glob(filepath.Join(tmp, "kvroute-nats-*"))
+	if err != nil || len(made) != 1 || p.tempStore != made[0] {
+		t.Fatalf("temporary stores %v (%v), the plane's %q", made, err, p.tempStore)
+	}
+	n.stop()
+	if _, err := os.Stat(made[0]); !os.IsNotExist(err) {
+		t.Fatalf("the temporary store is still there after stop: %v", err)
 	}
 }

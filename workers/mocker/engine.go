@@ -185,11 +185,12 @@ func (e *Engine) Add(req Request) error {
 	case e.byID[req.ID] != nil:
 		return fmt.Errorf("%w: duplicate request id %q", ErrBadRequest, req.ID)
 	}
-	total := len(req.Prompt) + req.MaxTokens
-	if e.cfg.MaxModelLen > 0 && total > e.cfg.MaxModelLen {
+	// Compared as room left after the prompt: prompt + max_tokens would wrap for a max_tokens near the
+	// int range (and then pass both checks, and the output buffer below would be sized by it).
+	if e.cfg.MaxModelLen > 0 && req.MaxTokens > e.cfg.MaxModelLen-len(req.Prompt) {
 		return fmt.Errorf("%w: prompt (%d) + max_tokens (%d) exceeds max model length %d", ErrBadRequest, len(req.Prompt), req.MaxTokens, e.cfg.MaxModelLen)
 	}
-	if (total+bs-1)/bs > e.cfg.NumGPUBlocks {
+	if req.MaxTokens > e.cfg.NumGPUBlocks*bs-len(req.Prompt) {
 		return fmt.Errorf("%w: prompt (%d) + max_tokens (%d) needs more than the %d KV blocks of %d tokens", ErrBadRequest, len(req.Prompt), req.MaxTokens, e.cfg.NumGPUBlocks, bs)
 	}
 	for i, it := range req.MM {

@@ -3,6 +3,7 @@ package mocker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -427,6 +428,8 @@ func TestAddRejects(t *testing.T) {
 		{"empty", Request{ID: "x", MaxTokens: 1}},
 		{"zero max tokens", Request{ID: "x", Prompt: seq(0, 2)}},
 		{"too long", Request{ID: "x", Prompt: seq(0, 8), MaxTokens: 1}},
+		// prompt + max_tokens wraps past the int range: it must not pass as short.
+		{"max tokens near the int range", Request{ID: "x", Prompt: seq(0, 2), MaxTokens: math.MaxInt - 1}},
 		{"mm outside", Request{ID: "x", Prompt: seq(0, 2), MaxTokens: 1, MM: []MMItem{{ID: "i", Offset: 1, Length: 5}}}},
 	}
 	for _, tc := range tests {

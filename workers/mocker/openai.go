@@ -348,12 +348,13 @@ func (w *Worker) prepare(ctx *fasthttp.RequestCtx, raw []byte, chat bool) (prepa
 	} else if p.req.Prompt, err = w.parsePrompt(body.Prompt); err != nil {
 		return prepared{}, err
 	}
+	// As vLLM: max_completion_tokens, else max_tokens (deprecated by OpenAI for chat), else the default.
 	p.req.MaxTokens = w.cfg.DefaultMaxTokens
-	if body.MaxCompletionTokens != nil {
-		p.req.MaxTokens = *body.MaxCompletionTokens
-	}
 	if body.MaxTokens != nil {
 		p.req.MaxTokens = *body.MaxTokens
+	}
+	if body.MaxCompletionTokens != nil {
+		p.req.MaxTokens = *body.MaxCompletionTokens
 	}
 	p.req.CacheSalt = body.CacheSalt
 	prefix := "cmpl-"

@@ -7,6 +7,7 @@ import (
 	"image"
 	"image/png"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -556,4 +557,22 @@ func TestHTTPStreamClientGoneAborts(t *testing.T) {
 	}
 	resp.Body.Close()
 	testutil.Eventually(t, "abort frees the request", func() bool { return w.Idle() && w.Stats(0).UsedBlocks == 0 })
+}
+
+// TestHTTPMaxTokens: max_completion_tokens wins over max_tokens, as vLLM reads them; a max_tokens near
+// the int range is a 400, not a crash of the process.
+func TestHTTPMaxTokens(t *testing.T) {
+	w := startTestWorker(t, nil)
+	status, body := postJSON(t, w.URL()+"/v1/completions", map[string]any{"model": "m", "prompt": seq(0, 20), "max_tokens": 5, "max_completion_tokens": 2})
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	var r completionResp
+	must(t, json.Unmarshal(body, &r))
+	if r.Usage.CompletionTokens != 2 {
+		t.Fatalf("%d tokens generated, want max_completion_tokens' 2", r.Usage.CompletionTokens)
+	}
+	if status, body := postJSON(t, w.URL()+"/v1/completions", map[string]any{"model": "m", "prompt": seq(0, 20), "max_tokens": int64(math.MaxInt64)}); status != 400 {
+		t.Fatalf("max_tokens at the int range: %d %s", status, body)
+	}
 }
