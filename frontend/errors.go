@@ -30,6 +30,9 @@ var (
 	// ErrHeaderTooLarge: request headers past the limit (431).
 	ErrHeaderTooLarge = errors.New("request headers too large")
 	ErrMethod         = errors.New("method not allowed")
+	// ErrMediaType: an OpenAI call whose body is not declared application/json (415), as vLLM and
+	// Dynamo refuse it.
+	ErrMediaType = errors.New("unsupported media type")
 	// ErrOverloaded: the request's router policy class has its queue at a limit (529, Dynamo's
 	// QueueRejected); the client may retry later.
 	ErrOverloaded = errors.New("overloaded")
@@ -76,6 +79,8 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusRequestTimeout, "invalid_request_error"
 	case errors.Is(err, ErrMethod):
 		return fasthttp.StatusMethodNotAllowed, "invalid_request_error"
+	case errors.Is(err, ErrMediaType):
+		return fasthttp.StatusUnsupportedMediaType, "invalid_request_error"
 	case errors.Is(err, ErrOverloaded):
 		return StatusOverloaded, "overloaded_error"
 	}

@@ -145,6 +145,13 @@ func (a *OpenAIAPI) onlyPost(ctx *fasthttp.RequestCtx, fn func()) {
 		writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), ctx.Path()))
 		return
 	}
+	if !jsonContent(ctx) {
+		// A text/plain or form body is also what a browser page may send to any origin without asking
+		// (a CORS "simple" request): refusing it keeps --allowed-origins the gate it is meant to be.
+		writeError(ctx, errorf(ErrMediaType, "Unsupported Media Type: only 'application/json' is allowed, got %q",
+			ctx.Request.Header.ContentType()))
+		return
+	}
 	fn()
 }
 
