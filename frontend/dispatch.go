@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"strconv"
@@ -117,6 +118,10 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 		if a.Cfg.PassiveHealth && errors.Is(err, client.ErrConnect) {
 			// Refused: the process is gone. Out of routing now; the health monitor brings it back.
 			_ = a.R.SetHealthy(route.Worker.WorkerID, false, "passive: "+err.Error())
+		}
+		if errors.Is(j.ctx.Err(), context.DeadlineExceeded) {
+			a.fail(ctx, j, errorf(ErrTimeout, "the request did not complete within its timeout (--request-timeout %s)", a.Cfg.RequestTimeout))
+			return
 		}
 		if errors.Is(err, client.ErrLocal) {
 			a.fail(ctx, j, errorf(ErrUnavailable, "the router could not open a connection to worker %d: %v; retry", route.Worker.WorkerID, err))
@@ -271,7 +276,12 @@ func (a *OpenAIAPI) relayStream(w *bufio.Writer, j *job, route router.RouteResul
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				status = fasthttp.StatusBadGateway
-				_, _ = w.Write(openai.AppendSSEError(nil, fasthttp.StatusBadGateway, "server_error", "worker stream failed: "+err.Error()))
+				msg, typ := "worker stream failed: "+err.Error(), "server_error"
+				if errors.Is(j.ctx.Err(), context.DeadlineExceeded) {
+					status, typ = fasthttp.StatusGatewayTimeout, "timeout_error"
+					msg = "the request did not complete within its timeout (--request-timeout " + a.Cfg.RequestTimeout.String() + ")"
+				}
+				_, _ = w.Write(openai.AppendSSEError(nil, status, typ, msg))
 				_, _ = w.Write(openai.SSEDone)
 				_ = w.Flush()
 			}

@@ -88,6 +88,8 @@ type stackOpts struct {
 	registry prometheus.Registerer
 	// passiveHealth takes a worker out of routing when a connection to it is refused.
 	passiveHealth bool
+	// requestTimeout is --request-timeout (0: 30 s).
+	requestTimeout time.Duration
 }
 
 // fixtureLoaded is the fixture model, loaded once per test binary and shared by every stack's frontend
@@ -183,7 +185,11 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: 30 * time.Second, MediaGuard: guard, PassiveHealth: o.passiveHealth}, NewFrontendMetrics(nil))
+	timeout := o.requestTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: o.migrationLimit, RequestTimeout: timeout, MediaGuard: guard, PassiveHealth: o.passiveHealth}, NewFrontendMetrics(nil))
 	api.Tracer = o.tracer
 	if o.mm {
 		info, err := mm.ModelInfoFrom(m, name)

@@ -30,6 +30,8 @@ var (
 	// ErrHeaderTooLarge: request headers past the limit (431).
 	ErrHeaderTooLarge = errors.New("request headers too large")
 	ErrMethod         = errors.New("method not allowed")
+	// ErrTimeout: the request did not complete within --request-timeout (504).
+	ErrTimeout = errors.New("timeout")
 	// ErrMediaType: an OpenAI call whose body is not declared application/json (415), as vLLM and
 	// Dynamo refuse it.
 	ErrMediaType = errors.New("unsupported media type")
@@ -79,6 +81,8 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusRequestTimeout, "invalid_request_error"
 	case errors.Is(err, ErrMethod):
 		return fasthttp.StatusMethodNotAllowed, "invalid_request_error"
+	case errors.Is(err, ErrTimeout):
+		return fasthttp.StatusGatewayTimeout, "timeout_error"
 	case errors.Is(err, ErrMediaType):
 		return fasthttp.StatusUnsupportedMediaType, "invalid_request_error"
 	case errors.Is(err, ErrOverloaded):

@@ -1,6 +1,10 @@
 package frontend
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 // TestJSONContentTypeOnly: the OpenAI endpoints take a body declared application/json (charset and other
 // parameters allowed) and answer any other media type, or none, 415 with an OpenAI error, as vLLM's and
@@ -32,5 +36,20 @@ func TestJSONContentTypeOnly(t *testing.T) {
 				t.Errorf("POST %s as %q: not an OpenAI error: %s", tc.path, tc.contentType, r.raw)
 			}
 		}
+	}
+}
+
+// TestRequestTimeoutIs504: a request still running at --request-timeout is a 504 timeout_error (a stream:
+// an SSE error event with code 504), not a 503 naming the worker's address.
+func TestRequestTimeoutIs504(t *testing.T) {
+	s := startStack(t, stackOpts{workers: 1, speedup: 1, requestTimeout: 300 * time.Millisecond})
+	r := s.post(t, "/v1/chat/completions", chatBody("Qwen3-VL-2B-Instruct", "a long answer", `,"max_tokens":3000,"ignore_eos":true`))
+	e, _ := r.body["error"].(map[string]any)
+	if r.status != 504 || e == nil || e["type"] != "timeout_error" || strings.Contains(r.raw, "127.0.0.1") {
+		t.Fatalf("unary past the timeout: %d %s", r.status, r.raw)
+	}
+	r = s.post(t, "/v1/chat/completions", chatBody("Qwen3-VL-2B-Instruct", "a long stream", `,"max_tokens":3000,"ignore_eos":true,"stream":true`))
+	if r.status != 200 || !strings.Contains(r.raw, `"code":504`) || !strings.Contains(r.raw, "timeout_error") || !strings.HasSuffix(strings.TrimSpace(r.raw), "data: [DONE]") {
+		t.Fatalf("stream past the timeout: %d %s", r.status, r.raw[max(0, len(r.raw)-400):])
 	}
 }

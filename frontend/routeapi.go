@@ -251,7 +251,9 @@ func mapRouteErr(err error) error {
 		return errorf(ErrUnavailable, "no workers available: %v", err)
 	case errors.Is(err, router.ErrQueueRejected):
 		return errorf(ErrOverloaded, "%v", err)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, context.DeadlineExceeded):
+		return errorf(ErrTimeout, "the request's deadline passed while it waited in the router queue")
+	case errors.Is(err, context.Canceled):
 		return errorf(ErrUnavailable, "request waited too long in the router queue")
 	}
 	return err
