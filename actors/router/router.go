@@ -289,6 +289,12 @@ func (r *Router) AddWorker(spec registry.Spec) error {
 	return nil
 }
 
+// Has reports whether worker id is registered.
+func (r *Router) Has(id uint64) bool {
+	_, ok := r.Fleet.Get(id)
+	return ok
+}
+
 // RemoveWorker makes a worker unroutable, stops mirroring it and drops its blocks.
 func (r *Router) RemoveWorker(id uint64) error {
 	r.ctlMu.Lock()

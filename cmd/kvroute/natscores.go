@@ -72,6 +72,16 @@ func (c *cores) addTo(i int, spec registry.Spec) error {
 	return frontend.RegisterWorker(c.rs[i], c.pds[i], spec)
 }
 
+// Has reports whether a core holds worker id.
+func (c *cores) Has(id uint64) bool {
+	for i, r := range c.rs {
+		if r.Has(id) || c.pds[i].Prefill.Has(id) {
+			return true
+		}
+	}
+	return false
+}
+
 // RemoveWorker unregisters a worker from whichever core holds it.
 func (c *cores) RemoveWorker(id uint64) error {
 	for i, r := range c.rs {

@@ -111,6 +111,9 @@ func Register(ctx context.Context, nc *nats.Conn, spec registry.Spec, cfg Discov
 type WorkerSet interface {
 	AddWorker(registry.Spec) error
 	RemoveWorker(id uint64) error
+	// Has reports whether worker id is in the set: a worker removed from it by another hand (the admin
+	// API's DELETE) while its record still heartbeats is added again at its next heartbeat.
+	Has(id uint64) bool
 }
 
 // WatcherStats are a watcher's counters.
@@ -228,6 +231,14 @@ func (w *Watcher) apply(cur map[uint64]*known, e jetstream.KeyValueEntry) {
 	if k, ok := cur[id]; ok {
 		if k.spec == spec {
 			k.seen = e.Created()
+			if !w.set.Has(id) {
+				// Removed by another hand while its record lives on: the record is the registration.
+				if err := w.set.AddWorker(spec); err != nil {
+					w.errs.Add(1)
+					return
+				}
+				w.added.Add(1)
+			}
 			return
 		}
 		w.remove(cur, id) // the worker came back with another spec

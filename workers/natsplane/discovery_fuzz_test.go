@@ -44,6 +44,11 @@ func (s *workerSet) AddWorker(sp registry.Spec) error {
 	return nil
 }
 
+func (s *workerSet) Has(id uint64) bool {
+	_, ok := s.workers[id]
+	return ok
+}
+
 func (s *workerSet) RemoveWorker(id uint64) error {
 	if _, ok := s.workers[id]; !ok {
 		return registry.ErrUnknownWorker

@@ -72,6 +72,12 @@ func TestDiscovery(t *testing.T) {
 	stop1 = register(1, true)
 	defer stop1()
 	testutil.Until(t, 5*time.Second, "returning worker added", workers(1))
+	// Removed by another hand (the admin API's DELETE) while it still heartbeats: its record brings it
+	// back at its next heartbeat (it stayed out until the frontend restarted).
+	if err := r.RemoveWorker(1); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, 5*time.Second, "a removed worker that still heartbeats added again", workers(1))
 	t.Logf("watcher: %+v", w.Stats())
 }
 
