@@ -145,8 +145,11 @@ func TestHealthChecksTakeWorkerOutAndResyncIt(t *testing.T) {
 	}
 }
 
+// TestSelfTestFlagsBlockSizeMismatch: a worker registered without a block size (a --worker line or a
+// record that leaves it out) whose engine reports another block size than the router's is degraded by
+// its first health check. (A registration that states another block size is refused outright.)
 func TestSelfTestFlagsBlockSizeMismatch(t *testing.T) {
-	r := startHealthRig(t, 1, 32, nil) // the router hashes blocks of 16
+	r := startHealthRig(t, 1, 32, func(_ int, sp *registry.Spec) { sp.BlockSize = 0 }) // the router hashes blocks of 16
 	testutil.Within(t, 15*time.Second, "degraded", func() bool {
 		st, _ := r.Fleet.StatusOf(1)
 		return strings.Contains(st.Degraded, "block size 32")

@@ -161,6 +161,7 @@ func TestRouterAPIBadInput(t *testing.T) {
 		{"register id string", "POST", "/v1/workers", `{"id":"one"}`, 400},
 		{"register unknown field", "POST", "/v1/workers", `{"id":1,"block_sise":16}`, 400},
 		{"register unknown device", "POST", "/v1/workers", `{"id":1,"device":"tpu"}`, 400},
+		{"register another block size", "POST", "/v1/workers", `{"id":1,"block_size":32}`, 400},
 		{"delete unknown", "DELETE", "/v1/workers/77", "", 404},
 		{"delete bad id", "DELETE", "/v1/workers/abc", "", 400},
 		{"get unknown", "GET", "/v1/workers/77", "", 404},

@@ -275,8 +275,13 @@ func (r *Router) RecordOutput(id string, tokens int) { r.sched.recordOutput(id, 
 func (r *Router) BlockSize() int { return r.cfg.BlockSize }
 
 // AddWorker starts mirroring a worker and makes it routable. Without KV events (approximate mode) its
-// event endpoints are not subscribed.
+// event endpoints are not subscribed. A spec that states a block size other than the router's is
+// refused (registry.ErrBadSpec): none of its cached blocks could ever match a prompt's hashes.
 func (r *Router) AddWorker(spec registry.Spec) error {
+	if spec.BlockSize != 0 && spec.BlockSize != r.cfg.BlockSize {
+		return fmt.Errorf("%w: worker %d: block_size %d is not the router's %d (--kv-cache-block-size): its cached blocks would never match",
+			registry.ErrBadSpec, spec.ID, spec.BlockSize, r.cfg.BlockSize)
+	}
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
 	if !r.sched.config().UseKVEvents {
