@@ -487,18 +487,7 @@ func TestEPPStreamsAndHandshakes(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	held, err := extproc.NewExternalProcessorClient(dialEPP(t, addr, nil)).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
-	if err := held.Send(&extproc.ProcessingRequest{ProtocolConfig: &extproc.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED},
-		Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{Headers: h}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := held.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	holdStream(t, ctx, addr)
 	// The second stream ends before anything is read: its first receive has the status (a send may
 	// already see the stream closed, io.EOF, depending on the race with the server's answer).
 	second, err := extproc.NewExternalProcessorClient(dialEPP(t, addr, nil)).Process(ctx)
@@ -551,18 +540,7 @@ func TestEPPDrain(t *testing.T) {
 	// A request the gateway is proxying: its headers in, its answer not yet out.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	held, err := extproc.NewExternalProcessorClient(dialEPP(t, addr, nil)).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
-	if err := held.Send(&extproc.ProcessingRequest{ProtocolConfig: &extproc.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED},
-		Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{Headers: h}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := held.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	holdStream(t, ctx, addr)
 
 	stopped := make(chan struct{})
 	go func() { a.stop(); close(stopped) }()
@@ -600,8 +578,7 @@ func TestEPPDrain(t *testing.T) {
 	}
 	body := `{"model":"Qwen3-VL-2B-Instruct","messages":[{"role":"user","content":"cut"}],"max_tokens":2}`
 	for _, req := range []*extproc.ProcessingRequest{
-		{ProtocolConfig: &extproc.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED},
-			Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{Headers: h}}},
+		chatHeaders(),
 		{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: []byte(body), EndOfStream: true}}},
 	} {
 		if err := s.Send(req); err != nil {
@@ -614,5 +591,29 @@ func TestEPPDrain(t *testing.T) {
 	b.stop()
 	if st := b.picker.Stats(); st.Picked != 1 || st.Broken != 1 || st.Streams != 0 {
 		t.Fatalf("after the cut: %+v, want the picked request broken and freed", st)
+	}
+}
+
+// chatHeaders is the first message of a buffered chat request's stream: its request headers.
+func chatHeaders() *extproc.ProcessingRequest {
+	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}
+	return &extproc.ProcessingRequest{ProtocolConfig: &extproc.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED},
+		Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{Headers: h}}}
+}
+
+// holdStream opens a picker stream on its own connection and sends a chat request's headers, as the
+// gateway does when a request arrives, and reads the picker's answer: the stream stays open (a request
+// in flight) until ctx ends.
+func holdStream(t *testing.T, ctx context.Context, addr string) {
+	t.Helper()
+	held, err := extproc.NewExternalProcessorClient(dialEPP(t, addr, nil)).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Send(chatHeaders()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := held.Recv(); err != nil {
+		t.Fatal(err)
 	}
 }
