@@ -51,6 +51,18 @@ func (p *WorkerPool) Get(spec registry.Spec) (*client.Endpoint, error) {
 	return ep, nil
 }
 
+// AbortPending ends the requests to the worker at url that have had no response byte yet
+// (client.Endpoint.AbortPending): they move to another worker. It returns how many.
+func (p *WorkerPool) AbortPending(url string) int {
+	p.mu.Lock()
+	ep := p.eps[url]
+	p.mu.Unlock()
+	if ep == nil {
+		return 0
+	}
+	return ep.AbortPending()
+}
+
 // Drop closes and forgets a worker's endpoint (the worker was removed).
 func (p *WorkerPool) Drop(url string) {
 	p.mu.Lock()

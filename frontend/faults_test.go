@@ -461,3 +461,97 @@ func TestKillOneOfFourUnderLoad(t *testing.T) {
 		t.Fatal("the health check did not put the worker back")
 	}
 }
+
+// A worker that stops answering (a frozen process, or one cut off the network) keeps its connections
+// open: a non-streamed request sent to it gets no byte back. Once its health checks fail, the requests it
+// holds without having answered move to another worker; before, each waited for the worker client's
+// response timeout (10 min by default), past its own --request-timeout.
+func TestFrozenWorkerRequestsMove(t *testing.T) {
+	const name = "Qwen3-VL-2B-Instruct"
+	m, wm := fixtureModels(t, name)
+	tmpl := mocker.WorkerConfig{Engine: mocker.DefaultEngineConfig(), Model: wm, KVEvents: mocker.DefaultKVEventsConfig()}
+	tmpl.Engine.BlockSize, tmpl.Engine.SpeedupRatio = 16, 50
+	fleet, err := mocker.StartFleet(mocker.FleetConfig{NumWorkers: 1, Template: tmpl, FirstID: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The frozen worker: connections are accepted (the kernel does that for a stopped process) and
+	// read, never answered.
+	frozen, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := frozen.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	system := actors.NewSystem(nil)
+	r, err := router.New(system, router.DefaultConfig(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddWorker(registry.Spec{ID: 1, URL: "http://" + frozen.Addr().String(), BlockSize: 16}); err != nil {
+		t.Fatal(err)
+	}
+	pool := NewWorkerPool(client.DefaultConfig())
+	hc := DefaultHealthConfig()
+	hc.Interval, hc.Timeout, hc.SelfTest = 50*time.Millisecond, 200*time.Millisecond, false
+	mon := NewMonitor(r, pool, hc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: 3, RequestTimeout: time.Minute}, NewFrontendMetrics(nil))
+	srv := NewServer(ServerConfig{}, api, &RouterAPI{R: r})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		mon.Stop()
+		pool.Close()
+		r.Stop()
+		system.Shutdown()
+		_ = fleet.Close()
+		_ = frozen.Close()
+	})
+
+	// The request goes to the frozen worker, the only one; then a live worker joins and the health
+	// checks start.
+	type answer struct {
+		status int
+		worker string
+		err    error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		b := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"frozen"}],"max_tokens":2}`, name)
+		resp, err := (&http.Client{Timeout: 20 * time.Second}).Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(b))
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got <- answer{status: resp.StatusCode, worker: resp.Header.Get("x-kvroute-worker-id")}
+	}()
+	testutil.Eventually(t, "the request held by the frozen worker", func() bool { return r.ActiveRequests() == 1 })
+	sp, err := registry.Parse(fleet.Specs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddWorker(sp); err != nil {
+		t.Fatal(err)
+	}
+	mon.Start()
+	a := <-got
+	if a.err != nil || a.status != 200 || a.worker != "2" {
+		t.Fatalf("the request held by the frozen worker: %+v, want 200 from worker 2", a)
+	}
+	if st, _ := r.Fleet.StatusOf(1); st.Healthy {
+		t.Fatal("the frozen worker is still healthy")
+	}
+}

@@ -202,8 +202,13 @@ func (m *Monitor) check(ctx context.Context, spec registry.Spec) {
 
 	switch {
 	case err != nil && fails == m.cfg.FailThreshold:
-		m.log.Warn("worker unhealthy: out of routing, its blocks leave the index", "worker", spec.ID, "err", err)
 		_ = m.r.SetHealthy(spec.ID, false, err.Error())
+		// The requests it holds without having answered a byte would wait for it (a non-streamed one up to
+		// the worker client's response timeout): they move to other workers now. Answers under way are
+		// left to finish, or to the stream idle timeout.
+		moved := m.pool.AbortPending(spec.URL)
+		m.log.Warn("worker unhealthy: out of routing, its blocks leave the index", "worker", spec.ID, "err", err,
+			"requests_moved", moved)
 	case err == nil:
 		if st, ok := m.r.Fleet.StatusOf(spec.ID); ok && !st.Healthy {
 			m.log.Info("worker healthy again: resyncing", "worker", spec.ID)

@@ -38,6 +38,8 @@ type Endpoint struct {
 	mu     sync.Mutex
 	idle   []*conn // LIFO: the most recently used connection is the warmest
 	closed bool
+	// busy are the connections carrying a request now (AbortPending).
+	busy map[*conn]struct{}
 
 	stats struct {
 		dials, reuses, retries atomic.Uint64
@@ -54,11 +56,17 @@ type conn struct {
 	read     int64
 	lastUsed time.Time
 	reused   bool
+	// responded is set at the first response byte (read is the request goroutine's own); aborted when
+	// AbortPending closed the connection.
+	responded, aborted atomic.Bool
 }
 
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.nc.Read(p)
 	c.read += int64(n)
+	if n > 0 && !c.responded.Load() {
+		c.responded.Store(true)
+	}
 	return n, err
 }
 
@@ -145,6 +153,7 @@ func (e *Endpoint) acquire(ctx context.Context, fresh bool) (*conn, error) {
 		c := e.idle[len(e.idle)-1]
 		e.idle = e.idle[:len(e.idle)-1]
 		if now.Sub(c.lastUsed) < e.cfg.IdleConnTimeout {
+			e.markBusyLocked(c)
 			e.mu.Unlock()
 			c.reused = true
 			e.stats.reuses.Add(1)
@@ -174,17 +183,52 @@ func (e *Endpoint) acquire(ctx context.Context, fresh bool) (*conn, error) {
 	c := &conn{nc: nc}
 	c.br = bufio.NewReaderSize(c, e.cfg.ReadBufferSize)
 	c.bw = bufio.NewWriterSize(c, 4<<10)
+	e.mu.Lock()
+	e.markBusyLocked(c)
+	e.mu.Unlock()
 	return c, nil
+}
+
+// markBusyLocked records c as carrying a request; e.mu is held.
+func (e *Endpoint) markBusyLocked(c *conn) {
+	if e.busy == nil {
+		e.busy = make(map[*conn]struct{})
+	}
+	c.responded.Store(false)
+	e.busy[c] = struct{}{}
+}
+
+// AbortPending closes the connections whose request has had no response byte yet and returns how many:
+// their calls fail as no response (retryable, so the request moves to another worker) rather than wait
+// for an answer that will not come. For a worker that stopped answering its health checks (frozen, or
+// cut off): a non-streamed request otherwise waits for ResponseTimeout. Requests whose answer has begun
+// are left to finish or to their idle timeout.
+func (e *Endpoint) AbortPending() int {
+	e.mu.Lock()
+	var pending []*conn
+	for c := range e.busy {
+		if !c.responded.Load() {
+			c.aborted.Store(true)
+			pending = append(pending, c)
+		}
+	}
+	e.mu.Unlock()
+	for _, c := range pending {
+		c.nc.Close()
+	}
+	return len(pending)
 }
 
 // release returns c to the pool when keep is true, else closes it.
 func (e *Endpoint) release(c *conn, keep bool) {
 	e.stats.active.Add(-1)
+	keep = keep && !c.aborted.Load()
 	if keep {
 		now := time.Now()
 		c.lastUsed = now
 		c.reused = false
 		e.mu.Lock()
+		delete(e.busy, c)
 		if !e.closed && len(e.idle) < e.cfg.MaxIdleConns {
 			e.idle = append(e.idle, c)
 			stale := e.reapLocked(now)
@@ -195,6 +239,10 @@ func (e *Endpoint) release(c *conn, keep bool) {
 			<-e.sem
 			return
 		}
+		e.mu.Unlock()
+	} else {
+		e.mu.Lock()
+		delete(e.busy, c)
 		e.mu.Unlock()
 	}
 	c.nc.Close()
@@ -259,9 +307,12 @@ func (e *Endpoint) exchange(ctx context.Context, req *Request, resp *fasthttp.Re
 		stop()
 		received := c.read > 0
 		reused := c.reused
+		aborted := c.aborted.Load()
 		e.release(c, false)
 		timeout := isTimeout(err)
-		if ctx.Err() == nil && reused && !received && !timeout && attempt == 0 {
+		if aborted {
+			err = errAborted // not a stale keep-alive connection: no second try on this worker
+		} else if ctx.Err() == nil && reused && !received && !timeout && attempt == 0 {
 			e.stats.retries.Add(1)
 			continue
 		}

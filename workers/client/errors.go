@@ -34,6 +34,9 @@ var (
 	// The worker was never reached and is not at fault: health checks and passive health leave it in
 	// routing. Not retryable: a dial to another worker meets the same table.
 	ErrLocal = errors.New("client: router out of sockets")
+	// errAborted is the cause of a call AbortPending ended before any response byte (a no-response
+	// error, retryable on another worker).
+	errAborted = errors.New("aborted before any response byte: the worker stopped answering its health checks")
 )
 
 // Error is a failed call: its class, whether it may be retried on another worker, the worker's status

@@ -378,3 +378,54 @@ func TestIdleConnectionsReaped(t *testing.T) {
 	}
 	testutil.Eventually(t, "the server to see the stale connections closed", func() bool { return open.Load() <= 1 })
 }
+
+// TestAbortPending: AbortPending ends the calls that have had no response byte, as a no-response error
+// (retryable on another worker) that says why, and leaves the ones whose answer has begun. The aborted
+// call is not tried again on a fresh connection to the same worker.
+func TestAbortPending(t *testing.T) {
+	release := make(chan struct{})
+	var silent, answering atomic.Int32
+	srv := hijackServer(t, func(conn net.Conn, rw *bufio.ReadWriter) {
+		if answering.Add(1) == 2 { // the second connection: the answer begins, then stalls
+			_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			_ = rw.Flush()
+		} else {
+			silent.Add(1)
+		}
+		<-release
+	})
+	t.Cleanup(func() { close(release) })
+	e := newEndpoint(t, srv.URL, Config{})
+	done := make(chan error, 1)
+	go func() {
+		var resp Response
+		done <- e.Do(context.Background(), &Request{Path: "/v1/completions", Body: body}, &resp)
+	}()
+	testutil.Eventually(t, "the silent call at the worker", func() bool { return silent.Load() == 1 })
+	stream := make(chan *Stream, 1)
+	go func() {
+		s, err := e.Stream(context.Background(), &Request{Path: "/v1/completions", Body: body}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		stream <- s
+	}()
+	s := <-stream
+	if s == nil {
+		t.Fatal("no stream")
+	}
+	defer s.Close()
+	if n := e.AbortPending(); n != 1 {
+		t.Fatalf("AbortPending ended %d calls, want the silent one", n)
+	}
+	err := <-done
+	if !errors.Is(err, ErrNoResponse) || !Retryable(err) || !strings.Contains(err.Error(), "health checks") {
+		t.Fatalf("the aborted call: %v", err)
+	}
+	if silent.Load() != 1 {
+		t.Fatalf("the aborted call was tried again on the same worker (%d silent calls)", silent.Load())
+	}
+	if n := e.AbortPending(); n != 0 {
+		t.Fatalf("a second AbortPending ended %d calls, want none (the stream has begun)", n)
+	}
+}
