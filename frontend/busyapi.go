@@ -84,7 +84,7 @@ func (a *RouterAPI) busyThreshold(ctx *fasthttp.RequestCtx) {
 		}
 		writeJSON(ctx, thresholdsOf(a.nameOf(req.Model), r))
 	default:
-		writeError(ctx, errorf(ErrMethod, "%s /busy_threshold: use GET or POST", ctx.Method()))
+		methodNotAllowed(ctx, "GET, POST", errorf(ErrMethod, "%s /busy_threshold: use GET or POST", ctx.Method()))
 	}
 }
 

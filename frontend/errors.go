@@ -102,6 +102,13 @@ func writeError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetBody(body)
 }
 
+// methodNotAllowed writes err (an ErrMethod) with the Allow header RFC 9110 asks of a 405: the methods
+// the path serves.
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string, err error) {
+	ctx.Response.Header.Set("Allow", allow)
+	writeError(ctx, err)
+}
+
 // writeJSON writes v as a 200 JSON response.
 func writeJSON(ctx *fasthttp.RequestCtx, v any) {
 	body, err := json.Marshal(v)

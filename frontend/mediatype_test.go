@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +52,28 @@ func TestRequestTimeoutIs504(t *testing.T) {
 	r = s.post(t, "/v1/chat/completions", chatBody("Qwen3-VL-2B-Instruct", "a long stream", `,"max_tokens":3000,"ignore_eos":true,"stream":true`))
 	if r.status != 200 || !strings.Contains(r.raw, `"code":504`) || !strings.Contains(r.raw, "timeout_error") || !strings.HasSuffix(strings.TrimSpace(r.raw), "data: [DONE]") {
 		t.Fatalf("stream past the timeout: %d %s", r.status, r.raw[max(0, len(r.raw)-400):])
+	}
+}
+
+// TestMethodNotAllowedSaysAllow: a 405 names the methods the path serves in Allow (RFC 9110).
+func TestMethodNotAllowedSaysAllow(t *testing.T) {
+	base, _ := startRouterAPI(t, 4, ServerConfig{})
+	for _, tc := range []struct{ method, path, allow string }{
+		{"PUT", "/busy_threshold", "GET, POST"},
+		{"GET", "/v1/overlap_scores", "POST"},
+		{"PATCH", "/v1/workers", "GET, POST"},
+	} {
+		req, err := http.NewRequest(tc.method, base+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d, Allow %q, want 405 and %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), tc.allow)
+		}
 	}
 }

@@ -48,7 +48,7 @@ func (m *Models) Handle(ctx *fasthttp.RequestCtx) bool {
 	switch {
 	case path == "/v1/models":
 		if !ctx.IsGet() && !ctx.IsHead() {
-			writeError(ctx, errorf(ErrMethod, "%s /v1/models: use GET", ctx.Method()))
+			methodNotAllowed(ctx, "GET, HEAD", errorf(ErrMethod, "%s /v1/models: use GET", ctx.Method()))
 			return true
 		}
 		cards := make([]modelCard, len(m.apis))
@@ -59,7 +59,7 @@ func (m *Models) Handle(ctx *fasthttp.RequestCtx) bool {
 		return true
 	case strings.HasPrefix(path, "/v1/models/"):
 		if !ctx.IsGet() && !ctx.IsHead() {
-			writeError(ctx, errorf(ErrMethod, "%s %s: use GET", ctx.Method(), path))
+			methodNotAllowed(ctx, "GET, HEAD", errorf(ErrMethod, "%s %s: use GET", ctx.Method(), path))
 			return true
 		}
 		// Model ids may contain slashes (org/name): the rest of the path is the id.

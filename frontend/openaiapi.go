@@ -128,7 +128,7 @@ func (a *OpenAIAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 		a.onlyPost(ctx, func() { a.detokenizeEndpoint(ctx) })
 	case "/v1/models":
 		if !ctx.IsGet() {
-			writeError(ctx, errorf(ErrMethod, "%s /v1/models: use GET", ctx.Method()))
+			methodNotAllowed(ctx, "GET", errorf(ErrMethod, "%s /v1/models: use GET", ctx.Method()))
 			return true
 		}
 		a.models(ctx)
@@ -142,7 +142,7 @@ func (a *OpenAIAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 
 func (a *OpenAIAPI) onlyPost(ctx *fasthttp.RequestCtx, fn func()) {
 	if !ctx.IsPost() {
-		writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), ctx.Path()))
+		methodNotAllowed(ctx, "POST", errorf(ErrMethod, "%s %s: use POST", ctx.Method(), ctx.Path()))
 		return
 	}
 	if !jsonContent(ctx) {

@@ -97,7 +97,7 @@ func (a *RouterAPI) handleRoute(ctx *fasthttp.RequestCtx, path string) bool {
 	switch {
 	case path == "/v1/route":
 		if !ctx.IsPost() {
-			writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
+			methodNotAllowed(ctx, "POST", errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
 			return true
 		}
 		a.route(ctx)
@@ -109,7 +109,7 @@ func (a *RouterAPI) handleRoute(ctx *fasthttp.RequestCtx, path string) bool {
 			return true
 		}
 		if !ctx.IsPost() {
-			writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
+			methodNotAllowed(ctx, "POST", errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
 			return true
 		}
 		var err error

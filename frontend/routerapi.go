@@ -140,7 +140,7 @@ func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 		a.busyThreshold(ctx)
 	case path == "/v1/overlap_scores":
 		if !ctx.IsPost() {
-			writeError(ctx, errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
+			methodNotAllowed(ctx, "POST", errorf(ErrMethod, "%s %s: use POST", ctx.Method(), path))
 			return true
 		}
 		a.overlap(ctx)
@@ -151,7 +151,7 @@ func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 		case ctx.IsPost():
 			a.register(ctx)
 		default:
-			writeError(ctx, errorf(ErrMethod, "%s %s: use GET or POST", ctx.Method(), path))
+			methodNotAllowed(ctx, "GET, POST", errorf(ErrMethod, "%s %s: use GET or POST", ctx.Method(), path))
 		}
 	case strings.HasPrefix(path, "/v1/workers/"):
 		id, err := parseID(strings.TrimPrefix(path, "/v1/workers/"))
@@ -184,7 +184,7 @@ func (a *RouterAPI) Handle(ctx *fasthttp.RequestCtx) bool {
 			}
 			writeJSON(ctx, map[string]any{"removed": id})
 		default:
-			writeError(ctx, errorf(ErrMethod, "%s %s: use GET or DELETE", ctx.Method(), path))
+			methodNotAllowed(ctx, "GET, DELETE", errorf(ErrMethod, "%s %s: use GET or DELETE", ctx.Method(), path))
 		}
 	default:
 		return false

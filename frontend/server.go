@@ -268,7 +268,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	case "/debug/goroutines":
 		if !ctx.IsGet() {
-			writeError(ctx, errorf(ErrMethod, "use GET for /debug/goroutines"))
+			methodNotAllowed(ctx, "GET", errorf(ErrMethod, "use GET for /debug/goroutines"))
 			return
 		}
 		writeJSON(ctx, goroutinesView{Total: runtime.NumGoroutine(), Kinds: routine.Snapshot()})
