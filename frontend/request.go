@@ -347,6 +347,11 @@ func (a *requestActor) finish(p *preparation, out prepared) {
 		p.imgs.dropData()
 	}
 	p.reply <- out
+	// The actor waits idle for its next request (requestActors keeps up to 256): it keeps nothing of
+	// this one. Its body, parsed request, tokens and worker-bound body stayed reachable from here until
+	// the actor's next request, so idle actors held the peak's memory (1.1 GB live after 8 concurrent
+	// 29 MB image requests had ended). Late stage reports carry what they must release themselves.
+	*p = preparation{gen: p.gen}
 }
 
 // recoverStage turns a panic in a stage (a template bug on hostile input) into the current request's

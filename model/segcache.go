@@ -24,7 +24,7 @@ const minCachedSegment = 8
 // between <|im_start|>role and <|im_end|>), so a long conversation re-sends its earlier turns as cache hits and
 // only the new turn is tokenized.
 //
-// Bounded LRU by bytes (segment text plus 4 bytes per id). One mutex guards it; a lookup is a map probe, so the
+// Bounded LRU by bytes (segment text plus 4 bytes per id it holds room for). One mutex guards it; a lookup is a map probe, so the
 // lock is held for well under a microsecond.
 type SegmentCache struct {
 	mu    sync.Mutex
@@ -46,7 +46,9 @@ func NewSegmentCache(maxBytes int64) *SegmentCache {
 	return &SegmentCache{max: maxBytes, items: map[string]*list.Element{}}
 }
 
-func (e *segEntry) cost() int64 { return int64(len(e.text)) + 4*int64(len(e.ids)) + 64 }
+// cost counts the ids' capacity, not their length: an encoding grown by append holds up to a quarter more
+// than it uses, and that is what the cache keeps alive.
+func (e *segEntry) cost() int64 { return int64(len(e.text)) + 4*int64(cap(e.ids)) + 64 }
 
 func (c *SegmentCache) get(s string) ([]uint32, bool) {
 	c.mu.Lock()

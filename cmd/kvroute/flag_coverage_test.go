@@ -121,7 +121,7 @@ var flagEvidence = map[string][]string{
 
 	// Multimodal.
 	"frontend-decoding":          {"frontend: TestE2EImageFrontendDecoding"},
-	"media-allow-hosts":          {"frontend: TestE2EImageRouting", "mm: TestGuardAllowList"},
+	"media-allow-hosts":          {"frontend: TestE2EImageRouting", "mm: TestGuardAllowList", "cmd/kvroute: TestServeImagesFromAllowedHost"},
 	"mm-data-uri-identity":       {"cmd/kvroute: TestDataURIIdentityFlag", "mm: TestResolveDataURIIdentity"},
 	"mm-max-images":              {"mm: TestResolveFallbacks"},
 	"mm-max-total-pixels":        {"mm: TestResolveFallbacks"},

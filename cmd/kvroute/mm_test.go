@@ -223,3 +223,45 @@ func TestImageBytesInFlightGauge(t *testing.T) {
 	}
 	waitUntil(t, "the gauge back to 0", func() bool { return gauge() == "kvroute_media_fetch_bytes_in_flight 0" })
 }
+
+// TestServeImagesFromAllowedHost: kvroute serve's simulated workers fetch images through the guard with
+// the command's --media-allow-hosts, as the frontend does: an image on an allowed internal host is
+// answered 200. Before, the frontend routed it and the worker refused the same URL (blocked address).
+func TestServeImagesFromAllowedHost(t *testing.T) {
+	var img bytes.Buffer
+	if err := png.Encode(&img, image.NewGray(image.Rect(0, 0, 64, 48))); err != nil {
+		t.Fatal(err)
+	}
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(img.Bytes())
+	}))
+	t.Cleanup(images.Close)
+	modelDir, err := filepath.Abs(filepath.Join("..", "..", defaultModelPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, herr := captureCLI(t)
+	f, _, code, ok := parseFrontend("serve", []string{"--model-path", modelDir, "--http-host", "127.0.0.1", "--http-port", "0",
+		"--health-check-interval", "0", "--media-allow-hosts", "127.0.0.1"}, nil)
+	if !ok {
+		t.Fatalf("exit %d: %s", code, herr.String())
+	}
+	app, err := startServe(f, serveConfig{workers: 1, gpuBlocks: 1024, speedup: 50}, newRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.closeFleet)
+	t.Cleanup(app.stop)
+	body := `{"model":"` + app.name + `","max_tokens":1,"messages":[{"role":"user","content":[` +
+		`{"type":"image_url","image_url":{"url":"` + images.URL + `/cat.png"}},{"type":"text","text":"What is this?"}]}]}`
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Post("http://"+app.ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("an image on an allowed host: %d %s", resp.StatusCode, b)
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvroute/kvroute/mm"
 	"github.com/kvroute/kvroute/workers/mocker"
 	"github.com/kvroute/kvroute/workers/registry"
 )
@@ -112,6 +113,9 @@ func startServe(f *frontendFlags, sc serveConfig, reg *prometheus.Registry, log 
 		tmpl.Engine.NumGPUBlocks = sc.gpuBlocks
 		tmpl.Engine.SpeedupRatio = sc.speedup
 		tmpl.APIKey = sc.apiKey
+		// The simulated workers fetch images through the same guard as the frontend, and in one process
+		// with one --media-allow-hosts: an image the frontend lets through, its worker may fetch too.
+		tmpl.MediaAllowHosts = mm.ParseAllowHosts(*f.allow)
 		groups := []struct {
 			n    int
 			role string
