@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -180,9 +181,7 @@ func runRouter(args []string) int {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 1
 	}
-	scfg := sf.config(32<<20, nil)
-	srv := frontend.NewServer(scfg, &frontend.RouterAPI{R: r})
-	logAccess(log, srv.Config())
+	srv := routerServer(sf, r, cfg.MinInitialWorkers, log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	shutdownOnSignal.Go(func() {
@@ -197,4 +196,16 @@ func runRouter(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// routerServer is the standalone router's HTTP edge: the router API, and the probes as the frontend's:
+// /ready is 503 until max(1, --router-min-initial-workers) workers are registered and healthy (this
+// command runs no health checks: a registration counts), /health lists them in Dynamo's shape. (They
+// were a bare 200 whatever the fleet.)
+func routerServer(sf *serverFlags, r *router.Router, minWorkers int, log *slog.Logger) *frontend.Server {
+	scfg := sf.config(32<<20, nil)
+	scfg.Probes = frontend.NewProbes(r, frontend.ProbeConfig{MinReadyWorkers: max(1, minWorkers), Version: version()})
+	srv := frontend.NewServer(scfg, &frontend.RouterAPI{R: r})
+	logAccess(log, srv.Config())
+	return srv
 }

@@ -101,6 +101,21 @@ func TestRouterCommand(t *testing.T) {
 	if w := do("GET", "/v1/workers", ""); !strings.Contains(w, `"http://127.0.0.1:9"`) {
 		t.Fatalf("--worker: /v1/workers %s", w)
 	}
+	// The probes are the frontend's: ready with its one worker, listed on /health; without workers not
+	// ready (they answered a bare 200 whatever the fleet).
+	if h := do("GET", "/health", ""); !strings.Contains(h, `"instance_id":7`) || !strings.Contains(h, `"status":"healthy"`) {
+		t.Fatalf("/health: %s", h)
+	}
+	do("GET", "/ready", "")
+	do("DELETE", "/v1/workers/7", "")
+	resp, err := hc.Get(base + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/ready with no worker: %d, want 503", resp.StatusCode)
+	}
 	// --max-conns reaches the edge: its startup line (logged before the listening one) states the bound.
 	select {
 	case b := <-bound:

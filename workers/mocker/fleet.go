@@ -47,6 +47,16 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 		cfg.HTTPHost = "127.0.0.1"
 	}
 	dp := max(cfg.Template.DPSize, 1)
+	// libzmq takes a port number modulo 65536 (70000 bound 4464): every port of a base must be one.
+	for _, b := range []struct {
+		name       string
+		base, span int
+	}{{"HTTP port base", cfg.HTTPPortBase, cfg.NumWorkers}, {"KV events port base", cfg.KVEventsPortBase, cfg.NumWorkers * dp},
+		{"replay port base", cfg.ReplayPortBase, cfg.NumWorkers * dp}} {
+		if b.base < 0 || b.base > 0 && b.base+b.span-1 > 65535 {
+			return nil, fmt.Errorf("%w: %s %d: its %d ports must lie in 1..65535", ErrBadConfig, b.name, b.base, b.span)
+		}
+	}
 	f := &Fleet{}
 	for i := range cfg.NumWorkers {
 		wc := cfg.Template

@@ -3,6 +3,7 @@ package mocker
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"image"
 	"image/png"
@@ -574,5 +575,22 @@ func TestHTTPMaxTokens(t *testing.T) {
 	}
 	if status, body := postJSON(t, w.URL()+"/v1/completions", map[string]any{"model": "m", "prompt": seq(0, 20), "max_tokens": int64(math.MaxInt64)}); status != 400 {
 		t.Fatalf("max_tokens at the int range: %d %s", status, body)
+	}
+}
+
+// TestFleetPortBases: a port base whose ports leave 1..65535 is refused (libzmq would bind the port
+// modulo 65536: a KV events base of 70000 published on 4464), as is a negative one.
+func TestFleetPortBases(t *testing.T) {
+	for _, fc := range []FleetConfig{
+		{NumWorkers: 1, KVEventsPortBase: 70000},
+		{NumWorkers: 2, ReplayPortBase: 65535},
+		{NumWorkers: 1, HTTPPortBase: -1},
+	} {
+		if f, err := StartFleet(fc); !errors.Is(err, ErrBadConfig) {
+			if f != nil {
+				_ = f.Close()
+			}
+			t.Errorf("%+v: %v, want ErrBadConfig", fc, err)
+		}
 	}
 }
