@@ -88,6 +88,12 @@ func refuse(fs *flag.FlagSet, name, env string, isBool bool, allow, reason strin
 	if isBool {
 		fs.Var(refused{reason: reason, allow: "true", isBool: true}, "no-"+name, "refused: "+reason)
 	}
+	return refusedEnv(env, isBool, allow, reason)
+}
+
+// refusedEnv fails when env, the variable of a flag kvroute cannot honour, is set to a value other than
+// allow (for a boolean: to true).
+func refusedEnv(env string, isBool bool, allow, reason string) error {
 	if v, ok := os.LookupEnv(env); ok && env != "" && v != "" {
 		if isBool && !truthy(v) {
 			return nil

@@ -55,6 +55,19 @@ func TestRouterRefusesFrontendOnlyFlags(t *testing.T) {
 		if code, ok := parseFlagsTo(fs, []string{"--" + r.name + "=" + r.allow}, false, io.Discard, io.Discard); !ok {
 			t.Errorf("router --%s=%s: exit %d", r.name, r.allow, code)
 		}
+		// Its variable is refused too (it was read into the shared configuration and ignored).
+		t.Run(r.env, func(t *testing.T) {
+			t.Setenv(r.env, "1")
+			if _, err := addRouterFlags(flag.NewFlagSet("router", flag.ContinueOnError)); err == nil || !strings.Contains(err.Error(), "$"+r.env) {
+				t.Errorf("$%s=1: %v, want refused", r.env, err)
+			}
+		})
+	}
+	// $DYN_HTTP_PORT is the router's default port, as the frontend's.
+	t.Setenv("DYN_HTTP_PORT", "18123")
+	rf, err := addRouterFlags(flag.NewFlagSet("router", flag.ContinueOnError))
+	if err != nil || *rf.port != 18123 {
+		t.Fatalf("$DYN_HTTP_PORT=18123: port %v (%v)", rf, err)
 	}
 }
 

@@ -79,10 +79,10 @@ type routerFlags struct {
 // to share load over. It refuses them with the reason (the value that is its behaviour anyway is
 // accepted) instead of ignoring them; kvroute frontend takes them.
 var routerRefuses = []refusedFlag{
-	{name: "migration-limit", allow: "0", reason: "the standalone router dispatches no requests; kvroute frontend --migration-limit retries them"},
-	{name: "router-replica-sync", isBool: true, allow: "false", reason: "the standalone router has no NATS connection; kvroute frontend --router-replica-sync shares load between replicas"},
-	{name: "router-track-output-blocks", isBool: true, allow: "false", reason: "the standalone router's API reports no generated tokens (only prefill_done and free); kvroute frontend --router-track-output-blocks counts them from the stream"},
-	{name: "access-log", isBool: true, allow: "false", reason: "the standalone router serves no OpenAI requests; kvroute frontend --access-log logs them"},
+	{name: "migration-limit", env: "DYN_MIGRATION_LIMIT", allow: "0", reason: "the standalone router dispatches no requests; kvroute frontend --migration-limit retries them"},
+	{name: "router-replica-sync", env: "DYN_ROUTER_REPLICA_SYNC", isBool: true, allow: "false", reason: "the standalone router has no NATS connection; kvroute frontend --router-replica-sync shares load between replicas"},
+	{name: "router-track-output-blocks", env: "DYN_ROUTER_TRACK_OUTPUT_BLOCKS", isBool: true, allow: "false", reason: "the standalone router's API reports no generated tokens (only prefill_done and free); kvroute frontend --router-track-output-blocks counts them from the stream"},
+	{name: "access-log", env: "KVROUTE_ACCESS_LOG", isBool: true, allow: "false", reason: "the standalone router serves no OpenAI requests; kvroute frontend --access-log logs them"},
 }
 
 func addRouterFlags(fs *flag.FlagSet) (*routerFlags, error) {
@@ -100,6 +100,9 @@ func addRouterFlags(fs *flag.FlagSet) (*routerFlags, error) {
 	for _, r := range routerRefuses {
 		skip[r.name] = true
 		fs.Var(refused{reason: r.reason, allow: r.allow, isBool: r.isBool}, r.name, "refused: "+r.reason)
+		if err := refusedEnv(r.env, r.isBool, r.allow, r.reason); err != nil {
+			return nil, err // as the flag: its variable set is refused too, not ignored
+		}
 	}
 	shared.VisitAll(func(f *flag.Flag) {
 		if !skip[f.Name] {
@@ -107,7 +110,11 @@ func addRouterFlags(fs *flag.FlagSet) (*routerFlags, error) {
 		}
 	})
 	fs.Var(intAlias{&rf.cfg.BlockSize}, "block-size", "KV block size in tokens (alias of --kv-cache-block-size)")
-	rf.port = fs.Int("http-port", 8000, "HTTP port")
+	port, err := strconv.Atoi(envOr("DYN_HTTP_PORT", "8000"))
+	if err != nil {
+		return nil, fmt.Errorf("$DYN_HTTP_PORT: %w", err)
+	}
+	rf.port = fs.Int("http-port", port, "HTTP port [$DYN_HTTP_PORT]")
 	rf.host = fs.String("http-host", envOr("DYN_HTTP_HOST", "0.0.0.0"), "HTTP listen address [$DYN_HTTP_HOST]")
 	alias(fs, "host", "http-host")
 	rf.bind = registerBindFlag(fs)
