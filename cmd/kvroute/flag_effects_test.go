@@ -327,3 +327,23 @@ func TestOTLPTracesExported(t *testing.T) {
 		t.Fatalf("collector got %d exports; last %d bytes without the service name", posts.Load(), len(b))
 	}
 }
+
+// kvroute relay refuses an events or replay endpoint that is not a ZMQ endpoint, and a dp size under 1
+// (it ran relaying nothing).
+func TestRelayEndpointsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		events, replay string
+		dp             int
+		ok             bool
+	}{
+		{"tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", 2, true},
+		{"nonsense", "", 1, false},
+		{"tcp://127.0.0.1:5557", "nonsense", 1, false},
+		{"tcp://127.0.0.1:5557", "", 0, false},
+	} {
+		eps, _, err := rankEndpoints(tc.events, tc.replay, tc.dp)
+		if (err == nil) != tc.ok || tc.ok && len(eps) != tc.dp {
+			t.Errorf("%+v: %v %v", tc, eps, err)
+		}
+	}
+}

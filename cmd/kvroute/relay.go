@@ -103,7 +103,10 @@ func runRelay(args []string) int {
 // rankEndpoints derives every dp rank's event and replay endpoints from rank 0's (rank r adds r to the
 // port, as vLLM does).
 func rankEndpoints(events, replay string, dp int) (eps, reps []string, err error) {
-	for r := 0; r < max(1, dp); r++ {
+	if dp < 1 {
+		return nil, nil, fmt.Errorf("--dp-size %d: want at least 1", dp)
+	}
+	for r := 0; r < dp; r++ {
 		ep, err := registry.RankEndpoint(events, r)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--kv-events-endpoint: %w", err)

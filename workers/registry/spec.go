@@ -298,6 +298,9 @@ func (s *Spec) DPRanks() int {
 // non-tcp endpoints are returned unchanged for rank 0, and an error for rank > 0 on non-tcp endpoints
 // (inproc gets the _dp suffix).
 func RankEndpoint(ep string, rank int) (string, error) {
+	if ep != "" && !validZMQEndpoint(ep) {
+		return "", fmt.Errorf("%w: %q is not a ZMQ endpoint (tcp://host:port, ipc://, inproc://)", ErrBadSpec, ep)
+	}
 	if rank == 0 || ep == "" {
 		return ep, nil
 	}
