@@ -129,20 +129,7 @@ func faultStack(t *testing.T, mode string, migration int, timeout time.Duration)
 	ccfg.ResponseTimeout = timeout // a worker that never answers is given up on (before any byte: migrated)
 	pool := NewWorkerPool(ccfg)
 	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: migration, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
-	srv := NewServer(ServerConfig{}, api, &RouterAPI{R: r})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = srv.Shutdown()
-		pool.Close()
-		r.Stop()
-		system.Shutdown()
-		_ = fleet.Close()
-	})
-	return "http://" + ln.Addr().String(), bad
+	return serveMonitored(t, api, nil, func() { _ = fleet.Close() }), bad
 }
 
 // fire sends n distinct requests concurrently, each bounded by a client deadline, and returns their
@@ -368,21 +355,7 @@ func TestKillOneOfFourUnderLoad(t *testing.T) {
 	mon := NewMonitor(r, pool, hc, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	mon.Start()
 	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: defaults.MigrationLimit, PassiveHealth: true, RequestTimeout: 30 * time.Second}, NewFrontendMetrics(nil))
-	srv := NewServer(ServerConfig{}, api, &RouterAPI{R: r})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = srv.Shutdown()
-		mon.Stop()
-		pool.Close()
-		r.Stop()
-		system.Shutdown()
-		_ = fleet.Close()
-	})
-	base := "http://" + ln.Addr().String()
+	base := serveMonitored(t, api, mon, func() { _ = fleet.Close() })
 
 	const (
 		rate     = 150
@@ -503,21 +476,7 @@ func TestFrozenWorkerRequestsMove(t *testing.T) {
 	hc.Interval, hc.Timeout, hc.SelfTest = 50*time.Millisecond, 200*time.Millisecond, false
 	mon := NewMonitor(r, pool, hc, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	api := NewOpenAIAPI(r, m, name, system, pool, OpenAIConfig{MigrationLimit: 3, RequestTimeout: time.Minute}, NewFrontendMetrics(nil))
-	srv := NewServer(ServerConfig{}, api, &RouterAPI{R: r})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = srv.Shutdown()
-		mon.Stop()
-		pool.Close()
-		r.Stop()
-		system.Shutdown()
-		_ = fleet.Close()
-		_ = frozen.Close()
-	})
+	base := serveMonitored(t, api, mon, func() { _ = fleet.Close(); _ = frozen.Close() })
 
 	// The request goes to the frozen worker, the only one; then a live worker joins and the health
 	// checks start.
@@ -529,7 +488,7 @@ func TestFrozenWorkerRequestsMove(t *testing.T) {
 	got := make(chan answer, 1)
 	go func() {
 		b := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"frozen"}],"max_tokens":2}`, name)
-		resp, err := (&http.Client{Timeout: 20 * time.Second}).Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(b))
+		resp, err := (&http.Client{Timeout: 20 * time.Second}).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(b))
 		if err != nil {
 			got <- answer{err: err}
 			return
@@ -554,4 +513,30 @@ func TestFrozenWorkerRequestsMove(t *testing.T) {
 	if st, _ := r.Fleet.StatusOf(1); st.Healthy {
 		t.Fatal("the frozen worker is still healthy")
 	}
+}
+
+// serveMonitored serves api (and the router API of its router) on loopback, with mon (nil: none) its
+// router's health monitor, and at the test's end stops the server, mon, the pool, the router, its actor
+// system and then closers; it returns the base URL.
+func serveMonitored(t *testing.T, api *OpenAIAPI, mon *Monitor, closers ...func()) string {
+	t.Helper()
+	srv := NewServer(ServerConfig{}, api, &RouterAPI{R: api.R})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		if mon != nil {
+			mon.Stop()
+		}
+		api.Pool.Close()
+		api.R.Stop()
+		api.System.Shutdown()
+		for _, c := range closers {
+			c()
+		}
+	})
+	return "http://" + ln.Addr().String()
 }
