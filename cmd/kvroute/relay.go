@@ -87,7 +87,7 @@ func runRelay(args []string) int {
 			_ = natsplane.Register(ctx, nc, spec, natsplane.DiscoveryConfig{TTL: *ttl, Replicas: *replicas}, true)
 		})
 	}
-	fmt.Fprintf(os.Stderr, "relay: worker %d, %d rank(s) from %s to %s%s (durable %v)\n", *id, len(cfg.Events), *zmqEP, *url,
+	fmt.Fprintf(os.Stderr, "relay: worker %d, %d rank(s) from %s to %s, subject %s (durable %v)\n", *id, len(cfg.Events), *zmqEP, *url,
 		natsplane.EventSubject(*id), *durable)
 	err = rl.Run(ctx)
 	g.Wait()
