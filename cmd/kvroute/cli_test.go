@@ -273,3 +273,29 @@ func writeSelfSignedCert(t *testing.T, dir string) (certPath, keyPath string) {
 	}
 	return certPath, keyPath
 }
+
+// TestEdgeBoundsPositive: the edge's bounds refuse 0 and negative values where no other meaning is
+// documented (they were read as the default: a bound asked for and not applied); --max-conns-per-ip
+// keeps "negative: none" and refuses 0, which would refuse every client.
+func TestEdgeBoundsPositive(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--max-concurrent-requests", "0"}, false},
+		{[]string{"--max-concurrent-requests", "-1"}, false},
+		{[]string{"--max-header-bytes", "0"}, false},
+		{[]string{"--max-body-bytes-in-flight", "-1"}, false},
+		{[]string{"--body-timeout", "0s"}, false},
+		{[]string{"--header-timeout", "-1s"}, false},
+		{[]string{"--max-conns-per-ip", "0"}, false},
+		{[]string{"--max-conns-per-ip", "-1"}, true},
+		{[]string{"--max-concurrent-requests", "8"}, true},
+	} {
+		_, herr := captureCLI(t)
+		_, _, code, ok := parseFrontend("frontend", append([]string{"--worker", "id=1,url=http://127.0.0.1:9"}, tc.args...), nil)
+		if ok != tc.ok || !ok && (code != 2 || !strings.Contains(herr.String(), tc.args[0])) {
+			t.Errorf("%v: ok %v exit %d, stderr %q", tc.args, ok, code, herr.String())
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -50,11 +51,25 @@ func (s *serverFlags) register(fs *flag.FlagSet) {
 	s.origins = fs.String("allowed-origins", "", `browser origins allowed cross-origin calls (CORS), vLLM's JSON list or a comma list: '["*"]', 'https://a.example,https://b.example'; empty: no CORS`)
 }
 
-// check refuses half a TLS pair: Dynamo requires both paths, and serving plain HTTP when one was meant
-// would be a silent downgrade.
+// check refuses half a TLS pair (Dynamo requires both paths, and serving plain HTTP when one was meant
+// would be a silent downgrade) and a bound that is not positive where no other meaning is documented (the
+// edge read 0 or -1 as its default: a bound asked for and silently not applied).
 func (s *serverFlags) check() error {
 	if (*s.tlsCert == "") != (*s.tlsKey == "") {
 		return errors.New("--tls-cert-path and --tls-key-path go together: give both or neither")
+	}
+	for _, b := range []struct {
+		name string
+		v    int64
+	}{{"max-header-bytes", int64(*s.maxHeader)}, {"max-concurrent-requests", int64(*s.maxConc)},
+		{"max-body-bytes-in-flight", int64(*s.bodyInFlight)}, {"header-timeout", int64(*s.headerTimeout)},
+		{"body-timeout", int64(*s.bodyTimeout)}} {
+		if b.v <= 0 {
+			return fmt.Errorf("--%s must be positive", b.name)
+		}
+	}
+	if *s.connsPerIP == 0 {
+		return errors.New("--max-conns-per-ip 0 would refuse every client: give a positive bound, or a negative value for none")
 	}
 	return nil
 }
