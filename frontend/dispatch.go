@@ -132,7 +132,7 @@ func (a *OpenAIAPI) dispatch(ctx *fasthttp.RequestCtx, j *job, p prepared) {
 			_ = a.R.SetHealthy(route.Worker.WorkerID, false, "passive: "+err.Error())
 		}
 		if errors.Is(j.ctx.Err(), context.DeadlineExceeded) {
-			a.fail(ctx, j, errorf(ErrTimeout, "the request did not complete within its timeout (--request-timeout %s)", a.Cfg.RequestTimeout))
+			a.fail(ctx, j, errorf(ErrTimeout, "%s", a.timedOut()))
 			return
 		}
 		if errors.Is(err, client.ErrLocal) {
@@ -228,6 +228,11 @@ func (a *OpenAIAPI) dispatchUnary(ctx *fasthttp.RequestCtx, j *job, route router
 // responsePool recycles the worker responses of unary requests with their body buffers.
 var responsePool = sync.Pool{New: func() any { return new(client.Response) }}
 
+// timedOut is the message of a request that did not complete within --request-timeout.
+func (a *OpenAIAPI) timedOut() string {
+	return "the request did not complete within its timeout (--request-timeout " + a.Cfg.RequestTimeout.String() + ")"
+}
+
 // observeUsage compares the worker's cached tokens with the router's prediction.
 func (a *OpenAIAPI) observeUsage(route router.RouteResult, u openai.Usage) {
 	if a.Metrics == nil {
@@ -291,7 +296,7 @@ func (a *OpenAIAPI) relayStream(w *bufio.Writer, j *job, route router.RouteResul
 				msg, typ := "worker stream failed: "+err.Error(), "server_error"
 				if errors.Is(j.ctx.Err(), context.DeadlineExceeded) {
 					status, typ = fasthttp.StatusGatewayTimeout, "timeout_error"
-					msg = "the request did not complete within its timeout (--request-timeout " + a.Cfg.RequestTimeout.String() + ")"
+					msg = a.timedOut()
 				}
 				_, _ = w.Write(openai.AppendSSEError(nil, status, typ, msg))
 				_, _ = w.Write(openai.SSEDone)

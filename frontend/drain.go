@@ -32,6 +32,25 @@ type InFlighter interface {
 	CancelInFlight()
 }
 
+// GraceWait is a drain's grace period: it returns once open() reports nothing open, checked every poll,
+// or when grace has passed (at once when grace is not positive).
+func GraceWait(open func() int64, grace, poll time.Duration) {
+	if grace <= 0 {
+		return
+	}
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for open() > 0 {
+		select {
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // Drain shuts srv down within cfg.GracePeriod + cfg.Timeout (plus a second for cancelled streams to
 // close): probes say not ready, in-flight requests get the grace period, the listener closes, the rest
 // get the timeout, then are cancelled. probes and api may be nil.
@@ -56,20 +75,7 @@ func Drain(srv *Server, api InFlighter, probes *Probes, cfg DrainConfig, log *sl
 		return api.InFlight()
 	}
 	log.Info("shutdown: draining", "in_flight", inflight(), "grace_period", cfg.GracePeriod, "timeout", cfg.Timeout)
-	if cfg.GracePeriod > 0 {
-		deadline := time.NewTimer(cfg.GracePeriod)
-		tick := time.NewTicker(cfg.Poll)
-	grace:
-		for inflight() > 0 {
-			select {
-			case <-deadline.C:
-				break grace
-			case <-tick.C:
-			}
-		}
-		deadline.Stop()
-		tick.Stop()
-	}
+	GraceWait(inflight, cfg.GracePeriod, cfg.Poll)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	err := srv.srv.ShutdownWithContext(ctx)
 	cancel()

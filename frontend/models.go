@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"bytes"
 	"strings"
 	"time"
 
@@ -90,16 +89,6 @@ func (m *Models) Handle(ctx *fasthttp.RequestCtx) bool {
 		return true
 	}
 	return a.Handle(ctx)
-}
-
-// jsonContent reports whether the request's Content-Type is application/json (parameters such as
-// charset allowed), the one media type vLLM's and Dynamo's OpenAI servers take.
-func jsonContent(ctx *fasthttp.RequestCtx) bool {
-	ct := ctx.Request.Header.ContentType()
-	if i := bytes.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	return strings.EqualFold(strings.TrimSpace(string(ct)), "application/json")
 }
 
 // unknown is the 404 for a model no API serves.

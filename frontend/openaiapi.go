@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -153,6 +154,16 @@ func (a *OpenAIAPI) onlyPost(ctx *fasthttp.RequestCtx, fn func()) {
 		return
 	}
 	fn()
+}
+
+// jsonContent reports whether the request's Content-Type is application/json (parameters such as
+// charset allowed), the one media type vLLM's and Dynamo's OpenAI servers take.
+func jsonContent(ctx *fasthttp.RequestCtx) bool {
+	ct := ctx.Request.Header.ContentType()
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(string(ct)), "application/json")
 }
 
 // serveGenerate is the request path (docs/architecture.md); each line is a stage.

@@ -512,17 +512,9 @@ func checkPickerLockdown(t *testing.T, out string, set map[string]any) {
 			Ports []struct {
 				Name string `yaml:"name"`
 			} `yaml:"ports"`
-			VolumeMounts []struct {
-				Name      string `yaml:"name"`
-				MountPath string `yaml:"mountPath"`
-			} `yaml:"volumeMounts"`
+			VolumeMounts []volumeMount `yaml:"volumeMounts"`
 		} `yaml:"containers"`
-		Volumes []struct {
-			Name   string `yaml:"name"`
-			Secret struct {
-				SecretName string `yaml:"secretName"`
-			} `yaml:"secret"`
-		} `yaml:"volumes"`
+		Volumes []secretVolume `yaml:"volumes"`
 	}
 	type object struct {
 		Kind string `yaml:"kind"`
@@ -609,16 +601,22 @@ func checkPickerLockdown(t *testing.T, out string, set map[string]any) {
 	}
 }
 
-// mountedFrom reports whether path lies under a volume mount of the named Secret.
-func mountedFrom(path, secret string, mounts []struct {
+// volumeMount and secretVolume are the parts of a container's mounts and a pod's volumes the chart
+// checks read.
+type volumeMount struct {
 	Name      string `yaml:"name"`
 	MountPath string `yaml:"mountPath"`
-}, volumes []struct {
+}
+
+type secretVolume struct {
 	Name   string `yaml:"name"`
 	Secret struct {
 		SecretName string `yaml:"secretName"`
 	} `yaml:"secret"`
-}) bool {
+}
+
+// mountedFrom reports whether path lies under a volume mount of the named Secret.
+func mountedFrom(path, secret string, mounts []volumeMount, volumes []secretVolume) bool {
 	for _, m := range mounts {
 		for _, v := range volumes {
 			if v.Name == m.Name && v.Secret.SecretName == secret && strings.HasPrefix(path, m.MountPath+"/") {

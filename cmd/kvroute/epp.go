@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kvroute/kvroute/frontend"
 	"github.com/kvroute/kvroute/frontend/epp"
 	"github.com/kvroute/kvroute/internal/netlimit"
 	"github.com/kvroute/kvroute/internal/routine"
@@ -240,7 +241,7 @@ func (a *eppApp) serveGRPC(host string, e *eppFlags, health *epp.Health) error {
 	// At most --max-conns gateway connections (the HTTP edge's bound, filled from the open-file limit
 	// when unset): one more is closed at once. grpc-go retries accept errors itself; each connection
 	// otherwise costs its goroutines and HTTP/2 buffers for as long as its peer keeps it.
-	a.grpcLn = netlimit.NewListener(ln, netlimit.ListenerConfig{MaxConns: a.server.Config().MaxConns})
+	a.grpcLn = netlimit.NewListener(ln, netlimit.ListenerConfig{MaxConns: sc.MaxConns})
 	grpcServe.Go(func() { _ = a.grpc.Serve(a.grpcLn) })
 	if *e.healthPort > 0 {
 		a.health = grpc.NewServer()
@@ -287,12 +288,7 @@ func (a *eppApp) drainPicker() {
 	open := func() int64 { return a.picker.Stats().Streams }
 	a.log.Info("shutdown: draining the picker", "streams", open(), "grace_period", a.drain.GracePeriod,
 		"timeout", a.drain.Timeout)
-	if a.drain.GracePeriod > 0 && open() > 0 {
-		deadline := time.Now().Add(a.drain.GracePeriod)
-		for open() > 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	frontend.GraceWait(open, a.drain.GracePeriod, 20*time.Millisecond)
 	timeout := a.drain.Timeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second

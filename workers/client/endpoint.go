@@ -223,28 +223,25 @@ func (e *Endpoint) AbortPending() int {
 func (e *Endpoint) release(c *conn, keep bool) {
 	e.stats.active.Add(-1)
 	keep = keep && !c.aborted.Load()
+	var now time.Time
 	if keep {
-		now := time.Now()
+		now = time.Now()
 		c.lastUsed = now
 		c.reused = false
-		e.mu.Lock()
-		delete(e.busy, c)
-		if !e.closed && len(e.idle) < e.cfg.MaxIdleConns {
-			e.idle = append(e.idle, c)
-			stale := e.reapLocked(now)
-			e.mu.Unlock()
-			for _, s := range stale {
-				s.nc.Close()
-			}
-			<-e.sem
-			return
-		}
-		e.mu.Unlock()
-	} else {
-		e.mu.Lock()
-		delete(e.busy, c)
-		e.mu.Unlock()
 	}
+	e.mu.Lock()
+	delete(e.busy, c)
+	if keep && !e.closed && len(e.idle) < e.cfg.MaxIdleConns {
+		e.idle = append(e.idle, c)
+		stale := e.reapLocked(now)
+		e.mu.Unlock()
+		for _, s := range stale {
+			s.nc.Close()
+		}
+		<-e.sem
+		return
+	}
+	e.mu.Unlock()
 	c.nc.Close()
 	<-e.sem
 }
